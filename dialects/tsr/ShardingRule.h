@@ -1,0 +1,69 @@
+//===- ShardingRule.h - factor-based sharding rules -------------*- C++ -*-===//
+//
+// The sharding rule an op answers through ShardingRuleOpInterface. Modelled on
+// Shardy's OpShardingRule: the op's iteration space is a list of factors, and
+// each operand/result dimension is the product of some factors, major to
+// minor. Examples (factor names in comments):
+//
+//   add  [B,S,D] + [B,S,D] -> [B,S,D]     factors b,s,d; every dim one factor
+//   matmul [B,S,K] x [K,N] -> [B,S,N]      factors b,s,k,n; k is a reduction
+//   reshape [B,S,D] -> [B,S,H,Dh]          factors b,s,h,dh; operand dim 2 is
+//                                           [h, dh], result dims 2,3 are h, dh
+//   softmax over axis a                    factor of axis a needs replication
+//
+// A factor that appears in no result is a *reduction*: splitting it makes the
+// results partial sums over the splitting axes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_DIALECTS_TSR_SHARDINGRULE_H
+#define TESSERA_DIALECTS_TSR_SHARDINGRULE_H
+
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/SmallVector.h"
+#include <cstdint>
+
+namespace tessera::tsr {
+
+struct ShardingRule {
+  struct Factor {
+    /// Extent of the factor (elements).
+    int64_t size = 1;
+    /// The factor must not be split (e.g. softmax's axis): an operand split
+    /// along it is all-gathered first.
+    bool needReplication = false;
+  };
+  /// Factor indices making up one tensor dimension, major to minor.
+  using DimFactors = llvm::SmallVector<int64_t, 2>;
+  /// Per tensor, one DimFactors per dimension.
+  using TensorFactors = llvm::SmallVector<DimFactors, 4>;
+
+  llvm::SmallVector<Factor> factors;
+  llvm::SmallVector<TensorFactors> operands;
+  llvm::SmallVector<TensorFactors> results;
+
+  /// Adds a factor and returns its index.
+  int64_t addFactor(int64_t size, bool needReplication = false) {
+    factors.push_back({size, needReplication});
+    return static_cast<int64_t>(factors.size()) - 1;
+  }
+  /// True when factor `f` appears in no result (splitting it gives partial
+  /// results).
+  bool isReduction(int64_t f) const;
+  /// Checks internal consistency against `op`'s operand/result shapes: every
+  /// dimension equals the product of its factors' sizes. Returns failure with
+  /// a diagnostic on `op` otherwise (used by tests and the verifier of
+  /// sharding passes).
+  mlir::LogicalResult verify(mlir::Operation *op) const;
+
+  /// Rule where every operand and result has the shape of result 0 and each
+  /// dimension is its own factor (elementwise ops).
+  static ShardingRule elementwise(mlir::Operation *op);
+  /// Rule for an op whose only operand/result has nothing shardable (all
+  /// factors need replication); used for scalars and whole-tensor ops.
+  static ShardingRule replicated(mlir::Operation *op);
+};
+
+} // namespace tessera::tsr
+
+#endif // TESSERA_DIALECTS_TSR_SHARDINGRULE_H

@@ -1,0 +1,374 @@
+//===- ShardingRules.cpp - ShardingRuleOpInterface for every tsr op -------===//
+//
+// Grouped by op family, in TsrOps.td order. See ShardingRule.h for the model.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/tsr/TsrOps.h"
+
+using namespace mlir;
+using namespace tessera::tsr;
+
+using TensorFactors = ShardingRule::TensorFactors;
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// Adds one factor per dimension of `shape`.
+static TensorFactors addFactors(ShardingRule &rule, ArrayRef<int64_t> shape,
+                                bool needReplication = false) {
+  TensorFactors dims;
+  for (int64_t size : shape)
+    dims.push_back({rule.addFactor(size, needReplication)});
+  return dims;
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and elementwise
+//===----------------------------------------------------------------------===//
+
+ShardingRule ConstantOp::getShardingRule() {
+  return ShardingRule::elementwise(*this);
+}
+
+#define TSR_ELEMENTWISE_RULE(OP)                                               \
+  ShardingRule OP::getShardingRule() {                                         \
+    return ShardingRule::elementwise(*this);                                   \
+  }
+TSR_ELEMENTWISE_RULE(AddOp)
+TSR_ELEMENTWISE_RULE(SubOp)
+TSR_ELEMENTWISE_RULE(MulOp)
+TSR_ELEMENTWISE_RULE(DivOp)
+TSR_ELEMENTWISE_RULE(PowOp)
+TSR_ELEMENTWISE_RULE(MaxOp)
+TSR_ELEMENTWISE_RULE(EqualOp)
+TSR_ELEMENTWISE_RULE(SelectOp)
+TSR_ELEMENTWISE_RULE(NegOp)
+TSR_ELEMENTWISE_RULE(ExpOp)
+TSR_ELEMENTWISE_RULE(LogOp)
+TSR_ELEMENTWISE_RULE(SqrtOp)
+TSR_ELEMENTWISE_RULE(RsqrtOp)
+TSR_ELEMENTWISE_RULE(TanhOp)
+TSR_ELEMENTWISE_RULE(ErfOp)
+TSR_ELEMENTWISE_RULE(ReluOp)
+TSR_ELEMENTWISE_RULE(GeluOp)
+TSR_ELEMENTWISE_RULE(ConvertOp)
+TSR_ELEMENTWISE_RULE(ReluGradOp)
+TSR_ELEMENTWISE_RULE(GeluGradOp)
+#undef TSR_ELEMENTWISE_RULE
+
+ShardingRule BroadcastOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> out = shapeOf(getResult()), in = shapeOf(getInput());
+  TensorFactors result = addFactors(rule, out);
+  TensorFactors input;
+  int64_t offset = out.size() - in.size();
+  for (auto [d, size] : llvm::enumerate(in)) {
+    if (size == out[d + offset])
+      input.push_back(result[d + offset]);
+    else
+      input.push_back({rule.addFactor(size)});
+  }
+  rule.operands = {input};
+  rule.results = {result};
+  return rule;
+}
+
+/// Reductions: kept dims share factors. A reduced dim's factor is a
+/// reduction (partial result) for sum; mean and max need it whole.
+static ShardingRule reduceRule(Operation *op, ArrayRef<int64_t> axes,
+                               bool keepdim, bool reducedIsPartial) {
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(op->getOperand(0));
+  TensorFactors input, result;
+  for (auto [d, size] : llvm::enumerate(in)) {
+    bool reduced = llvm::is_contained(axes, (int64_t)d);
+    int64_t f = rule.addFactor(size, reduced && !reducedIsPartial);
+    input.push_back({f});
+    if (!reduced)
+      result.push_back({f});
+    else if (keepdim)
+      result.push_back({rule.addFactor(1)});
+  }
+  rule.operands = {input};
+  rule.results = {result};
+  return rule;
+}
+
+ShardingRule ReduceSumOp::getShardingRule() {
+  return reduceRule(*this, getAxes(), getKeepdim(), /*reducedIsPartial=*/true);
+}
+ShardingRule ReduceMeanOp::getShardingRule() {
+  return reduceRule(*this, getAxes(), getKeepdim(), false);
+}
+ShardingRule ReduceMaxOp::getShardingRule() {
+  return reduceRule(*this, getAxes(), getKeepdim(), false);
+}
+
+//===----------------------------------------------------------------------===//
+// Matmul
+//===----------------------------------------------------------------------===//
+
+ShardingRule MatmulOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> lhs = shapeOf(getLhs()), rhs = shapeOf(getRhs());
+  int64_t lr = lhs.size(), rr = rhs.size();
+  TensorFactors batch = addFactors(rule, lhs.drop_back(2));
+  int64_t m = rule.addFactor(lhs[getTransposeLhs() ? lr - 1 : lr - 2]);
+  int64_t k = rule.addFactor(lhs[getTransposeLhs() ? lr - 2 : lr - 1]);
+  int64_t n = rule.addFactor(rhs[getTransposeRhs() ? rr - 2 : rr - 1]);
+  TensorFactors l = batch, r, res = batch;
+  if (getTransposeLhs())
+    l.append({{k}, {m}});
+  else
+    l.append({{m}, {k}});
+  if (rr != 2)
+    r = batch;
+  if (getTransposeRhs())
+    r.append({{n}, {k}});
+  else
+    r.append({{k}, {n}});
+  res.append({{m}, {n}});
+  rule.operands = {l, r};
+  rule.results = {res};
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Shape ops
+//===----------------------------------------------------------------------===//
+
+/// Reshape: both shapes are cut at every boundary of either side's running
+/// product, giving the finest common factorization. [S,B,D] -> [S,B*H,Dh]
+/// has boundaries S, S*B, S*B*H, S*B*H*Dh, so D = [H, Dh] and B*H = [B, H]:
+/// batch and heads stay separately shardable through PyTorch's merged
+/// attention layout. Where the boundaries do not nest ([6,4] -> [4,6]) the
+/// dimensions involved cannot be split.
+ShardingRule ReshapeOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  TensorFactors input(in.size()), result(out.size());
+  // Running products (boundaries) of each side, merged and deduplicated.
+  SmallVector<int64_t> bounds;
+  int64_t p = 1;
+  for (int64_t s : in)
+    bounds.push_back(p *= s);
+  p = 1;
+  for (int64_t s : out)
+    bounds.push_back(p *= s);
+  llvm::sort(bounds);
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  bool nested = true;
+  for (size_t i = 1; i < bounds.size(); ++i)
+    nested &= bounds[i] % bounds[i - 1] == 0;
+  if (!nested) {
+    rule.operands = {addFactors(rule, in, /*needReplication=*/true)};
+    rule.results = {addFactors(rule, out, /*needReplication=*/true)};
+    return rule;
+  }
+  // One factor per interval between consecutive boundaries.
+  SmallVector<int64_t> factorOf; // factor index per interval
+  int64_t prev = 1;
+  for (int64_t b : bounds) {
+    factorOf.push_back(rule.addFactor(b / prev));
+    prev = b;
+  }
+  auto assign = [&](ArrayRef<int64_t> shape, TensorFactors &dims) {
+    int64_t lo = 1;
+    size_t k = 0;
+    for (auto [d, size] : llvm::enumerate(shape)) {
+      int64_t hi = lo * size;
+      if (size == 1) { // a unit dim owns a unit factor
+        dims[d] = {rule.addFactor(1)};
+        continue;
+      }
+      while (k < bounds.size() && bounds[k] <= lo)
+        ++k;
+      for (; k < bounds.size() && bounds[k] <= hi; ++k)
+        dims[d].push_back(factorOf[k]);
+      lo = hi;
+    }
+  };
+  assign(in, input);
+  assign(out, result);
+  rule.operands = {input};
+  rule.results = {result};
+  return rule;
+}
+
+ShardingRule TransposeOp::getShardingRule() {
+  ShardingRule rule;
+  TensorFactors input = addFactors(rule, shapeOf(getInput()));
+  TensorFactors result;
+  for (int64_t p : getPermutation())
+    result.push_back(input[p]);
+  rule.operands = {input};
+  rule.results = {result};
+  return rule;
+}
+
+/// Slice: untouched dims share a factor. A dim cut into chunk c of k equal
+/// chunks (PyTorch's fused QKV `chunk(3)`) is [k, size/k] in the operand and
+/// the chunk factor passes through; any other cut needs the dim whole.
+ShardingRule SliceOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  TensorFactors input, result;
+  for (auto [d, size] : llvm::enumerate(in)) {
+    int64_t start = getStartIndices()[d], limit = getLimitIndices()[d],
+            stride = getStrides()[d];
+    if (start == 0 && limit == size && stride == 1) {
+      int64_t f = rule.addFactor(size);
+      input.push_back({f});
+      result.push_back({f});
+    } else if (stride == 1 && out[d] > 1 && size % out[d] == 0 &&
+               start % out[d] == 0) {
+      int64_t count = rule.addFactor(size / out[d], /*needReplication=*/true);
+      int64_t chunk = rule.addFactor(out[d]);
+      input.push_back({count, chunk});
+      result.push_back({chunk});
+    } else {
+      input.push_back({rule.addFactor(size, true)});
+      result.push_back({rule.addFactor(out[d], true)});
+    }
+  }
+  rule.operands = {input};
+  rule.results = {result};
+  return rule;
+}
+
+ShardingRule ConcatOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> out = shapeOf(getResult());
+  int64_t axis = getAxis();
+  TensorFactors result;
+  for (auto [d, size] : llvm::enumerate(out))
+    result.push_back({rule.addFactor(size, (int64_t)d == axis)});
+  for (Value input : getInputs()) {
+    TensorFactors dims = result;
+    dims[axis] = {rule.addFactor(shapeOf(input)[axis], true)};
+    rule.operands.push_back(dims);
+  }
+  rule.results = {result};
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Neural-network ops
+//===----------------------------------------------------------------------===//
+
+/// gather: table [V, D...], indices [I...] -> [I..., D...]. V stays whole
+/// (vocab parallelism is a separate rewrite).
+ShardingRule GatherOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> table = shapeOf(getTable());
+  TensorFactors indices = addFactors(rule, shapeOf(getIndices()));
+  TensorFactors rows = addFactors(rule, table.drop_front());
+  TensorFactors t = {{rule.addFactor(table[0], true)}};
+  t.append(rows.begin(), rows.end());
+  TensorFactors result = indices;
+  result.append(rows.begin(), rows.end());
+  rule.operands = {t, indices};
+  rule.results = {result};
+  return rule;
+}
+
+/// gather_grad: splitting the index dims makes the table gradient partial
+/// (the data-parallel embedding gradient).
+ShardingRule GatherGradOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> table = shapeOf(getResult());
+  TensorFactors indices = addFactors(rule, shapeOf(getIndices()));
+  TensorFactors rows = addFactors(rule, table.drop_front());
+  TensorFactors grad = indices;
+  grad.append(rows.begin(), rows.end());
+  TensorFactors result = {{rule.addFactor(table[0], true)}};
+  result.append(rows.begin(), rows.end());
+  rule.operands = {indices, grad};
+  rule.results = {result};
+  return rule;
+}
+
+/// Leading dims split freely; normalized dims [axis, rank) stay whole.
+static std::pair<TensorFactors, TensorFactors>
+normalizedFactors(ShardingRule &rule, ArrayRef<int64_t> shape, int64_t axis) {
+  TensorFactors all, normalized;
+  for (auto [d, size] : llvm::enumerate(shape)) {
+    int64_t f = rule.addFactor(size, (int64_t)d >= axis);
+    all.push_back({f});
+    if ((int64_t)d >= axis)
+      normalized.push_back({f});
+  }
+  return {all, normalized};
+}
+
+ShardingRule LayerNormOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, norm, norm};
+  rule.results = {x};
+  return rule;
+}
+
+ShardingRule LayerNormGradOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, norm, x};
+  rule.results = {x, norm, norm};
+  return rule;
+}
+
+static ShardingRule softmaxRule(Operation *op, int64_t axis) {
+  ShardingRule rule;
+  TensorFactors x;
+  for (auto [d, size] : llvm::enumerate(shapeOf(op->getResult(0))))
+    x.push_back({rule.addFactor(size, (int64_t)d == axis)});
+  rule.operands.assign(op->getNumOperands(), x);
+  rule.results = {x};
+  return rule;
+}
+
+ShardingRule SoftmaxOp::getShardingRule() {
+  return softmaxRule(*this, getAxis());
+}
+ShardingRule SoftmaxGradOp::getShardingRule() {
+  return softmaxRule(*this, getAxis());
+}
+
+/// cross_entropy: N splits into a partial sum, V stays whole.
+ShardingRule CrossEntropyOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  int64_t n = rule.addFactor(logits[0]);
+  int64_t v = rule.addFactor(logits[1], true);
+  rule.operands = {{{n}, {v}}, {{n}}};
+  rule.results = {{}};
+  return rule;
+}
+
+ShardingRule CrossEntropyGradOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  int64_t n = rule.addFactor(logits[0]);
+  int64_t v = rule.addFactor(logits[1], true);
+  rule.operands = {{{n}, {v}}, {{n}}, {}};
+  rule.results = {{{n}, {v}}};
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates: elementwise over the parameter; the step is a scalar.
+//===----------------------------------------------------------------------===//
+
+ShardingRule SgdUpdateOp::getShardingRule() {
+  return ShardingRule::elementwise(*this);
+}
+
+ShardingRule AdamwUpdateOp::getShardingRule() {
+  ShardingRule rule;
+  TensorFactors p = addFactors(rule, shapeOf(getParam()));
+  rule.operands = {p, p, p, p, {}};
+  rule.results = {p, p, p};
+  return rule;
+}

@@ -1,0 +1,42 @@
+//===- TsrDialect.td - Tessera tensor dialect --------------*- tablegen -*-===//
+//
+// The `tsr` dialect: statically shaped tensor ops of a transformer's forward,
+// backward and optimizer step. Every op answers the facts other passes need
+// through interfaces (TsrInterfaces.td): its gradient, its sharding rule and
+// its cost. No pass switches on op names.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_TSR_DIALECT
+#define TESSERA_TSR_DIALECT
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Tsr_Dialect : Dialect {
+  let name = "tsr";
+  let cppNamespace = "::tessera::tsr";
+  let summary = "Tessera's tensor-level ops for transformer training.";
+  let description = [{
+    All tensors are ranked and statically shaped (`tensor<8x64xf32>`). Token
+    ids are `i64`, masks `i1`, activations and parameters `f32` (lower
+    precisions come with mixed precision). Broadcasting is never implicit:
+    elementwise ops take operands of one shape and the importer makes
+    broadcasts explicit with `tsr.broadcast`, so gradients and sharding rules
+    see every broadcast.
+
+    Phase invariants:
+    - after import: `func.func @forward` only, no `tsr.*_grad` or optimizer ops;
+    - after `tsr-build-train-step`: `func.func @train_step`;
+    - after `tsr-sharding-partition`: local shapes, no `tsr.sharding`
+      attributes remain, collectives are `shard` ops.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasConstantMaterializer = 1;
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+}
+
+class Tsr_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Tsr_Dialect, mnemonic, traits>;
+
+#endif // TESSERA_TSR_DIALECT

@@ -1,0 +1,548 @@
+//===- TsrOps.td - Tessera tensor ops ----------------------*- tablegen -*-===//
+//
+// Families (one C++ file each holds verifiers and shape inference):
+//   ElementwiseOps.cpp  constant, unary/binary elementwise, compare, select,
+//                       convert, broadcast, reductions
+//   LinalgOps.cpp       matmul
+//   ShapeOps.cpp        reshape, transpose, slice, concat
+//   NNOps.cpp           gather, layer_norm, softmax, gelu, cross_entropy and
+//                       their gradient ops
+//   OptimizerOps.cpp    sgd_update, adamw_update
+// Gradient rules live in GradientRules.cpp, sharding rules in
+// ShardingRules.cpp and costs in CostRules.cpp, each grouped by family.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_TSR_OPS
+#define TESSERA_TSR_OPS
+
+include "dialects/tsr/TsrDialect.td"
+include "dialects/tsr/TsrAttrs.td"
+include "dialects/tsr/TsrInterfaces.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+// Traits every tsr op carries: pure, and answers all three interfaces.
+defvar TsrContract = [Pure,
+  DeclareOpInterfaceMethods<Tsr_GradientOpInterface>,
+  DeclareOpInterfaceMethods<Tsr_ShardingRuleOpInterface>,
+  Tsr_CostOpInterface];
+
+class Tsr_ContractOp<string mnemonic, list<Trait> traits = []>
+    : Tsr_Op<mnemonic, !listconcat(TsrContract, traits)> {
+  let hasVerifier = 1;
+}
+
+def Tsr_StaticTensor : Type<
+    And<[AnyRankedTensor.predicate,
+         CPred<"::llvm::cast<::mlir::RankedTensorType>($_self).hasStaticShape()">]>,
+    "statically shaped tensor", "::mlir::RankedTensorType">;
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Tsr_ConstantOp : Tsr_ContractOp<"constant", [ConstantLike,
+    AllTypesMatch<["value", "result"]>]> {
+  let summary = "Constant tensor.";
+  let description = [{
+    A compile-time constant (ONNX `Constant` nodes and folded shape
+    subgraphs). Constants are never trainable.
+
+    ```mlir
+    %c = tsr.constant dense<1.0> : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+  let hasVerifier = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Tsr_BinaryOp<string mnemonic, string doc>
+    : Tsr_ContractOp<mnemonic, [Elementwise, SameOperandsAndResultType]> {
+  let summary = "Elementwise " # doc # ".";
+  let description = [{
+    Operands and result have one shape and element type; broadcasting is
+    explicit (`tsr.broadcast`).
+
+    ```mlir
+    %r = tsr.}] # mnemonic # [{ %a, %b : tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$lhs, Tsr_StaticTensor:$rhs);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+  let hasVerifier = 0;
+}
+
+def Tsr_AddOp : Tsr_BinaryOp<"add", "addition">;
+def Tsr_SubOp : Tsr_BinaryOp<"sub", "subtraction">;
+def Tsr_MulOp : Tsr_BinaryOp<"mul", "multiplication">;
+def Tsr_DivOp : Tsr_BinaryOp<"div", "division">;
+def Tsr_PowOp : Tsr_BinaryOp<"pow", "power (lhs ** rhs)">;
+def Tsr_MaxOp : Tsr_BinaryOp<"max", "maximum">;
+
+def Tsr_EqualOp : Tsr_ContractOp<"equal", [Elementwise,
+    SameOperandsAndResultShape, SameTypeOperands]> {
+  let summary = "Elementwise equality, producing an i1 mask.";
+  let description = [{
+    ```mlir
+    %m = tsr.equal %a, %b : tensor<16x16xf32> -> tensor<16x16xi1>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$lhs, Tsr_StaticTensor:$rhs);
+  let results = (outs TensorOf<[I1]>:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` type($lhs) `->` type($result)";
+  let hasVerifier = 0;
+}
+
+def Tsr_SelectOp : Tsr_ContractOp<"select", [Elementwise,
+    AllTypesMatch<["true_value", "false_value", "result"]>,
+    AllShapesMatch<["condition", "result"]>]> {
+  let summary = "Elementwise select (ONNX Where).";
+  let description = [{
+    `result[i] = condition[i] ? true_value[i] : false_value[i]`; all one shape.
+
+    ```mlir
+    %r = tsr.select %m, %a, %b : tensor<16x16xi1>, tensor<16x16xf32>
+    ```
+  }];
+  let arguments = (ins TensorOf<[I1]>:$condition, Tsr_StaticTensor:$true_value,
+                       Tsr_StaticTensor:$false_value);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $true_value `,` $false_value attr-dict `:`
+    type($condition) `,` type($result)
+  }];
+  let hasVerifier = 0;
+}
+
+class Tsr_UnaryOp<string mnemonic, string doc, dag extraArgs = (ins)>
+    : Tsr_ContractOp<mnemonic, [Elementwise, SameOperandsAndResultType]> {
+  let summary = "Elementwise " # doc # ".";
+  let description = [{
+    ```mlir
+    %r = tsr.}] # mnemonic # [{ %x : tensor<8x64xf32>
+    ```
+  }];
+  let arguments = !con((ins Tsr_StaticTensor:$input), extraArgs);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 0;
+}
+
+def Tsr_NegOp : Tsr_UnaryOp<"neg", "negation">;
+def Tsr_ExpOp : Tsr_UnaryOp<"exp", "exponential">;
+def Tsr_LogOp : Tsr_UnaryOp<"log", "natural logarithm">;
+def Tsr_SqrtOp : Tsr_UnaryOp<"sqrt", "square root">;
+def Tsr_RsqrtOp : Tsr_UnaryOp<"rsqrt", "reciprocal square root">;
+def Tsr_TanhOp : Tsr_UnaryOp<"tanh", "hyperbolic tangent">;
+def Tsr_ErfOp : Tsr_UnaryOp<"erf", "Gauss error function">;
+def Tsr_ReluOp : Tsr_UnaryOp<"relu", "rectified linear unit, max(x, 0)">;
+def Tsr_GeluOp : Tsr_UnaryOp<"gelu",
+    "GELU (Hendrycks & Gimpel, 2016): x·Φ(x) when approximate = \"none\", "
+    "PyTorch's tanh form when \"tanh\"",
+    (ins DefaultValuedStrAttr<StrAttr, "none">:$approximate)> {
+  let hasVerifier = 1;
+}
+
+def Tsr_ConvertOp : Tsr_ContractOp<"convert", [Elementwise,
+    SameOperandsAndResultShape]> {
+  let summary = "Elementwise element-type conversion (ONNX Cast).";
+  let description = [{
+    ```mlir
+    %r = tsr.convert %ids : tensor<4x16xi64> -> tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 0;
+}
+
+def Tsr_BroadcastOp : Tsr_ContractOp<"broadcast"> {
+  let summary = "Numpy-style broadcast to a larger shape (ONNX Expand).";
+  let description = [{
+    The input's dimensions align with the result's trailing dimensions; each
+    is 1 (broadcast) or equal to the result's. Its gradient sums over the
+    broadcast dimensions.
+
+    ```mlir
+    %b = tsr.broadcast %bias : tensor<64xf32> -> tensor<8x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+class Tsr_ReduceOp<string mnemonic, string doc>
+    : Tsr_ContractOp<mnemonic, [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = doc # " over `axes`.";
+  let description = [{
+    `axes` are sorted, distinct and in [0, rank). With `keepdim` the reduced
+    dimensions stay as size 1.
+
+    ```mlir
+    %m = tsr.}] # mnemonic # [{ %x {axes = array<i64: 2>, keepdim = true}
+        : tensor<8x16x64xf32> -> tensor<8x16x1xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "false">:$keepdim);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Tsr_ReduceSumOp : Tsr_ReduceOp<"reduce_sum", "Sum">;
+def Tsr_ReduceMeanOp : Tsr_ReduceOp<"reduce_mean", "Mean">;
+def Tsr_ReduceMaxOp : Tsr_ReduceOp<"reduce_max", "Maximum">;
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def Tsr_MatmulOp : Tsr_ContractOp<"matmul",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>]> {
+  let summary = "Batched matrix product.";
+  let description = [{
+    `lhs` is [..., M, K] ([..., K, M] with `transpose_lhs`), `rhs` is
+    [..., K, N] ([..., N, K] with `transpose_rhs`); the result is [..., M, N].
+    Either both have the same batch dimensions, or `rhs` is rank 2 and shared
+    by every batch (a Linear layer's weight). Cost: 2·batch·M·N·K FLOP.
+    Sharding: M, N and batch dims split freely; a split K makes the result
+    partial (Megatron row parallelism).
+
+    ```mlir
+    %y = tsr.matmul %x, %w {transpose_rhs = true}
+        : tensor<8x16x64xf32>, tensor<256x64xf32> -> tensor<8x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$lhs, Tsr_StaticTensor:$rhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Shape ops
+//===----------------------------------------------------------------------===//
+
+def Tsr_ReshapeOp : Tsr_ContractOp<"reshape"> {
+  let summary = "Reshape to a shape with the same number of elements.";
+  let description = [{
+    Row-major reinterpretation (ONNX Reshape, Squeeze, Unsqueeze, Flatten).
+
+    ```mlir
+    %r = tsr.reshape %x : tensor<8x16x64xf32> -> tensor<8x16x4x16xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+}
+
+def Tsr_TransposeOp : Tsr_ContractOp<"transpose",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "Permute dimensions.";
+  let description = [{
+    `result.shape[i] = input.shape[permutation[i]]`.
+
+    ```mlir
+    %t = tsr.transpose %x {permutation = array<i64: 0, 2, 1, 3>}
+        : tensor<8x16x4x16xf32> -> tensor<8x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input,
+                       DenseI64ArrayAttr:$permutation);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Tsr_SliceOp : Tsr_ContractOp<"slice",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "Static strided slice.";
+  let description = [{
+    For each dimension d: elements start[d], start[d] + stride[d], ... below
+    limit[d]. Strides are positive; ONNX negative indices are resolved by the
+    importer.
+
+    ```mlir
+    %q = tsr.slice %qkv {start_indices = array<i64: 0, 0, 0>,
+                         limit_indices = array<i64: 8, 16, 64>,
+                         strides = array<i64: 1, 1, 1>}
+        : tensor<8x16x192xf32> -> tensor<8x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input,
+                       DenseI64ArrayAttr:$start_indices,
+                       DenseI64ArrayAttr:$limit_indices,
+                       DenseI64ArrayAttr:$strides);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Tsr_ConcatOp : Tsr_ContractOp<"concat",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "Concatenate along `axis`.";
+  let description = [{
+    ```mlir
+    %c = tsr.concat %a, %b {axis = 0 : i64}
+        : (tensor<2x8xf32>, tensor<3x8xf32>) -> tensor<5x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Tsr_StaticTensor>:$inputs, I64Attr:$axis);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat =
+      "$inputs attr-dict `:` functional-type($inputs, $result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Neural-network ops
+//===----------------------------------------------------------------------===//
+
+def Tsr_GatherOp : Tsr_ContractOp<"gather",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "Row lookup (embedding; ONNX Gather on axis 0).";
+  let description = [{
+    `table` is [V, D...], `indices` any shape of i64 in [0, V); the result is
+    indices.shape ++ [D...]. An out-of-range id is a runtime error naming it.
+
+    ```mlir
+    %e = tsr.gather %wte, %tokens
+        : tensor<256x64xf32>, tensor<8x16xi64> -> tensor<8x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$table, TensorOf<[I64]>:$indices);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $indices attr-dict `:` type($table) `,` type($indices) `->`
+    type($result)
+  }];
+}
+
+def Tsr_GatherGradOp : Tsr_ContractOp<"gather_grad"> {
+  let summary = "Gradient of `tsr.gather`: scatter-add rows into a table.";
+  let description = [{
+    `result` ([V, D...], zero-initialised) gets `grad[i]` added to row
+    `indices[i]` for every index position i.
+
+    ```mlir
+    %g = tsr.gather_grad %tokens, %dy
+        : tensor<8x16xi64>, tensor<8x16x64xf32> -> tensor<256x64xf32>
+    ```
+  }];
+  let arguments = (ins TensorOf<[I64]>:$indices, Tsr_StaticTensor:$grad);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $indices `,` $grad attr-dict `:` type($indices) `,` type($grad) `->`
+    type($result)
+  }];
+}
+
+def Tsr_LayerNormOp : Tsr_ContractOp<"layer_norm",
+    [AllTypesMatch<["input", "result"]>, AllTypesMatch<["scale", "bias"]>]> {
+  let summary = "Layer normalization (Ba et al., 2016).";
+  let description = [{
+    Normalizes `input` over dimensions [axis, rank) with biased variance,
+    then applies `scale` and `bias` (shape input.shape[axis:]):
+    `(x - mean) / sqrt(var + epsilon) * scale + bias`. Raised by the importer
+    from ONNX LayerNormalization or its decomposed ReduceMean/Sub/Pow/Sqrt/Div
+    form.
+
+    ```mlir
+    %y = tsr.layer_norm %x, %g, %b {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$scale,
+                       Tsr_StaticTensor:$bias, I64Attr:$axis,
+                       F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $bias attr-dict `:` type($input) `,` type($scale)
+  }];
+}
+
+def Tsr_LayerNormGradOp : Tsr_ContractOp<"layer_norm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["scale", "scale_grad", "bias_grad"]>]> {
+  let summary = "Gradient of `tsr.layer_norm` (recomputes mean and rstd).";
+  let description = [{
+    ```mlir
+    %dx, %dg, %db = tsr.layer_norm_grad %x, %g, %dy
+        {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$scale,
+                       Tsr_StaticTensor:$grad, I64Attr:$axis,
+                       F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$input_grad,
+                      Tsr_StaticTensor:$scale_grad,
+                      Tsr_StaticTensor:$bias_grad);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $grad attr-dict `:` type($input) `,` type($scale)
+  }];
+}
+
+def Tsr_SoftmaxOp : Tsr_ContractOp<"softmax",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Numerically stable softmax along `axis`.";
+  let description = [{
+    ```mlir
+    %p = tsr.softmax %s {axis = 3 : i64} : tensor<8x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, I64Attr:$axis);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Tsr_SoftmaxGradOp : Tsr_ContractOp<"softmax_grad",
+    [AllTypesMatch<["output", "grad", "result"]>]> {
+  let summary = "Gradient of `tsr.softmax` from its output y: y·(dy − Σ dy·y).";
+  let description = [{
+    ```mlir
+    %dx = tsr.softmax_grad %p, %dp {axis = 3 : i64} : tensor<8x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$output, Tsr_StaticTensor:$grad,
+                       I64Attr:$axis);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$output `,` $grad attr-dict `:` type($result)";
+}
+
+def Tsr_ReluGradOp : Tsr_ContractOp<"relu_grad",
+    [AllTypesMatch<["input", "grad", "result"]>]> {
+  let summary = "Gradient of `tsr.relu`: grad where input > 0, else 0.";
+  let description = [{
+    ```mlir
+    %dx = tsr.relu_grad %x, %dy : tensor<8x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$grad);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input `,` $grad attr-dict `:` type($result)";
+}
+
+def Tsr_GeluGradOp : Tsr_ContractOp<"gelu_grad",
+    [AllTypesMatch<["input", "grad", "result"]>]> {
+  let summary = "Gradient of `tsr.gelu` (same `approximate`).";
+  let description = [{
+    ```mlir
+    %dx = tsr.gelu_grad %x, %dy {approximate = "none"} : tensor<8x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$grad,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input `,` $grad attr-dict `:` type($result)";
+}
+
+def Tsr_CrossEntropyOp : Tsr_ContractOp<"cross_entropy"> {
+  let summary = "Summed softmax cross-entropy (natural log).";
+  let description = [{
+    `logits` is [N, V] f32, `labels` [N] i64; the result is the f32 scalar
+    Σ_n −log softmax(logits_n)[labels_n]. The training step divides by the
+    global token count to get the mean loss. Sharding: N splits into a
+    partial sum; V must stay whole (vocab parallelism comes later).
+
+    ```mlir
+    %l = tsr.cross_entropy %logits, %labels
+        : tensor<128x256xf32>, tensor<128xi64> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$logits, TensorOf<[I64]>:$labels);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels attr-dict `:` type($logits) `,` type($labels) `->`
+    type($result)
+  }];
+}
+
+def Tsr_CrossEntropyGradOp : Tsr_ContractOp<"cross_entropy_grad",
+    [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "Gradient of `tsr.cross_entropy`: (softmax − onehot)·grad.";
+  let description = [{
+    ```mlir
+    %d = tsr.cross_entropy_grad %logits, %labels, %dl
+        : tensor<128x256xf32>, tensor<128xi64>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$logits, TensorOf<[I64]>:$labels,
+                       0DTensorOf<[F32]>:$grad);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $grad attr-dict `:` type($logits) `,`
+    type($labels) `,` type($grad)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates (fused: one kernel per parameter)
+//===----------------------------------------------------------------------===//
+
+def Tsr_SgdUpdateOp : Tsr_ContractOp<"sgd_update",
+    [AllTypesMatch<["param", "grad", "result"]>]> {
+  let summary = "torch.optim.SGD step without momentum.";
+  let description = [{
+    `g' = grad + weight_decay·param; result = param − lr·g'`, exactly
+    torch.optim.SGD (momentum 0).
+
+    ```mlir
+    %p1 = tsr.sgd_update %p, %g {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32}
+        : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$param, Tsr_StaticTensor:$grad,
+                       F32Attr:$lr, F32Attr:$weight_decay);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
+}
+
+def Tsr_AdamwUpdateOp : Tsr_ContractOp<"adamw_update",
+    [AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param",
+                    "new_exp_avg", "new_exp_avg_sq"]>]> {
+  let summary = "torch.optim.AdamW step (Loshchilov & Hutter, 2019).";
+  let description = [{
+    With t = `step` (f32 scalar, already incremented): p ← p·(1 − lr·wd);
+    m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²; p ← p − lr/(1−β1^t) ·
+    m / (sqrt(v)/sqrt(1−β2^t) + eps). Exactly torch.optim.AdamW
+    (amsgrad=False).
+
+    ```mlir
+    %p1, %m1, %v1 = tsr.adamw_update %p, %g, %m, %v, %t
+        {lr = 1.0e-03 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32,
+         eps = 1.0e-08 : f32, weight_decay = 0.01 : f32}
+        : tensor<64x64xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$param, Tsr_StaticTensor:$grad,
+                       Tsr_StaticTensor:$exp_avg, Tsr_StaticTensor:$exp_avg_sq,
+                       0DTensorOf<[F32]>:$step, F32Attr:$lr, F32Attr:$beta1,
+                       F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay);
+  let results = (outs Tsr_StaticTensor:$new_param,
+                      Tsr_StaticTensor:$new_exp_avg,
+                      Tsr_StaticTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step attr-dict `:`
+    type($param) `,` type($step)
+  }];
+}
+
+#endif // TESSERA_TSR_OPS

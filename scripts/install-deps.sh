@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every Debian package Tessera needs to build, test and run, if missing.
+# Idempotent: does nothing when everything is present.
+set -euo pipefail
+PKGS=(
+  cmake ninja-build g++ make
+  libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libopenmpi-dev openmpi-bin libopenblas-dev
+  libgtest-dev
+  zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
+  python3-torch python3-onnx python3-numpy
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all packages present"
+fi

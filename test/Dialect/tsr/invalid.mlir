@@ -1,0 +1,87 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+func.func @matmul_k_mismatch(%a: tensor<4x8xf32>, %b: tensor<7x16xf32>) {
+  // expected-error @+1 {{matmul contracting dimensions differ: 8 vs 7}}
+  %0 = tsr.matmul %a, %b : tensor<4x8xf32>, tensor<7x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{cannot reshape 32 elements into 30}}
+  %0 = tsr.reshape %a : tensor<4x8xf32> -> tensor<5x6xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast_bad(%a: tensor<3xf32>) {
+  // expected-error @+1 {{input dimension 0 of size 3 cannot broadcast to 4}}
+  %0 = tsr.broadcast %a : tensor<3xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_axes(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{axes must be sorted, distinct and in [0, 2)}}
+  %0 = tsr.reduce_sum %a {axes = array<i64: 2>} : tensor<4x8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_perm(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{permutation is not a permutation of [0, 2)}}
+  %0 = tsr.transpose %a {permutation = array<i64: 0, 0>} : tensor<4x8xf32> -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @slice_oob(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{slice of dimension 1 is out of bounds [0, 8)}}
+  %0 = tsr.slice %a {start_indices = array<i64: 0, 4>, limit_indices = array<i64: 4, 9>, strides = array<i64: 1, 1>} : tensor<4x8xf32> -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_scale(%x: tensor<4x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{scale shape must be input.shape[1:]}}
+  %0 = tsr.layer_norm %x, %g, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<4x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @gelu_mode(%x: tensor<4xf32>) {
+  // expected-error @+1 {{approximate must be "none" or "tanh", got "fast"}}
+  %0 = tsr.gelu %x {approximate = "fast"} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @ce_shapes(%l: tensor<4x8xf32>, %y: tensor<5xi64>) {
+  // expected-error @+1 {{expects logits [N, V] and labels [N]}}
+  %0 = tsr.cross_entropy %l, %y : tensor<4x8xf32>, tensor<5xi64> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>) {
+  // expected-error @+1 {{betas must be in [0, 1)}}
+  %0:3 = tsr.adamw_update %p, %p, %p, %p, %t {lr = 1.0e-03 : f32, beta1 = 1.5 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @gather_grad_shape(%i: tensor<4xi64>, %g: tensor<4x3xf32>) {
+  // expected-error @+1 {{does not match a gather}}
+  %0 = tsr.gather_grad %i, %g : tensor<4xi64>, tensor<4x3xf32> -> tensor<10x5xf32>
+  return
+}

@@ -1,0 +1,26 @@
+// RUN: tessera-opt %s | tessera-opt | FileCheck %s
+// Round-trip of the custom assembly of every op family.
+
+// CHECK-LABEL: func.func @roundtrip
+func.func @roundtrip(%x: tensor<8x16x64xf32>, %w: tensor<256x64xf32>, %g: tensor<64xf32>, %ids: tensor<8x16xi64>) -> tensor<8x16x4x64xf32> {
+  // CHECK: tsr.gather
+  %e = tsr.gather %w, %ids : tensor<256x64xf32>, tensor<8x16xi64> -> tensor<8x16x64xf32>
+  // CHECK: tsr.add
+  %a = tsr.add %x, %e : tensor<8x16x64xf32>
+  // CHECK: tsr.layer_norm {{.*}} {axis = 2 : i64
+  %n = tsr.layer_norm %a, %g, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<8x16x64xf32>, tensor<64xf32>
+  // CHECK: tsr.matmul {{.*}} {transpose_rhs = true}
+  %y = tsr.matmul %n, %w {transpose_rhs = true} : tensor<8x16x64xf32>, tensor<256x64xf32> -> tensor<8x16x256xf32>
+  // CHECK: tsr.reshape
+  %r = tsr.reshape %y : tensor<8x16x256xf32> -> tensor<8x16x4x64xf32>
+  // CHECK: tsr.softmax {{.*}} {axis = 3 : i64}
+  %s = tsr.softmax %r {axis = 3 : i64} : tensor<8x16x4x64xf32>
+  return %s : tensor<8x16x4x64xf32>
+}
+
+// CHECK-LABEL: func.func @sharding_attr
+// CHECK-SAME: #tsr.sharding<@grid, {{\[\[}}0], []] partial = [1]>
+// CHECK-SAME: #tsr.sharding<@grid, {{\[\[}}], [1]] chunks = [1, 3]>
+func.func @sharding_attr() attributes {a = #tsr.sharding<@grid, [[0], []] partial = [1]>, b = #tsr.sharding<@grid, [[], [1]] chunks = [1, 3]>} {
+  return
+}

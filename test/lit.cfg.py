@@ -1,0 +1,26 @@
+# Lit configuration for Tessera's FileCheck tests.
+import os
+import lit.formats
+
+config.name = "Tessera"
+config.test_format = lit.formats.ShTest(not config.execute_external)  # noqa
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "e2e", "unittests", "lit.cfg.py", "CMakeLists.txt"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.tessera_obj_root, "test")
+
+# Tools: build dirs first, then LLVM's FileCheck/not/split-file.
+tool_dirs = [
+    os.path.join(config.tessera_obj_root, "tools", t)
+    for t in ("tessera-opt", "tessera-partition", "tessera-run")
+]
+config.environment["PATH"] = os.pathsep.join(
+    tool_dirs + [config.llvm_tools_dir, config.environment.get("PATH", "")]
+)
+for var in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+            "OMPI_MCA_rmaps_base_oversubscribe", "OPENBLAS_NUM_THREADS", "HOME"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+config.substitutions.append(("%python", "/usr/bin/python3"))
+config.substitutions.append(("%srcroot", config.tessera_src_root))
+config.substitutions.append(("%models", os.path.join(config.tessera_src_root, "test", "e2e", "models")))

@@ -1,0 +1,26 @@
+//===- tessera-opt.cpp - run Tessera passes on .mlir files ----------------===//
+//
+// mlir-opt for Tessera: parses a .mlir file with the tsr, tsrt, shard and func
+// dialects, runs the passes named on the command line (`--tsr-...`), and
+// prints the result. `--help` lists every pass. Supports mlir-opt's
+// `-split-input-file` and `-verify-diagnostics`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/tsr/TsrDialect.h"
+#include "dialects/tsrt/TsrtDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+int main(int argc, char **argv) {
+  mlir::registerTransformsPasses();
+  mlir::DialectRegistry registry;
+  registry.insert<tessera::tsr::TsrDialect, tessera::tsrt::TsrtDialect,
+                  mlir::func::FuncDialect, mlir::shard::ShardDialect>();
+  return mlir::asMainReturnCode(mlir::MlirOptMain(
+      argc, argv, "Tessera optimizer driver\n", registry));
+}
