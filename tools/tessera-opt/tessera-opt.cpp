@@ -9,6 +9,9 @@
 
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
+#include "passes/lowering/Passes.h"
+#include "passes/sharding/Passes.h"
+#include "passes/training/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -18,6 +21,9 @@
 
 int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
+  tessera::training::registerTrainingPasses();
+  tessera::sharding::registerShardingPasses();
+  tessera::lowering::registerLoweringPasses();
   mlir::DialectRegistry registry;
   registry.insert<tessera::tsr::TsrDialect, tessera::tsrt::TsrtDialect,
                   mlir::func::FuncDialect, mlir::shard::ShardDialect>();
