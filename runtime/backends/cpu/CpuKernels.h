@@ -1,0 +1,222 @@
+//===- CpuKernels.h - CPU kernels for the tsr ops ---------------*- C++ -*-===//
+//
+// One plain function per `tsr` op (the function name is the op name in
+// camelCase). Conventions shared by every kernel:
+//  - Tensors are fp32 unless stated; outputs are preallocated by the caller
+//    with the right dtype and shape. Shapes are assumed to be verified by the
+//    compiler (checked only with assertions), except data-dependent facts
+//    (gather ids, cross-entropy labels), which are reported as llvm::Error.
+//  - "In place OK" means the output may be the same tensor (same storage) as
+//    the named input; otherwise outputs must not alias inputs.
+//  - Reductions and normalisation statistics accumulate in double.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RUNTIME_BACKENDS_CPU_CPUKERNELS_H
+#define TESSERA_RUNTIME_BACKENDS_CPU_CPUKERNELS_H
+
+#include "runtime/Tensor.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+
+namespace tessera {
+namespace runtime {
+namespace cpu {
+
+//===----------------------------------------------------------------------===//
+// Elementwise binary: a, b, out all have the SAME shape (broadcasts are
+// explicit). f32 or i64 (pow: f32 only); out has the inputs' dtype.
+// In place OK (out may be a or b).
+//===----------------------------------------------------------------------===//
+
+void add(const Tensor &a, const Tensor &b, Tensor &out);
+void sub(const Tensor &a, const Tensor &b, Tensor &out);
+void mul(const Tensor &a, const Tensor &b, Tensor &out);
+/// i64 division truncates toward zero; division by zero is undefined for i64.
+void div(const Tensor &a, const Tensor &b, Tensor &out);
+void pow(const Tensor &a, const Tensor &b, Tensor &out);
+/// Elementwise maximum (NaN propagates for f32, like torch.maximum).
+void max(const Tensor &a, const Tensor &b, Tensor &out);
+/// a == b elementwise; a, b f32, i64 or i1; out i1 of the same shape.
+void equal(const Tensor &a, const Tensor &b, Tensor &out);
+/// out = cond ? a : b; cond i1, a/b/out of any one dtype, all the same shape.
+/// In place OK (out may be a or b).
+void select(const Tensor &cond, const Tensor &a, const Tensor &b, Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Elementwise unary, f32 (neg also i64). In place OK.
+//===----------------------------------------------------------------------===//
+
+void neg(const Tensor &in, Tensor &out);
+void exp(const Tensor &in, Tensor &out);
+void log(const Tensor &in, Tensor &out);
+void sqrt(const Tensor &in, Tensor &out);
+/// 1 / sqrt(x).
+void rsqrt(const Tensor &in, Tensor &out);
+void tanh(const Tensor &in, Tensor &out);
+void erf(const Tensor &in, Tensor &out);
+void relu(const Tensor &in, Tensor &out);
+
+/// GELU variants, matching torch.nn.functional.gelu(approximate=...).
+enum class GeluApproximate {
+  None, ///< x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+  Tanh  ///< 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+};
+void gelu(const Tensor &in, GeluApproximate approximate, Tensor &out);
+
+/// Converts between f32, i64 and i1 (same shape). f32 -> i64 truncates
+/// toward zero; anything -> i1 is (x != 0); i1 -> number is 0 or 1. Same
+/// dtype is a copy. In place OK when the dtypes are equal.
+void convert(const Tensor &in, Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Layout
+//===----------------------------------------------------------------------===//
+
+/// numpy / ONNX Expand: in's dims align to the right of out's; each in dim is
+/// 1 or equal to the out dim. Any dtype. in.rank() <= out.rank().
+void broadcast(const Tensor &in, Tensor &out);
+
+/// out[i...] = in[perm-permuted i...]: out.shape[k] = in.shape[perm[k]].
+/// Any dtype, any rank.
+void transpose(const Tensor &in, llvm::ArrayRef<int64_t> perm, Tensor &out);
+
+/// Static strided slice: out.shape[d] = ceil((limits[d] - starts[d]) /
+/// strides[d]); 0 <= starts[d] <= limits[d] <= in.shape[d], strides[d] >= 1.
+/// Any dtype.
+void slice(const Tensor &in, llvm::ArrayRef<int64_t> starts,
+           llvm::ArrayRef<int64_t> limits, llvm::ArrayRef<int64_t> strides,
+           Tensor &out);
+
+/// Concatenates `inputs` (same dtype and rank, equal dims except `axis`)
+/// along `axis` into out. Any dtype.
+void concat(llvm::ArrayRef<const Tensor *> inputs, int64_t axis, Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Reductions: `axes` sorted, unique, non-negative. out's shape is in's with
+// the reduced dims removed (keepDim = false) or set to 1 (keepDim = true).
+// An empty `axes` is a copy. f32.
+//===----------------------------------------------------------------------===//
+
+void reduceSum(const Tensor &in, llvm::ArrayRef<int64_t> axes, bool keepDim,
+               Tensor &out);
+void reduceMean(const Tensor &in, llvm::ArrayRef<int64_t> axes, bool keepDim,
+                Tensor &out);
+/// Max over an empty set is -inf.
+void reduceMax(const Tensor &in, llvm::ArrayRef<int64_t> axes, bool keepDim,
+               Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Matmul
+//===----------------------------------------------------------------------===//
+
+/// Batched matrix product with cblas_sgemm.
+///   a: [..., M, K]   ([..., K, M] if transposeA)
+///   b: [..., K, N]   ([..., N, K] if transposeB) with the same leading batch
+///      dims as a, or rank 2 and shared by every batch of a; a may also be
+///      rank 2 and shared by every batch of b.
+///   out: [..., M, N]
+void matmul(const Tensor &a, const Tensor &b, bool transposeA, bool transposeB,
+            Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+/// Embedding lookup: table [V, ...] (any dtype), ids i64 of any shape,
+/// out = ids.shape ++ table.shape[1:]. Error naming the id and its flat index
+/// if an id is outside [0, V).
+llvm::Error gather(const Tensor &table, const Tensor &ids, Tensor &out);
+
+/// Gradient of gather: out [V, ...] f32 is zeroed, then
+/// out[ids[i]] += dy[i] for every index i. dy = ids.shape ++ out.shape[1:].
+/// Error as for gather.
+llvm::Error gatherGrad(const Tensor &ids, const Tensor &dy, Tensor &out);
+
+//===----------------------------------------------------------------------===//
+// Normalisation and activations with their gradients
+//===----------------------------------------------------------------------===//
+
+/// Layer norm over dims [axis, rank): y = (x - mean) / sqrt(var + eps) *
+/// gamma + beta, biased variance (like torch). gamma, beta have shape
+/// x.shape[axis:]. In place OK (out may be x).
+void layerNorm(const Tensor &x, const Tensor &gamma, const Tensor &beta,
+               int64_t axis, float epsilon, Tensor &out);
+
+/// Gradients of layerNorm (mean and rstd are recomputed from x). dx has x's
+/// shape, dgamma/dbeta gamma's shape (summed over the leading dims). In place
+/// OK for dx == dy.
+void layerNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                   int64_t axis, float epsilon, Tensor &dx, Tensor &dgamma,
+                   Tensor &dbeta);
+
+/// Numerically stable softmax along `axis`. In place OK.
+void softmax(const Tensor &x, int64_t axis, Tensor &out);
+
+/// dx = y * (dy - sum_axis(dy * y)), y = softmax output. In place OK (dx may
+/// be y or dy).
+void softmaxGrad(const Tensor &y, const Tensor &dy, int64_t axis, Tensor &dx);
+
+/// dx = dy where x > 0, else 0. In place OK (dx may be x or dy).
+void reluGrad(const Tensor &x, const Tensor &dy, Tensor &dx);
+
+/// dx = dy * gelu'(x) for the chosen form (exact derivative of each).
+/// In place OK (dx may be x or dy).
+void geluGrad(const Tensor &x, const Tensor &dy, GeluApproximate approximate,
+              Tensor &dx);
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+/// out (f32 scalar, rank 0) = sum_n -log_softmax(logits[n])[labels[n]]
+/// (natural log, a SUM over rows; the compiler scales it). logits [N, V] f32,
+/// labels [N] i64. Error naming the label and row if a label is outside
+/// [0, V).
+llvm::Error crossEntropy(const Tensor &logits, const Tensor &labels,
+                         Tensor &out);
+
+/// dlogits [N, V] = (softmax(logits) - onehot(labels)) * dloss, dloss an f32
+/// scalar (any shape with one element). Error as for crossEntropy.
+llvm::Error crossEntropyGrad(const Tensor &logits, const Tensor &labels,
+                             const Tensor &dloss, Tensor &dlogits);
+
+//===----------------------------------------------------------------------===//
+// Optimizers (exact torch.optim arithmetic, fp32 tensors, scalars given as
+// double like Python floats and rounded to float where torch does)
+//===----------------------------------------------------------------------===//
+
+/// torch.optim.SGD with momentum 0: g' = g + wd * p; p' = p - lr * g'.
+/// In place OK (pOut may be p).
+void sgdUpdate(const Tensor &p, const Tensor &g, double lr, double weightDecay,
+               Tensor &pOut);
+
+/// torch.optim.AdamW (torch 1.13 `_single_tensor_adamw`, amsgrad=False):
+///   p = p * (1 - lr * wd)
+///   m = m * b1 + (1 - b1) * g
+///   v = v * b2 + (1 - b2) * g * g
+///   bc1 = 1 - b1^t; bc2 = 1 - b2^t; stepSize = lr / bc1
+///   denom = sqrt(v) / sqrt(bc2) + eps
+///   p = p - stepSize * m / denom
+/// `step` is an f32 scalar holding the already-incremented t (>= 1). In place
+/// OK (pOut may be p, mOut m, vOut v).
+void adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
+                 const Tensor &v, const Tensor &step, double lr, double beta1,
+                 double beta2, double eps, double weightDecay, Tensor &pOut,
+                 Tensor &mOut, Tensor &vOut);
+
+//===----------------------------------------------------------------------===//
+// Configuration
+//===----------------------------------------------------------------------===//
+
+/// Sets the number of OpenBLAS threads (1 per rank under MPI).
+void setBlasThreads(int numThreads);
+
+} // namespace cpu
+} // namespace runtime
+} // namespace tessera
+
+#endif // TESSERA_RUNTIME_BACKENDS_CPU_CPUKERNELS_H

@@ -1,0 +1,427 @@
+//===- MpiCollectives.cpp - MPI communicators, grids, collectives ---------===//
+
+#include "runtime/collectives/mpi/MpiCollectives.h"
+
+#include <climits>
+#include <cstring>
+#include <set>
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::mpi;
+using llvm::ArrayRef;
+
+namespace {
+
+int worldRank() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin)
+    return -1;
+  int r = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+llvm::Error mpiError(int code, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
+  int len = 0;
+  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
+    std::snprintf(msg, sizeof(msg), "MPI error code %d", code);
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "%s failed on rank %d: %s", what, worldRank(),
+                                 msg);
+}
+
+llvm::Error plainError(const char *what, const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "%s on rank %d: %s", what, worldRank(),
+                                 msg.c_str());
+}
+
+#define MPI_CHECK(CALL, WHAT)                                                  \
+  do {                                                                         \
+    int rc_ = (CALL);                                                          \
+    if (rc_ != MPI_SUCCESS)                                                    \
+      return mpiError(rc_, WHAT);                                              \
+  } while (0)
+
+MPI_Datatype mpiType(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return MPI_FLOAT;
+  case DType::I64:
+    return MPI_INT64_T;
+  case DType::I1:
+    return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+int64_t product(const std::vector<int64_t> &s, size_t b, size_t e) {
+  int64_t n = 1;
+  for (size_t i = b; i < e; ++i)
+    n *= s[i];
+  return n;
+}
+
+llvm::Error checkCount(int64_t count, const char *what) {
+  if (count > INT_MAX)
+    return plainError(what, "message of " + std::to_string(count) +
+                                " elements exceeds INT_MAX");
+  return llvm::Error::success();
+}
+
+/// Blocked copy: dst[b][a][inner] = src[a][b][inner] for a < na, b < nb
+/// (elements of `esize` bytes).
+void swapBlocks(const char *src, char *dst, int64_t na, int64_t nb,
+                int64_t innerElems, size_t esize) {
+  size_t row = innerElems * esize;
+  if (!row)
+    return;
+  for (int64_t a = 0; a < na; ++a)
+    for (int64_t b = 0; b < nb; ++b)
+      std::memcpy(dst + (b * na + a) * row, src + (a * nb + b) * row, row);
+}
+
+} // namespace
+
+llvm::Error mpi::initialize(int *argc, char ***argv) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) {
+    int rc = MPI_Init(argc, argv);
+    if (rc != MPI_SUCCESS)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "MPI_Init failed (code %d)", rc);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  return llvm::Error::success();
+}
+
+void mpi::finalize() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin)
+    MPI_Finalize();
+}
+
+Communicator::Communicator(MPI_Comm c) : comm(c) {
+  if (comm == MPI_COMM_NULL)
+    return;
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm, &myRank);
+  MPI_Comm_size(comm, &mySize);
+}
+
+Communicator Communicator::world() { return Communicator(MPI_COMM_WORLD); }
+
+//===----------------------------------------------------------------------===//
+// Grid
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<std::unique_ptr<Grid>>
+Grid::create(Communicator parent, std::vector<std::string> axisNames,
+             std::vector<int64_t> axisSizes) {
+  if (axisNames.size() != axisSizes.size())
+    return plainError("grid", "axis names and sizes differ in length");
+  std::set<std::string> seen;
+  int64_t total = 1;
+  for (size_t i = 0; i < axisNames.size(); ++i) {
+    if (axisNames[i].empty() || !seen.insert(axisNames[i]).second)
+      return plainError("grid",
+                        "empty or duplicate axis name '" + axisNames[i] + "'");
+    if (axisSizes[i] < 1)
+      return plainError("grid", "axis '" + axisNames[i] + "' has size " +
+                                    std::to_string(axisSizes[i]));
+    total *= axisSizes[i];
+  }
+  if (total != parent.size())
+    return plainError("grid", "grid of " + std::to_string(total) +
+                                  " devices does not match " +
+                                  std::to_string(parent.size()) + " ranks");
+  std::unique_ptr<Grid> g(new Grid());
+  g->parentComm = parent;
+  g->names = std::move(axisNames);
+  g->sizes = std::move(axisSizes);
+  g->myCoords.assign(g->sizes.size(), 0);
+  int64_t rem = parent.rank();
+  for (size_t i = g->sizes.size(); i-- > 0;) {
+    g->myCoords[i] = rem % g->sizes[i];
+    rem /= g->sizes[i];
+  }
+  return std::move(g);
+}
+
+Grid::~Grid() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin)
+    return;
+  for (auto &kv : cache)
+    if (kv.second != MPI_COMM_NULL)
+      MPI_Comm_free(&kv.second);
+}
+
+int64_t Grid::axisIndex(llvm::StringRef axis) const {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == axis)
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
+llvm::Expected<Communicator> Grid::subComm(ArrayRef<int64_t> axes) {
+  std::vector<int64_t> key(axes.begin(), axes.end());
+  auto it = cache.find(key);
+  if (it != cache.end())
+    return Communicator(it->second);
+  std::vector<bool> in(sizes.size(), false);
+  for (int64_t a : axes) {
+    if (a < 0 || a >= (int64_t)sizes.size() || in[a])
+      return plainError("grid subcommunicator",
+                        "unknown or repeated axis " + std::to_string(a));
+    in[a] = true;
+  }
+  int64_t color = 0, keyRank = 0;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (!in[i])
+      color = color * sizes[i] + myCoords[i];
+  for (int64_t a : axes)
+    keyRank = keyRank * sizes[a] + myCoords[a];
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(parentComm.handle(), static_cast<int>(color),
+                           static_cast<int>(keyRank), &c),
+            "MPI_Comm_split");
+  cache[key] = c;
+  return Communicator(c);
+}
+
+llvm::Expected<Communicator> Grid::subComm(ArrayRef<std::string> axes) {
+  std::vector<int64_t> idx;
+  for (const std::string &a : axes) {
+    int64_t i = axisIndex(a);
+    if (i < 0)
+      return plainError("grid subcommunicator", "unknown axis '" + a + "'");
+    idx.push_back(i);
+  }
+  return subComm(ArrayRef<int64_t>(idx));
+}
+
+//===----------------------------------------------------------------------===//
+// Traffic
+//===----------------------------------------------------------------------===//
+
+const char *mpi::collectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+  case CollectiveKind::AllReduce:
+    return "all_reduce";
+  case CollectiveKind::AllGather:
+    return "all_gather";
+  case CollectiveKind::ReduceScatter:
+    return "reduce_scatter";
+  case CollectiveKind::AllToAll:
+    return "all_to_all";
+  case CollectiveKind::Send:
+    return "send";
+  }
+  return "?";
+}
+
+double TrafficCounter::ringBytes(CollectiveKind kind, double bytes, int n) {
+  if (kind == CollectiveKind::Send)
+    return bytes;
+  if (n <= 1)
+    return 0.0;
+  double frac = double(n - 1) / double(n);
+  if (kind == CollectiveKind::AllReduce)
+    return 2.0 * frac * bytes;
+  return frac * bytes;
+}
+
+void TrafficCounter::record(CollectiveKind kind, double bytes, int n) {
+  double b = ringBytes(kind, bytes, n);
+  step[static_cast<int>(kind)] += b;
+  total[static_cast<int>(kind)] += b;
+}
+
+void TrafficCounter::beginStep() { step.fill(0.0); }
+
+double TrafficCounter::stepBytes() const {
+  double s = 0;
+  for (double b : step)
+    s += b;
+  return s;
+}
+
+double TrafficCounter::totalBytes() const {
+  double s = 0;
+  for (double b : total)
+    s += b;
+  return s;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+llvm::Error mpi::allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
+                           TrafficCounter *counter) {
+  if (t.dtype() == DType::I1)
+    return plainError("all_reduce", "i1 tensors are not supported");
+  if (auto e = checkCount(t.numel(), "all_reduce"))
+    return e;
+  if (counter)
+    counter->record(CollectiveKind::AllReduce, (double)t.bytes(), comm.size());
+  if (comm.size() == 1 || t.numel() == 0)
+    return llvm::Error::success();
+  MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, t.raw(), (int)t.numel(), mpiType(t.dtype()),
+                    op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm.handle()),
+      "all_reduce");
+  return llvm::Error::success();
+}
+
+llvm::Error mpi::allGather(const Tensor &in, int64_t dim,
+                           const Communicator &comm, Tensor &out,
+                           TrafficCounter *counter) {
+  int n = comm.size();
+  if (dim < 0 || dim >= in.rank() || out.rank() != in.rank() ||
+      out.dtype() != in.dtype() || out.numel() != in.numel() * n)
+    return plainError("all_gather", "bad shapes: in " +
+                                        shapeToString(in.shape()) + ", out " +
+                                        shapeToString(out.shape()));
+  if (auto e = checkCount(in.numel(), "all_gather"))
+    return e;
+  if (counter)
+    counter->record(CollectiveKind::AllGather, (double)out.bytes(), n);
+  int64_t outer = product(in.shape(), 0, dim);
+  size_t esize = dtypeSize(in.dtype());
+  int count = (int)in.numel();
+  MPI_Datatype type = mpiType(in.dtype());
+  if (outer == 1 || n == 1) {
+    MPI_CHECK(MPI_Allgather(in.raw(), count, type, out.raw(), count, type,
+                            comm.handle()),
+              "all_gather");
+    return llvm::Error::success();
+  }
+  std::vector<char> tmp(out.bytes());
+  MPI_CHECK(MPI_Allgather(in.raw(), count, type, tmp.data(), count, type,
+                          comm.handle()),
+            "all_gather");
+  // tmp is [n][outer][inner]; out is [outer][n][inner].
+  swapBlocks(tmp.data(), static_cast<char *>(out.raw()), n, outer,
+             in.numel() / outer, esize);
+  return llvm::Error::success();
+}
+
+llvm::Error mpi::reduceScatter(const Tensor &in, int64_t dim,
+                               const Communicator &comm, Tensor &out,
+                               TrafficCounter *counter, ReduceOp op) {
+  int n = comm.size();
+  if (dim < 0 || dim >= in.rank() || in.shape()[dim] % n != 0 ||
+      out.dtype() != in.dtype() || out.numel() * n != in.numel())
+    return plainError("reduce_scatter",
+                      "bad shapes for " + std::to_string(n) + " ranks: in " +
+                          shapeToString(in.shape()) + ", out " +
+                          shapeToString(out.shape()));
+  if (in.dtype() == DType::I1)
+    return plainError("reduce_scatter", "i1 tensors are not supported");
+  if (auto e = checkCount(out.numel(), "reduce_scatter"))
+    return e;
+  if (counter)
+    counter->record(CollectiveKind::ReduceScatter, (double)in.bytes(), n);
+  int64_t outer = product(in.shape(), 0, dim);
+  size_t esize = dtypeSize(in.dtype());
+  const void *src = in.raw();
+  std::vector<char> tmp;
+  if (outer != 1 && n != 1) {
+    // in is [outer][n][chunk]; MPI wants [n][outer][chunk].
+    tmp.resize(in.bytes());
+    swapBlocks(static_cast<const char *>(in.raw()), tmp.data(), outer, n,
+               out.numel() / outer, esize);
+    src = tmp.data();
+  }
+  MPI_CHECK(MPI_Reduce_scatter_block(
+                src, out.raw(), (int)out.numel(), mpiType(in.dtype()),
+                op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm.handle()),
+            "reduce_scatter");
+  return llvm::Error::success();
+}
+
+llvm::Error mpi::allToAll(const Tensor &in, int64_t splitDim, int64_t concatDim,
+                          const Communicator &comm, Tensor &out,
+                          TrafficCounter *counter) {
+  int n = comm.size();
+  std::vector<int64_t> chunkShape = in.shape();
+  bool ok = splitDim >= 0 && splitDim < in.rank() && concatDim >= 0 &&
+            concatDim < in.rank() && in.shape()[splitDim] % n == 0 &&
+            out.dtype() == in.dtype();
+  if (ok) {
+    chunkShape[splitDim] /= n;
+    std::vector<int64_t> expect = chunkShape;
+    expect[concatDim] *= n;
+    ok = expect == out.shape();
+  }
+  if (!ok)
+    return plainError("all_to_all", "bad shapes for " + std::to_string(n) +
+                                        " ranks: in " +
+                                        shapeToString(in.shape()) + ", out " +
+                                        shapeToString(out.shape()));
+  int64_t chunkN = in.numel() / n;
+  if (auto e = checkCount(chunkN, "all_to_all"))
+    return e;
+  if (counter)
+    counter->record(CollectiveKind::AllToAll, (double)in.bytes(), n);
+  size_t esize = dtypeSize(in.dtype());
+  // Pack: in is [outerS][n][innerS] -> send [n][outerS][innerS].
+  int64_t outerS = product(in.shape(), 0, splitDim);
+  std::vector<char> sendBuf(in.bytes()), recvBuf(in.bytes());
+  if (chunkN)
+    swapBlocks(static_cast<const char *>(in.raw()), sendBuf.data(), outerS, n,
+               chunkN / outerS, esize);
+  MPI_Datatype type = mpiType(in.dtype());
+  MPI_CHECK(MPI_Alltoall(sendBuf.data(), (int)chunkN, type, recvBuf.data(),
+                         (int)chunkN, type, comm.handle()),
+            "all_to_all");
+  // Unpack: recv is [n][outerC][innerC] -> out [outerC][n][innerC].
+  int64_t outerC = product(chunkShape, 0, concatDim);
+  if (chunkN)
+    swapBlocks(recvBuf.data(), static_cast<char *>(out.raw()), n, outerC,
+               chunkN / outerC, esize);
+  return llvm::Error::success();
+}
+
+llvm::Error mpi::send(const Tensor &t, int dest, const Communicator &comm,
+                      int tag, TrafficCounter *counter) {
+  if (auto e = checkCount(t.numel(), "send"))
+    return e;
+  if (counter)
+    counter->record(CollectiveKind::Send, (double)t.bytes(), comm.size());
+  MPI_CHECK(MPI_Send(t.raw(), (int)t.numel(), mpiType(t.dtype()), dest, tag,
+                     comm.handle()),
+            "send");
+  return llvm::Error::success();
+}
+
+llvm::Error mpi::recv(Tensor &t, int src, const Communicator &comm, int tag) {
+  if (auto e = checkCount(t.numel(), "recv"))
+    return e;
+  MPI_Status status;
+  MPI_CHECK(MPI_Recv(t.raw(), (int)t.numel(), mpiType(t.dtype()), src, tag,
+                     comm.handle(), &status),
+            "recv");
+  int got = 0;
+  MPI_Get_count(&status, mpiType(t.dtype()), &got);
+  if (got != t.numel())
+    return plainError("recv", "expected " + std::to_string(t.numel()) +
+                                  " elements from rank " + std::to_string(src) +
+                                  ", got " + std::to_string(got));
+  return llvm::Error::success();
+}
+
+llvm::Error mpi::barrier(const Communicator &comm) {
+  MPI_CHECK(MPI_Barrier(comm.handle()), "barrier");
+  return llvm::Error::success();
+}

@@ -1,0 +1,189 @@
+//===- MpiCollectives.h - MPI communicators, grids, collectives -*- C++ -*-===//
+//
+// CPU collectives over MPI on runtime Tensors, a device `Grid` mirroring the
+// upstream MLIR `shard.grid` linearisation, and a byte counter using the
+// standard ring volumes (what the planner's cost model predicts).
+//
+// Every communicator made here has MPI_ERRORS_RETURN set; MPI failures come
+// back as llvm::Error naming the collective and the world rank.
+//
+// Collective calls are collective: every rank of the communicator must make
+// the same calls in the same order with matching shapes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RUNTIME_COLLECTIVES_MPI_MPICOLLECTIVES_H
+#define TESSERA_RUNTIME_COLLECTIVES_MPI_MPICOLLECTIVES_H
+
+#include "runtime/Tensor.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <mpi.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera {
+namespace runtime {
+namespace mpi {
+
+/// MPI_Init (if not yet initialised) and MPI_ERRORS_RETURN on
+/// MPI_COMM_WORLD. Safe to call more than once.
+llvm::Error initialize(int *argc, char ***argv);
+/// MPI_Finalize if initialised and not yet finalised. Free every Grid first.
+void finalize();
+
+/// A non-owning handle on an MPI communicator with its rank and size cached.
+/// Cheap to copy. The MPI_Comm is owned by whoever created it (the world, or
+/// the Grid that split it).
+class Communicator {
+public:
+  Communicator() = default;
+  /// Wraps `comm` (queries rank/size and sets MPI_ERRORS_RETURN).
+  explicit Communicator(MPI_Comm comm);
+  /// MPI_COMM_WORLD (MPI must be initialised).
+  static Communicator world();
+
+  MPI_Comm handle() const { return comm; }
+  int rank() const { return myRank; }
+  int size() const { return mySize; }
+
+private:
+  MPI_Comm comm = MPI_COMM_NULL;
+  int myRank = 0;
+  int mySize = 1;
+};
+
+/// A logical device grid over the ranks of a communicator, e.g. axes
+/// {"dp", "tp"} with sizes {2, 2}. Linearisation is row-major: the LAST axis
+/// varies fastest over the parent rank, as in upstream `shard.grid`.
+class Grid {
+public:
+  /// Error if names are empty/duplicated, a size is < 1, or the product of
+  /// sizes differs from parent.size().
+  static llvm::Expected<std::unique_ptr<Grid>>
+  create(Communicator parent, std::vector<std::string> axisNames,
+         std::vector<int64_t> axisSizes);
+  ~Grid();
+  Grid(const Grid &) = delete;
+  Grid &operator=(const Grid &) = delete;
+
+  const std::vector<std::string> &axisNames() const { return names; }
+  const std::vector<int64_t> &axisSizes() const { return sizes; }
+  /// This rank's coordinate on every axis.
+  const std::vector<int64_t> &coords() const { return myCoords; }
+  /// Index of `axis` in axisNames(), or -1.
+  int64_t axisIndex(llvm::StringRef axis) const;
+  const Communicator &parent() const { return parentComm; }
+
+  /// Communicator over the ranks that share this rank's coordinates on every
+  /// axis NOT in `axes`. Rank order inside it is the row-major linearisation
+  /// of the coordinates on `axes` in the order given (as for the grid_axes of
+  /// upstream shard collectives). `axes` empty gives a size-1 communicator;
+  /// all axes in grid order gives the parent's order. Created with
+  /// MPI_Comm_split on first use (collective over the parent!) and cached.
+  /// Error on an unknown or repeated axis index, or an MPI failure.
+  llvm::Expected<Communicator> subComm(llvm::ArrayRef<int64_t> axes);
+  /// Same, by axis name.
+  llvm::Expected<Communicator> subComm(llvm::ArrayRef<std::string> axes);
+
+private:
+  Grid() = default;
+  Communicator parentComm;
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> myCoords;
+  std::map<std::vector<int64_t>, MPI_Comm> cache;
+};
+
+/// Collective kinds counted by TrafficCounter.
+enum class CollectiveKind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Send
+};
+constexpr int kNumCollectiveKinds = 5;
+const char *collectiveKindName(CollectiveKind kind);
+
+/// Bytes sent per rank, by the standard ring model:
+///   all-reduce      2 (n-1)/n * bytes
+///   all-gather      (n-1)/n * bytes of the FULL (gathered) tensor
+///   reduce-scatter  (n-1)/n * bytes of the FULL (input) tensor
+///   all-to-all      (n-1)/n * bytes
+///   send            bytes
+/// (recv counts nothing: it is the peer's send.)
+class TrafficCounter {
+public:
+  /// Volume in bytes for one collective of `bytes` over `n` ranks.
+  static double ringBytes(CollectiveKind kind, double bytes, int n);
+  /// Adds ringBytes(kind, bytes, n) to the current step and the total.
+  void record(CollectiveKind kind, double bytes, int n);
+  /// Starts a new step: clears the per-step numbers (totals are kept).
+  void beginStep();
+  /// Bytes of `kind` in the current step.
+  double stepBytes(CollectiveKind kind) const {
+    return step[static_cast<int>(kind)];
+  }
+  /// Bytes of all kinds in the current step.
+  double stepBytes() const;
+  /// Bytes of `kind` since construction.
+  double totalBytes(CollectiveKind kind) const {
+    return total[static_cast<int>(kind)];
+  }
+  double totalBytes() const;
+
+private:
+  std::array<double, kNumCollectiveKinds> step{};
+  std::array<double, kNumCollectiveKinds> total{};
+};
+
+enum class ReduceOp { Sum, Max };
+
+/// In-place all-reduce of `t` (f32 or i64) over `comm`.
+llvm::Error allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
+                      TrafficCounter *counter = nullptr);
+
+/// Concatenates every rank's `in` along `dim` in comm-rank order:
+/// out.shape = in.shape with shape[dim] * comm.size(). Any dtype.
+llvm::Error allGather(const Tensor &in, int64_t dim, const Communicator &comm,
+                      Tensor &out, TrafficCounter *counter = nullptr);
+
+/// Sums `in` over the ranks and gives rank i the i-th of comm.size() equal
+/// chunks along `dim`: out.shape = in.shape with shape[dim] / comm.size().
+/// f32 or i64; in.shape[dim] must be divisible (error otherwise).
+llvm::Error reduceScatter(const Tensor &in, int64_t dim,
+                          const Communicator &comm, Tensor &out,
+                          TrafficCounter *counter = nullptr,
+                          ReduceOp op = ReduceOp::Sum);
+
+/// Splits `in` into comm.size() equal chunks along `splitDim`, sends chunk i
+/// to rank i, and concatenates the received chunks along `concatDim` in rank
+/// order: out.shape = in.shape with shape[splitDim] / n, then
+/// shape[concatDim] * n. Any dtype. Error if not divisible.
+llvm::Error allToAll(const Tensor &in, int64_t splitDim, int64_t concatDim,
+                     const Communicator &comm, Tensor &out,
+                     TrafficCounter *counter = nullptr);
+
+/// Blocking point-to-point send of all of `t` to comm rank `dest`.
+llvm::Error send(const Tensor &t, int dest, const Communicator &comm,
+                 int tag = 0, TrafficCounter *counter = nullptr);
+/// Blocking receive into the preallocated `t` from comm rank `src`; error if
+/// the message size differs from t.bytes().
+llvm::Error recv(Tensor &t, int src, const Communicator &comm, int tag = 0);
+
+/// Barrier over comm.
+llvm::Error barrier(const Communicator &comm);
+
+} // namespace mpi
+} // namespace runtime
+} // namespace tessera
+
+#endif // TESSERA_RUNTIME_COLLECTIVES_MPI_MPICOLLECTIVES_H

@@ -1,0 +1,69 @@
+//===- Metrics.h - per-step metrics (JSON lines) and progress lines -*- C++
+//-*-//
+//
+// `--metrics FILE` writes one JSON object per step and line:
+//   {"step": 12, "loss": 3.1234, "step_time_s": 0.5, "tokens_per_s": 1234.0,
+//    <extra numeric fields, e.g. "bytes_sent">}
+// The file is opened once; each record is flushed as it is written.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RUNTIME_METRICS_METRICS_H
+#define TESSERA_RUNTIME_METRICS_METRICS_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera {
+namespace runtime {
+
+/// One step's measurements.
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;       ///< global mean loss (natural log)
+  double stepTimeS = 0;  ///< wall-clock seconds for the step
+  double tokensPerS = 0; ///< global tokens per second
+  /// Extra numeric fields in order, e.g. {"bytes_sent", 1.5e6}. Names must not
+  /// repeat the four fixed keys.
+  std::vector<std::pair<std::string, double>> extra;
+};
+
+/// The JSON object for `m` (no trailing newline). Non-finite numbers are
+/// written as null (JSON has no NaN).
+std::string formatMetricsJson(const StepMetrics &m);
+
+/// "step 12 | loss 3.1234 | 1234 tok/s" (loss with 4 decimals, tokens/s
+/// rounded to an integer).
+std::string formatProgressLine(int64_t step, double loss, double tokensPerS);
+
+/// Appends JSON lines to a file opened once.
+class MetricsWriter {
+public:
+  /// Opens `path`, truncating it unless `append` is true. Error names the
+  /// path.
+  static llvm::Expected<std::unique_ptr<MetricsWriter>>
+  open(llvm::StringRef path, bool append = false);
+
+  /// Writes one line and flushes. Error names the path on I/O failure.
+  llvm::Error write(const StepMetrics &m);
+
+  const std::string &path() const { return filePath; }
+
+private:
+  MetricsWriter(std::string path, std::unique_ptr<llvm::raw_fd_ostream> os)
+      : filePath(std::move(path)), os(std::move(os)) {}
+  std::string filePath;
+  std::unique_ptr<llvm::raw_fd_ostream> os;
+};
+
+} // namespace runtime
+} // namespace tessera
+
+#endif // TESSERA_RUNTIME_METRICS_METRICS_H

@@ -1,0 +1,302 @@
+//===- MpiCollectivesTest.cpp - MPI collectives (run with mpirun -np 4) ---===//
+//
+// Every rank runs the same tests in the same order. A 2x2 grid {dp, tp}
+// exercises every collective on each axis (and both axes together); the
+// 4-rank world communicator exercises them again. Inputs are a known function
+// of (comm rank, flat index), so each rank can compute the expected result.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/collectives/mpi/MpiCollectives.h"
+
+#include "TestUtil.h"
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::mpi;
+using namespace tessera::runtime::test;
+
+namespace {
+
+float val(int commRank, int64_t flat) { return commRank * 1000.0f + flat; }
+
+Tensor input(int commRank, const std::vector<int64_t> &shape) {
+  Tensor t = Tensor::empty(DType::F32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = val(commRank, i);
+  return t;
+}
+
+std::unique_ptr<Grid> makeGrid(std::vector<std::string> names,
+                               std::vector<int64_t> sizes) {
+  auto g = Grid::create(Communicator::world(), names, sizes);
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError());
+    return nullptr;
+  }
+  return std::move(*g);
+}
+
+void checkAllReduce(const Communicator &c) {
+  int n = c.size();
+  Tensor t = input(c.rank(), {3, 5});
+  ASSERT_NO_ERR(allReduce(t, ReduceOp::Sum, c));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double s = 0;
+    for (int r = 0; r < n; ++r)
+      s += val(r, i);
+    ASSERT_EQ(t.data<float>()[i], (float)s);
+  }
+  Tensor m = input(c.rank(), {4});
+  ASSERT_NO_ERR(allReduce(m, ReduceOp::Max, c));
+  for (int64_t i = 0; i < 4; ++i)
+    ASSERT_EQ(m.data<float>()[i], val(n - 1, i));
+  Tensor li = Tensor::fromVector<int64_t>({2}, {c.rank() + 1, 1ll << 40});
+  ASSERT_NO_ERR(allReduce(li, ReduceOp::Sum, c));
+  EXPECT_EQ(li.data<int64_t>()[0], n * (n + 1) / 2);
+  EXPECT_EQ(li.data<int64_t>()[1], n * (1ll << 40));
+}
+
+void checkAllGather(const Communicator &c, std::vector<int64_t> shape,
+                    int64_t dim) {
+  SCOPED_TRACE(testing::Message() << "all_gather dim " << dim);
+  int n = c.size();
+  Tensor in = input(c.rank(), shape);
+  std::vector<int64_t> os = shape;
+  os[dim] *= n;
+  Tensor out = Tensor::empty(DType::F32, os);
+  ASSERT_NO_ERR(allGather(in, dim, c, out));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto idx = unravel(i, os);
+    int r = (int)(idx[dim] / shape[dim]);
+    idx[dim] %= shape[dim];
+    ASSERT_EQ(out.data<float>()[i], val(r, ravel(idx, shape))) << i;
+  }
+}
+
+void checkReduceScatter(const Communicator &c, std::vector<int64_t> shape,
+                        int64_t dim) {
+  SCOPED_TRACE(testing::Message() << "reduce_scatter dim " << dim);
+  int n = c.size();
+  Tensor in = input(c.rank(), shape);
+  std::vector<int64_t> os = shape;
+  os[dim] /= n;
+  Tensor out = Tensor::empty(DType::F32, os);
+  ASSERT_NO_ERR(reduceScatter(in, dim, c, out));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto idx = unravel(i, os);
+    idx[dim] += c.rank() * os[dim];
+    double s = 0;
+    for (int r = 0; r < n; ++r)
+      s += val(r, ravel(idx, shape));
+    ASSERT_EQ(out.data<float>()[i], (float)s) << i;
+  }
+}
+
+void checkAllToAll(const Communicator &c, std::vector<int64_t> shape,
+                   int64_t split, int64_t concat) {
+  SCOPED_TRACE(testing::Message()
+               << "all_to_all split " << split << " concat " << concat);
+  int n = c.size();
+  Tensor in = input(c.rank(), shape);
+  std::vector<int64_t> chunk = shape;
+  chunk[split] /= n;
+  std::vector<int64_t> os = chunk;
+  os[concat] *= n;
+  Tensor out = Tensor::empty(DType::F32, os);
+  ASSERT_NO_ERR(allToAll(in, split, concat, c, out));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto idx = unravel(i, os);
+    int r = (int)(idx[concat] / chunk[concat]);
+    idx[concat] %= chunk[concat];
+    idx[split] += c.rank() * chunk[split];
+    ASSERT_EQ(out.data<float>()[i], val(r, ravel(idx, shape))) << i;
+  }
+}
+
+void checkAllCollectives(const Communicator &c) {
+  checkAllReduce(c);
+  int n = c.size();
+  for (int64_t dim : {0, 1, 2})
+    checkAllGather(c, {2, 3, 2}, dim);
+  for (int64_t dim : {0, 1, 2}) {
+    std::vector<int64_t> s = {3, 2, 5};
+    s[dim] = 2 * n;
+    checkReduceScatter(c, s, dim);
+  }
+  for (int64_t split : {0, 1, 2})
+    for (int64_t concat : {0, 1, 2}) {
+      std::vector<int64_t> s = {2, 3, 2};
+      s[split] = 2 * n;
+      checkAllToAll(c, s, split, concat);
+    }
+}
+
+} // namespace
+
+TEST(MpiGrid, CoordinatesAndSubComms) {
+  Communicator world = Communicator::world();
+  ASSERT_EQ(world.size(), 4) << "run with mpirun -np 4";
+  auto g = makeGrid({"dp", "tp"}, {2, 2});
+  ASSERT_TRUE(g);
+  int r = world.rank();
+  EXPECT_EQ(g->coords(), (std::vector<int64_t>{r / 2, r % 2}));
+  EXPECT_EQ(g->axisIndex("tp"), 1);
+  EXPECT_EQ(g->axisIndex("pp"), -1);
+
+  auto tp = g->subComm(std::vector<std::string>{"tp"});
+  ASSERT_TRUE(bool(tp));
+  EXPECT_EQ(tp->size(), 2);
+  EXPECT_EQ(tp->rank(), r % 2);
+  auto dp = g->subComm(std::vector<std::string>{"dp"});
+  ASSERT_TRUE(bool(dp));
+  EXPECT_EQ(dp->size(), 2);
+  EXPECT_EQ(dp->rank(), r / 2);
+  auto both = g->subComm(std::vector<std::string>{"dp", "tp"});
+  ASSERT_TRUE(bool(both));
+  EXPECT_EQ(both->rank(), r);
+  auto swapped = g->subComm(std::vector<std::string>{"tp", "dp"});
+  ASSERT_TRUE(bool(swapped));
+  EXPECT_EQ(swapped->rank(), (r % 2) * 2 + r / 2);
+  auto none = g->subComm(llvm::ArrayRef<int64_t>{});
+  ASSERT_TRUE(bool(none));
+  EXPECT_EQ(none->size(), 1);
+  // Cached: the same MPI_Comm comes back.
+  auto tp2 = g->subComm(std::vector<std::string>{"tp"});
+  ASSERT_TRUE(bool(tp2));
+  EXPECT_EQ(tp2->handle(), tp->handle());
+
+  // Same-dp ranks share a tp communicator: all-reduce of the world rank.
+  Tensor t = Tensor::fromVector<int64_t>({1}, {r});
+  ASSERT_NO_ERR(allReduce(t, ReduceOp::Sum, *tp));
+  EXPECT_EQ(t.data<int64_t>()[0], (r / 2) * 4 + 1);
+
+  auto bad = g->subComm(std::vector<std::string>{"pp"});
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("pp"), std::string::npos);
+  auto badGrid = Grid::create(world, {"x"}, {3});
+  ASSERT_FALSE(bool(badGrid));
+  EXPECT_NE(llvm::toString(badGrid.takeError()).find("4 ranks"),
+            std::string::npos);
+  auto dup = Grid::create(world, {"x", "x"}, {2, 2});
+  ASSERT_FALSE(bool(dup));
+  llvm::consumeError(dup.takeError());
+}
+
+TEST(MpiCollectives, Grid2x2EachAxis) {
+  auto g = makeGrid({"dp", "tp"}, {2, 2});
+  ASSERT_TRUE(g);
+  for (const char *axis : {"dp", "tp"}) {
+    SCOPED_TRACE(axis);
+    auto c = g->subComm(std::vector<std::string>{axis});
+    ASSERT_TRUE(bool(c));
+    checkAllCollectives(*c);
+  }
+  auto c = g->subComm(std::vector<std::string>{"tp", "dp"});
+  ASSERT_TRUE(bool(c));
+  SCOPED_TRACE("tp,dp");
+  checkAllCollectives(*c);
+}
+
+TEST(MpiCollectives, World4) { checkAllCollectives(Communicator::world()); }
+
+TEST(MpiCollectives, SendRecvRing) {
+  Communicator w = Communicator::world();
+  int r = w.rank(), n = w.size();
+  Tensor out = input(r, {3, 4});
+  Tensor in = Tensor::empty(DType::F32, {3, 4});
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  TrafficCounter tc;
+  if (r % 2 == 0) {
+    ASSERT_NO_ERR(send(out, next, w, 7, &tc));
+    ASSERT_NO_ERR(recv(in, prev, w, 7));
+  } else {
+    ASSERT_NO_ERR(recv(in, prev, w, 7));
+    ASSERT_NO_ERR(send(out, next, w, 7, &tc));
+  }
+  expectEqualBytes(in, input(prev, {3, 4}));
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::Send), 48.0);
+
+  // Size mismatch is an error on the receiver.
+  Tensor small = Tensor::empty(DType::F32, {2});
+  Tensor big = Tensor::empty(DType::F32, {1});
+  if (r == 0) {
+    ASSERT_NO_ERR(send(big, 1, w, 9));
+  } else if (r == 1) {
+    std::string msg = errorMessage(recv(small, 0, w, 9));
+    EXPECT_NE(msg.find("recv"), std::string::npos) << msg;
+  }
+  ASSERT_NO_ERR(barrier(w));
+}
+
+TEST(MpiCollectives, Errors) {
+  Communicator w = Communicator::world();
+  // MPI error codes become llvm::Error naming the collective and the rank.
+  Tensor t = Tensor::empty(DType::F32, {1});
+  std::string msg = errorMessage(send(t, 99, w));
+  EXPECT_NE(msg.find("send failed on rank " + std::to_string(w.rank())),
+            std::string::npos)
+      << msg;
+  Tensor b = Tensor::empty(DType::I1, {2});
+  msg = errorMessage(allReduce(b, ReduceOp::Sum, w));
+  EXPECT_NE(msg.find("all_reduce"), std::string::npos) << msg;
+  Tensor in = Tensor::empty(DType::F32, {3});
+  Tensor out = Tensor::empty(DType::F32, {1});
+  msg = errorMessage(reduceScatter(in, 0, w, out));
+  EXPECT_NE(msg.find("reduce_scatter"), std::string::npos) << msg;
+  msg = errorMessage(allToAll(in, 0, 0, w, out));
+  EXPECT_NE(msg.find("all_to_all"), std::string::npos) << msg;
+  msg = errorMessage(allGather(in, 1, w, out));
+  EXPECT_NE(msg.find("all_gather"), std::string::npos) << msg;
+}
+
+TEST(MpiCollectives, TrafficCounter) {
+  auto g = makeGrid({"dp", "tp"}, {2, 2});
+  ASSERT_TRUE(g);
+  auto tp = g->subComm(std::vector<std::string>{"tp"});
+  ASSERT_TRUE(bool(tp));
+  Communicator w = Communicator::world();
+  TrafficCounter tc;
+  Tensor t = Tensor::zeros(DType::F32, {100}); // 400 bytes
+  ASSERT_NO_ERR(allReduce(t, ReduceOp::Sum, w, &tc));
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::AllReduce), 600.0); // 2*3/4*400
+  ASSERT_NO_ERR(allReduce(t, ReduceOp::Sum, *tp, &tc));
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::AllReduce), 1000.0); // + 2*1/2*400
+  Tensor full = Tensor::empty(DType::F32, {400});             // 1600 bytes
+  ASSERT_NO_ERR(allGather(t, 0, w, full, &tc));
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::AllGather), 1200.0); // 3/4*1600
+  ASSERT_NO_ERR(reduceScatter(full, 0, w, t, &tc));
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::ReduceScatter), 1200.0);
+  Tensor a2a = Tensor::empty(DType::F32, {100});
+  ASSERT_NO_ERR(allToAll(t, 0, 0, w, a2a, &tc));
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::AllToAll), 300.0); // 3/4*400
+  EXPECT_EQ(tc.stepBytes(), 1000.0 + 1200 + 1200 + 300);
+  tc.beginStep();
+  EXPECT_EQ(tc.stepBytes(), 0.0);
+  EXPECT_EQ(tc.totalBytes(), 3700.0);
+  EXPECT_EQ(tc.totalBytes(CollectiveKind::AllGather), 1200.0);
+  EXPECT_EQ(TrafficCounter::ringBytes(CollectiveKind::AllReduce, 400, 1), 0.0);
+  EXPECT_EQ(TrafficCounter::ringBytes(CollectiveKind::Send, 400, 1), 400.0);
+  EXPECT_STREQ(collectiveKindName(CollectiveKind::ReduceScatter),
+               "reduce_scatter");
+}
+
+int main(int argc, char **argv) {
+  if (llvm::Error e = initialize(&argc, &argv)) {
+    fprintf(stderr, "%s\n", llvm::toString(std::move(e)).c_str());
+    return 1;
+  }
+  testing::InitGoogleTest(&argc, argv);
+  int rank = Communicator::world().rank();
+  if (rank != 0) {
+    // Only rank 0 prints progress; failures on any rank are still reported.
+    auto &listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0;
+  if (rank != 0 && failed)
+    fprintf(stderr, "rank %d: MPI tests failed\n", rank);
+  int anyFailed = 0;
+  MPI_Allreduce(&failed, &anyFailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  finalize();
+  return anyFailed;
+}

@@ -1,0 +1,201 @@
+//===- SafeTensorsTest.cpp - safetensors round trip and corrupt files -----===//
+
+#include "runtime/checkpoint/SafeTensors.h"
+
+#include "TestUtil.h"
+
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::test;
+
+namespace {
+
+std::string blob(const std::string &header, const std::string &data,
+                 uint64_t sizeOverride = ~0ull) {
+  char len[8];
+  llvm::support::endian::write64le(len, sizeOverride == ~0ull ? header.size()
+                                                              : sizeOverride);
+  return std::string(len, 8) + header + data;
+}
+
+std::string tempPath(const char *stem) {
+  llvm::SmallString<128> p;
+  llvm::sys::fs::createUniquePath(std::string(stem) + "-%%%%%%.safetensors", p,
+                                  /*MakeAbsolute=*/true);
+  return p.str().str();
+}
+
+/// Expects parsing `buf` to fail with a message containing every needle.
+void expectParseError(const std::string &buf,
+                      std::initializer_list<const char *> needles) {
+  auto f = parseSafeTensors(buf, "blob.safetensors");
+  ASSERT_FALSE(bool(f));
+  std::string msg = llvm::toString(f.takeError());
+  EXPECT_NE(msg.find("blob.safetensors"), std::string::npos) << msg;
+  for (const char *n : needles)
+    EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' in " << msg;
+}
+
+} // namespace
+
+TEST(SafeTensors, RoundTripFile) {
+  Tensor w = randomF32({3, 4}, 1);
+  Tensor ids = Tensor::fromVector<int64_t>({5}, {0, -1, 1ll << 40, 7, 9});
+  Tensor mask = Tensor::fromVector<uint8_t>({2, 2}, {1, 0, 0, 1});
+  Tensor s = Tensor::scalar(3.5f);
+  Tensor e = Tensor::empty(DType::F32, {0, 3});
+  std::map<std::string, std::string> md = {{"format", "pt"}, {"step", "12"}};
+  std::string path = tempPath("rt");
+  ASSERT_NO_ERR(writeSafeTensors(
+      path, {{"w", &w}, {"ids", &ids}, {"mask", &mask}, {"s", &s}, {"e", &e}},
+      md));
+  EXPECT_FALSE(llvm::sys::fs::exists(path + ".tmp"));
+
+  // Layout: 8-byte aligned data start.
+  auto raw = llvm::MemoryBuffer::getFile(path);
+  ASSERT_TRUE(bool(raw));
+  uint64_t n = llvm::support::endian::read64le((*raw)->getBufferStart());
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ((*raw)->getBufferSize(),
+            8 + n + w.bytes() + ids.bytes() + mask.bytes() + s.bytes());
+
+  auto f = readSafeTensors(path);
+  ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+  EXPECT_EQ(f->names, (std::vector<std::string>{"w", "ids", "mask", "s", "e"}));
+  EXPECT_EQ(f->metadata, md);
+  expectEqualBytes(*f->find("w"), w);
+  expectEqualBytes(*f->find("ids"), ids);
+  expectEqualBytes(*f->find("mask"), mask);
+  expectEqualBytes(*f->find("s"), s);
+  EXPECT_EQ(f->find("s")->rank(), 0);
+  EXPECT_EQ(f->find("e")->shape(), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(f->find("nope"), nullptr);
+
+  // Overwrite in place.
+  Tensor w2 = randomF32({2}, 2);
+  ASSERT_NO_ERR(writeSafeTensors(path, {{"w2", &w2}}, {}));
+  auto f2 = readSafeTensors(path);
+  ASSERT_TRUE(bool(f2));
+  EXPECT_EQ(f2->names, (std::vector<std::string>{"w2"}));
+  EXPECT_TRUE(f2->metadata.empty());
+  llvm::sys::fs::remove(path);
+}
+
+TEST(SafeTensors, InMemoryRoundTrip) {
+  Tensor a = randomF32({7}, 3);
+  auto buf = serializeSafeTensors({{"a", &a}}, {{"k", "v"}});
+  ASSERT_TRUE(bool(buf));
+  auto f = parseSafeTensors(*buf, "embedded");
+  ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+  expectEqualBytes(f->tensors[0], a);
+  EXPECT_EQ(f->metadata.at("k"), "v");
+}
+
+TEST(SafeTensors, ForeignHeaderOrder) {
+  // As written by the Python package: keys not in offset order, padding.
+  std::string header =
+      R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+      R"("a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})";
+  while ((header.size() + 8) % 8)
+    header += ' ';
+  std::string data(12, '\0');
+  int64_t seven = 7;
+  float half = 0.5f;
+  std::memcpy(&data[0], &seven, 8);
+  std::memcpy(&data[8], &half, 4);
+  auto f = parseSafeTensors(blob(header, data), "foreign");
+  ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+  EXPECT_EQ(f->names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(f->find("a")->data<int64_t>()[0], 7);
+  EXPECT_EQ(f->find("b")->data<float>()[0], 0.5f);
+}
+
+TEST(SafeTensors, CorruptFiles) {
+  std::string good =
+      R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::string data(8, '\0');
+  ASSERT_TRUE(bool(parseSafeTensors(blob(good, data), "ok")));
+
+  expectParseError("abc", {"too short"});
+  expectParseError(blob(good, data, 1ull << 40), {"header size"});
+  expectParseError(blob(good, data).substr(0, 20), {"header size"});
+  expectParseError(blob(R"({"t": {"dtype": )", data), {"invalid JSON"});
+  expectParseError(blob("[1, 2]", data), {"not a JSON object"});
+  // Truncated data section: offsets point past the end.
+  expectParseError(blob(good, data.substr(0, 5)), {"'t'", "data_offsets"});
+  expectParseError(
+      blob(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[4,2]}})", data),
+      {"'t'", "data_offsets"});
+  expectParseError(
+      blob(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data),
+      {"'t'", "need"});
+  expectParseError(
+      blob(R"({"t":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", data),
+      {"'t'", "unsupported dtype"});
+  expectParseError(
+      blob(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data),
+      {"'t'", "shape"});
+  expectParseError(
+      blob(
+          R"({"t":{"dtype":"F32","shape":[1099511627776, 1099511627776],"data_offsets":[0,8]}})",
+          data),
+      {"'t'"});
+  expectParseError(
+      blob(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", data),
+      {"'t'", "data_offsets"});
+  expectParseError(blob(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", data),
+                   {"'t'", "dtype"});
+  expectParseError(blob(R"({"t":5})", data), {"'t'"});
+  expectParseError(
+      blob(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+           R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           data),
+      {"overlaps"});
+  expectParseError(blob(R"({"__metadata__":{"k":1}})", ""), {"__metadata__"});
+}
+
+TEST(SafeTensors, ReadErrorsNamePath) {
+  auto f = readSafeTensors("/nonexistent/ckpt.safetensors");
+  ASSERT_FALSE(bool(f));
+  std::string msg = llvm::toString(f.takeError());
+  EXPECT_NE(msg.find("/nonexistent/ckpt.safetensors"), std::string::npos);
+
+  // A truncated file on disk.
+  std::string path = tempPath("trunc");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    ASSERT_FALSE(ec);
+    os << blob(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+               "1234");
+  }
+  auto t = readSafeTensors(path);
+  ASSERT_FALSE(bool(t));
+  msg = llvm::toString(t.takeError());
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'t'"), std::string::npos) << msg;
+  llvm::sys::fs::remove(path);
+}
+
+TEST(SafeTensors, FailedWriteLeavesOldFile) {
+  std::string path = tempPath("keep");
+  Tensor a = randomF32({4}, 5);
+  ASSERT_NO_ERR(writeSafeTensors(path, {{"a", &a}}, {}));
+  // Duplicate names: the write fails, the old file stays, no tmp left.
+  std::string msg =
+      errorMessage(writeSafeTensors(path, {{"x", &a}, {"x", &a}}, {}));
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_FALSE(llvm::sys::fs::exists(path + ".tmp"));
+  auto f = readSafeTensors(path);
+  ASSERT_TRUE(bool(f));
+  EXPECT_EQ(f->names, (std::vector<std::string>{"a"}));
+  // Unwritable directory.
+  msg = errorMessage(
+      writeSafeTensors("/nonexistent/dir/x.safetensors", {{"a", &a}}, {}));
+  EXPECT_NE(msg.find("/nonexistent/dir/x.safetensors"), std::string::npos);
+  llvm::sys::fs::remove(path);
+}
