@@ -1,0 +1,29 @@
+# Tessera top-level commands. Each target installs what is missing first.
+#   make demo   build and train the example GPT on 4 MPI ranks (dp2 x tp2)
+#   make test   build and run every test (lit, unit, end-to-end)
+#   make bench  serial CPU step time vs PyTorch
+BUILD ?= build
+JOBS ?= 2
+
+.PHONY: all deps build test demo bench clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+build: deps
+	cmake -G Ninja -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	./scripts/demo.sh $(BUILD)
+
+bench: build
+	./bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

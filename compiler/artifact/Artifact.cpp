@@ -1,0 +1,236 @@
+//===- Artifact.cpp - the plan.tsr artifact -------------------------------===//
+
+#include "compiler/artifact/Artifact.h"
+
+#include "dialects/tsr/TsrOps.h"
+#include "dialects/tsrt/TsrtDialect.h"
+#include "passes/lowering/Passes.h"
+#include "runtime/Tensor.h"
+#include "runtime/checkpoint/SafeTensors.h"
+
+#include "compiler/pipeline/Pipeline.h"
+#include "mlir/Bytecode/BytecodeWriter.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+
+using namespace mlir;
+using namespace tessera;
+namespace json = llvm::json;
+
+static constexpr llvm::StringLiteral kProgramTensor = "__program__";
+
+FailureOr<json::Array>
+artifact::layoutOf(Attribute sharding, RankedTensorType localType,
+                   ArrayRef<int64_t> gridShape,
+                   SmallVectorImpl<int64_t> &globalShape) {
+  globalShape.clear();
+  json::Array layout;
+  auto attr = dyn_cast_or_null<tsr::ShardingAttr>(sharding);
+  for (int64_t d = 0; d < localType.getRank(); ++d) {
+    ArrayRef<int16_t> axes;
+    int64_t chunks = 1;
+    if (attr) {
+      axes = attr.getDimAxes(d);
+      chunks = attr.getDimChunks(d);
+    }
+    int64_t ways = 1;
+    json::Array axesJson;
+    for (int16_t a : axes) {
+      if (a < 0 || a >= static_cast<int64_t>(gridShape.size()))
+        return failure();
+      ways *= gridShape[a];
+      axesJson.push_back(static_cast<int64_t>(a));
+    }
+    int64_t global = localType.getDimSize(d) * ways;
+    globalShape.push_back(global);
+    json::Array factors;
+    if (chunks > 1) {
+      if (global % chunks != 0)
+        return failure();
+      factors.push_back(json::Object{{"size", chunks}, {"axes", json::Array{}}});
+      factors.push_back(
+          json::Object{{"size", global / chunks}, {"axes", std::move(axesJson)}});
+    } else {
+      factors.push_back(
+          json::Object{{"size", global}, {"axes", std::move(axesJson)}});
+    }
+    layout.push_back(std::move(factors));
+  }
+  return layout;
+}
+
+static StringRef dtypeName(Type elementType) {
+  if (elementType.isF32())
+    return "f32";
+  if (elementType.isInteger(64))
+    return "i64";
+  if (elementType.isInteger(1))
+    return "i1";
+  return "";
+}
+
+static func::FuncOp findTrainStep(ModuleOp module) {
+  return module.lookupSymbol<func::FuncOp>("train_step");
+}
+
+FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
+                                                const planner::Plan &plan) {
+  func::FuncOp func = findTrainStep(partitioned);
+  if (!func)
+    return partitioned.emitError("no func.func @train_step to package");
+  std::vector<int64_t> gridShape = plan.gridShape();
+
+  json::Array args, results;
+  int64_t globalBatch = 0, seqLen = 0;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+    auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
+    auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
+    if (!type || !role || !name)
+      return func.emitError("argument ")
+             << i << " lacks a tensor type, tsr.role or tsr.name";
+    StringRef dtype = dtypeName(type.getElementType());
+    if (dtype.empty())
+      return func.emitError("argument '")
+             << name.getValue() << "' has unsupported element type "
+             << type.getElementType();
+    SmallVector<int64_t> globalShape;
+    auto layout = layoutOf(func.getArgAttr(i, "tsr.sharding"), type,
+                           gridShape, globalShape);
+    if (failed(layout))
+      return func.emitError("argument '")
+             << name.getValue() << "' has a sharding the runtime cannot lay out";
+    if (role.getValue() == "tokens" && globalShape.size() == 2) {
+      globalBatch = globalShape[0];
+      seqLen = globalShape[1];
+    }
+    args.push_back(json::Object{
+        {"index", static_cast<int64_t>(i)},
+        {"name", name.getValue()},
+        {"role", role.getValue()},
+        {"dtype", dtype},
+        {"shape", json::Array(globalShape)},
+        {"local_shape", json::Array(type.getShape())},
+        {"layout", std::move(*layout)}});
+  }
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    auto role = func.getResultAttrOfType<StringAttr>(i, "tsr.role");
+    auto name = func.getResultAttrOfType<StringAttr>(i, "tsr.name");
+    if (!role)
+      return func.emitError("result ") << i << " lacks tsr.role";
+    results.push_back(json::Object{
+        {"index", static_cast<int64_t>(i)},
+        {"role", role.getValue()},
+        {"name", name ? name.getValue() : role.getValue()}});
+  }
+  json::Object planJson = plan.toJSON();
+  return json::Object{{"format", "tessera-plan"},
+                      {"version", 1},
+                      {"grid", std::move(*planJson.get("grid"))},
+                      {"optimizer", std::move(*planJson.get("optimizer"))},
+                      {"program", kProgramTensor},
+                      {"function", "train_step"},
+                      {"global_batch", globalBatch},
+                      {"seq_len", seqLen},
+                      {"arguments", std::move(args)},
+                      {"results", std::move(results)}};
+}
+
+/// Copies an initial value (`tsr.init`) into a global-shape f32 tensor.
+static FailureOr<runtime::Tensor> initTensor(func::FuncOp func, unsigned i,
+                                             ArrayRef<int64_t> globalShape) {
+  auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
+  Attribute init = func.getArgAttr(i, "tsr.init");
+  auto elements = dyn_cast_or_null<ElementsAttr>(init);
+  if (!elements || !elements.getElementType().isF32())
+    return func.emitError("parameter '")
+           << name.getValue() << "' has no f32 tsr.init initial value";
+  if (SmallVector<int64_t>(elements.getShapedType().getShape()) !=
+      SmallVector<int64_t>(globalShape))
+    return func.emitError("parameter '")
+           << name.getValue() << "' initial value has shape "
+           << elements.getShapedType() << " but the program expects "
+           << globalShape.size() << "-d global shape";
+  runtime::Tensor t = runtime::Tensor::empty(
+      runtime::DType::F32, std::vector<int64_t>(globalShape.begin(),
+                                                globalShape.end()));
+  float *out = t.data<float>();
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(elements)) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob ||
+        blob->getData().size() != static_cast<size_t>(t.numel()) * 4)
+      return func.emitError("parameter '")
+             << name.getValue() << "' initial value blob is missing or short";
+    std::memcpy(out, blob->getData().data(), t.numel() * 4);
+  } else {
+    int64_t k = 0;
+    for (float v : elements.getValues<float>())
+      out[k++] = v;
+  }
+  return t;
+}
+
+LogicalResult artifact::writeArtifact(ModuleOp partitioned,
+                                      const planner::Plan &plan,
+                                      StringRef path, StringRef dumpDir,
+                                      unsigned dumpIndex) {
+  auto manifest = buildManifest(partitioned, plan);
+  if (failed(manifest))
+    return failure();
+
+  // Initial weights, global shape, in argument order.
+  func::FuncOp func = findTrainStep(partitioned);
+  std::vector<std::string> names;
+  std::vector<runtime::Tensor> tensors;
+  for (const json::Value &arg : *manifest->getArray("arguments")) {
+    const json::Object &a = *arg.getAsObject();
+    StringRef role = *a.getString("role");
+    if (role != "param" && role != "frozen")
+      continue;
+    SmallVector<int64_t> shape;
+    for (const json::Value &d : *a.getArray("shape"))
+      shape.push_back(*d.getAsInteger());
+    auto t = initTensor(func, *a.getInteger("index"), shape);
+    if (failed(t))
+      return failure();
+    names.push_back(a.getString("name")->str());
+    tensors.push_back(std::move(*t));
+  }
+
+  // The runtime program.
+  OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
+  PassManager pm(partitioned.getContext());
+  pm.addPass(lowering::createLowerToRuntime());
+  if (failed(pm.run(*program)))
+    return failure();
+  if (!dumpDir.empty() &&
+      failed(pipeline::dumpModule(*program, dumpDir, dumpIndex,
+                                  "lower-to-runtime")))
+    return failure();
+  std::string bytecode;
+  llvm::raw_string_ostream os(bytecode);
+  if (failed(writeBytecodeToFile(*program, os)))
+    return partitioned.emitError("cannot serialise the runtime program");
+  runtime::Tensor programBytes = runtime::Tensor::empty(
+      runtime::DType::I1, {static_cast<int64_t>(bytecode.size())});
+  std::memcpy(programBytes.raw(), bytecode.data(), bytecode.size());
+
+  std::vector<runtime::NamedTensor> named;
+  for (size_t i = 0; i < names.size(); ++i)
+    named.emplace_back(names[i], &tensors[i]);
+  named.emplace_back(kProgramTensor.str(), &programBytes);
+  std::string manifestText;
+  llvm::raw_string_ostream ms(manifestText);
+  ms << json::Value(std::move(*manifest));
+  std::map<std::string, std::string> metadata{
+      {"tessera.manifest", manifestText}};
+  if (llvm::Error err = runtime::writeSafeTensors(path, named, metadata))
+    return partitioned.emitError("cannot write '")
+           << path << "': " << llvm::toString(std::move(err));
+  return success();
+}

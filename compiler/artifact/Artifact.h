@@ -1,0 +1,54 @@
+//===- Artifact.h - the plan.tsr artifact -----------------------*- C++ -*-===//
+//
+// plan.tsr is one safetensors file (readable by the safetensors package):
+//   - one F32 tensor per parameter / frozen initializer, global shape,
+//     named by its ONNX name (the initial weights);
+//   - "__program__": U8 bytes, the `tsrt` runtime program as MLIR bytecode;
+//   - metadata "tessera.manifest": JSON with the plan (grid, optimizer), the
+//     global batch and sequence length, and for every program argument and
+//     result its name, role, dtype, global and local shape and layout.
+//
+// A layout gives, per tensor dimension, its factors major to minor, each with
+// the grid axes splitting it: [[{"size": 3, "axes": []}, {"size": 64,
+// "axes": [1]}]] is a [192] dimension of 3 chunks each split over axis 1.
+// Rank r holds the r-th piece of each split factor; local data is row-major
+// over the local factor sizes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_COMPILER_ARTIFACT_ARTIFACT_H
+#define TESSERA_COMPILER_ARTIFACT_ARTIFACT_H
+
+#include "compiler/planner/Plan.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+
+namespace tessera::artifact {
+
+/// Builds the manifest from the partitioned module (func @train_step with
+/// `tsr.role`, `tsr.name`, `tsr.sharding` argument attributes). Emits a
+/// diagnostic and returns failure on an argument it cannot describe.
+mlir::FailureOr<llvm::json::Object>
+buildManifest(mlir::ModuleOp partitioned, const planner::Plan &plan);
+
+/// Lowers a clone of `partitioned` to the runtime program and writes the
+/// artifact to `path` (via a temporary file and rename, so a failure never
+/// leaves a half-written file). `dumpDir`, if set, receives the runtime
+/// program as NN-lower-to-runtime.mlir.
+mlir::LogicalResult writeArtifact(mlir::ModuleOp partitioned,
+                                  const planner::Plan &plan,
+                                  llvm::StringRef path,
+                                  llvm::StringRef dumpDir = "",
+                                  unsigned dumpIndex = 0);
+
+/// Layout JSON (see above) of a tensor with local type `localType` and
+/// sharding `sharding` (a #tsr.sharding, or null for replicated).
+/// `globalShape` receives the global shape.
+mlir::FailureOr<llvm::json::Array>
+layoutOf(mlir::Attribute sharding, mlir::RankedTensorType localType,
+         llvm::ArrayRef<int64_t> gridShape,
+         llvm::SmallVectorImpl<int64_t> &globalShape);
+
+} // namespace tessera::artifact
+
+#endif // TESSERA_COMPILER_ARTIFACT_ARTIFACT_H

@@ -1,0 +1,83 @@
+//===- Pipeline.cpp - tessera-partition's pass pipeline -------------------===//
+
+#include "compiler/pipeline/Pipeline.h"
+
+#include "passes/lowering/Passes.h"
+#include "passes/sharding/Passes.h"
+#include "passes/training/Passes.h"
+
+#include "mlir/IR/OperationSupport.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace tessera;
+
+void pipeline::registerAllTesseraPasses() {
+  static bool registered = false;
+  if (registered)
+    return;
+  registered = true;
+  training::registerTrainingPasses();
+  sharding::registerShardingPasses();
+  lowering::registerLoweringPasses();
+}
+
+std::vector<pipeline::Stage>
+pipeline::partitionStages(const planner::Plan &plan) {
+  const planner::OptimizerConfig &opt = plan.optimizer;
+  std::string train = llvm::formatv(
+      "tsr-build-train-step{{optimizer={0} lr={1} weight-decay={2} "
+      "beta1={3} beta2={4} eps={5}}",
+      opt.name, opt.lr, opt.effectiveWeightDecay(), opt.beta1, opt.beta2,
+      opt.eps);
+  std::string annotate = llvm::formatv(
+      "tsr-sharding-annotate{{dp={0} tp={1}}", plan.dp, plan.tp);
+  return {{"build-train-step", train},
+          {"sharding-annotate", annotate},
+          {"sharding-propagate", "tsr-sharding-propagate"},
+          {"sharding-partition", "tsr-sharding-partition"}};
+}
+
+LogicalResult pipeline::dumpModule(ModuleOp module, StringRef dir,
+                                   unsigned index, StringRef name) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return module.emitError("cannot create dump directory '")
+           << dir << "': " << ec.message();
+  SmallString<256> path(dir);
+  std::string file = (index < 10 ? "0" : "") + std::to_string(index) + "-" +
+                     name.str() + ".mlir";
+  llvm::sys::path::append(path, file);
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return module.emitError("cannot write '") << path << "': " << ec.message();
+  module.print(os, OpPrintingFlags().elideLargeResourceString(64));
+  return success();
+}
+
+LogicalResult pipeline::runStages(ModuleOp module, ArrayRef<Stage> stages,
+                                  StringRef dumpDir, unsigned firstIndex) {
+  registerAllTesseraPasses();
+  unsigned index = firstIndex;
+  for (const Stage &stage : stages) {
+    PassManager pm(module.getContext());
+    pm.enableVerifier(true);
+    std::string errors;
+    llvm::raw_string_ostream errs(errors);
+    if (failed(parsePassPipeline(stage.pipeline, pm, errs)))
+      return module.emitError("bad pass pipeline '")
+             << stage.pipeline << "': " << errors;
+    if (failed(pm.run(module)))
+      return failure();
+    if (!dumpDir.empty() &&
+        failed(dumpModule(module, dumpDir, index, stage.name)))
+      return failure();
+    ++index;
+  }
+  return success();
+}

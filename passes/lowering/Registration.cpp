@@ -1,2 +1,0 @@
-// Compiles the generated registration of the lowering passes.
-#include "passes/lowering/Passes.h"
