@@ -1,0 +1,384 @@
+//===- RaisePatterns.cpp - raise decomposed ONNX patterns in tsr ----------===//
+//
+// See RaisePatterns.h. Every pattern only matches on the exact values it
+// replaces and leaves intermediate ops with other users in place (the greedy
+// driver removes the dead ones), so a partial match never changes semantics.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/import/RaisePatterns.h"
+
+#include "dialects/tsr/TsrOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <cmath>
+#include <optional>
+
+using namespace mlir;
+namespace tsr = tessera::tsr;
+
+namespace tessera::import {
+namespace {
+
+/// Looks through tsr.broadcast and tsr.reshape.
+Value stripBroadcast(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto bc = dyn_cast<tsr::BroadcastOp>(def))
+      v = bc.getInput();
+    else if (auto rs = dyn_cast<tsr::ReshapeOp>(def))
+      v = rs.getInput();
+    else
+      break;
+  }
+  return v;
+}
+
+/// The value of a floating-point splat constant, possibly broadcast or
+/// reshaped.
+std::optional<double> splatValue(Value v) {
+  DenseElementsAttr attr;
+  if (!matchPattern(stripBroadcast(v), m_Constant(&attr)) || !attr.isSplat())
+    return std::nullopt;
+  if (auto f = dyn_cast<FloatAttr>(attr.getSplatValue<Attribute>()))
+    return f.getValueAsDouble();
+  return std::nullopt;
+}
+
+bool isSplatOf(Value v, double expected, double relTol = 1e-6) {
+  auto s = splatValue(v);
+  if (!s)
+    return false;
+  if (relTol == 0)
+    return *s == expected;
+  return std::fabs(*s - expected) <= relTol * std::fabs(expected);
+}
+
+template <typename OpTy> OpTy defOp(Value v) {
+  return v ? v.getDefiningOp<OpTy>() : OpTy();
+}
+
+//===----------------------------------------------------------------------===//
+// x * 1.0 → x
+//===----------------------------------------------------------------------===//
+
+struct FoldMulByOne : OpRewritePattern<tsr::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tsr::MulOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      Value keep = op->getOperand(k), one = op->getOperand(1 - k);
+      if (keep.getType() == op.getType() && isSplatOf(one, 1.0, 0)) {
+        rewriter.replaceOp(op, keep);
+        return success();
+      }
+    }
+    return failure();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// GELU (erf and tanh forms)
+//===----------------------------------------------------------------------===//
+
+/// `v` is `k * x` (either order) with k a splat ≈ `c`.
+bool isScaled(Value v, Value x, double c) {
+  if (auto mul = defOp<tsr::MulOp>(v))
+    for (int j = 0; j < 2; ++j)
+      if (mul->getOperand(j) == x && isSplatOf(mul->getOperand(1 - j), c))
+        return true;
+  return false;
+}
+
+/// `v` is x³: x·(x·x), (x·x)·x or pow(x, 3).
+bool isCube(Value v, Value x) {
+  if (auto pow = defOp<tsr::PowOp>(v))
+    return pow.getLhs() == x && isSplatOf(pow.getRhs(), 3.0);
+  auto mul = defOp<tsr::MulOp>(v);
+  if (!mul)
+    return false;
+  for (int j = 0; j < 2; ++j) {
+    auto sq = defOp<tsr::MulOp>(mul->getOperand(1 - j));
+    if (mul->getOperand(j) == x && sq && sq.getLhs() == x && sq.getRhs() == x)
+      return true;
+  }
+  return false;
+}
+
+/// `v` is √(2/π)·(x + 0.044715·x³), in any operand order.
+bool isTanhGeluInner(Value v, Value x) {
+  auto mul = defOp<tsr::MulOp>(v);
+  if (!mul)
+    return false;
+  for (int j = 0; j < 2; ++j) {
+    if (!isSplatOf(mul->getOperand(1 - j), std::sqrt(2.0 / M_PI)))
+      continue;
+    auto add = defOp<tsr::AddOp>(mul->getOperand(j));
+    if (!add)
+      continue;
+    for (int i = 0; i < 2; ++i) {
+      if (add->getOperand(i) != x)
+        continue;
+      auto kappa = defOp<tsr::MulOp>(add->getOperand(1 - i));
+      if (!kappa)
+        continue;
+      for (int m = 0; m < 2; ++m)
+        if (isSplatOf(kappa->getOperand(1 - m), 0.044715) &&
+            isCube(kappa->getOperand(m), x))
+          return true;
+    }
+  }
+  return false;
+}
+
+/// If `b` is `1 + erf(x / √2)` (or `x · (1/√2)`) returns "none"; if it is
+/// `1 + tanh(√(2/π)·(x + 0.044715·x³))` returns "tanh"; any operand order.
+std::optional<StringRef> onePlusGeluCdf(Value bv, Value x) {
+  auto add = defOp<tsr::AddOp>(bv);
+  if (!add)
+    return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    if (!isSplatOf(add->getOperand(1 - k), 1.0))
+      continue;
+    Value f = add->getOperand(k);
+    if (auto erf = defOp<tsr::ErfOp>(f)) {
+      Value d = erf.getInput();
+      if (auto div = defOp<tsr::DivOp>(d))
+        if (div.getLhs() == x && isSplatOf(div.getRhs(), std::sqrt(2.0)))
+          return StringRef("none");
+      if (isScaled(d, x, std::sqrt(0.5)))
+        return StringRef("none");
+    }
+    if (auto tanh = defOp<tsr::TanhOp>(f))
+      if (isTanhGeluInner(tanh.getInput(), x))
+        return StringRef("tanh");
+  }
+  return std::nullopt;
+}
+
+struct RaiseGelu : OpRewritePattern<tsr::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tsr::MulOp root,
+                                PatternRewriter &rewriter) const override {
+    if (!isa<FloatType>(root.getType().getElementType()))
+      return failure();
+    // root = p * (u * v); {p, u, v} = {x, 0.5, 1 + erf(x/√2)} (or the
+    // tanh form) in any order.
+    for (int k = 0; k < 2; ++k) {
+      Value p = root->getOperand(k);
+      auto inner = defOp<tsr::MulOp>(root->getOperand(1 - k));
+      if (!inner)
+        continue;
+      Value f[3] = {p, inner.getLhs(), inner.getRhs()};
+      static const int perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                      {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+      for (const auto &perm : perms) {
+        Value x = f[perm[0]], half = f[perm[1]], bv = f[perm[2]];
+        if (x.getType() != root.getType() || !isSplatOf(half, 0.5))
+          continue;
+        std::optional<StringRef> approximate = onePlusGeluCdf(bv, x);
+        if (!approximate)
+          continue;
+        rewriter.replaceOpWithNewOp<tsr::GeluOp>(
+            root, root.getType(), x, rewriter.getStringAttr(*approximate));
+        return success();
+      }
+    }
+    return failure();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Decomposed LayerNorm
+//===----------------------------------------------------------------------===//
+
+/// `v` is a reduce_mean(x) with keepdim over the trailing axes [axis, rank);
+/// returns axis.
+std::optional<int64_t> trailingMeanAxis(tsr::ReduceMeanOp mean) {
+  if (!mean || !mean.getKeepdim())
+    return std::nullopt;
+  ArrayRef<int64_t> axes = mean.getAxes();
+  int64_t rank = mean.getInput().getType().getRank();
+  if (axes.empty() || axes.back() != rank - 1)
+    return std::nullopt;
+  for (size_t k = 1; k < axes.size(); ++k)
+    if (axes[k] != axes[k - 1] + 1)
+      return std::nullopt;
+  return axes.front();
+}
+
+/// If `v` is (a broadcast of) a tensor whose shape, less leading unit dims,
+/// is `norm`, returns that tensor.
+Value normalizedOperand(Value v, ArrayRef<int64_t> norm, Type elem) {
+  if (splatValue(v))
+    return v; // rebuilt as a constant of shape `norm` by the caller
+  Value src = stripBroadcast(v);
+  auto type = cast<RankedTensorType>(src.getType());
+  if (type.getElementType() != elem)
+    return {};
+  ArrayRef<int64_t> shape = type.getShape();
+  while (shape.size() > norm.size() && shape.front() == 1)
+    shape = shape.drop_front();
+  return shape == norm ? src : Value();
+}
+
+struct RaiseLayerNorm : OpRewritePattern<tsr::DivOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tsr::DivOp div,
+                                PatternRewriter &rewriter) const override {
+    auto type = div.getType();
+    auto elem = dyn_cast<FloatType>(type.getElementType());
+    if (!elem)
+      return failure();
+    // S = x - mean(x)
+    auto sub = defOp<tsr::SubOp>(div.getLhs());
+    if (!sub)
+      return failure();
+    Value x = sub.getLhs();
+    auto mean = defOp<tsr::ReduceMeanOp>(stripBroadcast(sub.getRhs()));
+    auto axis = trailingMeanAxis(mean);
+    if (!axis || mean.getInput() != x || x.getType() != type)
+      return failure();
+    // denominator = sqrt(mean(S^2) + eps)
+    auto sqrt = defOp<tsr::SqrtOp>(stripBroadcast(div.getRhs()));
+    if (!sqrt)
+      return failure();
+    auto add = defOp<tsr::AddOp>(sqrt.getInput());
+    if (!add)
+      return failure();
+    std::optional<double> eps;
+    tsr::ReduceMeanOp var;
+    for (int k = 0; k < 2 && !var; ++k) {
+      eps = splatValue(add->getOperand(1 - k));
+      var = defOp<tsr::ReduceMeanOp>(add->getOperand(k));
+      if (!eps)
+        var = {};
+    }
+    if (!var || trailingMeanAxis(var) != axis ||
+        var.getAxes() != mean.getAxes())
+      return failure();
+    Value sq = var.getInput();
+    bool isSquare = false;
+    if (auto pow = defOp<tsr::PowOp>(sq))
+      isSquare =
+          pow.getLhs() == sub.getResult() && isSplatOf(pow.getRhs(), 2.0);
+    else if (auto mul = defOp<tsr::MulOp>(sq))
+      isSquare =
+          mul.getLhs() == sub.getResult() && mul.getRhs() == sub.getResult();
+    if (!isSquare)
+      return failure();
+
+    // Absorb `* gamma` and `+ beta` when they follow.
+    ArrayRef<int64_t> norm = type.getShape().drop_front(*axis);
+    Operation *last = div;
+    Value gamma, beta;
+    if (last->hasOneUse())
+      if (auto mul = dyn_cast<tsr::MulOp>(*last->user_begin()))
+        for (int k = 0; k < 2 && !gamma; ++k)
+          if (mul->getOperand(k) == last->getResult(0))
+            if ((gamma = normalizedOperand(mul->getOperand(1 - k), norm, elem)))
+              last = mul;
+    if (last->hasOneUse())
+      if (auto addB = dyn_cast<tsr::AddOp>(*last->user_begin()))
+        for (int k = 0; k < 2 && !beta; ++k)
+          if (addB->getOperand(k) == last->getResult(0))
+            if ((beta = normalizedOperand(addB->getOperand(1 - k), norm, elem)))
+              last = addB;
+
+    rewriter.setInsertionPoint(last);
+    Location loc = last->getLoc();
+    auto normType = RankedTensorType::get(norm, elem);
+    auto adapt = [&](Value v, double dflt) -> Value {
+      std::optional<double> splat = v ? splatValue(v) : dflt;
+      if (splat)
+        return tsr::ConstantOp::create(
+            rewriter, loc, normType,
+            DenseElementsAttr::get(normType,
+                                   rewriter.getFloatAttr(elem, *splat)));
+      if (v.getType() == normType)
+        return v;
+      return tsr::ReshapeOp::create(rewriter, loc, normType, v);
+    };
+    Value scale = adapt(gamma, 1.0), bias = adapt(beta, 0.0);
+    auto ln = tsr::LayerNormOp::create(
+        rewriter, loc, type, x, scale, bias, rewriter.getI64IntegerAttr(*axis),
+        rewriter.getF32FloatAttr(static_cast<float>(*eps)));
+    rewriter.replaceOp(last, ln.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// matmul(a, transpose(b)) → matmul(a, b) {transpose_rhs}
+//===----------------------------------------------------------------------===//
+
+/// `t` swaps only the last two dimensions.
+bool swapsLastTwo(tsr::TransposeOp t) {
+  ArrayRef<int64_t> perm = t.getPermutation();
+  int64_t n = perm.size();
+  if (n < 2 || perm[n - 1] != n - 2 || perm[n - 2] != n - 1)
+    return false;
+  for (int64_t d = 0; d < n - 2; ++d)
+    if (perm[d] != d)
+      return false;
+  return true;
+}
+
+struct FoldTransposeIntoMatmul : OpRewritePattern<tsr::MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tsr::MatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    auto tl = defOp<tsr::TransposeOp>(op.getLhs());
+    auto tr = defOp<tsr::TransposeOp>(op.getRhs());
+    bool foldL = tl && swapsLastTwo(tl), foldR = tr && swapsLastTwo(tr);
+    if (!foldL && !foldR)
+      return failure();
+    Value lhs = foldL ? tl.getInput() : op.getLhs();
+    Value rhs = foldR ? tr.getInput() : op.getRhs();
+    rewriter.replaceOpWithNewOp<tsr::MatmulOp>(
+        op, op.getType(), lhs, rhs,
+        rewriter.getBoolAttr(op.getTransposeLhs() != foldL),
+        rewriter.getBoolAttr(op.getTransposeRhs() != foldR));
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// reshape(reshape(x)) → reshape(x)
+//===----------------------------------------------------------------------===//
+
+struct FoldReshapeChain : OpRewritePattern<tsr::ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tsr::ReshapeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto inner = defOp<tsr::ReshapeOp>(op.getInput());
+    if (!inner)
+      return failure();
+    if (inner.getInput().getType() == op.getType())
+      rewriter.replaceOp(op, inner.getInput());
+    else
+      rewriter.replaceOpWithNewOp<tsr::ReshapeOp>(op, op.getType(),
+                                                  inner.getInput());
+    return success();
+  }
+};
+
+} // namespace
+
+void populateRaisePatterns(RewritePatternSet &patterns) {
+  patterns.add<FoldMulByOne, RaiseGelu, RaiseLayerNorm, FoldTransposeIntoMatmul,
+               FoldReshapeChain>(patterns.getContext());
+}
+
+LogicalResult raiseTsrPatterns(Operation *op) {
+  RewritePatternSet patterns(op->getContext());
+  populateRaisePatterns(patterns);
+  GreedyRewriteConfig config;
+  (void)applyPatternsGreedily(op, std::move(patterns), config);
+  return success();
+}
+
+} // namespace tessera::import

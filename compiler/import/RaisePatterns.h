@@ -1,0 +1,36 @@
+//===- RaisePatterns.h - raise decomposed ONNX patterns in tsr --*- C++ -*-===//
+//
+// Rewrite patterns on `tsr` ops that recognise what the PyTorch exporter
+// decomposes and raise it back to composite ops:
+//
+//   * LayerNorm   ReduceMean → Sub → Pow 2 → ReduceMean → Add ε → Sqrt → Div
+//                 [→ Mul γ] [→ Add β]                      → tsr.layer_norm
+//   * erf-GELU    x · 0.5 · (1 + erf(x / √2)) (any operand order, either
+//                 association of the products)              → tsr.gelu
+//   * tanh-GELU   x · 0.5 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))
+//                                        → tsr.gelu {approximate = "tanh"}
+//   * x · 1.0     (the exporter's baddbmm scale)            → x
+//   * matmul(a, transpose(b)) where the transpose swaps the last two dims
+//                 → matmul with transpose_lhs/rhs flipped (Linear weights
+//                   are used directly, in PyTorch layout).
+//   * reshape(reshape(x)) → reshape(x) (Squeeze/Unsqueeze/Flatten chains).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_COMPILER_IMPORT_RAISEPATTERNS_H
+#define TESSERA_COMPILER_IMPORT_RAISEPATTERNS_H
+
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Support/LogicalResult.h"
+
+namespace tessera::import {
+
+void populateRaisePatterns(mlir::RewritePatternSet &patterns);
+
+/// Applies the raising patterns (and tsr folders, dead-code removal) to `op`
+/// with the greedy driver.
+mlir::LogicalResult raiseTsrPatterns(mlir::Operation *op);
+
+} // namespace tessera::import
+
+#endif // TESSERA_COMPILER_IMPORT_RAISEPATTERNS_H

@@ -1,0 +1,144 @@
+//===- tessera-import.cpp - ONNX → tsr importer driver --------------------===//
+//
+//   tessera-import MODEL.onnx [--freeze REGEX] [-o OUT.mlir] [--no-raise]
+//   tessera-import --raise-only IN.mlir      (apply the raising patterns only)
+//
+// Prints the imported module (`func.func @forward` in the tsr dialect).
+// Parameter data (dense_resource blobs) longer than --elide-resource-limit
+// bytes is elided from the printed output unless the limit is negative.
+// Exits non-zero, with an error naming the file/node/tensor, on bad input.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/import/OnnxImporter.h"
+#include "compiler/import/RaisePatterns.h"
+#include "dialects/tsr/TsrDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
+                                      cl::desc("<model.onnx>"));
+static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
+                                       cl::value_desc("file"), cl::init("-"));
+static cl::opt<std::string>
+    freezeRegex("freeze",
+                cl::desc("Initializers whose name matches this regex are "
+                         "frozen (tsr.role = \"frozen\")"),
+                cl::value_desc("regex"), cl::init(""));
+static cl::opt<bool> noRaise("no-raise",
+                             cl::desc("Skip the raising patterns "
+                                      "(layer_norm, gelu, ...)"),
+                             cl::init(false));
+static cl::opt<bool>
+    raiseOnly("raise-only",
+              cl::desc("Input is tsr MLIR: apply the raising patterns only"),
+              cl::init(false));
+static cl::opt<int64_t> elideLimit(
+    "elide-resource-limit",
+    cl::desc("Elide resource blobs larger than this many bytes from the "
+             "output (negative: print everything)"),
+    cl::init(64));
+
+/// Prints "FILE: error: message" (FileLineColLoc with line 0 has no line).
+static void printDiagnostic(Diagnostic &diag) {
+  Location loc = diag.getLocation();
+  std::string where;
+  if (auto name = dyn_cast<NameLoc>(loc))
+    loc = name.getChildLoc();
+  if (auto file = dyn_cast<FileLineColLoc>(loc)) {
+    where = file.getFilename().str();
+    if (file.getLine() != 0)
+      where += ":" + std::to_string(file.getLine()) + ":" +
+               std::to_string(file.getColumn());
+  }
+  const char *severity = "error";
+  switch (diag.getSeverity()) {
+  case DiagnosticSeverity::Warning:
+    severity = "warning";
+    break;
+  case DiagnosticSeverity::Note:
+    severity = "note";
+    break;
+  case DiagnosticSeverity::Remark:
+    severity = "remark";
+    break;
+  default:
+    break;
+  }
+  if (!where.empty())
+    llvm::errs() << where << ": ";
+  llvm::errs() << severity << ": " << diag << "\n";
+  for (Diagnostic &note : diag.getNotes())
+    printDiagnostic(note);
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
+  registerAsmPrinterCLOptions();
+  registerMLIRContextCLOptions();
+  cl::ParseCommandLineOptions(argc, argv, "Tessera ONNX importer\n");
+
+  DialectRegistry registry;
+  registry.insert<tessera::tsr::TsrDialect, func::FuncDialect,
+                  shard::ShardDialect>();
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+
+  OwningOpRef<ModuleOp> module;
+  if (raiseOnly) {
+    llvm::SourceMgr sourceMgr;
+    SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
+    std::string err;
+    auto file = openInputFile(inputPath, &err);
+    if (!file) {
+      llvm::errs() << "error: " << err << "\n";
+      return 1;
+    }
+    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+    if (!module || failed(tessera::import::raiseTsrPatterns(*module)) ||
+        failed(verify(*module)))
+      return 1;
+  } else {
+    ScopedDiagnosticHandler handler(&ctx, [](Diagnostic &diag) {
+      printDiagnostic(diag);
+      return success();
+    });
+    tessera::import::ImportOptions opts;
+    opts.freezeRegex = freezeRegex;
+    opts.raise = !noRaise;
+    module = tessera::import::importOnnxFile(inputPath, ctx, opts);
+    if (!module)
+      return 1;
+  }
+
+  std::string err;
+  auto output = openOutputFile(outputPath, &err);
+  if (!output) {
+    llvm::errs() << "error: " << err << "\n";
+    return 1;
+  }
+  OpPrintingFlags flags;
+  if (elideLimit >= 0)
+    flags.elideLargeResourceString(elideLimit);
+  module->print(output->os(), flags);
+  output->os() << "\n";
+  output->keep();
+  return 0;
+}
