@@ -1,0 +1,436 @@
+//===- BuildTrainStep.cpp - @forward -> @train_step -----------------------===//
+//
+// Adds the loss (mean cross-entropy over all tokens), the backward pass
+// (reverse mode through GradientOpInterface, see Autodiff.h) and one fused
+// optimizer update per trainable parameter. See Passes.td for the contract
+// of the resulting function's arguments and results.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/training/Passes.h"
+
+#include "dialects/tsr/TsrDialect.h"
+#include "dialects/tsr/TsrOps.h"
+#include "passes/training/Autodiff.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Dominance.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/CSE.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace tessera::training {
+#define GEN_PASS_DEF_BUILDTRAINSTEP
+#include "passes/training/Passes.h.inc"
+} // namespace tessera::training
+
+using namespace mlir;
+using namespace tessera;
+
+namespace {
+
+constexpr StringLiteral kRole = "tsr.role";
+constexpr StringLiteral kName = "tsr.name";
+
+/// One argument of @train_step: its type, attributes and, for the ones that
+/// come from @forward, the forward argument it replaces.
+struct NewArg {
+  Type type;
+  NamedAttrList attrs;
+  int forwardIndex = -1;
+};
+
+/// The non-zero pieces of `v` along `axis`: the non-zero inputs of a
+/// `tsr.concat` along `axis`, or `v` itself unless it is a zero constant.
+struct Segment {
+  int64_t begin, size;
+  Value value;
+};
+SmallVector<Segment> nonZeroSegments(Value v, int64_t axis) {
+  SmallVector<Segment> segments;
+  auto size = [&](Value x) {
+    return cast<RankedTensorType>(x.getType()).getDimSize(axis);
+  };
+  if (auto concat = v.getDefiningOp<tsr::ConcatOp>();
+      concat && static_cast<int64_t>(concat.getAxis()) == axis) {
+    int64_t offset = 0;
+    for (Value in : concat.getInputs()) {
+      if (!matchPattern(in, m_AnyZeroFloat()))
+        segments.push_back({offset, size(in), in});
+      offset += size(in);
+    }
+  } else if (!matchPattern(v, m_AnyZeroFloat())) {
+    segments.push_back({0, size(v), v});
+  }
+  return segments;
+}
+
+/// Cotangents of slices of one value are zero-padded concats; their sum is
+/// one concat when the non-zero pieces are disjoint:
+///   add(concat(0, b), concat(a, 0)) -> concat(a, b).
+/// (The typical case: dq, dk, dv of a fused QKV projection.)
+struct AddOfDisjointConcats : public OpRewritePattern<tsr::AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(tsr::AddOp add,
+                                PatternRewriter &rewriter) const override {
+    auto concat = add.getLhs().getDefiningOp<tsr::ConcatOp>();
+    if (!concat)
+      concat = add.getRhs().getDefiningOp<tsr::ConcatOp>();
+    if (!concat)
+      return failure();
+    int64_t axis = concat.getAxis();
+    SmallVector<Segment> segments = nonZeroSegments(add.getLhs(), axis);
+    llvm::append_range(segments, nonZeroSegments(add.getRhs(), axis));
+    llvm::sort(segments, [](const Segment &a, const Segment &b) {
+      return a.begin < b.begin;
+    });
+    for (size_t i = 1; i < segments.size(); ++i)
+      if (segments[i].begin < segments[i - 1].begin + segments[i - 1].size)
+        return failure(); // overlapping: a real sum
+    auto type = add.getType();
+    SmallVector<Value> pieces;
+    int64_t offset = 0;
+    auto zeros = [&](int64_t n) {
+      SmallVector<int64_t> shape(type.getShape());
+      shape[axis] = n;
+      auto t = RankedTensorType::get(shape, type.getElementType());
+      auto attr = DenseElementsAttr::get(
+          t, rewriter.getFloatAttr(type.getElementType(), 0.0));
+      return tsr::ConstantOp::create(rewriter, add.getLoc(), t,
+                                     cast<ElementsAttr>(attr))
+          .getResult();
+    };
+    for (const Segment &seg : segments) {
+      if (seg.begin > offset)
+        pieces.push_back(zeros(seg.begin - offset));
+      pieces.push_back(seg.value);
+      offset = seg.begin + seg.size;
+    }
+    if (offset < type.getDimSize(axis))
+      pieces.push_back(zeros(type.getDimSize(axis) - offset));
+    if (pieces.size() == 1)
+      rewriter.replaceOp(add, pieces.front());
+    else
+      rewriter.replaceOpWithNewOp<tsr::ConcatOp>(add, type, pieces, axis);
+    return success();
+  }
+};
+
+struct BuildTrainStepPass
+    : public training::impl::BuildTrainStepBase<BuildTrainStepPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (failed(run()))
+      signalPassFailure();
+  }
+
+  LogicalResult run();
+  LogicalResult checkOptions(ModuleOp module);
+  double effectiveWeightDecay() const {
+    return weightDecay >= 0 ? weightDecay : (optimizer == "adamw" ? 0.01 : 0.0);
+  }
+};
+
+LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
+  if (optimizer != "sgd" && optimizer != "adamw")
+    return module.emitError("tsr-build-train-step: unknown optimizer '")
+           << optimizer << "'; expected 'sgd' or 'adamw'";
+  if (!(lr >= 0))
+    return module.emitError("tsr-build-train-step: lr must be >= 0, got ")
+           << lr;
+  if (optimizer == "adamw") {
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+      return module.emitError(
+                 "tsr-build-train-step: betas must be in [0, 1), got ")
+             << beta1 << ", " << beta2;
+    if (!(eps > 0))
+      return module.emitError("tsr-build-train-step: eps must be > 0, got ")
+             << eps;
+  }
+  return success();
+}
+
+LogicalResult BuildTrainStepPass::run() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  if (failed(checkOptions(module)))
+    return failure();
+
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  if (!forward)
+    return module.emitError(
+        "tsr-build-train-step: no func.func @forward to differentiate");
+  if (module.lookupSymbol("train_step"))
+    return forward.emitError(
+        "tsr-build-train-step: the module already has a @train_step");
+  if (forward.isExternal() || !forward.getBody().hasOneBlock())
+    return forward.emitError(
+        "@forward must have a body of exactly one block");
+  auto ret = dyn_cast<func::ReturnOp>(forward.front().getTerminator());
+  if (!ret)
+    return forward.emitError("@forward must end with func.return");
+
+  // The logits: the result named "logits", else the first result.
+  if (forward.getNumResults() == 0)
+    return forward.emitError("@forward has no logits result");
+  unsigned logitsIndex = 0;
+  for (unsigned i = 0; i < forward.getNumResults(); ++i)
+    if (auto name = forward.getResultAttrOfType<StringAttr>(i, kName);
+        name && name.getValue() == "logits")
+      logitsIndex = i;
+  auto logitsType =
+      dyn_cast<RankedTensorType>(forward.getResultTypes()[logitsIndex]);
+  if (!logitsType || !isa<FloatType>(logitsType.getElementType()) ||
+      logitsType.getRank() < 2 || !logitsType.hasStaticShape())
+    return forward.emitError("@forward's logits result must be a statically "
+                             "shaped float tensor [..., V] of rank >= 2, got ")
+           << forward.getResultTypes()[logitsIndex];
+  int64_t vocab = logitsType.getShape().back();
+  int64_t numTokens = logitsType.getNumElements() / std::max<int64_t>(vocab, 1);
+
+  // Classify the arguments.
+  SmallVector<unsigned> params, frozen, inputs;
+  for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
+    auto role = forward.getArgAttrOfType<StringAttr>(i, kRole);
+    StringRef r = role ? role.getValue() : "input";
+    Type t = forward.getArgument(i).getType();
+    auto tensor = dyn_cast<RankedTensorType>(t);
+    if (r == "param") {
+      if (!tensor || !isa<FloatType>(tensor.getElementType()))
+        return forward.emitError("trainable argument ")
+               << i << " must be a floating-point tensor, got " << t;
+      params.push_back(i);
+    } else if (r == "frozen") {
+      frozen.push_back(i);
+    } else if (r == "input") {
+      inputs.push_back(i);
+    } else {
+      return forward.emitError("argument ")
+             << i << " has unknown tsr.role '" << r
+             << "'; expected param, frozen or input";
+    }
+  }
+  // The token ids: the first integer input.
+  int tokensIndex = -1;
+  for (unsigned i : inputs) {
+    auto t = dyn_cast<RankedTensorType>(forward.getArgument(i).getType());
+    if (t && isa<IntegerType>(t.getElementType())) {
+      tokensIndex = i;
+      break;
+    }
+  }
+  // The labels have the tokens' shape when it matches the logits' rows.
+  SmallVector<int64_t> labelsShape(logitsType.getShape().drop_back());
+  if (tokensIndex >= 0) {
+    auto t = cast<RankedTensorType>(forward.getArgument(tokensIndex).getType());
+    if (t.hasStaticShape() && t.getNumElements() == numTokens)
+      labelsShape.assign(t.getShape().begin(), t.getShape().end());
+  }
+  Builder b(ctx);
+  auto labelsType = RankedTensorType::get(labelsShape, b.getI64Type());
+  auto scalarF32 = RankedTensorType::get({}, b.getF32Type());
+  bool adamw = optimizer == "adamw";
+
+  auto forwardAttrs = [&](unsigned i) {
+    NamedAttrList attrs(forward.getArgAttrDict(i));
+    if (!attrs.get(kName))
+      attrs.set(kName, b.getStringAttr("arg" + Twine(i)));
+    return attrs;
+  };
+
+  // Arguments: params, frozen, optimizer state, inputs (tokens), labels.
+  SmallVector<NewArg> args;
+  for (unsigned i : params)
+    args.push_back({forward.getArgument(i).getType(), forwardAttrs(i), (int)i});
+  for (unsigned i : frozen)
+    args.push_back({forward.getArgument(i).getType(), forwardAttrs(i), (int)i});
+  unsigned optStateBegin = args.size();
+  auto optStateArg = [&](Type type, const Twine &name) {
+    NamedAttrList attrs;
+    attrs.set(kRole, b.getStringAttr("opt_state"));
+    attrs.set(kName, b.getStringAttr(name));
+    args.push_back({type, attrs, -1});
+  };
+  if (adamw) {
+    for (unsigned i : params) {
+      std::string name = cast<StringAttr>(forwardAttrs(i).get(kName)).str();
+      optStateArg(forward.getArgument(i).getType(), name + ".exp_avg");
+      optStateArg(forward.getArgument(i).getType(), name + ".exp_avg_sq");
+    }
+    optStateArg(scalarF32, "step");
+  }
+  unsigned optStateEnd = args.size();
+  for (unsigned i : inputs) {
+    NamedAttrList attrs = forwardAttrs(i);
+    if ((int)i == tokensIndex)
+      attrs.set(kRole, b.getStringAttr("tokens"));
+    else
+      attrs.set(kRole, b.getStringAttr("input"));
+    args.push_back({forward.getArgument(i).getType(), attrs, (int)i});
+  }
+  {
+    NamedAttrList attrs;
+    attrs.set(kRole, b.getStringAttr("labels"));
+    attrs.set(kName, b.getStringAttr("labels"));
+    args.push_back({labelsType, attrs, -1});
+  }
+  unsigned labelsArg = args.size() - 1;
+
+  // Results: loss, updated params, updated optimizer state.
+  SmallVector<Type> resultTypes = {scalarF32};
+  SmallVector<DictionaryAttr> resultAttrs;
+  {
+    NamedAttrList attrs;
+    attrs.set(kRole, b.getStringAttr("loss"));
+    attrs.set(kName, b.getStringAttr("loss"));
+    resultAttrs.push_back(attrs.getDictionary(ctx));
+  }
+  for (unsigned i : params) {
+    resultTypes.push_back(forward.getArgument(i).getType());
+    NamedAttrList attrs;
+    attrs.set(kRole, b.getStringAttr("param"));
+    attrs.set(kName, forwardAttrs(i).get(kName));
+    resultAttrs.push_back(attrs.getDictionary(ctx));
+  }
+  for (unsigned k = optStateBegin; k < optStateEnd; ++k) {
+    resultTypes.push_back(args[k].type);
+    NamedAttrList attrs;
+    attrs.set(kRole, b.getStringAttr("opt_state"));
+    attrs.set(kName, args[k].attrs.get(kName));
+    resultAttrs.push_back(attrs.getDictionary(ctx));
+  }
+
+  // Create @train_step and clone the forward body into it.
+  OpBuilder builder(forward);
+  SmallVector<Type> argTypes;
+  for (const NewArg &a : args)
+    argTypes.push_back(a.type);
+  auto trainStep =
+      func::FuncOp::create(builder, forward.getLoc(), "train_step",
+                           builder.getFunctionType(argTypes, resultTypes));
+  trainStep.setVisibility(forward.getVisibility());
+  Block *entry = trainStep.addEntryBlock();
+  for (auto [k, a] : llvm::enumerate(args))
+    trainStep.setArgAttrs(k, a.attrs.getDictionary(ctx));
+  for (auto [k, attrs] : llvm::enumerate(resultAttrs))
+    trainStep.setResultAttrs(k, attrs);
+
+  IRMapping mapping;
+  for (auto [k, a] : llvm::enumerate(args))
+    if (a.forwardIndex >= 0)
+      mapping.map(forward.getArgument(a.forwardIndex), entry->getArgument(k));
+  builder.setInsertionPointToEnd(entry);
+  SmallVector<Operation *> forwardOps;
+  for (Operation &op : forward.front().without_terminator())
+    forwardOps.push_back(builder.clone(op, mapping));
+  Value logits = mapping.lookup(ret.getOperand(logitsIndex));
+
+  // Loss = cross_entropy(logits [N, V], labels [N]) · (1/N): the sum and the
+  // 1/N constant stay separate ops (the count is the global token count).
+  Location lossLoc = ret.getLoc();
+  auto rowsType = RankedTensorType::get({numTokens, vocab},
+                                        logitsType.getElementType());
+  Value logits2d = logits;
+  if (logitsType != rowsType) {
+    logits2d = tsr::ReshapeOp::create(builder, lossLoc, rowsType, logits);
+    forwardOps.push_back(logits2d.getDefiningOp());
+  }
+  Value labels = entry->getArgument(labelsArg);
+  auto labelsRows = RankedTensorType::get({numTokens}, b.getI64Type());
+  if (labelsType != labelsRows) {
+    labels = tsr::ReshapeOp::create(builder, lossLoc, labelsRows, labels);
+    forwardOps.push_back(labels.getDefiningOp());
+  }
+  auto sum = tsr::CrossEntropyOp::create(builder, lossLoc, scalarF32, logits2d,
+                                         labels);
+  forwardOps.push_back(sum);
+  auto splat = [&](double v) -> Value {
+    auto attr = DenseElementsAttr::get(scalarF32, builder.getF32FloatAttr(v));
+    return tsr::ConstantOp::create(builder, lossLoc, scalarF32,
+                                   cast<ElementsAttr>(attr));
+  };
+  Value invCount = splat(1.0 / double(numTokens));
+  forwardOps.push_back(invCount.getDefiningOp());
+  auto loss = tsr::MulOp::create(builder, lossLoc, sum, invCount);
+  forwardOps.push_back(loss);
+
+  // Backward.
+  SmallVector<Value> paramValues;
+  for (unsigned k = 0; k < params.size(); ++k)
+    paramValues.push_back(entry->getArgument(k));
+  Value seed = splat(1.0);
+  auto grads = training::buildBackward(builder, forwardOps,
+                                       {{loss.getResult(), seed}}, paramValues);
+  if (failed(grads)) {
+    trainStep.erase();
+    return failure();
+  }
+
+  // Optimizer.
+  SmallVector<Value> results = {loss.getResult()};
+  SmallVector<Value> newOptState;
+  FloatAttr lrAttr = builder.getF32FloatAttr(lr);
+  FloatAttr wdAttr = builder.getF32FloatAttr(effectiveWeightDecay());
+  Value newStep;
+  if (adamw) {
+    Value step = entry->getArgument(optStateEnd - 1);
+    newStep = tsr::AddOp::create(builder, lossLoc, step, splat(1.0));
+  }
+  for (auto [k, p] : llvm::enumerate(paramValues)) {
+    Value g = (*grads)[k];
+    Location loc = forward.getArgument(params[k]).getLoc();
+    if (!adamw) {
+      results.push_back(
+          g ? tsr::SgdUpdateOp::create(builder, loc, p.getType(), p, g, lrAttr,
+                                       wdAttr)
+                  .getResult()
+            : p);
+      continue;
+    }
+    Value m = entry->getArgument(optStateBegin + 2 * k);
+    Value v = entry->getArgument(optStateBegin + 2 * k + 1);
+    if (!g) {
+      // torch.optim skips a parameter without a gradient.
+      results.push_back(p);
+      newOptState.append({m, v});
+      continue;
+    }
+    auto update = tsr::AdamwUpdateOp::create(
+        builder, loc, p.getType(), p.getType(), p.getType(), p, g, m, v,
+        newStep, lrAttr, builder.getF32FloatAttr(beta1),
+        builder.getF32FloatAttr(beta2), builder.getF32FloatAttr(eps), wdAttr);
+    results.push_back(update.getNewParam());
+    newOptState.append({update.getNewExpAvg(), update.getNewExpAvgSq()});
+  }
+  if (adamw)
+    newOptState.push_back(newStep);
+  results.append(newOptState);
+  func::ReturnOp::create(builder, ret.getLoc(), results);
+
+  forward.erase();
+
+  // Cleanup: fold, drop dead forward values, CSE.
+  RewritePatternSet patterns(ctx);
+  patterns.add<AddOfDisjointConcats>(ctx);
+  for (Dialect *dialect : ctx->getLoadedDialects())
+    dialect->getCanonicalizationPatterns(patterns);
+  for (RegisteredOperationName op : ctx->getRegisteredOperations())
+    op.getCanonicalizationPatterns(patterns, ctx);
+  GreedyRewriteConfig config;
+  config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+  (void)applyPatternsGreedily(trainStep.getOperation(), std::move(patterns),
+                              config);
+  IRRewriter rewriter(ctx);
+  DominanceInfo dominance(trainStep);
+  eliminateCommonSubExpressions(rewriter, dominance, trainStep);
+  return success();
+}
+
+} // namespace
