@@ -12,7 +12,15 @@
 //   softmax over axis a                    factor of axis a needs replication
 //
 // A factor that appears in no result is a *reduction*: splitting it makes the
-// results partial sums over the splitting axes.
+// results partial sums over the splitting axes. More precisely, a result is
+// partial over the axes of every split operand factor it does not contain
+// (layer_norm_grad's scale/bias gradients are partial over a split batch
+// while its input gradient is not).
+//
+// `linearGroups` says where partial sums may pass through the op unreduced
+// (add of two partial sums, a partial sum times a full value, a reshape of a
+// partial sum), and `localize` rewrites size-bearing attributes when the
+// partitioner gives the op local shapes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +30,7 @@
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/SmallVector.h"
 #include <cstdint>
+#include <functional>
 
 namespace tessera::tsr {
 
@@ -42,6 +51,21 @@ struct ShardingRule {
   llvm::SmallVector<TensorFactors> operands;
   llvm::SmallVector<TensorFactors> results;
 
+  /// Operand groups in which the op is linear: when every operand of one
+  /// group is partial over the same grid axes P and no other operand is
+  /// partial, the results are partial over P as well, so no all-reduce is
+  /// needed before the op. add/sub: {{0, 1}}; mul: {{0}, {1}}; div: {{0}};
+  /// reshape/transpose/slice/broadcast/reduce_sum: {{0}}; matmul: {{0}, {1}}.
+  llvm::SmallVector<llvm::SmallVector<unsigned, 2>, 2> linearGroups;
+
+  /// Called by the partitioner after it has given the op local operand and
+  /// result types; `localFactorSizes[f]` is factor f's local extent. Rewrites
+  /// attributes holding sizes or offsets (tsr.slice's bounds). Null when the
+  /// op has none.
+  std::function<mlir::LogicalResult(mlir::Operation *,
+                                    llvm::ArrayRef<int64_t> localFactorSizes)>
+      localize;
+
   /// Adds a factor and returns its index.
   int64_t addFactor(int64_t size, bool needReplication = false) {
     factors.push_back({size, needReplication});
@@ -50,6 +74,10 @@ struct ShardingRule {
   /// True when factor `f` appears in no result (splitting it gives partial
   /// results).
   bool isReduction(int64_t f) const;
+  /// True when factor `f` appears in some operand but not in result
+  /// `result` and does not need replication: splitting it makes that result
+  /// partial.
+  bool isReductionFor(int64_t f, unsigned result) const;
   /// Checks internal consistency against `op`'s operand/result shapes: every
   /// dimension equals the product of its factors' sizes. Returns failure with
   /// a diagnostic on `op` otherwise (used by tests and the verifier of

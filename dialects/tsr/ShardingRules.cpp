@@ -6,6 +6,9 @@
 
 #include "dialects/tsr/TsrOps.h"
 
+#include "mlir/IR/Builders.h"
+#include <numeric>
+
 using namespace mlir;
 using namespace tessera::tsr;
 
@@ -32,19 +35,41 @@ ShardingRule ConstantOp::getShardingRule() {
   return ShardingRule::elementwise(*this);
 }
 
+/// Elementwise ops linear in some operand groups (partial sums pass through).
+static ShardingRule
+linearElementwise(Operation *op,
+                  ArrayRef<SmallVector<unsigned, 2>> groups) {
+  ShardingRule rule = ShardingRule::elementwise(op);
+  rule.linearGroups.assign(groups.begin(), groups.end());
+  return rule;
+}
+
+ShardingRule AddOp::getShardingRule() {
+  return linearElementwise(*this, {{0, 1}});
+}
+ShardingRule SubOp::getShardingRule() {
+  return linearElementwise(*this, {{0, 1}});
+}
+ShardingRule MulOp::getShardingRule() {
+  return linearElementwise(*this, {{0}, {1}});
+}
+ShardingRule DivOp::getShardingRule() {
+  return linearElementwise(*this, {{0}});
+}
+ShardingRule NegOp::getShardingRule() {
+  return linearElementwise(*this, {{0}});
+}
+ShardingRule SelectOp::getShardingRule() {
+  return linearElementwise(*this, {{1, 2}});
+}
+
 #define TSR_ELEMENTWISE_RULE(OP)                                               \
   ShardingRule OP::getShardingRule() {                                         \
     return ShardingRule::elementwise(*this);                                   \
   }
-TSR_ELEMENTWISE_RULE(AddOp)
-TSR_ELEMENTWISE_RULE(SubOp)
-TSR_ELEMENTWISE_RULE(MulOp)
-TSR_ELEMENTWISE_RULE(DivOp)
 TSR_ELEMENTWISE_RULE(PowOp)
 TSR_ELEMENTWISE_RULE(MaxOp)
 TSR_ELEMENTWISE_RULE(EqualOp)
-TSR_ELEMENTWISE_RULE(SelectOp)
-TSR_ELEMENTWISE_RULE(NegOp)
 TSR_ELEMENTWISE_RULE(ExpOp)
 TSR_ELEMENTWISE_RULE(LogOp)
 TSR_ELEMENTWISE_RULE(SqrtOp)
@@ -72,6 +97,7 @@ ShardingRule BroadcastOp::getShardingRule() {
   }
   rule.operands = {input};
   rule.results = {result};
+  rule.linearGroups = {{0}};
   return rule;
 }
 
@@ -97,7 +123,10 @@ static ShardingRule reduceRule(Operation *op, ArrayRef<int64_t> axes,
 }
 
 ShardingRule ReduceSumOp::getShardingRule() {
-  return reduceRule(*this, getAxes(), getKeepdim(), /*reducedIsPartial=*/true);
+  ShardingRule rule =
+      reduceRule(*this, getAxes(), getKeepdim(), /*reducedIsPartial=*/true);
+  rule.linearGroups = {{0}};
+  return rule;
 }
 ShardingRule ReduceMeanOp::getShardingRule() {
   return reduceRule(*this, getAxes(), getKeepdim(), false);
@@ -132,6 +161,7 @@ ShardingRule MatmulOp::getShardingRule() {
   res.append({{m}, {n}});
   rule.operands = {l, r};
   rule.results = {res};
+  rule.linearGroups = {{0}, {1}};
   return rule;
 }
 
@@ -194,6 +224,7 @@ ShardingRule ReshapeOp::getShardingRule() {
   assign(out, result);
   rule.operands = {input};
   rule.results = {result};
+  rule.linearGroups = {{0}};
   return rule;
 }
 
@@ -205,16 +236,22 @@ ShardingRule TransposeOp::getShardingRule() {
     result.push_back(input[p]);
   rule.operands = {input};
   rule.results = {result};
+  rule.linearGroups = {{0}};
   return rule;
 }
 
 /// Slice: untouched dims share a factor. A dim cut into chunk c of k equal
 /// chunks (PyTorch's fused QKV `chunk(3)`) is [k, size/k] in the operand and
 /// the chunk factor passes through; any other cut needs the dim whole.
+/// Localized, chunk c of a split chunk factor of local extent l is [c·l,
+/// (c+1)·l) and an untouched dim spans its local extent.
 ShardingRule SliceOp::getShardingRule() {
   ShardingRule rule;
   ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
   TensorFactors input, result;
+  // Per dim: (chunk index, factor whose local extent bounds it), or -1 for
+  // dims whose bounds stay as they are.
+  SmallVector<std::pair<int64_t, int64_t>> localBounds;
   for (auto [d, size] : llvm::enumerate(in)) {
     int64_t start = getStartIndices()[d], limit = getLimitIndices()[d],
             stride = getStrides()[d];
@@ -222,35 +259,80 @@ ShardingRule SliceOp::getShardingRule() {
       int64_t f = rule.addFactor(size);
       input.push_back({f});
       result.push_back({f});
+      localBounds.push_back({0, f});
     } else if (stride == 1 && out[d] > 1 && size % out[d] == 0 &&
                start % out[d] == 0) {
       int64_t count = rule.addFactor(size / out[d], /*needReplication=*/true);
       int64_t chunk = rule.addFactor(out[d]);
       input.push_back({count, chunk});
       result.push_back({chunk});
+      localBounds.push_back({start / out[d], chunk});
     } else {
       input.push_back({rule.addFactor(size, true)});
       result.push_back({rule.addFactor(out[d], true)});
+      localBounds.push_back({0, -1});
     }
   }
   rule.operands = {input};
   rule.results = {result};
+  rule.linearGroups = {{0}};
+  rule.localize = [localBounds](Operation *op,
+                                ArrayRef<int64_t> local) -> LogicalResult {
+    auto slice = cast<SliceOp>(op);
+    SmallVector<int64_t> start(slice.getStartIndices()),
+        limit(slice.getLimitIndices());
+    for (auto [d, bound] : llvm::enumerate(localBounds)) {
+      if (bound.second < 0)
+        continue;
+      int64_t extent = local[bound.second];
+      start[d] = bound.first * extent;
+      limit[d] = start[d] + extent;
+    }
+    OpBuilder b(op->getContext());
+    slice.setStartIndicesAttr(b.getDenseI64ArrayAttr(start));
+    slice.setLimitIndicesAttr(b.getDenseI64ArrayAttr(limit));
+    return success();
+  };
   return rule;
 }
 
+/// Concat: other dims share factors. Along `axis`, with c the gcd of the
+/// inputs' extents, every input is [n_i/c, c] and the result [Σn_i/c, c]:
+/// the chunk factor c is shared and may be split (concatenating the local
+/// pieces of the Q, K and V gradients gives the local fused QKV gradient),
+/// the chunk counts need replication.
 ShardingRule ConcatOp::getShardingRule() {
   ShardingRule rule;
   ArrayRef<int64_t> out = shapeOf(getResult());
   int64_t axis = getAxis();
+  int64_t c = 0;
+  for (Value input : getInputs())
+    c = std::gcd(c, shapeOf(input)[axis]);
+  bool chunked = c > 1;
+  int64_t chunk = chunked ? rule.addFactor(c) : -1;
   TensorFactors result;
-  for (auto [d, size] : llvm::enumerate(out))
-    result.push_back({rule.addFactor(size, (int64_t)d == axis)});
+  for (auto [d, size] : llvm::enumerate(out)) {
+    if ((int64_t)d != axis)
+      result.push_back({rule.addFactor(size)});
+    else if (chunked)
+      result.push_back({rule.addFactor(size / c, true), chunk});
+    else
+      result.push_back({rule.addFactor(size, true)});
+  }
   for (Value input : getInputs()) {
     TensorFactors dims = result;
-    dims[axis] = {rule.addFactor(shapeOf(input)[axis], true)};
+    int64_t n = shapeOf(input)[axis];
+    if (chunked)
+      dims[axis] = {rule.addFactor(n / c, true), chunk};
+    else
+      dims[axis] = {rule.addFactor(n, true)};
     rule.operands.push_back(dims);
   }
   rule.results = {result};
+  SmallVector<unsigned, 2> all;
+  for (unsigned i = 0; i < getInputs().size(); ++i)
+    all.push_back(i);
+  rule.linearGroups = {all};
   return rule;
 }
 
@@ -287,6 +369,7 @@ ShardingRule GatherGradOp::getShardingRule() {
   result.append(rows.begin(), rows.end());
   rule.operands = {indices, grad};
   rule.results = {result};
+  rule.linearGroups = {{1}};
   return rule;
 }
 

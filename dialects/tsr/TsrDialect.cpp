@@ -39,26 +39,7 @@ Operation *TsrDialect::materializeConstant(OpBuilder &builder, Attribute value,
   return ConstantOp::create(builder, loc, type, elements);
 }
 
-bool ShardingAttr::isReplicated() const {
-  if (!getPartialAxes().empty())
-    return false;
-  for (auto axes : getSplitAxes())
-    if (!axes.empty())
-      return false;
-  return true;
-}
-
-ArrayRef<int16_t> ShardingAttr::getDimAxes(unsigned dim) const {
-  if (dim >= getSplitAxes().size())
-    return {};
-  return getSplitAxes().getAxes()[dim].asArrayRef();
-}
-
-int64_t ShardingAttr::getDimChunks(unsigned dim) const {
-  if (dim >= getChunks().size())
-    return 1;
-  return getChunks()[dim];
-}
+// ShardingAttr methods and its parser/printer live in ShardingRule.cpp.
 
 int64_t tessera::tsr::getTensorBytes(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);

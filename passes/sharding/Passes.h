@@ -1,4 +1,5 @@
-//===- Passes.h - sharding passes -----------------------------------*- C++ -*-===//
+//===- Passes.h - sharding passes -----------------------------------*- C++
+//-*-===//
 
 #ifndef TESSERA_PASSES_SHARDING_PASSES_H
 #define TESSERA_PASSES_SHARDING_PASSES_H

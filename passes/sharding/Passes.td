@@ -1,8 +1,141 @@
 //===- Passes.td - sharding passes ------------------------------*- tablegen -*-===//
+//
+// annotate (from the plan) -> propagate -> partition. The representation is
+// `#tsr.sharding` (dialects/tsr/TsrAttrs.td): per tensor dimension, grid axes
+// or sub-factors each with their own axes, plus partial-sum axes.
+//
+//===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_PASSES_SHARDING_PASSES
 #define TESSERA_PASSES_SHARDING_PASSES
 
 include "mlir/Pass/PassBase.td"
+
+def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
+  let summary = "Create the dp x tp grid and annotate the train step's "
+                "arguments with Megatron-style shardings.";
+  let description = [{
+    Adds `shard.grid @grid(shape = DPxTP)` and the module attribute
+    `tsr.grid_axes = ["dp", "tp"]` (axis 0 = dp, axis 1 = tp), then gives
+    every argument and result of each function with `tsr.role` argument
+    attributes a `tsr.sharding`:
+
+    - `tokens`/`labels`: dimension 0 (the batch) split over dp;
+    - parameters, recognised from the IR's structure (never from names) among
+      the forward ops (those not depending on the labels):
+      * a linear layer (`tsr.matmul` with a parameter weight, possibly through
+        `tsr.transpose`) whose output (plus a broadcast bias) is cut by
+        `tsr.slice`s into k equal chunks on the last dim is a fused attention
+        projection: its weight and bias are column-split by heads, as k chunks
+        each split over tp (`{3, D : [1]}`), so every rank gets its heads of
+        Q, K and V; the head count comes from the reshape that splits the
+        chunk's features into [heads, head_dim];
+      * the first linear layer reached from those slices is the attention
+        output projection: row-split (split over tp along its input
+        features); its bias is replicated;
+      * a linear layer whose output reaches another linear layer through
+        shape-preserving ops only (bias add, GELU, ...) is an MLP: the first
+        is column-split (weight and bias), the second row-split (bias
+        replicated);
+      * everything else (embeddings, positional embedding, LayerNorms, the LM
+        head, frozen values) is replicated;
+    - optimizer state `<param>.exp_avg`/`.exp_avg_sq` gets its parameter's
+      sharding, `step` is replicated;
+    - results named like an argument get that argument's sharding; the loss
+      is replicated.
+
+    Errors (naming the parameter and sizes) when tp does not divide a fused
+    attention projection's head count or an MLP's hidden size, or dp does not
+    divide the batch.
+
+    Before:
+    ```mlir
+    func.func @train_step(%w: tensor<256x64xf32> {tsr.role = "param", tsr.name = "fc1.weight"}, ...,
+                          %tokens: tensor<8x64xi64> {tsr.role = "tokens", tsr.name = "tokens"}, ...)
+    ```
+    After (`dp=2 tp=2`):
+    ```mlir
+    module attributes {tsr.grid_axes = ["dp", "tp"]} {
+      shard.grid @grid(shape = 2x2)
+      func.func @train_step(%w: tensor<256x64xf32> {..., tsr.sharding = #tsr.sharding<@grid, [[1], []]>}, ...,
+                            %tokens: tensor<8x64xi64> {..., tsr.sharding = #tsr.sharding<@grid, [[0], []]>}, ...)
+    ```
+  }];
+  let options = [
+    Option<"dp", "dp", "int64_t", "1", "Data-parallel ranks (grid axis 0).">,
+    Option<"tp", "tp", "int64_t", "1", "Tensor-parallel ranks (grid axis 1).">,
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+}
+
+def ShardingPropagate : Pass<"tsr-sharding-propagate", "::mlir::ModuleOp"> {
+  let summary = "Give every tsr op result a sharding from the annotated "
+                "arguments.";
+  let description = [{
+    Propagates factor shardings through every op using only its
+    `ShardingRuleOpInterface` rule, forward and backward, to a fixpoint:
+    each op's factors take the proposals of its operands' and results'
+    known dimensions (cut at the factor boundaries, so a [S, B, D] -> [S, B*H,
+    Dh] reshape carries a head split from D to the merged B*H dim); on a
+    conflict the most split proposal wins (ties: results, then operands in
+    order) so parameter and activation splits are kept rather than
+    replicated; factors that need replication stay whole. Dimensions still
+    unknown at the end are replicated. A final pass in program order computes
+    partial sums: a result is partial over the axes of the split factors it
+    reduces (a row-parallel matmul's output over tp, a weight gradient
+    contracting the batch over dp, the loss over dp), and partial sums pass
+    through ops that are linear in them (rule's `linearGroups`).
+
+    Every op gets `tsr.shardings = [...]`, one `#tsr.sharding` per result.
+    Arguments keep their `tsr.sharding`.
+
+    Before:
+    ```mlir
+    %y = tsr.matmul %x, %w2 {transpose_rhs = true} : tensor<8x64x256xf32>, tensor<64x256xf32> -> tensor<8x64x64xf32>
+    ```
+    After (%x [[0], [], [1]], %w2 [[], [1]]):
+    ```mlir
+    %y = tsr.matmul %x, %w2 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, [[0], [], []] partial = [1]>]} : ...
+    ```
+  }];
+}
+
+def ShardingPartition : Pass<"tsr-sharding-partition", "::mlir::ModuleOp"> {
+  let summary = "Rewrite the sharded train step to per-rank shapes with "
+                "shard collectives.";
+  let description = [{
+    For each op in program order, plans it with the same factor resolution
+    as propagation (results' shardings first), reshards operands whose
+    sharding differs from what the op needs, and rewrites the op to local
+    types (local sizes are the row-major product of local sub-factor sizes;
+    the rule's `localize` hook rewrites size-bearing attributes, e.g. a
+    `tsr.slice` [D:2D] of a 3-chunk dim split over tp becomes [D/tp:2D/tp]).
+    Resharding is
+    - `shard.all_reduce ... reduction = sum` for partial sums, placed right
+      after the partial value is produced and only on the path to a consumer
+      that cannot take a partial sum (partial sums flow through linear ops);
+    - `shard.all_gather` / `shard.all_slice` along the (sub-)factor that is
+      split differently, through local `tsr.reshape`s when the dim has
+      sub-factors;
+    Splat constants are re-splatted at the local shape; other split
+    constants are all-sliced. Arguments and results take local types and
+    keep `tsr.sharding` (the global -> local mapping the runtime uses to
+    slice initial weights); returned values are resharded to the results'
+    shardings. No `tsr.shardings` remains on ops.
+
+    Before:
+    ```mlir
+    %y = tsr.matmul %x, %w2 {tsr.shardings = [#tsr.sharding<@grid, [[0], [], []] partial = [1]>]} : tensor<8x64x256xf32>, tensor<64x256xf32> -> tensor<8x64x64xf32>
+    %z = tsr.add %y, %b {tsr.shardings = [#tsr.sharding<@grid, [[0], [], []]>]} : tensor<8x64x64xf32>
+    ```
+    After (dp=2 tp=2):
+    ```mlir
+    %y = tsr.matmul %x, %w2 : tensor<4x64x128xf32>, tensor<64x128xf32> -> tensor<4x64x64xf32>
+    %r = shard.all_reduce %y on @grid grid_axes = [1] : tensor<4x64x64xf32> -> tensor<4x64x64xf32>
+    %z = tsr.add %r, %b : tensor<4x64x64xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+}
 
 #endif // TESSERA_PASSES_SHARDING_PASSES

@@ -20,7 +20,7 @@ func.func @roundtrip(%x: tensor<8x16x64xf32>, %w: tensor<256x64xf32>, %g: tensor
 
 // CHECK-LABEL: func.func @sharding_attr
 // CHECK-SAME: #tsr.sharding<@grid, {{\[\[}}0], []] partial = [1]>
-// CHECK-SAME: #tsr.sharding<@grid, {{\[\[}}], [1]] chunks = [1, 3]>
-func.func @sharding_attr() attributes {a = #tsr.sharding<@grid, [[0], []] partial = [1]>, b = #tsr.sharding<@grid, [[], [1]] chunks = [1, 3]>} {
+// CHECK-SAME: #tsr.sharding<@grid, {{\[\[}}], {3, 64 : [1]}]>
+func.func @sharding_attr() attributes {a = #tsr.sharding<@grid, [[0], []] partial = [1]>, b = #tsr.sharding<@grid, [[], {3, 64 : [1]}]>} {
   return
 }

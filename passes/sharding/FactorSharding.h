@@ -1,0 +1,137 @@
+//===- FactorSharding.h - factor shardings shared by the sharding passes --===//
+//
+// Plain, unit-tested helpers behind tsr-sharding-propagate and
+// tsr-sharding-partition. A tensor's sharding is, per dimension, a list of
+// sub-factors (size, grid axes) major to minor (`#tsr.sharding`'s model) plus
+// the grid axes it is a partial sum over. An op's sharding rule
+// (ShardingRuleOpInterface) names factors; an *assignment* gives each factor
+// its own sub-factor list. Projecting a tensor onto an op's factors cuts its
+// dimensions' sub-factor lists at the factor boundaries; projecting an
+// assignment back onto a tensor concatenates its factors' lists.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_PASSES_SHARDING_FACTORSHARDING_H
+#define TESSERA_PASSES_SHARDING_FACTORSHARDING_H
+
+#include "dialects/tsr/ShardingRule.h"
+#include "dialects/tsr/TsrDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include <optional>
+
+namespace tessera::sharding {
+
+using SubFactor = tsr::ShardingAttr::SubFactor;
+using DimFactors = tsr::ShardingAttr::DimFactors;
+using Axes = llvm::SmallVector<int16_t, 4>;
+
+/// The grid: its symbol and axis sizes.
+struct Grid {
+  mlir::FlatSymbolRefAttr symbol;
+  llvm::SmallVector<int64_t, 2> shape;
+  /// Number of ranks along `axes` (product of their sizes).
+  int64_t size(llvm::ArrayRef<int16_t> axes) const;
+};
+
+/// A tensor's sharding while it is being computed: a dimension may still be
+/// unknown (std::nullopt).
+struct TensorSharding {
+  std::vector<std::optional<DimFactors>> dims;
+  Axes partial;
+
+  static TensorSharding unknown(unsigned rank) {
+    TensorSharding t;
+    t.dims.resize(rank);
+    return t;
+  }
+  static TensorSharding replicated(mlir::RankedTensorType type);
+  /// From an attribute (null: replicated) for a tensor of global `type`.
+  static TensorSharding fromAttr(mlir::Attribute attr,
+                                 mlir::RankedTensorType type);
+  /// Unknown dims are written replicated.
+  tsr::ShardingAttr toAttr(const Grid &grid) const;
+  bool isComplete() const;
+  /// Unknown dimensions become one unsplit sub-factor of the dim's size.
+  void complete(mlir::RankedTensorType type);
+  /// Puts every known dim in canonical form.
+  void canonicalize(const Grid &grid);
+  bool operator==(const TensorSharding &o) const {
+    return dims == o.dims && partial == o.partial;
+  }
+  bool operator!=(const TensorSharding &o) const { return !(*this == o); }
+};
+
+/// The module's grid: `@grid`, or its only `shard.grid`. Emits an error
+/// when there is none.
+mlir::FailureOr<Grid> getModuleGrid(mlir::ModuleOp module);
+
+/// Local extent of a dimension: Π size_i / |axes_i|.
+int64_t localExtent(const DimFactors &dim, const Grid &grid);
+/// Local type of a tensor of global `type` under a complete sharding.
+mlir::RankedTensorType localType(mlir::RankedTensorType type,
+                                 const TensorSharding &sharding,
+                                 const Grid &grid);
+/// Number of ranks a dimension is split over.
+int64_t splitWays(const DimFactors &dim, const Grid &grid);
+/// Canonical form (see #tsr.sharding).
+DimFactors canonical(DimFactors dim, const Grid &grid);
+
+/// Cuts `dim` at the boundaries of consecutive factors of sizes
+/// `factorSizes` (their product is the dim's size), splitting a sub-factor
+/// where the layout allows ({a·b : [x]} = {a : [x], b} when |x| divides a;
+/// = {a : [x'], b : [x'']} when |x'| = a). std::nullopt when impossible.
+std::optional<llvm::SmallVector<DimFactors>>
+cutAtFactors(const DimFactors &dim, llvm::ArrayRef<int64_t> factorSizes,
+             const Grid &grid);
+
+/// One sub-factor list per rule factor (std::nullopt: unknown).
+using FactorAssignment = llvm::SmallVector<std::optional<DimFactors>>;
+
+enum class Priority {
+  /// Propagation: every tensor proposes; the most split proposal wins, ties
+  /// go to the earliest (results, then operands, in order).
+  MostSplit,
+  /// Partition: factors that appear in a result take the first result's
+  /// layout; the others (reductions) the most split operand proposal.
+  ResultsFirst,
+};
+
+/// Resolves the factor shardings of an op from its tensors' (possibly
+/// incomplete) shardings. Factors needing replication are replicated; a grid
+/// axis is used by at most one factor (a later factor that would reuse one
+/// falls back to another proposal or stays unsplit).
+FactorAssignment resolveFactors(const tsr::ShardingRule &rule,
+                                llvm::ArrayRef<const TensorSharding *> operands,
+                                llvm::ArrayRef<const TensorSharding *> results,
+                                const Grid &grid, Priority priority);
+
+/// The dims of a tensor with factors `dims` under `assignment` (unknown where
+/// a factor is unknown); partial left empty.
+TensorSharding project(const tsr::ShardingRule &rule,
+                       const tsr::ShardingRule::TensorFactors &dims,
+                       const FactorAssignment &assignment, const Grid &grid);
+
+/// What an op does under complete shardings.
+struct OpPlan {
+  FactorAssignment factors;                    ///< complete
+  llvm::SmallVector<TensorSharding> operands;  ///< what each operand must be
+  llvm::SmallVector<TensorSharding> results;   ///< what each result will be
+  llvm::SmallVector<int64_t> localFactorSizes; ///< per factor
+};
+
+/// Plans an op from its operands' complete shardings (with partial axes) and
+/// its results' complete dims. A result is partial over the axes of the split
+/// factors it reduces (ShardingRule::isReductionFor) plus, when all operands
+/// of one of the rule's linear groups are partial over the same axes P (not
+/// used by any factor) and no other operand is partial, P — those operands
+/// then stay partial (the all-reduce is deferred past the op). Any other
+/// partial operand must be all-reduced first.
+OpPlan planOp(const tsr::ShardingRule &rule,
+              llvm::ArrayRef<TensorSharding> operands,
+              llvm::ArrayRef<TensorSharding> results, const Grid &grid);
+
+} // namespace tessera::sharding
+
+#endif // TESSERA_PASSES_SHARDING_FACTORSHARDING_H

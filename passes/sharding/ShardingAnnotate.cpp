@@ -1,0 +1,495 @@
+//===- ShardingAnnotate.cpp - grid + Megatron argument shardings ----------===//
+//
+// Recognises the transformer's linear layers from the IR's structure (see
+// Passes.td) and annotates the train step's arguments and results.
+// Structural facts (which dims a matmul contracts, how a reshape splits a
+// dimension into heads, which dim a slice chunks) are read from the ops'
+// sharding rules, not from op names.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/sharding/FactorSharding.h"
+#include "passes/sharding/Passes.h"
+
+#include "dialects/tsr/TsrOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace tessera::sharding {
+#define GEN_PASS_DEF_SHARDINGANNOTATE
+#include "passes/sharding/Passes.h.inc"
+} // namespace tessera::sharding
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::sharding;
+using tsr::ShardingRule;
+using tsr::ShardingRuleOpInterface;
+
+namespace {
+
+constexpr int16_t kDpAxis = 0, kTpAxis = 1;
+
+/// A forward linear layer: a matmul with a rank-2 parameter weight.
+struct Linear {
+  Operation *matmul = nullptr;
+  unsigned weightOperand = 0;
+  unsigned weightArg = 0;
+  int64_t argDimN = 0, argDimK = 0; ///< dims of the parameter
+  int64_t sizeN = 0, sizeK = 0;
+  Value output; ///< after the bias add, if any
+  std::optional<unsigned> biasArg;
+};
+
+enum class Split { None, Column, Row };
+
+struct Annotator {
+  func::FuncOp func;
+  int64_t dp, tp;
+  Grid grid;
+  llvm::DenseSet<Operation *> backward; // ops depending on the labels
+  SmallVector<Linear> linears;
+
+  StringRef role(unsigned i) {
+    auto r = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
+    return r ? r.getValue() : "";
+  }
+  StringRef name(unsigned i) {
+    auto n = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
+    return n ? n.getValue() : "";
+  }
+  bool isForward(Operation *op) { return !backward.contains(op); }
+
+  void computeBackward() {
+    SmallVector<Value> work;
+    for (BlockArgument arg : func.getArguments())
+      if (role(arg.getArgNumber()) == "labels")
+        work.push_back(arg);
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      for (Operation *user : v.getUsers())
+        if (backward.insert(user).second)
+          for (Value r : user->getResults())
+            work.push_back(r);
+    }
+  }
+
+  /// The parameter argument behind `v` (directly, or through one forward
+  /// op that only permutes dims, e.g. tsr.transpose), with the map from
+  /// v's dims to the argument's dims.
+  std::optional<std::pair<unsigned, SmallVector<int64_t>>> traceParam(Value v) {
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      if (arg.getOwner()->getParentOp() != func ||
+          role(arg.getArgNumber()) != "param")
+        return std::nullopt;
+      SmallVector<int64_t> identity;
+      for (int64_t d = 0; d < cast<RankedTensorType>(v.getType()).getRank();
+           ++d)
+        identity.push_back(d);
+      return std::make_pair(arg.getArgNumber(), identity);
+    }
+    Operation *def = v.getDefiningOp();
+    auto iface = dyn_cast_or_null<ShardingRuleOpInterface>(def);
+    if (!iface || def->getNumOperands() != 1 || def->getNumResults() != 1 ||
+        !isForward(def))
+      return std::nullopt;
+    ShardingRule rule = iface.getShardingRule();
+    auto inner = traceParam(def->getOperand(0));
+    if (!inner)
+      return std::nullopt;
+    SmallVector<int64_t> map;
+    for (const auto &dim : rule.results[0]) {
+      if (dim.size() != 1)
+        return std::nullopt;
+      int64_t found = -1;
+      for (auto [j, odim] : llvm::enumerate(rule.operands[0]))
+        if (odim.size() == 1 && odim[0] == dim[0])
+          found = j;
+      if (found < 0)
+        return std::nullopt;
+      map.push_back(inner->second[found]);
+    }
+    return std::make_pair(inner->first, map);
+  }
+
+  /// Recognises a forward matmul-like op with one rank-2 parameter operand
+  /// contracting one factor with the activation.
+  std::optional<Linear> asLinear(Operation *op) {
+    auto iface = dyn_cast<ShardingRuleOpInterface>(op);
+    if (!iface || op->getNumOperands() != 2 || op->getNumResults() != 1 ||
+        !isForward(op))
+      return std::nullopt;
+    ShardingRule rule = iface.getShardingRule();
+    for (unsigned w = 0; w < 2; ++w) {
+      auto traced = traceParam(op->getOperand(w));
+      if (!traced || traceParam(op->getOperand(1 - w)))
+        continue;
+      const auto &wdims = rule.operands[w];
+      if (wdims.size() != 2 || wdims[0].size() != 1 || wdims[1].size() != 1)
+        continue;
+      const auto &res = rule.results[0];
+      if (res.empty() || res.back().size() != 1)
+        continue;
+      int64_t n = res.back()[0];
+      int64_t dimN = -1, dimK = -1;
+      for (int64_t d = 0; d < 2; ++d) {
+        int64_t f = wdims[d][0];
+        if (f == n)
+          dimN = d;
+        else if (rule.isReduction(f))
+          dimK = d;
+      }
+      if (dimN < 0 || dimK < 0)
+        continue;
+      Linear l;
+      l.matmul = op;
+      l.weightOperand = w;
+      l.weightArg = traced->first;
+      l.argDimN = traced->second[dimN];
+      l.argDimK = traced->second[dimK];
+      l.sizeN = rule.factors[n].size;
+      l.sizeK = rule.factors[wdims[dimK][0]].size;
+      l.output = op->getResult(0);
+      // Bias: a forward two-operand user of the same type whose other operand
+      // comes from a rank-1 parameter of size N (through reshape/broadcast).
+      for (Operation *user : op->getResult(0).getUsers()) {
+        if (!isForward(user) || user->getNumOperands() != 2 ||
+            user->getNumResults() != 1 ||
+            user->getResult(0).getType() != op->getResult(0).getType())
+          continue;
+        Value other = user->getOperand(0) == op->getResult(0)
+                          ? user->getOperand(1)
+                          : user->getOperand(0);
+        // Through single-operand forward ops (reshape to [1, 1, N],
+        // broadcast) back to the parameter.
+        Value src = other;
+        while (Operation *def = src.getDefiningOp()) {
+          if (def->getNumOperands() != 1 || !isForward(def))
+            break;
+          src = def->getOperand(0);
+        }
+        auto barg = dyn_cast<BlockArgument>(src);
+        if (!barg || barg.getOwner()->getParentOp() != func ||
+            role(barg.getArgNumber()) != "param")
+          continue;
+        auto btype = cast<RankedTensorType>(barg.getType());
+        if (btype.getRank() != 1 || btype.getDimSize(0) != l.sizeN)
+          continue;
+        l.biasArg = barg.getArgNumber();
+        l.output = user->getResult(0);
+        break;
+      }
+      return l;
+    }
+    return std::nullopt;
+  }
+
+  Linear *linearOf(Operation *op) {
+    for (Linear &l : linears)
+      if (l.matmul == op)
+        return &l;
+    return nullptr;
+  }
+
+  /// Users of `v` that cut its last dim into k equal chunks (the operand's
+  /// last dim is [count, chunk] with count needing replication).
+  SmallVector<Operation *> chunkSlices(Value v, int64_t &k) {
+    SmallVector<Operation *> slices;
+    k = 0;
+    for (Operation *user : v.getUsers()) {
+      auto iface = dyn_cast<ShardingRuleOpInterface>(user);
+      if (!iface || !isForward(user) || user->getNumOperands() != 1 ||
+          user->getNumResults() != 1)
+        continue;
+      ShardingRule rule = iface.getShardingRule();
+      const auto &last = rule.operands[0].back();
+      if (rule.operands[0].size() != rule.results[0].size() ||
+          last.size() != 2 || !rule.factors[last[0]].needReplication ||
+          rule.results[0].back().size() != 1 ||
+          rule.results[0].back()[0] != last[1])
+        continue;
+      int64_t count = rule.factors[last[0]].size;
+      if (k && count != k)
+        continue;
+      k = count;
+      slices.push_back(user);
+    }
+    if (slices.size() < 2)
+      slices.clear();
+    return slices;
+  }
+
+  /// Head count: the first forward single-operand op reached from `v` whose
+  /// rule splits the last dim into [heads, head_dim, ...].
+  std::optional<int64_t> headCount(Value v) {
+    SmallVector<Value> work{v};
+    llvm::DenseSet<Value> seen;
+    while (!work.empty()) {
+      Value cur = work.front();
+      work.erase(work.begin());
+      if (!seen.insert(cur).second)
+        continue;
+      for (Operation *user : cur.getUsers()) {
+        if (!isForward(user) || linearOf(user))
+          continue;
+        auto iface = dyn_cast<ShardingRuleOpInterface>(user);
+        if (!iface)
+          continue;
+        if (user->getNumOperands() == 1) {
+          ShardingRule rule = iface.getShardingRule();
+          const auto &last = rule.operands[0].back();
+          if (last.size() >= 2)
+            return rule.factors[last[0]].size;
+        }
+        if (user->getNumResults() == 1 &&
+            user->getResult(0).getType() == cur.getType())
+          work.push_back(user->getResult(0));
+      }
+    }
+    return std::nullopt;
+  }
+
+  /// Earliest linear layer reached from `starts` through forward ops, via its
+  /// activation operand. With `sameShape`, only through ops whose result has
+  /// the type of the start values.
+  Linear *firstLinearFrom(ArrayRef<Value> starts, bool sameShape) {
+    SmallVector<Value> work(starts.begin(), starts.end());
+    llvm::DenseSet<Value> seen;
+    Linear *best = nullptr;
+    Type type = starts.empty() ? Type() : starts[0].getType();
+    while (!work.empty()) {
+      Value cur = work.pop_back_val();
+      if (!seen.insert(cur).second)
+        continue;
+      for (OpOperand &use : cur.getUses()) {
+        Operation *user = use.getOwner();
+        if (!isForward(user))
+          continue;
+        if (Linear *l = linearOf(user)) {
+          if (use.getOperandNumber() != l->weightOperand &&
+              (!best || user->isBeforeInBlock(best->matmul)))
+            best = l;
+          continue;
+        }
+        for (Value r : user->getResults())
+          if (!sameShape || r.getType() == type)
+            work.push_back(r);
+      }
+    }
+    return best;
+  }
+};
+
+} // namespace
+
+namespace {
+struct ShardingAnnotatePass
+    : public tessera::sharding::impl::ShardingAnnotateBase<
+          ShardingAnnotatePass> {
+  using ShardingAnnotateBase::ShardingAnnotateBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+    if (dp < 1 || tp < 1) {
+      module.emitError("dp and tp must be positive");
+      return signalPassFailure();
+    }
+    OpBuilder b(ctx);
+    auto existing = module.lookupSymbol<shard::GridOp>("grid");
+    if (existing) {
+      if (existing.getShape() != ArrayRef<int64_t>{dp, tp}) {
+        existing.emitError("existing @grid does not have shape ")
+            << dp << "x" << tp;
+        return signalPassFailure();
+      }
+    } else {
+      b.setInsertionPointToStart(module.getBody());
+      shard::GridOp::create(b, module.getLoc(), b.getStringAttr("grid"),
+                            b.getDenseI64ArrayAttr({dp, tp}));
+    }
+    module->setAttr("tsr.grid_axes", b.getStrArrayAttr({"dp", "tp"}));
+
+    Grid grid{FlatSymbolRefAttr::get(ctx, "grid"), {dp, tp}};
+    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+      bool hasRoles = false;
+      for (unsigned i = 0; i < func.getNumArguments(); ++i)
+        hasRoles |= bool(func.getArgAttr(i, "tsr.role"));
+      if (!hasRoles)
+        continue;
+      if (failed(annotate(func, grid)))
+        return signalPassFailure();
+    }
+  }
+
+  static std::string shapeOf(RankedTensorType type) {
+    std::string s = "[";
+    llvm::raw_string_ostream os(s);
+    llvm::interleaveComma(type.getShape(), os);
+    os << "]";
+    return s;
+  }
+
+  LogicalResult annotate(func::FuncOp func, const Grid &grid) {
+    int64_t dp = this->dp, tp = this->tp;
+    Annotator a;
+    a.func = func;
+    a.dp = dp;
+    a.tp = tp;
+    a.grid = grid;
+    a.computeBackward();
+    unsigned numArgs = func.getNumArguments();
+    // Per argument: one sub-factor list per dim (replicated by default).
+    std::vector<SmallVector<DimFactors>> args(numArgs);
+    SmallVector<RankedTensorType> types(numArgs);
+    for (unsigned i = 0; i < numArgs; ++i) {
+      auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+      if (!type)
+        return func.emitError("argument ") << i << " is not a ranked tensor";
+      types[i] = type;
+      for (int64_t size : type.getShape())
+        args[i].push_back(DimFactors{SubFactor{size, {}}});
+    }
+
+    // Data parallelism: the batch.
+    for (unsigned i = 0; i < numArgs; ++i) {
+      StringRef r = a.role(i);
+      if (r != "tokens" && r != "labels")
+        continue;
+      if (types[i].getRank() < 1)
+        return func.emitError("'") << a.name(i) << "' has no batch dimension";
+      int64_t batch = types[i].getDimSize(0);
+      if (batch % dp != 0)
+        return func.emitError("dp=")
+               << dp << " does not divide the batch size " << batch << " of '"
+               << a.name(i) << "' " << shapeOf(types[i]);
+      if (dp > 1)
+        args[i][0] = DimFactors{SubFactor{batch, {kDpAxis}}};
+    }
+
+    // Tensor parallelism: Megatron's column/row pairs.
+    func.walk([&](Operation *op) {
+      if (auto l = a.asLinear(op))
+        a.linears.push_back(*l);
+    });
+    DenseMap<Operation *, Split> split;
+    DenseMap<Operation *, int64_t> chunksOf;
+    auto errorAt = [&](Linear &l, StringRef what, int64_t size) {
+      return l.matmul->emitError("tp=")
+             << tp << " does not divide the " << size << " " << what
+             << " of parameter '" << a.name(l.weightArg) << "' "
+             << shapeOf(types[l.weightArg]);
+    };
+    // Fused attention projections and their output projections.
+    for (Linear &l : a.linears) {
+      int64_t k = 0;
+      SmallVector<Operation *> slices = a.chunkSlices(l.output, k);
+      if (slices.empty() || split.count(l.matmul))
+        continue;
+      split[l.matmul] = Split::Column;
+      chunksOf[l.matmul] = k;
+      std::optional<int64_t> heads;
+      for (Operation *s : slices)
+        if (!heads)
+          heads = a.headCount(s->getResult(0));
+      if (tp > 1) {
+        if (heads && *heads % tp != 0)
+          return errorAt(l, "attention heads", *heads);
+        if ((l.sizeN / k) % tp != 0)
+          return errorAt(l, "columns per chunk", l.sizeN / k);
+      }
+      SmallVector<Value> starts;
+      for (Operation *s : slices)
+        starts.push_back(s->getResult(0));
+      if (Linear *out = a.firstLinearFrom(starts, /*sameShape=*/false)) {
+        if (!split.count(out->matmul)) {
+          split[out->matmul] = Split::Row;
+          if (tp > 1 && out->sizeK % tp != 0)
+            return errorAt(*out, "input features", out->sizeK);
+        }
+      }
+    }
+    // MLPs.
+    for (Linear &l : a.linears) {
+      if (split.count(l.matmul))
+        continue;
+      Linear *second = a.firstLinearFrom({l.output}, /*sameShape=*/true);
+      if (!second || split.count(second->matmul) || second->sizeK != l.sizeN ||
+          second->weightArg == l.weightArg)
+        continue;
+      if (tp > 1 && l.sizeN % tp != 0)
+        return errorAt(l, "hidden size", l.sizeN);
+      split[l.matmul] = Split::Column;
+      split[second->matmul] = Split::Row;
+    }
+
+    if (tp > 1) {
+      for (Linear &l : a.linears) {
+        auto it = split.find(l.matmul);
+        if (it == split.end())
+          continue;
+        if (it->second == Split::Column) {
+          int64_t k = chunksOf.lookup(l.matmul);
+          DimFactors dim = k > 1 ? DimFactors{SubFactor{k, {}},
+                                              SubFactor{l.sizeN / k, {kTpAxis}}}
+                                 : DimFactors{SubFactor{l.sizeN, {kTpAxis}}};
+          args[l.weightArg][l.argDimN] = dim;
+          if (l.biasArg)
+            args[*l.biasArg][0] = dim;
+        } else {
+          args[l.weightArg][l.argDimK] =
+              DimFactors{SubFactor{l.sizeK, {kTpAxis}}};
+        }
+      }
+    }
+
+    // Optimizer state follows its parameter; results follow their argument.
+    llvm::StringMap<unsigned> byName;
+    for (unsigned i = 0; i < numArgs; ++i)
+      if (a.role(i) == "param" || a.role(i) == "frozen")
+        byName[a.name(i)] = i;
+    for (unsigned i = 0; i < numArgs; ++i) {
+      if (a.role(i) != "opt_state")
+        continue;
+      StringRef n = a.name(i);
+      for (StringRef suffix : {".exp_avg_sq", ".exp_avg"}) {
+        if (!n.ends_with(suffix))
+          continue;
+        auto it = byName.find(n.drop_back(suffix.size()));
+        if (it != byName.end() && types[it->second] == types[i])
+          args[i] = args[it->second];
+        break;
+      }
+    }
+    MLIRContext *ctx = func.getContext();
+    SmallVector<tsr::ShardingAttr> attrs;
+    for (unsigned i = 0; i < numArgs; ++i) {
+      attrs.push_back(tsr::ShardingAttr::getFactored(ctx, grid.symbol, args[i],
+                                                     {}, grid.shape));
+      func.setArgAttr(i, "tsr.sharding", attrs.back());
+    }
+    llvm::StringMap<unsigned> argByName;
+    for (unsigned i = 0; i < numArgs; ++i)
+      argByName[a.name(i)] = i;
+    for (unsigned r = 0; r < func.getNumResults(); ++r) {
+      auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[r]);
+      if (!type)
+        continue;
+      auto n = func.getResultAttrOfType<StringAttr>(r, "tsr.name");
+      auto role = func.getResultAttrOfType<StringAttr>(r, "tsr.role");
+      tsr::ShardingAttr attr =
+          tsr::ShardingAttr::getReplicated(ctx, grid.symbol, type.getRank());
+      if (n && (!role || role.getValue() != "loss")) {
+        auto it = argByName.find(n.getValue());
+        if (it != argByName.end() && types[it->second] == type)
+          attr = attrs[it->second];
+      }
+      func.setResultAttr(r, "tsr.sharding", attr);
+    }
+    return success();
+  }
+};
+} // namespace

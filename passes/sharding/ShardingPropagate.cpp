@@ -1,0 +1,136 @@
+//===- ShardingPropagate.cpp - factor sharding propagation ----------------===//
+//
+// Only ShardingRuleOpInterface is consulted; see Passes.td and
+// FactorSharding.h for the model.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/sharding/FactorSharding.h"
+#include "passes/sharding/Passes.h"
+
+#include "dialects/tsr/TsrOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace tessera::sharding {
+#define GEN_PASS_DEF_SHARDINGPROPAGATE
+#include "passes/sharding/Passes.h.inc"
+} // namespace tessera::sharding
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::sharding;
+using tsr::ShardingRule;
+using tsr::ShardingRuleOpInterface;
+
+namespace {
+struct ShardingPropagatePass
+    : public tessera::sharding::impl::ShardingPropagateBase<
+          ShardingPropagatePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    FailureOr<Grid> grid = getModuleGrid(module);
+    if (failed(grid))
+      return signalPassFailure();
+    for (func::FuncOp func : module.getOps<func::FuncOp>())
+      if (failed(propagate(func, *grid)))
+        return signalPassFailure();
+  }
+
+  LogicalResult propagate(func::FuncOp func, const Grid &grid) {
+    DenseMap<Value, TensorSharding> state;
+    for (BlockArgument arg : func.getArguments()) {
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (!type)
+        return func.emitError("argument ")
+               << arg.getArgNumber() << " is not a ranked tensor";
+      TensorSharding t = TensorSharding::fromAttr(
+          func.getArgAttr(arg.getArgNumber(), "tsr.sharding"), type);
+      t.canonicalize(grid);
+      state[arg] = t;
+    }
+    SmallVector<Operation *> ops;
+    std::vector<ShardingRule> rules;
+    WalkResult walk = func.walk([&](Operation *op) {
+      if (op == func || op->hasTrait<OpTrait::IsTerminator>())
+        return WalkResult::advance();
+      auto iface = dyn_cast<ShardingRuleOpInterface>(op);
+      if (!iface) {
+        op->emitOpError("has no sharding rule (ShardingRuleOpInterface)");
+        return WalkResult::interrupt();
+      }
+      ShardingRule rule = iface.getShardingRule();
+      if (failed(rule.verify(op)))
+        return WalkResult::interrupt();
+      ops.push_back(op);
+      rules.push_back(std::move(rule));
+      for (Value r : op->getResults())
+        state[r] = TensorSharding::unknown(
+            cast<RankedTensorType>(r.getType()).getRank());
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+
+    auto visit = [&](size_t i) {
+      Operation *op = ops[i];
+      const ShardingRule &rule = rules[i];
+      SmallVector<const TensorSharding *> operands, results;
+      for (Value v : op->getOperands())
+        operands.push_back(&state[v]);
+      for (Value v : op->getResults())
+        results.push_back(&state[v]);
+      FactorAssignment assignment =
+          resolveFactors(rule, operands, results, grid, Priority::MostSplit);
+      bool changed = false;
+      auto merge = [&](Value v, const tsr::ShardingRule::TensorFactors &dims) {
+        TensorSharding proj = project(rule, dims, assignment, grid);
+        TensorSharding &cur = state[v];
+        for (auto [d, dim] : llvm::enumerate(proj.dims))
+          if (dim && !cur.dims[d]) {
+            cur.dims[d] = dim;
+            changed = true;
+          }
+      };
+      for (auto [r, v] : llvm::enumerate(op->getResults()))
+        merge(v, rule.results[r]);
+      // Backward: into values defined by ops (arguments are fixed).
+      for (auto [o, v] : llvm::enumerate(op->getOperands()))
+        if (!isa<BlockArgument>(v))
+          merge(v, rule.operands[o]);
+      return changed;
+    };
+    for (int iter = 0; iter < 64; ++iter) {
+      bool changed = false;
+      for (size_t i = 0; i < ops.size(); ++i)
+        changed |= visit(i);
+      for (size_t i = ops.size(); i-- > 0;)
+        changed |= visit(i);
+      if (!changed)
+        break;
+    }
+
+    // Unknown dims are replicated; then partial sums in program order.
+    for (Operation *op : ops)
+      for (Value r : op->getResults())
+        state[r].complete(cast<RankedTensorType>(r.getType()));
+    MLIRContext *ctx = func.getContext();
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      SmallVector<TensorSharding> operands, results;
+      for (Value v : op->getOperands())
+        operands.push_back(state[v]);
+      for (Value v : op->getResults())
+        results.push_back(state[v]);
+      OpPlan plan = planOp(rules[i], operands, results, grid);
+      SmallVector<Attribute> attrs;
+      for (auto [r, v] : llvm::enumerate(op->getResults())) {
+        state[v].partial = plan.results[r].partial;
+        attrs.push_back(state[v].toAttr(grid));
+      }
+      op->setAttr("tsr.shardings", ArrayAttr::get(ctx, attrs));
+    }
+    return success();
+  }
+};
+} // namespace

@@ -1,0 +1,41 @@
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=3" %s -split-input-file -verify-diagnostics
+// RUN: not tessera-opt --tsr-sharding-annotate="dp=3 tp=1" %S/Inputs/mlp.mlir 2>&1 | FileCheck %s --check-prefix=DP
+
+// tp=3 does not divide the 4 heads of a fused QKV projection ([S,B,D] ->
+// [S, B*H, Dh] with H = 4).
+func.func @train_step(
+    %win: tensor<36x12xf32> {tsr.role = "param", tsr.name = "attn.in_proj_weight"},
+    %x: tensor<4x2x12xf32> {tsr.role = "frozen", tsr.name = "x"},
+    %labels: tensor<2x4xi64> {tsr.role = "labels", tsr.name = "labels"}) -> tensor<4x8x3xf32> {
+  // expected-error @+1 {{tp=3 does not divide the 4 attention heads of parameter 'attn.in_proj_weight' [36, 12]}}
+  %qkv = tsr.matmul %x, %win {transpose_rhs = true} : tensor<4x2x12xf32>, tensor<36x12xf32> -> tensor<4x2x36xf32>
+  %q = tsr.slice %qkv {start_indices = array<i64: 0, 0, 0>, limit_indices = array<i64: 4, 2, 12>, strides = array<i64: 1, 1, 1>} : tensor<4x2x36xf32> -> tensor<4x2x12xf32>
+  %k = tsr.slice %qkv {start_indices = array<i64: 0, 0, 12>, limit_indices = array<i64: 4, 2, 24>, strides = array<i64: 1, 1, 1>} : tensor<4x2x36xf32> -> tensor<4x2x12xf32>
+  %q2 = tsr.reshape %q : tensor<4x2x12xf32> -> tensor<4x8x3xf32>
+  return %q2 : tensor<4x8x3xf32>
+}
+
+// -----
+
+// tp=3 does not divide an MLP's hidden size 32.
+func.func @train_step(
+    %w1: tensor<32x16xf32> {tsr.role = "param", tsr.name = "fc1.weight"},
+    %w2: tensor<16x32xf32> {tsr.role = "param", tsr.name = "fc2.weight"},
+    %x: tensor<2x4x16xf32> {tsr.role = "frozen", tsr.name = "x"}) -> tensor<2x4x16xf32> {
+  // expected-error @+1 {{tp=3 does not divide the 32 hidden size of parameter 'fc1.weight' [32, 16]}}
+  %h = tsr.matmul %x, %w1 {transpose_rhs = true} : tensor<2x4x16xf32>, tensor<32x16xf32> -> tensor<2x4x32xf32>
+  %g = tsr.relu %h : tensor<2x4x32xf32>
+  %y = tsr.matmul %g, %w2 {transpose_rhs = true} : tensor<2x4x32xf32>, tensor<16x32xf32> -> tensor<2x4x16xf32>
+  return %y : tensor<2x4x16xf32>
+}
+
+// -----
+
+// dp=2 does not divide the batch of 3.
+// expected-error @+1 {{dp=2 does not divide the batch size 3 of 'tokens' [3, 4]}}
+func.func @train_step(
+    %tokens: tensor<3x4xi64> {tsr.role = "tokens", tsr.name = "tokens"}) -> tensor<3x4xi64> {
+  return %tokens : tensor<3x4xi64>
+}
+
+// DP: dp=3 does not divide the batch size 4 of 'tokens' [4, 8]

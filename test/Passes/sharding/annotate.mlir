@@ -1,0 +1,82 @@
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=MHA
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=MLP
+// RUN: tessera-opt --tsr-sharding-annotate %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=SERIAL
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %s | FileCheck %s
+
+// Transformer block: the fused QKV weight/bias are column-split by heads as
+// 3 chunks each split over tp, out_proj row-split (bias replicated), the MLP
+// column/row pair, everything else replicated; the batch split over dp.
+// MHA: module attributes {tsr.grid_axes = ["dp", "tp"]}
+// MHA: shard.grid @grid(shape = 2x2)
+// MHA-LABEL: func.func @train_step
+// MHA-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MHA-SAME: tsr.name = "pos_emb", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MHA-SAME: tsr.name = "norm1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
+// MHA-SAME: tsr.name = "self_attn.in_proj_weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [{3, 16 : [1]}, []]>
+// MHA-SAME: tsr.name = "self_attn.in_proj_bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [{3, 16 : [1]}]>
+// MHA-SAME: tsr.name = "self_attn.out_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
+// MHA-SAME: tsr.name = "self_attn.out_proj.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
+// MHA-SAME: tsr.name = "norm2.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
+// MHA-SAME: tsr.name = "linear1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// MHA-SAME: tsr.name = "linear1.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1]]>
+// MHA-SAME: tsr.name = "linear2.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
+// MHA-SAME: tsr.name = "linear2.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
+// MHA-SAME: tsr.name = "head.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MHA-SAME: tsr.name = "tokens", tsr.role = "tokens", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}0], []]>
+// MHA-SAME: tsr.name = "labels", tsr.role = "labels", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}0], []]>
+// Results follow their arguments; the loss is replicated.
+// MHA-SAME: tsr.name = "loss", tsr.role = "loss", tsr.sharding = #tsr.sharding<@grid, []>
+// MHA-SAME: tsr.name = "self_attn.in_proj_weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [{3, 16 : [1]}, []]>
+// MHA-SAME: tsr.name = "self_attn.in_proj_bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [{3, 16 : [1]}]>
+// MHA-SAME: tsr.name = "self_attn.out_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
+
+// MLP-LABEL: func.func @train_step
+// MLP-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MLP-SAME: tsr.name = "fc1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// MLP-SAME: tsr.name = "fc1.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1]]>
+// MLP-SAME: tsr.name = "fc2.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
+// MLP-SAME: tsr.name = "fc2.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
+// MLP-SAME: tsr.name = "head.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+
+// Defaults dp=1 tp=1: a 1x1 grid and nothing split.
+// SERIAL: shard.grid @grid(shape = 1x1)
+// SERIAL-NOT: {{\[}}0]
+// SERIAL-NOT: {{\[}}1]
+
+// Optimizer state takes its parameter's sharding; `step` and frozen values
+// are replicated; new parameters and states follow their arguments.
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %arg0: tensor<64x16xf32> {tsr.name = "emb", tsr.role = "frozen", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>}
+// CHECK-SAME: %arg1: tensor<32x16xf32> {tsr.init = dense<1.000000e+00> : tensor<32x16xf32>, tsr.name = "fc1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>}
+// CHECK-SAME: %arg3: tensor<32x16xf32> {tsr.name = "fc1.weight.exp_avg", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>}
+// CHECK-SAME: %arg4: tensor<32x16xf32> {tsr.name = "fc1.weight.exp_avg_sq", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>}
+// CHECK-SAME: %arg5: tensor<f32> {tsr.name = "step", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, []>}
+// CHECK-SAME: -> (tensor<f32> {tsr.name = "loss", tsr.role = "loss", tsr.sharding = #tsr.sharding<@grid, []>}
+// CHECK-SAME: tensor<32x16xf32> {tsr.name = "fc1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>}
+// CHECK-SAME: tensor<32x16xf32> {tsr.name = "fc1.weight.exp_avg", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>}
+// CHECK-SAME: tensor<f32> {tsr.name = "step", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, []>}
+func.func @train_step(
+    %emb: tensor<64x16xf32> {tsr.role = "frozen", tsr.name = "emb"},
+    %w1: tensor<32x16xf32> {tsr.role = "param", tsr.name = "fc1.weight", tsr.init = dense<1.0> : tensor<32x16xf32>},
+    %w2: tensor<16x32xf32> {tsr.role = "param", tsr.name = "fc2.weight"},
+    %m1: tensor<32x16xf32> {tsr.role = "opt_state", tsr.name = "fc1.weight.exp_avg"},
+    %v1: tensor<32x16xf32> {tsr.role = "opt_state", tsr.name = "fc1.weight.exp_avg_sq"},
+    %step: tensor<f32> {tsr.role = "opt_state", tsr.name = "step"},
+    %tokens: tensor<4x8xi64> {tsr.role = "tokens", tsr.name = "tokens"},
+    %labels: tensor<4x8xi64> {tsr.role = "labels", tsr.name = "labels"})
+    -> (tensor<f32> {tsr.role = "loss", tsr.name = "loss"},
+        tensor<32x16xf32> {tsr.role = "param", tsr.name = "fc1.weight"},
+        tensor<32x16xf32> {tsr.role = "opt_state", tsr.name = "fc1.weight.exp_avg"},
+        tensor<32x16xf32> {tsr.role = "opt_state", tsr.name = "fc1.weight.exp_avg_sq"},
+        tensor<f32> {tsr.role = "opt_state", tsr.name = "step"}) {
+  %e = tsr.gather %emb, %tokens : tensor<64x16xf32>, tensor<4x8xi64> -> tensor<4x8x16xf32>
+  %h = tsr.matmul %e, %w1 {transpose_rhs = true} : tensor<4x8x16xf32>, tensor<32x16xf32> -> tensor<4x8x32xf32>
+  %g = tsr.relu %h : tensor<4x8x32xf32>
+  %y = tsr.matmul %g, %w2 {transpose_rhs = true} : tensor<4x8x32xf32>, tensor<16x32xf32> -> tensor<4x8x16xf32>
+  %l = tsr.reshape %y : tensor<4x8x16xf32> -> tensor<32x16xf32>
+  %lab = tsr.reshape %labels : tensor<4x8xi64> -> tensor<32xi64>
+  %loss = tsr.cross_entropy %l, %lab : tensor<32x16xf32>, tensor<32xi64> -> tensor<f32>
+  %dw1 = tsr.mul %w1, %w1 : tensor<32x16xf32>
+  %p, %m, %v = tsr.adamw_update %w1, %dw1, %m1, %v1, %step {lr = 1.0e-03 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<32x16xf32>, tensor<f32>
+  return %loss, %p, %m, %v, %step : tensor<f32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<f32>
+}

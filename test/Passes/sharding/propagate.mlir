@@ -1,0 +1,65 @@
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=MHA
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=MLP
+// RUN: tessera-opt --tsr-sharding-propagate %s | FileCheck %s
+
+// Transformer block, dp=2 tp=2: Megatron's plan falls out of the op rules.
+// MHA-LABEL: func.func @train_step
+// Column-parallel fused QKV: each rank computes its heads of Q, K and V.
+// MHA: tsr.matmul {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0], {3, 16 : [1]}]>]} : tensor<4x4x16xf32>, tensor<16x48xf32> -> tensor<4x4x48xf32>
+// MHA-COUNT-3: tsr.slice {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0], [1]]>]}
+// [S, B, D] -> [S, B*H, Dh]: batch over dp (major), heads over tp (minor).
+// MHA-COUNT-3: tsr.reshape {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], {4 : [0], 4 : [1]}, []]>]} : tensor<4x4x16xf32> -> tensor<4x16x4xf32>
+// MHA: tsr.softmax {{.*}}tsr.shardings = [#tsr.sharding<@grid, [{4 : [0], 4 : [1]}, [], []]>]}
+// [S, B*H, Dh] -> [S*B, D] keeps the heads split on D for the row-parallel out_proj.
+// MHA: tsr.reshape {{.*}}tsr.shardings = [#tsr.sharding<@grid, [{4, 4 : [0]}, [1]]>]} : tensor<4x16x4xf32> -> tensor<16x16xf32>
+// Row-parallel out_proj: partial over tp (Megatron's g).
+// MHA-NEXT: tsr.matmul {{.*}}tsr.shardings = [#tsr.sharding<@grid, [{4, 4 : [0]}, []] partial = [1]>]}
+// MHA: tsr.matmul %{{.*}}, %arg10 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], [1]]>]}
+// MHA: tsr.matmul %{{.*}}, %arg12 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], []] partial = [1]>]}
+// The summed loss is partial over dp, through the scaling mul.
+// MHA: tsr.cross_entropy {{.*}}tsr.shardings = [#tsr.sharding<@grid, [] partial = [0]>]}
+// MHA: tsr.mul {{.*}}tsr.shardings = [#tsr.sharding<@grid, [] partial = [0]>]}
+// Backward of the column-parallel MLP input: partial over tp (Megatron's f).
+// MHA: tsr.matmul %{{.*}}, %arg10 {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], []] partial = [1]>]}
+// Weight gradients contract the batch: partial over dp, split like the weight.
+// MHA: tsr.matmul {{.*}}transpose_lhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}1], []] partial = [0]>]} : tensor<16x32xf32>, tensor<16x16xf32> -> tensor<32x16xf32>
+// LayerNorm gradient: input gradient whole, scale/bias gradients partial over dp.
+// MHA: tsr.layer_norm_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], []]>, #tsr.sharding<@grid, {{\[\[}}]] partial = [0]>, #tsr.sharding<@grid, {{\[\[}}]] partial = [0]>]}
+// The Q/K/V gradients concatenate locally into the fused layout.
+// MHA: tsr.concat {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0], {3, 16 : [1]}]>]}
+// MHA: tsr.matmul {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0], []] partial = [1]>]} : tensor<4x4x48xf32>, tensor<16x48xf32> -> tensor<4x4x16xf32>
+// MHA: tsr.transpose {{.*}}tsr.shardings = [#tsr.sharding<@grid, [{3, 16 : [1]}, []] partial = [0]>]} : tensor<16x48xf32> -> tensor<48x16xf32>
+// MHA: tsr.sgd_update %arg4, {{.*}}tsr.shardings = [#tsr.sharding<@grid, [{3, 16 : [1]}, []]>]
+
+// MLP-LABEL: func.func @train_step
+// MLP: tsr.matmul %{{.*}}, %arg1 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], [1]]>]}
+// MLP: tsr.broadcast %arg2 {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], [1]]>]}
+// MLP: tsr.gelu {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], [1]]>]}
+// MLP: tsr.matmul %{{.*}}, %arg3 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], []] partial = [1]>]}
+// MLP: tsr.gather_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], []] partial = [0]>]}
+
+// Backward propagation: a constant and a broadcast's new dim take their
+// consumers' split (dim 0); a known replicated dim stays replicated (the
+// broadcast bias's dim 1), and the conflict at the add keeps the split.
+module attributes {tsr.grid_axes = ["dp", "tp"]} {
+  shard.grid @grid(shape = 2x2)
+  // CHECK-LABEL: func.func @backward
+  func.func @backward(%x: tensor<4x8xf32> {tsr.sharding = #tsr.sharding<@grid, [[0], [1]]>},
+                      %r: tensor<4x8xf32> {tsr.sharding = #tsr.sharding<@grid, [[], []]>},
+                      %b: tensor<8xf32> {tsr.sharding = #tsr.sharding<@grid, [[]]>}) -> tensor<4x8xf32> {
+    // CHECK: tsr.constant {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
+    %c = tsr.constant dense<2.0> : tensor<4x8xf32>
+    // CHECK: tsr.broadcast %arg2 {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
+    %bb = tsr.broadcast %b : tensor<8xf32> -> tensor<4x8xf32>
+    // CHECK: tsr.mul {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
+    %m = tsr.mul %c, %bb : tensor<4x8xf32>
+    // CHECK: tsr.add %arg1, {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
+    %a = tsr.add %r, %x : tensor<4x8xf32>
+    // CHECK: tsr.add {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
+    %y = tsr.add %a, %m : tensor<4x8xf32>
+    // Softmax's axis stays whole.
+    // CHECK: tsr.softmax {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
+    %s = tsr.softmax %y {axis = 1 : i64} : tensor<4x8xf32>
+    return %s : tensor<4x8xf32>
+  }
+}
