@@ -12,8 +12,9 @@ config.test_exec_root = os.path.join(config.tessera_obj_root, "test")
 # Tools: build dirs first, then LLVM's FileCheck/not/split-file.
 tool_dirs = [
     os.path.join(config.tessera_obj_root, "tools", t)
-    for t in ("tessera-opt", "tessera-partition", "tessera-run")
+    for t in ("tessera-opt", "tessera-import", "tessera-partition", "tessera-run")
 ]
+tool_dirs.append(os.path.join(config.tessera_obj_root, "test", "unittests", "executor"))  # tessera-pack-plan (test/Run)
 config.environment["PATH"] = os.pathsep.join(
     tool_dirs + [config.llvm_tools_dir, config.environment.get("PATH", "")]
 )

@@ -46,7 +46,8 @@ const Tensor *SafeTensorsFile::find(llvm::StringRef name) const {
 
 llvm::Error tessera::runtime::writeSafeTensors(
     llvm::raw_ostream &os, llvm::ArrayRef<NamedTensor> tensors,
-    const std::map<std::string, std::string> &metadata) {
+    const std::map<std::string, std::string> &metadata,
+    const RawByteTensorNames &rawBytes) {
   std::set<std::string> seen;
   for (const NamedTensor &nt : tensors) {
     if (nt.first.empty() || nt.first == "__metadata__" ||
@@ -71,7 +72,8 @@ llvm::Error tessera::runtime::writeSafeTensors(
     for (const NamedTensor &nt : tensors) {
       const Tensor &t = *nt.second;
       j.attributeObject(nt.first, [&] {
-        j.attribute("dtype", stDType(t.dtype()));
+        bool raw = t.dtype() == DType::I1 && rawBytes.count(nt.first);
+        j.attribute("dtype", raw ? "U8" : stDType(t.dtype()));
         j.attributeArray("shape", [&] {
           for (int64_t d : t.shape())
             j.value(d);
@@ -93,7 +95,7 @@ llvm::Error tessera::runtime::writeSafeTensors(
   os << header;
   for (const NamedTensor &nt : tensors) {
     const Tensor &t = *nt.second;
-    if (t.dtype() == DType::I1) {
+    if (t.dtype() == DType::I1 && !rawBytes.count(nt.first)) {
       // Normalise booleans to 0/1.
       std::string b(t.bytes(), '\0');
       const uint8_t *p = t.data<uint8_t>();
@@ -120,7 +122,8 @@ llvm::Expected<std::string> tessera::runtime::serializeSafeTensors(
 
 llvm::Error tessera::runtime::writeSafeTensors(
     llvm::StringRef path, llvm::ArrayRef<NamedTensor> tensors,
-    const std::map<std::string, std::string> &metadata) {
+    const std::map<std::string, std::string> &metadata,
+    const RawByteTensorNames &rawBytes) {
   std::string tmp = (path + ".tmp").str();
   std::error_code ec;
   {
@@ -128,7 +131,7 @@ llvm::Error tessera::runtime::writeSafeTensors(
     if (ec)
       return stError(path,
                      "cannot open '" + tmp + "' for writing: " + ec.message());
-    if (auto e = writeSafeTensors(os, tensors, metadata)) {
+    if (auto e = writeSafeTensors(os, tensors, metadata, rawBytes)) {
       os.close();
       os.clear_error();
       llvm::sys::fs::remove(tmp);

@@ -26,6 +26,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,11 +47,16 @@ struct SafeTensorsFile {
 
 using NamedTensor = std::pair<std::string, const Tensor *>;
 
+/// Names of I1 tensors to store as raw "U8" bytes (not normalised to 0/1
+/// "BOOL"), e.g. an embedded MLIR bytecode blob.
+using RawByteTensorNames = std::set<std::string>;
+
 /// Serialises to `os` (header + data). Errors on duplicate or empty names,
 /// the reserved name "__metadata__", or null tensors.
 llvm::Error
 writeSafeTensors(llvm::raw_ostream &os, llvm::ArrayRef<NamedTensor> tensors,
-                 const std::map<std::string, std::string> &metadata);
+                 const std::map<std::string, std::string> &metadata,
+                 const RawByteTensorNames &rawBytes = {});
 
 /// Serialises into a byte string (e.g. to embed in another artifact).
 llvm::Expected<std::string>
@@ -62,7 +68,8 @@ serializeSafeTensors(llvm::ArrayRef<NamedTensor> tensors,
 /// Errors name the path.
 llvm::Error
 writeSafeTensors(llvm::StringRef path, llvm::ArrayRef<NamedTensor> tensors,
-                 const std::map<std::string, std::string> &metadata);
+                 const std::map<std::string, std::string> &metadata,
+                 const RawByteTensorNames &rawBytes = {});
 
 /// Parses an in-memory safetensors blob; `name` is used in error messages.
 llvm::Expected<SafeTensorsFile> parseSafeTensors(llvm::StringRef buffer,

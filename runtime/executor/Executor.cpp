@@ -1,0 +1,150 @@
+//===- Executor.cpp - runs a plan's training step on one rank -------------===//
+
+#include "runtime/executor/Executor.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <climits>
+#include <cstring>
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::exec;
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
+                                                           mpi::Grid &grid) {
+  const Manifest &m = plan.manifest();
+  if (grid.axisSizes() != m.gridShape)
+    return fail(plan.source() + ": the plan needs a grid " +
+                m.gridDescription() + " but the executor was given " +
+                shapeToString(grid.axisSizes()));
+  std::unique_ptr<Executor> ex(new Executor(plan, grid));
+
+  // Sub-communicators, in program order (the same on every rank).
+  for (const std::vector<int64_t> &axes : plan.program().commAxes()) {
+    llvm::Expected<mpi::Communicator> comm = grid.subComm(axes);
+    if (!comm)
+      return comm.takeError();
+    ex->ctx.comms.push_back(*comm);
+  }
+  ex->ctx.traffic = &ex->counter;
+
+  // Initial local state.
+  const std::vector<int64_t> &coords = grid.coords();
+  ex->state.resize(m.arguments.size());
+  for (const ArgumentSpec &a : m.arguments) {
+    switch (a.role) {
+    case Role::Param:
+    case Role::Frozen: {
+      const Tensor *global = plan.initialValue(a.name);
+      if (!global)
+        return fail(plan.source() + ": no initial value for '" + a.name + "'");
+      ex->state[a.index] = sliceToLocal(*global, a.layout, m.gridShape, coords);
+      break;
+    }
+    case Role::OptState:
+      ex->state[a.index] = Tensor::zeros(a.dtype, a.localShape);
+      break;
+    case Role::Tokens:
+      ex->tokensArg = a.index;
+      break;
+    case Role::Labels:
+      ex->labelsArg = a.index;
+      break;
+    case Role::Loss:
+      break;
+    }
+  }
+  for (const ResultSpec &r : m.results)
+    if (r.role == Role::Loss)
+      ex->lossResult = r.index;
+  return ex;
+}
+
+llvm::Expected<double> Executor::step(const Tensor &tokens,
+                                      const Tensor &labels) {
+  const Manifest &m = planRef.manifest();
+  const ArgumentSpec &tokSpec = m.arguments[tokensArg];
+  const ArgumentSpec &labSpec = m.arguments[labelsArg];
+  if (tokens.dtype() != DType::I64 || tokens.shape() != tokSpec.shape ||
+      labels.dtype() != DType::I64 || labels.shape() != labSpec.shape)
+    return fail(llvm::formatv("step: tokens and labels must be i64 {0}, got "
+                              "{1} and {2}",
+                              shapeToString(tokSpec.shape),
+                              shapeToString(tokens.shape()),
+                              shapeToString(labels.shape())));
+  const std::vector<int64_t> &coords = gridRef.coords();
+  std::vector<Tensor> args = state;
+  args[tokensArg] = sliceToLocal(tokens, tokSpec.layout, m.gridShape, coords);
+  args[labelsArg] = sliceToLocal(labels, labSpec.layout, m.gridShape, coords);
+
+  counter.beginStep();
+  llvm::Expected<std::vector<Tensor>> results =
+      planRef.program().run(ctx, std::move(args));
+  if (!results)
+    return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": " +
+                llvm::toString(results.takeError()));
+
+  for (const ResultSpec &r : m.results)
+    if (r.argument >= 0)
+      state[r.argument] = (*results)[r.index];
+  ++steps;
+  return static_cast<double>((*results)[lossResult].data<float>()[0]);
+}
+
+const Tensor *Executor::localValue(llvm::StringRef name, Role role) const {
+  int64_t i = planRef.manifest().findArgument(name, role);
+  if (i < 0 || state[i].isNull())
+    return nullptr;
+  return &state[i];
+}
+
+llvm::Expected<std::vector<std::pair<std::string, Tensor>>>
+Executor::gatherWeights(int root) const {
+  const Manifest &m = planRef.manifest();
+  const mpi::Communicator &world = gridRef.parent();
+  bool isRoot = world.rank() == root;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const ArgumentSpec &a : m.arguments) {
+    if (a.role != Role::Param && a.role != Role::Frozen)
+      continue;
+    const Tensor &local = state[a.index];
+    if (a.layout.isReplicated()) {
+      // Every rank holds the whole tensor (and the same values).
+      if (isRoot)
+        out.emplace_back(a.name, local.clone());
+      continue;
+    }
+    size_t bytes = local.bytes();
+    if (bytes > static_cast<size_t>(INT_MAX))
+      return fail("gatherWeights: shard of '" + a.name +
+                  "' is too large for one MPI message");
+    int n = world.size();
+    Tensor gathered;
+    if (isRoot)
+      gathered = Tensor::empty(DType::I1, {static_cast<int64_t>(bytes) * n});
+    int rc =
+        MPI_Gather(local.raw(), static_cast<int>(bytes), MPI_BYTE,
+                   isRoot ? gathered.raw() : nullptr, static_cast<int>(bytes),
+                   MPI_BYTE, root, world.handle());
+    if (rc != MPI_SUCCESS)
+      return fail(llvm::formatv("gatherWeights: MPI_Gather of '{0}' failed "
+                                "(error {1}) on world rank {2}",
+                                a.name, rc, world.rank()));
+    if (!isRoot)
+      continue;
+    Tensor global = Tensor::empty(a.dtype, a.shape);
+    for (int r = 0; r < n; ++r) {
+      Tensor piece =
+          Tensor::view(static_cast<char *>(gathered.raw()) + r * bytes, a.dtype,
+                       a.localShape);
+      placeLocal(piece, a.layout, m.gridShape, gridCoords(r, m.gridShape),
+                 global);
+    }
+    out.emplace_back(a.name, std::move(global));
+  }
+  return out;
+}

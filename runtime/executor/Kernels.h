@@ -1,0 +1,45 @@
+//===- Kernels.h - resolving tsrt kernel and collective ops -----*- C++ -*-===//
+//
+// Internal to the executor library (used by Program.cpp and the unit tests):
+// maps a `tsrt.kernel` name + attributes + operand/result types to a closure
+// over the CPU kernel, and a collective op to a closure over the MPI
+// collective. All checks the kernels leave to assertions (shapes, dtypes,
+// attribute ranges) are done here, so a bad program is a load error.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RUNTIME_EXECUTOR_KERNELS_H
+#define TESSERA_RUNTIME_EXECUTOR_KERNELS_H
+
+#include "runtime/executor/Program.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+
+namespace tessera {
+namespace runtime {
+namespace exec {
+
+/// Resolves kernel `name` with `attrs` for the given operand and result
+/// types: fills `inst.fn` and `inst.allocateResults`. The error message says
+/// what is wrong but not where (the caller prefixes the location and kernel).
+llvm::Error resolveKernel(llvm::StringRef name, mlir::DictionaryAttr attrs,
+                          llvm::ArrayRef<TensorType> operands,
+                          llvm::ArrayRef<TensorType> results,
+                          const CompileOptions &options, Instruction &inst);
+
+/// Collective kinds of the tsrt dialect.
+enum class CollectiveOp { AllReduce, AllGather, ReduceScatter, AllToAll };
+
+/// Resolves a collective over communicator `commIndex` whose grid axes have
+/// `n` ranks in all. `dim`/`dim2`: gather/scatter dim, or split/concat dims;
+/// `max` selects the max reduction for all_reduce.
+llvm::Error resolveCollective(CollectiveOp op, int commIndex, int64_t n,
+                              int64_t dim, int64_t dim2, bool max,
+                              const TensorType &operand,
+                              const TensorType &result, Instruction &inst);
+
+} // namespace exec
+} // namespace runtime
+} // namespace tessera
+
+#endif // TESSERA_RUNTIME_EXECUTOR_KERNELS_H

@@ -1,0 +1,351 @@
+//===- Program.cpp - a tsrt runtime program resolved to instructions ------===//
+
+#include "runtime/executor/Program.h"
+
+#include "runtime/executor/Kernels.h"
+
+#include "dialects/tsrt/TsrtDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::exec;
+using namespace mlir;
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+/// "file.mlir:3:5" for file locations, the name for name locations, else the
+/// printed location.
+static std::string locationString(Location loc) {
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    return llvm::formatv("{0}:{1}:{2}", file.getFilename().getValue(),
+                         file.getLine(), file.getColumn())
+        .str();
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return ("'" + name.getName().getValue() + "'").str();
+  if (isa<UnknownLoc>(loc))
+    return "unknown location";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  return s;
+}
+
+/// The runtime type of an MLIR type, or an error.
+static llvm::Expected<exec::TensorType> tensorTypeOf(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.hasStaticShape()) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    type.print(os);
+    return fail("type " + s + " is not a statically shaped tensor");
+  }
+  exec::TensorType t;
+  Type e = ranked.getElementType();
+  if (e.isF32())
+    t.dtype = DType::F32;
+  else if (e.isInteger(64))
+    t.dtype = DType::I64;
+  else if (e.isInteger(1))
+    t.dtype = DType::I1;
+  else {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    type.print(os);
+    return fail("unsupported element type in " + s +
+                " (the runtime supports f32, i64 and i1)");
+  }
+  t.shape.assign(ranked.getShape().begin(), ranked.getShape().end());
+  return t;
+}
+
+/// Materialises a constant's value as a Tensor of `type`.
+static llvm::Expected<Tensor> materialise(Attribute value,
+                                          const exec::TensorType &type) {
+  Tensor t = Tensor::empty(type.dtype, type.shape);
+  if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+    int64_t i = 0;
+    switch (type.dtype) {
+    case DType::F32:
+      if (!dense.getElementType().isF32())
+        break;
+      for (float v : dense.getValues<float>())
+        t.data<float>()[i++] = v;
+      return t;
+    case DType::I64:
+      if (!dense.getElementType().isInteger(64))
+        break;
+      for (int64_t v : dense.getValues<int64_t>())
+        t.data<int64_t>()[i++] = v;
+      return t;
+    case DType::I1:
+      if (!dense.getElementType().isInteger(1))
+        break;
+      for (bool v : dense.getValues<bool>())
+        t.data<uint8_t>()[i++] = v ? 1 : 0;
+      return t;
+    }
+    return fail("constant value's element type differs from its result");
+  }
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(value)) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob)
+      return fail("constant refers to a missing resource blob");
+    ArrayRef<char> data = blob->getData();
+    if (data.size() != t.bytes())
+      return fail(llvm::formatv("constant resource blob has {0} bytes, "
+                                "expected {1}",
+                                data.size(), t.bytes()));
+    if (t.bytes())
+      std::memcpy(t.raw(), data.data(), t.bytes());
+    if (type.dtype == DType::I1)
+      for (int64_t i = 0; i < t.numel(); ++i)
+        t.data<uint8_t>()[i] = t.data<uint8_t>()[i] != 0;
+    return t;
+  }
+  return fail("unsupported constant attribute (expected dense<...> or "
+              "dense_resource<...>)");
+}
+
+llvm::Expected<Program> Program::compile(ModuleOp module,
+                                         llvm::StringRef function,
+                                         const CompileOptions &options,
+                                         llvm::StringRef source) {
+  auto func = module.lookupSymbol<func::FuncOp>(function);
+  if (!func)
+    return fail(source + ": the program has no function @" + function);
+  if (func.isExternal() || !func.getBody().hasOneBlock())
+    return fail(source + ": @" + function +
+                " must have a body of one straight-line block");
+
+  Program p;
+  llvm::DenseMap<Value, int> slotOf;
+  auto newSlot = [&](Value v) {
+    slotOf[v] = p.slots;
+    return p.slots++;
+  };
+
+  for (BlockArgument arg : func.getArguments()) {
+    auto t = tensorTypeOf(arg.getType());
+    if (!t)
+      return fail(source + ": argument #" + llvm::Twine(arg.getArgNumber()) +
+                  " of @" + function + ": " + llvm::toString(t.takeError()));
+    p.argTys.push_back(*t);
+    newSlot(arg);
+  }
+
+  std::vector<bool> pinned; // constants and returned slots are never released
+  bool returned = false;
+  unsigned opIndex = 0;
+  for (Operation &op : func.getBody().front()) {
+    std::string kernel = op.getName().getStringRef().str();
+    if (auto k = dyn_cast<tessera::tsrt::KernelOp>(op))
+      kernel = ("kernel \"" + k.getKernel() + "\"").str();
+    std::string where = llvm::formatv("op #{0} ({1}) at {2}", opIndex++, kernel,
+                                      locationString(op.getLoc()));
+    auto opError = [&](const llvm::Twine &msg) {
+      return fail(source + ": " + where + ": " + msg);
+    };
+    if (returned)
+      return opError("operation after the function's return");
+
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (Value v : ret.getOperands()) {
+        auto it = slotOf.find(v);
+        if (it == slotOf.end())
+          return opError("returns a value not defined in the function");
+        p.resultSlots.push_back(it->second);
+        auto t = tensorTypeOf(v.getType());
+        if (!t)
+          return opError(llvm::toString(t.takeError()));
+        p.resultTys.push_back(*t);
+      }
+      returned = true;
+      continue;
+    }
+
+    if (op.getNumRegions() != 0)
+      return opError("operations with regions are not supported");
+    // Operand and result types.
+    std::vector<exec::TensorType> inTypes, outTypes;
+    Instruction inst;
+    for (Value v : op.getOperands()) {
+      auto it = slotOf.find(v);
+      if (it == slotOf.end())
+        return opError("uses a value not defined earlier in the function");
+      inst.operands.push_back(it->second);
+      auto t = tensorTypeOf(v.getType());
+      if (!t)
+        return opError(llvm::toString(t.takeError()));
+      inTypes.push_back(*t);
+    }
+    for (Value v : op.getResults()) {
+      auto t = tensorTypeOf(v.getType());
+      if (!t)
+        return opError(llvm::toString(t.takeError()));
+      outTypes.push_back(*t);
+    }
+
+    if (auto cst = dyn_cast<tessera::tsrt::ConstantOp>(op)) {
+      auto value = materialise(cst.getValue(), outTypes[0]);
+      if (!value)
+        return opError(llvm::toString(value.takeError()));
+      int slot = newSlot(cst.getResult());
+      p.constants.emplace_back(slot, std::move(*value));
+      continue;
+    }
+
+    llvm::Error err = llvm::Error::success();
+    if (auto k = dyn_cast<tessera::tsrt::KernelOp>(op)) {
+      inst.kernel = k.getKernel().str();
+      err = resolveKernel(k.getKernel(), k.getAttrs(), inTypes, outTypes,
+                          options, inst);
+    } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
+                   tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp>(
+                   op)) {
+      inst.kernel = op.getName().stripDialect().str();
+      auto axesAttr = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+      if (!axesAttr || op.getNumOperands() != 1 || op.getNumResults() != 1)
+        return opError("malformed collective");
+      std::vector<int64_t> axes;
+      int64_t n = 1;
+      for (int16_t a : axesAttr.asArrayRef()) {
+        if (a < 0 || a >= static_cast<int64_t>(options.gridShape.size()))
+          return opError(llvm::formatv("grid axis {0} is out of range for a "
+                                       "{1}-axis grid",
+                                       a, options.gridShape.size()));
+        if (llvm::is_contained(axes, a))
+          return opError(llvm::formatv("grid axis {0} repeated", a));
+        axes.push_back(a);
+        n *= options.gridShape[a];
+      }
+      auto found = llvm::find(p.axesSets, axes);
+      int commIndex = static_cast<int>(found - p.axesSets.begin());
+      if (found == p.axesSets.end())
+        p.axesSets.push_back(axes);
+      auto i64 = [&](llvm::StringRef name) -> int64_t {
+        auto a = op.getAttrOfType<IntegerAttr>(name);
+        return a ? a.getValue().getSExtValue() : 0;
+      };
+      if (auto ar = dyn_cast<tessera::tsrt::AllReduceOp>(op)) {
+        if (ar.getReduction() != "sum" && ar.getReduction() != "max")
+          return opError("reduction must be \"sum\" or \"max\"");
+        err = resolveCollective(CollectiveOp::AllReduce, commIndex, n, 0, 0,
+                                ar.getReduction() == "max", inTypes[0],
+                                outTypes[0], inst);
+      } else if (isa<tessera::tsrt::AllGatherOp>(op)) {
+        err =
+            resolveCollective(CollectiveOp::AllGather, commIndex, n, i64("dim"),
+                              0, false, inTypes[0], outTypes[0], inst);
+      } else if (isa<tessera::tsrt::ReduceScatterOp>(op)) {
+        err = resolveCollective(CollectiveOp::ReduceScatter, commIndex, n,
+                                i64("dim"), 0, false, inTypes[0], outTypes[0],
+                                inst);
+      } else {
+        err = resolveCollective(CollectiveOp::AllToAll, commIndex, n,
+                                i64("split_dim"), i64("concat_dim"), false,
+                                inTypes[0], outTypes[0], inst);
+      }
+    } else {
+      return opError("unsupported operation in a runtime program");
+    }
+    if (err)
+      return opError(llvm::toString(std::move(err)));
+
+    inst.where = where;
+    inst.resultTypes = outTypes;
+    for (Value v : op.getResults())
+      inst.results.push_back(newSlot(v));
+    p.maxOperands = std::max(p.maxOperands, inst.operands.size());
+    p.maxResults = std::max(p.maxResults, inst.results.size());
+    p.insts.push_back(std::move(inst));
+  }
+  if (!returned)
+    return fail(source + ": @" + function + " has no return");
+  if (p.resultTys.size() != func.getNumResults())
+    return fail(source + ": @" + function +
+                " returns a different number of values than its type says");
+
+  // Liveness: release each slot after its last reader (or right after its
+  // definition if nothing reads it). Constants and results stay.
+  pinned.assign(p.slots, false);
+  for (auto &c : p.constants)
+    pinned[c.first] = true;
+  for (int s : p.resultSlots)
+    pinned[s] = true;
+  std::vector<int> lastUse(p.slots, -1), defined(p.slots, -1);
+  for (auto [i, inst] : llvm::enumerate(p.insts)) {
+    for (int s : inst.operands)
+      lastUse[s] = static_cast<int>(i);
+    for (int s : inst.results)
+      defined[s] = static_cast<int>(i);
+  }
+  for (int s = 0; s < p.slots; ++s) {
+    if (pinned[s])
+      continue;
+    int at = lastUse[s] >= 0 ? lastUse[s] : defined[s];
+    if (at >= 0)
+      p.insts[at].release.push_back(s);
+    else if (s < static_cast<int>(p.argTys.size()))
+      p.releaseArgsEarly.push_back(s);
+  }
+  return p;
+}
+
+llvm::Expected<std::vector<Tensor>>
+Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
+  if (args.size() != argTys.size())
+    return fail(llvm::formatv("program expects {0} arguments, got {1}",
+                              argTys.size(), args.size()));
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].isNull() || args[i].dtype() != argTys[i].dtype ||
+        args[i].shape() != argTys[i].shape)
+      return fail(
+          llvm::formatv("argument #{0} must be {1}", i, argTys[i].str()));
+
+  std::vector<Tensor> slot(slots);
+  for (size_t i = 0; i < args.size(); ++i)
+    slot[i] = std::move(args[i]);
+  for (const auto &c : constants)
+    slot[c.first] = c.second; // shared, never written
+  for (int s : releaseArgsEarly)
+    slot[s] = Tensor();
+
+  llvm::SmallVector<const Tensor *, 8> in;
+  llvm::SmallVector<Tensor, 4> out;
+  in.reserve(maxOperands);
+  for (const Instruction &inst : insts) {
+    in.clear();
+    for (int s : inst.operands)
+      in.push_back(&slot[s]);
+    out.clear();
+    out.resize(inst.results.size());
+    if (inst.allocateResults)
+      for (size_t i = 0; i < out.size(); ++i)
+        out[i] =
+            Tensor::empty(inst.resultTypes[i].dtype, inst.resultTypes[i].shape);
+    if (llvm::Error err = inst.fn(ctx, in, out))
+      return fail(inst.where + ": " + llvm::toString(std::move(err)));
+    for (size_t i = 0; i < out.size(); ++i)
+      slot[inst.results[i]] = std::move(out[i]);
+    for (int s : inst.release)
+      slot[s] = Tensor();
+  }
+
+  std::vector<Tensor> results;
+  results.reserve(resultSlots.size());
+  for (int s : resultSlots)
+    results.push_back(slot[s]);
+  return results;
+}

@@ -1,0 +1,301 @@
+//===- tessera-run.cpp - run a compiled training plan on MPI ranks --------===//
+//
+// mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K
+//     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
+//
+// Every rank loads the plan (see runtime/executor/Plan.h), takes its grid
+// coordinates from its world rank (row-major, last axis fastest), slices its
+// shards and runs K training steps on the global batches of the data file
+// (DESIGN.md "Training-run conventions"). Rank 0 prints progress and writes
+// the metrics; --save-weights assembles the global parameters on rank 0.
+//
+// Errors found before the first step (options, plan, data, world size) are
+// agreed on by all ranks: the lowest failing rank prints one line and every
+// rank exits with status 1. A failure inside a step aborts the job
+// (MPI_Abort) so no rank waits forever in a collective.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/backends/cpu/CpuKernels.h"
+#include "runtime/checkpoint/SafeTensors.h"
+#include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/data/TokenDataset.h"
+#include "runtime/executor/Executor.h"
+#include "runtime/executor/Plan.h"
+#include "runtime/metrics/Metrics.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+
+using namespace tessera::runtime;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory category("tessera-run options");
+
+static cl::opt<std::string> planPath(
+    cl::Positional, cl::Required,
+    cl::desc("<plan.tsr>  the artifact written by tessera-partition: initial "
+             "weights (global shapes), the runtime program and the manifest "
+             "(grid, batch, shardings)"),
+    cl::cat(category));
+
+static cl::opt<std::string> dataPath(
+    "data", cl::Required,
+    cl::desc("Token file: little-endian uint16 token ids, T tokens with "
+             "T > seq_len + 1. Step s uses global samples n = s*B + j "
+             "(0 <= j < B) starting at token (n*S) mod (T - S - 1); labels "
+             "are the inputs shifted by one"),
+    cl::value_desc("tokens.u16"), cl::cat(category));
+
+static cl::opt<int64_t>
+    numSteps("steps", cl::desc("Number of training steps to run (>= 0)"),
+             cl::value_desc("K"), cl::init(1), cl::cat(category));
+
+static cl::opt<std::string> metricsPath(
+    "metrics",
+    cl::desc("Write one JSON object per step (rank 0): {\"step\" (0-based), "
+             "\"loss\" (global mean cross-entropy, nats), \"step_time_s\" "
+             "(wall-clock seconds), \"tokens_per_s\" (global B*S / "
+             "step_time_s), \"bytes_sent\" (rank 0's collective bytes, ring "
+             "model)}"),
+    cl::value_desc("metrics.jsonl"), cl::cat(category));
+
+static cl::opt<std::string> saveWeights(
+    "save-weights",
+    cl::desc("After the last step, write every parameter and frozen tensor, "
+             "global shape, ONNX names, f32, to this safetensors file "
+             "(rank 0; written to FILE.tmp then renamed)"),
+    cl::value_desc("weights.safetensors"), cl::cat(category));
+
+static cl::opt<int64_t> logEvery(
+    "log-every",
+    cl::desc("Print 'step N | loss X | T tok/s' on rank 0 every N steps "
+             "(and after the last step); 0 prints nothing"),
+    cl::value_desc("N"), cl::init(1), cl::cat(category));
+
+static const char *kOverview =
+    "Tessera training runtime: runs a compiled plan on MPI ranks.\n"
+    "\n"
+    "  mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K\n"
+    "\n"
+    "N must equal the product of the plan's grid (e.g. dp=2 x tp=2 needs 4).\n"
+    "Steps are numbered from 0. Exit status: 0 on success, 1 on any error\n"
+    "(bad option, missing or corrupt plan or data file, wrong number of\n"
+    "ranks, failure inside a step, unwritable output); the error is printed\n"
+    "once, as 'tessera-run: error: ...', naming the file at fault.\n";
+
+namespace {
+
+/// Every rank passes its own error (empty if none). Returns true when no rank
+/// failed; otherwise the lowest failing rank prints its error and all return
+/// false. Collective over `world`.
+bool allRanksOk(const mpi::Communicator &world, const std::string &error) {
+  int mine = error.empty() ? INT_MAX : world.rank();
+  int first = INT_MAX;
+  if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.handle()) !=
+      MPI_SUCCESS) {
+    llvm::errs() << "tessera-run: error: MPI_Allreduce failed\n";
+    MPI_Abort(world.handle(), 1);
+  }
+  if (first == INT_MAX)
+    return true;
+  if (first == world.rank()) {
+    llvm::errs() << "tessera-run: error: " << error << "\n";
+    llvm::errs().flush();
+  }
+  return false;
+}
+
+/// Prints `err` and aborts every rank (for failures once ranks may be inside
+/// collectives).
+[[noreturn]] void abortAll(const mpi::Communicator &world,
+                           const std::string &error) {
+  llvm::errs() << "tessera-run: error: ";
+  if (world.size() > 1)
+    llvm::errs() << "[rank " << world.rank() << "] ";
+  llvm::errs() << error << "\n";
+  llvm::errs().flush();
+  MPI_Abort(world.handle(), 1);
+  std::exit(1);
+}
+
+/// Returns the first error message and consumes `err` (empty if success).
+std::string take(llvm::Error err) {
+  return err ? llvm::toString(std::move(err)) : std::string();
+}
+
+int exitAfterFailure() {
+  mpi::finalize();
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv, kOverview);
+
+  if (!std::getenv("OPENBLAS_NUM_THREADS"))
+    cpu::setBlasThreads(1);
+
+  if (llvm::Error err = mpi::initialize(&argc, &argv)) {
+    llvm::errs() << "tessera-run: error: " << llvm::toString(std::move(err))
+                 << "\n";
+    return 1;
+  }
+  mpi::Communicator world = mpi::Communicator::world();
+  bool isRoot = world.rank() == 0;
+
+  // Everything that can fail before the first collective: every rank checks,
+  // then all agree.
+  std::string error;
+  if (numSteps < 0)
+    error = "--steps must be >= 0";
+  else if (logEvery < 0)
+    error = "--log-every must be >= 0";
+
+  std::unique_ptr<exec::Plan> plan;
+  if (error.empty()) {
+    auto loaded = exec::Plan::load(planPath);
+    if (loaded)
+      plan = std::move(*loaded);
+    else
+      error = llvm::toString(loaded.takeError());
+  }
+  if (error.empty() && plan->manifest().numRanks() != world.size())
+    error = (planPath + " needs " + llvm::Twine(plan->manifest().numRanks()) +
+             " ranks (" + plan->manifest().gridDescription() +
+             ") but was started with " + llvm::Twine(world.size()))
+                .str();
+
+  std::optional<TokenDataset> dataset;
+  if (error.empty()) {
+    auto opened = TokenDataset::open(dataPath, plan->manifest().seqLen);
+    if (opened)
+      dataset = std::move(*opened);
+    else
+      error = llvm::toString(opened.takeError());
+  }
+
+  std::unique_ptr<MetricsWriter> metrics;
+  if (error.empty() && isRoot && !metricsPath.empty()) {
+    auto opened = MetricsWriter::open(metricsPath);
+    if (opened)
+      metrics = std::move(*opened);
+    else
+      error = llvm::toString(opened.takeError());
+  }
+  if (error.empty() && isRoot && !saveWeights.empty()) {
+    llvm::StringRef dir = llvm::sys::path::parent_path(saveWeights);
+    if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
+      error = "cannot write '" + saveWeights + "': directory '" + dir.str() +
+              "' does not exist";
+  }
+  if (!allRanksOk(world, error))
+    return exitAfterFailure();
+
+  // Grid and executor (collective: sub-communicators).
+  const exec::Manifest &m = plan->manifest();
+  std::unique_ptr<mpi::Grid> grid;
+  std::unique_ptr<exec::Executor> executor;
+  {
+    auto g = mpi::Grid::create(world, m.gridAxes, m.gridShape);
+    if (g)
+      grid = std::move(*g);
+    else
+      error = llvm::toString(g.takeError());
+  }
+  if (!allRanksOk(world, error))
+    return exitAfterFailure();
+  {
+    auto ex = exec::Executor::create(*plan, *grid);
+    if (ex)
+      executor = std::move(*ex);
+    else
+      error = llvm::toString(ex.takeError());
+  }
+  if (!allRanksOk(world, error)) {
+    grid.reset();
+    return exitAfterFailure();
+  }
+
+  // Training.
+  const double tokensPerStep =
+      static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
+  for (int64_t s = 0; s < numSteps; ++s) {
+    auto start = std::chrono::steady_clock::now();
+    auto batch = dataset->batch(s, m.globalBatch, m.seqLen, /*dpRank=*/0,
+                                /*dpSize=*/1);
+    if (!batch)
+      abortAll(world, llvm::toString(batch.takeError()));
+    llvm::Expected<double> loss = executor->step(batch->inputs, batch->labels);
+    if (!loss)
+      abortAll(world, llvm::toString(loss.takeError()));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+#ifndef NDEBUG
+    // The loss is the global mean: every rank must hold the same value.
+    double range[2] = {*loss, -*loss}, extreme[2];
+    MPI_Allreduce(range, extreme, 2, MPI_DOUBLE, MPI_MAX, world.handle());
+    if (extreme[0] != -extreme[1] && !(std::isnan(*loss)))
+      abortAll(world,
+               "step " + std::to_string(s) + ": ranks disagree on the loss");
+#endif
+    if (!isRoot)
+      continue;
+    double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;
+    if (logEvery > 0 && (s % logEvery == 0 || s + 1 == numSteps)) {
+      llvm::outs() << formatProgressLine(s, *loss, tokensPerS) << "\n";
+      llvm::outs().flush();
+    }
+    if (metrics) {
+      StepMetrics rec;
+      rec.step = s;
+      rec.loss = *loss;
+      rec.stepTimeS = seconds;
+      rec.tokensPerS = tokensPerS;
+      rec.extra.emplace_back("bytes_sent", executor->traffic().stepBytes());
+      if (llvm::Error err = metrics->write(rec))
+        abortAll(world, llvm::toString(std::move(err)));
+    }
+  }
+
+  // Final weights, global, on rank 0.
+  if (!saveWeights.empty()) {
+    auto weights = executor->gatherWeights(/*root=*/0);
+    if (!weights)
+      error = llvm::toString(weights.takeError());
+    else if (isRoot) {
+      std::vector<NamedTensor> named;
+      for (auto &[name, tensor] : *weights)
+        named.emplace_back(name, &tensor);
+      std::map<std::string, std::string> meta{
+          {"format", "pt"},
+          {"tessera.steps", std::to_string(static_cast<int64_t>(numSteps))}};
+      error = take(writeSafeTensors(llvm::StringRef(saveWeights), named, meta));
+    }
+    if (!allRanksOk(world, error)) {
+      executor.reset();
+      grid.reset();
+      return exitAfterFailure();
+    }
+  }
+
+  executor.reset();
+  grid.reset();
+  mpi::finalize();
+  return 0;
+}
