@@ -31,35 +31,37 @@ artifact::layoutOf(Attribute sharding, RankedTensorType localType,
   globalShape.clear();
   json::Array layout;
   auto attr = dyn_cast_or_null<tsr::ShardingAttr>(sharding);
+  if (attr && !attr.getPartialAxes().empty())
+    return failure(); // a program argument is never a partial sum
   for (int64_t d = 0; d < localType.getRank(); ++d) {
-    ArrayRef<int16_t> axes;
-    int64_t chunks = 1;
-    if (attr) {
-      axes = attr.getDimAxes(d);
-      chunks = attr.getDimChunks(d);
-    }
     int64_t ways = 1;
-    json::Array axesJson;
-    for (int16_t a : axes) {
-      if (a < 0 || a >= static_cast<int64_t>(gridShape.size()))
-        return failure();
-      ways *= gridShape[a];
-      axesJson.push_back(static_cast<int64_t>(a));
+    if (attr) {
+      for (int16_t a : attr.getDimAxes(d)) {
+        if (a < 0 || a >= static_cast<int64_t>(gridShape.size()))
+          return failure();
+        ways *= gridShape[a];
+      }
     }
     int64_t global = localType.getDimSize(d) * ways;
     globalShape.push_back(global);
-    json::Array factors;
-    if (chunks > 1) {
-      if (global % chunks != 0)
-        return failure();
-      factors.push_back(json::Object{{"size", chunks}, {"axes", json::Array{}}});
-      factors.push_back(
-          json::Object{{"size", global / chunks}, {"axes", std::move(axesJson)}});
-    } else {
-      factors.push_back(
-          json::Object{{"size", global}, {"axes", std::move(axesJson)}});
+    tsr::ShardingAttr::DimFactors factors;
+    if (attr)
+      factors = attr.getDimFactors(d, global);
+    else
+      factors.push_back({global, {}});
+    json::Array factorsJson;
+    int64_t product = 1;
+    for (const auto &f : factors) {
+      json::Array axes;
+      for (int16_t a : f.axes)
+        axes.push_back(static_cast<int64_t>(a));
+      factorsJson.push_back(
+          json::Object{{"size", f.size}, {"axes", std::move(axes)}});
+      product *= f.size;
     }
-    layout.push_back(std::move(factors));
+    if (product != global)
+      return failure();
+    layout.push_back(std::move(factorsJson));
   }
   return layout;
 }
@@ -229,7 +231,8 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
   ms << json::Value(std::move(*manifest));
   std::map<std::string, std::string> metadata{
       {"tessera.manifest", manifestText}};
-  if (llvm::Error err = runtime::writeSafeTensors(path, named, metadata))
+  if (llvm::Error err = runtime::writeSafeTensors(path, named, metadata,
+                                                   {kProgramTensor.str()}))
     return partitioned.emitError("cannot write '")
            << path << "': " << llvm::toString(std::move(err));
   return success();

@@ -14,6 +14,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
+
 using namespace mlir;
 using namespace tessera;
 
@@ -27,14 +29,22 @@ void pipeline::registerAllTesseraPasses() {
   lowering::registerLoweringPasses();
 }
 
+/// Shortest text that parses back to the same double (pass options are
+/// parsed from text).
+static std::string exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
 std::vector<pipeline::Stage>
 pipeline::partitionStages(const planner::Plan &plan) {
   const planner::OptimizerConfig &opt = plan.optimizer;
   std::string train = llvm::formatv(
       "tsr-build-train-step{{optimizer={0} lr={1} weight-decay={2} "
       "beta1={3} beta2={4} eps={5}}",
-      opt.name, opt.lr, opt.effectiveWeightDecay(), opt.beta1, opt.beta2,
-      opt.eps);
+      opt.name, exact(opt.lr), exact(opt.effectiveWeightDecay()),
+      exact(opt.beta1), exact(opt.beta2), exact(opt.eps));
   std::string annotate = llvm::formatv(
       "tsr-sharding-annotate{{dp={0} tp={1}}", plan.dp, plan.tp);
   return {{"build-train-step", train},

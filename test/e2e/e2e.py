@@ -111,7 +111,7 @@ def main():
                   f"{len(errs)} tensors, worst first:")
             for problem in problems:
                 print("   problem:", problem)
-            for err, name in errs[:5]:
+            for err, name, _ in errs[:5]:
                 print(f"   {err:.3e}  {name}")
             ok = ok and wok
     print("PASS" if ok else "FAIL")
