@@ -11,12 +11,15 @@
 #include "compiler/pipeline/Pipeline.h"
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
+#include <map>
 
 using namespace mlir;
 using namespace tessera;
@@ -141,6 +144,105 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
                       {"seq_len", seqLen},
                       {"arguments", std::move(args)},
                       {"results", std::move(results)}};
+}
+
+/// "[{3, 64 : tp}, []]"-style text of a layout, with axis names.
+static std::string layoutText(const json::Array &layout,
+                              const json::Array &axisNames) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  bool replicated = true;
+  os << "[";
+  llvm::interleaveComma(layout, os, [&](const json::Value &dim) {
+    const json::Array &factors = *dim.getAsArray();
+    auto factorText = [&](const json::Value &f) {
+      const json::Object &o = *f.getAsObject();
+      const json::Array &axes = *o.getArray("axes");
+      if (factors.size() > 1)
+        os << *o.getInteger("size") << (axes.empty() ? "" : " : ");
+      if (axes.empty())
+        return;
+      replicated = false;
+      llvm::interleave(
+          axes, os,
+          [&](const json::Value &a) {
+            os << *axisNames[*a.getAsInteger()].getAsString();
+          },
+          "*");
+    };
+    if (factors.size() > 1) {
+      os << "{";
+      llvm::interleaveComma(factors, os, factorText);
+      os << "}";
+    } else {
+      factorText(factors.front());
+      if (factors.front().getAsObject()->getArray("axes")->empty())
+        os << "-";
+    }
+  });
+  os << "]";
+  return replicated ? "replicated" : text;
+}
+
+void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
+                       llvm::raw_ostream &os) {
+  const json::Object &grid = *manifest.getObject("grid");
+  const json::Array &axes = *grid.getArray("axes");
+  const json::Array &shape = *grid.getArray("shape");
+  int64_t ranks = 1;
+  os << "grid:";
+  for (size_t i = 0; i < axes.size(); ++i) {
+    os << (i ? " x " : " ") << *axes[i].getAsString() << "="
+       << *shape[i].getAsInteger();
+    ranks *= *shape[i].getAsInteger();
+  }
+  os << " (" << ranks << " ranks)\n";
+  os << "batch: global " << *manifest.getInteger("global_batch")
+     << " sequences x " << *manifest.getInteger("seq_len") << " tokens\n";
+  os << "optimizer: " << json::Value(*manifest.get("optimizer")) << "\n";
+  os << "parameters (global shape -> local shape, sharding per dim):\n";
+  int64_t localBytes = 0, globalBytes = 0;
+  for (const json::Value &v : *manifest.getArray("arguments")) {
+    const json::Object &a = *v.getAsObject();
+    StringRef role = *a.getString("role");
+    auto numel = [](const json::Array &dims) {
+      int64_t n = 1;
+      for (const json::Value &d : dims)
+        n *= *d.getAsInteger();
+      return n;
+    };
+    if (role == "param" || role == "frozen" || role == "opt_state") {
+      localBytes += 4 * numel(*a.getArray("local_shape"));
+      globalBytes += 4 * numel(*a.getArray("shape"));
+    }
+    if (role == "opt_state")
+      continue;
+    os << llvm::formatv("  {0,-48} {1,-8} {2} -> {3}  {4}\n",
+                        *a.getString("name"), role,
+                        json::Value(*a.get("shape")),
+                        json::Value(*a.get("local_shape")),
+                        layoutText(*a.getArray("layout"), axes));
+  }
+  os << llvm::formatv("parameter + optimizer-state bytes per rank: {0} "
+                      "(unsharded: {1})\n",
+                      localBytes, globalBytes);
+  // Collectives of one step, by kind and grid axes.
+  std::map<std::string, int64_t> counts;
+  partitioned.walk([&](Operation *op) {
+    if (op->getDialect() && op->getDialect()->getNamespace() == "shard" &&
+        !isa<shard::GridOp>(op)) {
+      std::string key = op->getName().getStringRef().str();
+      if (auto attr = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes")) {
+        key += " over ";
+        for (auto [i, a] : llvm::enumerate(attr.asArrayRef()))
+          key += (i ? "*" : "") + axes[a].getAsString()->str();
+      }
+      ++counts[key];
+    }
+  });
+  os << "collectives per step:" << (counts.empty() ? " none" : "") << "\n";
+  for (const auto &[key, n] : counts)
+    os << "  " << n << " x " << key << "\n";
 }
 
 /// Copies an initial value (`tsr.init`) into a global-shape f32 tensor.

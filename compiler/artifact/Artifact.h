@@ -31,6 +31,12 @@ namespace tessera::artifact {
 mlir::FailureOr<llvm::json::Object>
 buildManifest(mlir::ModuleOp partitioned, const planner::Plan &plan);
 
+/// Prints the plan for people (`tessera-partition --explain`): grid,
+/// optimizer, every parameter's global and local shape and layout, per-rank
+/// parameter bytes, and the collectives of one step by kind and grid axes.
+void explain(const llvm::json::Object &manifest, mlir::ModuleOp partitioned,
+             llvm::raw_ostream &os);
+
 /// Lowers a clone of `partitioned` to the runtime program and writes the
 /// artifact to `path` (via a temporary file and rename, so a failure never
 /// leaves a half-written file). `dumpDir`, if set, receives the runtime

@@ -87,8 +87,9 @@ static cl::opt<std::string>
             cl::desc("Write the IR after every pass to DIR/NN-<pass>.mlir"),
             cl::value_desc("DIR"), cl::init(""), cl::cat(category));
 static cl::opt<bool> explain("explain",
-                             cl::desc("Print the plan and every argument's "
-                                      "sharding (JSON) to stdout"),
+                             cl::desc("Print the plan: grid, every parameter's "
+                                      "sharding, bytes per rank and the "
+                                      "collectives of one step"),
                              cl::init(false), cl::cat(category));
 
 static int fail(const llvm::Twine &msg) {
@@ -157,8 +158,7 @@ int main(int argc, char **argv) {
     auto manifest = artifact::buildManifest(*module, plan);
     if (failed(manifest))
       return 1;
-    llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(*manifest)))
-                 << "\n";
+    artifact::explain(*manifest, *module, llvm::outs());
   }
   if (failed(artifact::writeArtifact(*module, plan, outputPath, dumpDir,
                                      stages.size() + 1)))
