@@ -18,10 +18,16 @@ tool_dirs.append(os.path.join(config.tessera_obj_root, "test", "unittests", "exe
 config.environment["PATH"] = os.pathsep.join(
     tool_dirs + [config.llvm_tools_dir, config.environment.get("PATH", "")]
 )
-for var in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
-            "OMPI_MCA_rmaps_base_oversubscribe", "OPENBLAS_NUM_THREADS", "HOME"):
-    if var in os.environ:
-        config.environment[var] = os.environ[var]
+# MPI tests run as root in CI containers, oversubscribe the 2-core machine,
+# and use one OpenBLAS thread per rank.
+config.environment.update({
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+})
+if "HOME" in os.environ:
+    config.environment["HOME"] = os.environ["HOME"]
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%srcroot", config.tessera_src_root))
 config.substitutions.append(("%models", os.path.join(config.tessera_src_root, "test", "e2e", "models")))
