@@ -12,10 +12,10 @@
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
@@ -105,33 +105,33 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
              << name.getValue() << "' has unsupported element type "
              << type.getElementType();
     SmallVector<int64_t> globalShape;
-    auto layout = layoutOf(func.getArgAttr(i, "tsr.sharding"), type,
-                           gridShape, globalShape);
+    auto layout = layoutOf(func.getArgAttr(i, "tsr.sharding"), type, gridShape,
+                           globalShape);
     if (failed(layout))
       return func.emitError("argument '")
-             << name.getValue() << "' has a sharding the runtime cannot lay out";
+             << name.getValue()
+             << "' has a sharding the runtime cannot lay out";
     if (role.getValue() == "tokens" && globalShape.size() == 2) {
       globalBatch = globalShape[0];
       seqLen = globalShape[1];
     }
-    args.push_back(json::Object{
-        {"index", static_cast<int64_t>(i)},
-        {"name", name.getValue()},
-        {"role", role.getValue()},
-        {"dtype", dtype},
-        {"shape", json::Array(globalShape)},
-        {"local_shape", json::Array(type.getShape())},
-        {"layout", std::move(*layout)}});
+    args.push_back(json::Object{{"index", static_cast<int64_t>(i)},
+                                {"name", name.getValue()},
+                                {"role", role.getValue()},
+                                {"dtype", dtype},
+                                {"shape", json::Array(globalShape)},
+                                {"local_shape", json::Array(type.getShape())},
+                                {"layout", std::move(*layout)}});
   }
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     auto role = func.getResultAttrOfType<StringAttr>(i, "tsr.role");
     auto name = func.getResultAttrOfType<StringAttr>(i, "tsr.name");
     if (!role)
       return func.emitError("result ") << i << " lacks tsr.role";
-    results.push_back(json::Object{
-        {"index", static_cast<int64_t>(i)},
-        {"role", role.getValue()},
-        {"name", name ? name.getValue() : role.getValue()}});
+    results.push_back(
+        json::Object{{"index", static_cast<int64_t>(i)},
+                     {"role", role.getValue()},
+                     {"name", name ? name.getValue() : role.getValue()}});
   }
   json::Object planJson = plan.toJSON();
   return json::Object{{"format", "tessera-plan"},
@@ -217,11 +217,10 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
     }
     if (role == "opt_state")
       continue;
-    os << llvm::formatv("  {0,-48} {1,-8} {2} -> {3}  {4}\n",
-                        *a.getString("name"), role,
-                        json::Value(*a.get("shape")),
-                        json::Value(*a.get("local_shape")),
-                        layoutText(*a.getArray("layout"), axes));
+    os << llvm::formatv(
+        "  {0,-48} {1,-8} {2} -> {3}  {4}\n", *a.getString("name"), role,
+        json::Value(*a.get("shape")), json::Value(*a.get("local_shape")),
+        layoutText(*a.getArray("layout"), axes));
   }
   os << llvm::formatv("parameter + optimizer-state bytes per rank: {0} "
                       "(unsharded: {1})\n",
@@ -261,13 +260,12 @@ static FailureOr<runtime::Tensor> initTensor(func::FuncOp func, unsigned i,
            << elements.getShapedType() << " but the program expects "
            << globalShape.size() << "-d global shape";
   runtime::Tensor t = runtime::Tensor::empty(
-      runtime::DType::F32, std::vector<int64_t>(globalShape.begin(),
-                                                globalShape.end()));
+      runtime::DType::F32,
+      std::vector<int64_t>(globalShape.begin(), globalShape.end()));
   float *out = t.data<float>();
   if (auto resource = dyn_cast<DenseResourceElementsAttr>(elements)) {
     AsmResourceBlob *blob = resource.getRawHandle().getBlob();
-    if (!blob ||
-        blob->getData().size() != static_cast<size_t>(t.numel()) * 4)
+    if (!blob || blob->getData().size() != static_cast<size_t>(t.numel()) * 4)
       return func.emitError("parameter '")
              << name.getValue() << "' initial value blob is missing or short";
     std::memcpy(out, blob->getData().data(), t.numel() * 4);
@@ -280,9 +278,8 @@ static FailureOr<runtime::Tensor> initTensor(func::FuncOp func, unsigned i,
 }
 
 LogicalResult artifact::writeArtifact(ModuleOp partitioned,
-                                      const planner::Plan &plan,
-                                      StringRef path, StringRef dumpDir,
-                                      unsigned dumpIndex) {
+                                      const planner::Plan &plan, StringRef path,
+                                      StringRef dumpDir, unsigned dumpIndex) {
   auto manifest = buildManifest(partitioned, plan);
   if (failed(manifest))
     return failure();
@@ -334,7 +331,7 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
   std::map<std::string, std::string> metadata{
       {"tessera.manifest", manifestText}};
   if (llvm::Error err = runtime::writeSafeTensors(path, named, metadata,
-                                                   {kProgramTensor.str()}))
+                                                  {kProgramTensor.str()}))
     return partitioned.emitError("cannot write '")
            << path << "': " << llvm::toString(std::move(err));
   return success();

@@ -28,8 +28,8 @@ namespace tessera::artifact {
 /// Builds the manifest from the partitioned module (func @train_step with
 /// `tsr.role`, `tsr.name`, `tsr.sharding` argument attributes). Emits a
 /// diagnostic and returns failure on an argument it cannot describe.
-mlir::FailureOr<llvm::json::Object>
-buildManifest(mlir::ModuleOp partitioned, const planner::Plan &plan);
+mlir::FailureOr<llvm::json::Object> buildManifest(mlir::ModuleOp partitioned,
+                                                  const planner::Plan &plan);
 
 /// Prints the plan for people (`tessera-partition --explain`): grid,
 /// optimizer, every parameter's global and local shape and layout, per-rank

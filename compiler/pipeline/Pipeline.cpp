@@ -45,8 +45,8 @@ pipeline::partitionStages(const planner::Plan &plan) {
       "beta1={3} beta2={4} eps={5}}",
       opt.name, exact(opt.lr), exact(opt.effectiveWeightDecay()),
       exact(opt.beta1), exact(opt.beta2), exact(opt.eps));
-  std::string annotate = llvm::formatv(
-      "tsr-sharding-annotate{{dp={0} tp={1}}", plan.dp, plan.tp);
+  std::string annotate =
+      llvm::formatv("tsr-sharding-annotate{{dp={0} tp={1}}", plan.dp, plan.tp);
   return {{"build-train-step", train},
           {"sharding-annotate", annotate},
           {"sharding-propagate", "tsr-sharding-propagate"},

@@ -13,7 +13,7 @@ using namespace tessera::tsr;
 /// 2·batch·M·N·K: one multiply and one add per term.
 int64_t MatmulOp::getFlops() {
   auto lhs = getLhs().getType();
-  int64_t k = lhs.getDimSize(getTransposeLhs() ? lhs.getRank() - 2
-                                               : lhs.getRank() - 1);
+  int64_t k =
+      lhs.getDimSize(getTransposeLhs() ? lhs.getRank() - 2 : lhs.getRank() - 1);
   return 2 * getResult().getType().getNumElements() * k;
 }

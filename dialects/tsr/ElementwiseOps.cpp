@@ -24,9 +24,8 @@ LogicalResult BroadcastOp::verify() {
     return emitOpError("element type changes from ")
            << in.getElementType() << " to " << out.getElementType();
   if (in.getRank() > out.getRank())
-    return emitOpError("input rank ") << in.getRank()
-                                      << " exceeds result rank "
-                                      << out.getRank();
+    return emitOpError("input rank ")
+           << in.getRank() << " exceeds result rank " << out.getRank();
   int64_t offset = out.getRank() - in.getRank();
   for (int64_t d = 0; d < in.getRank(); ++d) {
     int64_t a = in.getDimSize(d), b = out.getDimSize(d + offset);
@@ -38,9 +37,10 @@ LogicalResult BroadcastOp::verify() {
 }
 
 /// Shared by the reductions: validates `axes` and computes the result shape.
-static FailureOr<RankedTensorType>
-inferReducedType(std::optional<Location> loc, Type inputType,
-                 ArrayRef<int64_t> axes, bool keepdim) {
+static FailureOr<RankedTensorType> inferReducedType(std::optional<Location> loc,
+                                                    Type inputType,
+                                                    ArrayRef<int64_t> axes,
+                                                    bool keepdim) {
   auto in = dyn_cast<RankedTensorType>(inputType);
   if (!in)
     return failure();
@@ -72,7 +72,7 @@ inferReducedType(std::optional<Location> loc, Type inputType,
       DictionaryAttr attributes, OpaqueProperties properties,                  \
       RegionRange regions, SmallVectorImpl<Type> &inferred) {                  \
     OP::Adaptor adaptor(operands, attributes, properties, regions);            \
-    auto type = inferReducedType(loc, adaptor.getInput().getType(),           \
+    auto type = inferReducedType(loc, adaptor.getInput().getType(),            \
                                  adaptor.getAxes(), adaptor.getKeepdim());     \
     if (failed(type))                                                          \
       return failure();                                                        \
@@ -86,7 +86,7 @@ inferReducedType(std::optional<Location> loc, Type inputType,
       return failure();                                                        \
     if (*type != getResult().getType())                                        \
       return emitOpError("result type ")                                       \
-             << getResult().getType() << " should be " << *type;              \
+             << getResult().getType() << " should be " << *type;               \
     return success();                                                          \
   }
 

@@ -64,9 +64,8 @@ struct GradBuilder {
     auto t = tensorType(v);
     if (t.getShape() == shape)
       return v;
-    return ReshapeOp::create(b, loc,
-                             RankedTensorType::get(shape, t.getElementType()),
-                             v);
+    return ReshapeOp::create(
+        b, loc, RankedTensorType::get(shape, t.getElementType()), v);
   }
 
   /// Sums `g` (shape of `to` broadcast to g's shape by tsr.broadcast's rules)
@@ -216,9 +215,8 @@ LogicalResult ConstantOp::buildGradient(OpBuilder &, ArrayRef<Value>,
 LogicalResult AddOp::buildGradient(OpBuilder &builder,
                                    ArrayRef<Value> resultGrads,
                                    SmallVectorImpl<Value> &operandGrads) {
-  return binaryRule(*this, resultGrads, operandGrads, [&](Value g) {
-    return std::pair<Value, Value>(g, g);
-  });
+  return binaryRule(*this, resultGrads, operandGrads,
+                    [&](Value g) { return std::pair<Value, Value>(g, g); });
 }
 
 LogicalResult SubOp::buildGradient(OpBuilder &builder,
@@ -246,9 +244,8 @@ LogicalResult DivOp::buildGradient(OpBuilder &builder,
   // y = a / b: da = g / b; db = -g·a / b² = -da · y.
   return binaryRule(*this, resultGrads, operandGrads, [&](Value g) {
     Value da = gb.div(g, getRhs());
-    Value db = isConstantValue(getRhs())
-                   ? Value()
-                   : gb.neg(gb.mul(da, getResult()));
+    Value db =
+        isConstantValue(getRhs()) ? Value() : gb.neg(gb.mul(da, getResult()));
     return std::pair<Value, Value>(da, db);
   });
 }
@@ -287,19 +284,19 @@ LogicalResult MaxOp::buildGradient(OpBuilder &builder,
   // torch.maximum's rule: the gradient goes to the larger operand; on a tie
   // each operand gets half.
   return binaryRule(*this, resultGrads, operandGrads, [&](Value g) {
-    auto maskType = RankedTensorType::get(tensorType(g).getShape(),
-                                          builder.getI1Type());
+    auto maskType =
+        RankedTensorType::get(tensorType(g).getShape(), builder.getI1Type());
     Value y = getResult();
     Value isA = EqualOp::create(builder, getLoc(), maskType, getLhs(), y);
     Value isB = EqualOp::create(builder, getLoc(), maskType, getRhs(), y);
     Value half = gb.scale(g, 0.5);
     Value zero = gb.zerosLike(g);
-    Value da = SelectOp::create(builder, getLoc(), isA,
-                                SelectOp::create(builder, getLoc(), isB, half, g),
-                                zero);
-    Value db = SelectOp::create(builder, getLoc(), isB,
-                                SelectOp::create(builder, getLoc(), isA, half, g),
-                                zero);
+    Value da = SelectOp::create(
+        builder, getLoc(), isA,
+        SelectOp::create(builder, getLoc(), isB, half, g), zero);
+    Value db = SelectOp::create(
+        builder, getLoc(), isB,
+        SelectOp::create(builder, getLoc(), isA, half, g), zero);
     return std::pair<Value, Value>(da, db);
   });
 }
@@ -448,9 +445,9 @@ LogicalResult ReduceSumOp::buildGradient(OpBuilder &builder,
   });
 }
 
-LogicalResult ReduceMeanOp::buildGradient(OpBuilder &builder,
-                                          ArrayRef<Value> resultGrads,
-                                          SmallVectorImpl<Value> &operandGrads) {
+LogicalResult
+ReduceMeanOp::buildGradient(OpBuilder &builder, ArrayRef<Value> resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
   GradBuilder gb{builder, getLoc()};
   return unaryRule(*this, resultGrads, operandGrads, [&](Value g) {
     int64_t count = 1;
@@ -477,8 +474,8 @@ LogicalResult ReduceMaxOp::buildGradient(OpBuilder &builder,
     Value maskF = ConvertOp::create(builder, getLoc(), in, mask);
     Value count =
         ReduceSumOp::create(builder, getLoc(), maskF, getAxes(), true);
-    Value share = gb.div(gb.reshape(g, GradBuilder::keepdimShape(in, getAxes())),
-                         count);
+    Value share =
+        gb.div(gb.reshape(g, GradBuilder::keepdimShape(in, getAxes())), count);
     return gb.mul(maskF, gb.broadcastBack(share, in, getAxes()));
   });
 }
@@ -689,9 +686,9 @@ LogicalResult SoftmaxOp::buildGradient(OpBuilder &builder,
   });
 }
 
-LogicalResult CrossEntropyOp::buildGradient(
-    OpBuilder &builder, ArrayRef<Value> resultGrads,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult
+CrossEntropyOp::buildGradient(OpBuilder &builder, ArrayRef<Value> resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
   auto g = singleResultGrad(*this, resultGrads);
   if (failed(g))
     return failure();

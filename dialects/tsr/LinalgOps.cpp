@@ -7,9 +7,10 @@ using namespace tessera::tsr;
 
 /// Result type of `lhs x rhs` with optional transposes, or failure with a
 /// diagnostic at `loc` when present.
-static FailureOr<RankedTensorType>
-inferMatmulType(std::optional<Location> loc, Type lhsType, Type rhsType,
-                bool transposeLhs, bool transposeRhs) {
+static FailureOr<RankedTensorType> inferMatmulType(std::optional<Location> loc,
+                                                   Type lhsType, Type rhsType,
+                                                   bool transposeLhs,
+                                                   bool transposeRhs) {
   auto lhs = dyn_cast<RankedTensorType>(lhsType);
   auto rhs = dyn_cast<RankedTensorType>(rhsType);
   auto fail = [&](const Twine &msg) -> FailureOr<RankedTensorType> {
@@ -41,15 +42,15 @@ inferMatmulType(std::optional<Location> loc, Type lhsType, Type rhsType,
   return RankedTensorType::get(shape, lhs.getElementType());
 }
 
-LogicalResult MatmulOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, ValueRange operands,
-    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
-    SmallVectorImpl<Type> &inferred) {
+LogicalResult
+MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                           ValueRange operands, DictionaryAttr attributes,
+                           OpaqueProperties properties, RegionRange regions,
+                           SmallVectorImpl<Type> &inferred) {
   Adaptor adaptor(operands, attributes, properties, regions);
-  auto type = inferMatmulType(loc, adaptor.getLhs().getType(),
-                              adaptor.getRhs().getType(),
-                              adaptor.getTransposeLhs(),
-                              adaptor.getTransposeRhs());
+  auto type = inferMatmulType(
+      loc, adaptor.getLhs().getType(), adaptor.getRhs().getType(),
+      adaptor.getTransposeLhs(), adaptor.getTransposeRhs());
   if (failed(type))
     return failure();
   inferred.push_back(*type);

@@ -9,9 +9,8 @@ using namespace tessera::tsr;
 // Gather
 //===----------------------------------------------------------------------===//
 
-static FailureOr<RankedTensorType> inferGatherType(std::optional<Location> loc,
-                                                   Type tableType,
-                                                   Type indicesType) {
+static FailureOr<RankedTensorType>
+inferGatherType(std::optional<Location> loc, Type tableType, Type indicesType) {
   auto table = dyn_cast<RankedTensorType>(tableType);
   auto indices = dyn_cast<RankedTensorType>(indicesType);
   if (!table || !indices)
@@ -26,10 +25,11 @@ static FailureOr<RankedTensorType> inferGatherType(std::optional<Location> loc,
   return RankedTensorType::get(shape, table.getElementType());
 }
 
-LogicalResult GatherOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, ValueRange operands,
-    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
-    SmallVectorImpl<Type> &inferred) {
+LogicalResult
+GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                           ValueRange operands, DictionaryAttr attributes,
+                           OpaqueProperties properties, RegionRange regions,
+                           SmallVectorImpl<Type> &inferred) {
   Adaptor adaptor(operands, attributes, properties, regions);
   auto type = inferGatherType(loc, adaptor.getTable().getType(),
                               adaptor.getIndices().getType());
@@ -95,8 +95,8 @@ LogicalResult LayerNormGradOp::verify() {
 static LogicalResult verifyAxis(Operation *op, Type type, int64_t axis) {
   auto rank = cast<RankedTensorType>(type).getRank();
   if (axis < 0 || axis >= rank)
-    return op->emitOpError("axis ") << axis << " out of range for rank "
-                                    << rank;
+    return op->emitOpError("axis ")
+           << axis << " out of range for rank " << rank;
   return success();
 }
 

@@ -60,10 +60,11 @@ inferTransposeType(std::optional<Location> loc, Type inputType,
   return RankedTensorType::get(shape, in.getElementType());
 }
 
-LogicalResult TransposeOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, ValueRange operands,
-    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
-    SmallVectorImpl<Type> &inferred) {
+LogicalResult
+TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                              ValueRange operands, DictionaryAttr attributes,
+                              OpaqueProperties properties, RegionRange regions,
+                              SmallVectorImpl<Type> &inferred) {
   Adaptor adaptor(operands, attributes, properties, regions);
   auto type = inferTransposeType(loc, adaptor.getInput().getType(),
                                  adaptor.getPermutation());
@@ -74,8 +75,8 @@ LogicalResult TransposeOp::inferReturnTypes(
 }
 
 LogicalResult TransposeOp::verify() {
-  auto type = inferTransposeType(getLoc(), getInput().getType(),
-                                 getPermutation());
+  auto type =
+      inferTransposeType(getLoc(), getInput().getType(), getPermutation());
   if (failed(type))
     return failure();
   if (*type != getResult().getType())
@@ -88,10 +89,11 @@ LogicalResult TransposeOp::verify() {
 // SliceOp
 //===----------------------------------------------------------------------===//
 
-static FailureOr<RankedTensorType>
-inferSliceType(std::optional<Location> loc, Type inputType,
-               ArrayRef<int64_t> starts, ArrayRef<int64_t> limits,
-               ArrayRef<int64_t> strides) {
+static FailureOr<RankedTensorType> inferSliceType(std::optional<Location> loc,
+                                                  Type inputType,
+                                                  ArrayRef<int64_t> starts,
+                                                  ArrayRef<int64_t> limits,
+                                                  ArrayRef<int64_t> strides) {
   auto in = dyn_cast<RankedTensorType>(inputType);
   if (!in)
     return failure();
@@ -117,10 +119,11 @@ inferSliceType(std::optional<Location> loc, Type inputType,
   return RankedTensorType::get(shape, in.getElementType());
 }
 
-LogicalResult SliceOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, ValueRange operands,
-    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
-    SmallVectorImpl<Type> &inferred) {
+LogicalResult
+SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                          ValueRange operands, DictionaryAttr attributes,
+                          OpaqueProperties properties, RegionRange regions,
+                          SmallVectorImpl<Type> &inferred) {
   Adaptor adaptor(operands, attributes, properties, regions);
   auto type = inferSliceType(loc, adaptor.getInput().getType(),
                              adaptor.getStartIndices(),
@@ -146,9 +149,8 @@ LogicalResult SliceOp::verify() {
 // ConcatOp
 //===----------------------------------------------------------------------===//
 
-static FailureOr<RankedTensorType> inferConcatType(std::optional<Location> loc,
-                                                   TypeRange inputs,
-                                                   int64_t axis) {
+static FailureOr<RankedTensorType>
+inferConcatType(std::optional<Location> loc, TypeRange inputs, int64_t axis) {
   auto fail = [&](const Twine &msg) -> FailureOr<RankedTensorType> {
     if (loc)
       emitError(*loc, msg);
@@ -176,10 +178,11 @@ static FailureOr<RankedTensorType> inferConcatType(std::optional<Location> loc,
   return RankedTensorType::get(shape, first.getElementType());
 }
 
-LogicalResult ConcatOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, ValueRange operands,
-    DictionaryAttr attributes, OpaqueProperties properties, RegionRange regions,
-    SmallVectorImpl<Type> &inferred) {
+LogicalResult
+ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                           ValueRange operands, DictionaryAttr attributes,
+                           OpaqueProperties properties, RegionRange regions,
+                           SmallVectorImpl<Type> &inferred) {
   Adaptor adaptor(operands, attributes, properties, regions);
   auto type =
       inferConcatType(loc, adaptor.getInputs().getTypes(), adaptor.getAxis());

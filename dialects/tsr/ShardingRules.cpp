@@ -37,8 +37,7 @@ ShardingRule ConstantOp::getShardingRule() {
 
 /// Elementwise ops linear in some operand groups (partial sums pass through).
 static ShardingRule
-linearElementwise(Operation *op,
-                  ArrayRef<SmallVector<unsigned, 2>> groups) {
+linearElementwise(Operation *op, ArrayRef<SmallVector<unsigned, 2>> groups) {
   ShardingRule rule = ShardingRule::elementwise(op);
   rule.linearGroups.assign(groups.begin(), groups.end());
   return rule;

@@ -43,8 +43,8 @@ static LogicalResult verifyCollective(Operation *op, ArrayRef<int16_t> axes,
   int64_t rank = cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
   for (int64_t d : dims)
     if (d < 0 || d >= rank)
-      return op->emitOpError("dimension ") << d << " out of range for rank "
-                                           << rank;
+      return op->emitOpError("dimension ")
+             << d << " out of range for rank " << rank;
   return success();
 }
 
@@ -65,5 +65,6 @@ LogicalResult ReduceScatterOp::verify() {
 }
 
 LogicalResult AllToAllOp::verify() {
-  return verifyCollective(*this, getGridAxes(), {getSplitDim(), getConcatDim()});
+  return verifyCollective(*this, getGridAxes(),
+                          {getSplitDim(), getConcatDim()});
 }

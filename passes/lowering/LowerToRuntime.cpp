@@ -82,7 +82,8 @@ struct LowerToRuntimePass
       Operation *lowered = nullptr;
       Location loc = op->getLoc();
       if (auto cst = dyn_cast<tsr::ConstantOp>(op)) {
-        lowered = tsrt::ConstantOp::create(b, loc, cst.getType(), cst.getValue());
+        lowered =
+            tsrt::ConstantOp::create(b, loc, cst.getType(), cst.getValue());
       } else if (op->getDialect() &&
                  op->getDialect()->getNamespace() == "tsr") {
         lowered = tsrt::KernelOp::create(

@@ -1,4 +1,5 @@
-//===- Passes.h - lowering passes -----------------------------------*- C++ -*-===//
+//===- Passes.h - lowering passes -----------------------------------*- C++
+//-*-===//
 
 #ifndef TESSERA_PASSES_LOWERING_PASSES_H
 #define TESSERA_PASSES_LOWERING_PASSES_H

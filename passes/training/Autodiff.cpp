@@ -24,8 +24,7 @@ training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
   DenseMap<Value, Value> cotangents;
   auto accumulate = [&](Value v, Value dv) {
     Value &slot = cotangents[v];
-    slot = slot ? tsr::AddOp::create(builder, dv.getLoc(), slot, dv)
-                      .getResult()
+    slot = slot ? tsr::AddOp::create(builder, dv.getLoc(), slot, dv).getResult()
                 : dv;
   };
   for (auto [v, dv] : seeds)

@@ -1,4 +1,5 @@
-//===- Autodiff.h - reverse-mode differentiation of tsr ops ------*- C++ -*-===//
+//===- Autodiff.h - reverse-mode differentiation of tsr ops ------*- C++
+//-*-===//
 //
 // The reverse-mode core of `tsr-build-train-step`, usable on its own (the
 // unit tests differentiate small functions with it). It never switches on op

@@ -171,8 +171,7 @@ LogicalResult BuildTrainStepPass::run() {
     return forward.emitError(
         "tsr-build-train-step: the module already has a @train_step");
   if (forward.isExternal() || !forward.getBody().hasOneBlock())
-    return forward.emitError(
-        "@forward must have a body of exactly one block");
+    return forward.emitError("@forward must have a body of exactly one block");
   auto ret = dyn_cast<func::ReturnOp>(forward.front().getTerminator());
   if (!ret)
     return forward.emitError("@forward must end with func.return");
@@ -335,8 +334,8 @@ LogicalResult BuildTrainStepPass::run() {
   // Loss = cross_entropy(logits [N, V], labels [N]) · (1/N): the sum and the
   // 1/N constant stay separate ops (the count is the global token count).
   Location lossLoc = ret.getLoc();
-  auto rowsType = RankedTensorType::get({numTokens, vocab},
-                                        logitsType.getElementType());
+  auto rowsType =
+      RankedTensorType::get({numTokens, vocab}, logitsType.getElementType());
   Value logits2d = logits;
   if (logitsType != rowsType) {
     logits2d = tsr::ReshapeOp::create(builder, lossLoc, rowsType, logits);
@@ -387,11 +386,10 @@ LogicalResult BuildTrainStepPass::run() {
     Value g = (*grads)[k];
     Location loc = forward.getArgument(params[k]).getLoc();
     if (!adamw) {
-      results.push_back(
-          g ? tsr::SgdUpdateOp::create(builder, loc, p.getType(), p, g, lrAttr,
-                                       wdAttr)
-                  .getResult()
-            : p);
+      results.push_back(g ? tsr::SgdUpdateOp::create(builder, loc, p.getType(),
+                                                     p, g, lrAttr, wdAttr)
+                                .getResult()
+                          : p);
       continue;
     }
     Value m = entry->getArgument(optStateBegin + 2 * k);

@@ -1,4 +1,5 @@
-//===- Passes.h - training passes -----------------------------------*- C++ -*-===//
+//===- Passes.h - training passes -----------------------------------*- C++
+//-*-===//
 
 #ifndef TESSERA_PASSES_TRAINING_PASSES_H
 #define TESSERA_PASSES_TRAINING_PASSES_H

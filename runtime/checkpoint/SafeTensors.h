@@ -53,10 +53,10 @@ using RawByteTensorNames = std::set<std::string>;
 
 /// Serialises to `os` (header + data). Errors on duplicate or empty names,
 /// the reserved name "__metadata__", or null tensors.
-llvm::Error
-writeSafeTensors(llvm::raw_ostream &os, llvm::ArrayRef<NamedTensor> tensors,
-                 const std::map<std::string, std::string> &metadata,
-                 const RawByteTensorNames &rawBytes = {});
+llvm::Error writeSafeTensors(llvm::raw_ostream &os,
+                             llvm::ArrayRef<NamedTensor> tensors,
+                             const std::map<std::string, std::string> &metadata,
+                             const RawByteTensorNames &rawBytes = {});
 
 /// Serialises into a byte string (e.g. to embed in another artifact).
 llvm::Expected<std::string>
@@ -66,10 +66,10 @@ serializeSafeTensors(llvm::ArrayRef<NamedTensor> tensors,
 /// Writes `path` atomically: writes `path.tmp`, then renames it over `path`.
 /// On any failure the tmp file is removed and `path` is left untouched.
 /// Errors name the path.
-llvm::Error
-writeSafeTensors(llvm::StringRef path, llvm::ArrayRef<NamedTensor> tensors,
-                 const std::map<std::string, std::string> &metadata,
-                 const RawByteTensorNames &rawBytes = {});
+llvm::Error writeSafeTensors(llvm::StringRef path,
+                             llvm::ArrayRef<NamedTensor> tensors,
+                             const std::map<std::string, std::string> &metadata,
+                             const RawByteTensorNames &rawBytes = {});
 
 /// Parses an in-memory safetensors blob; `name` is used in error messages.
 llvm::Expected<SafeTensorsFile> parseSafeTensors(llvm::StringRef buffer,

@@ -27,6 +27,6 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<tessera::tsr::TsrDialect, tessera::tsrt::TsrtDialect,
                   mlir::func::FuncDialect, mlir::shard::ShardDialect>();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "Tessera optimizer driver\n", registry));
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "Tessera optimizer driver\n", registry));
 }

@@ -42,11 +42,13 @@ static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx>"),
                                       cl::cat(category));
 static cl::opt<std::string>
-    outputPath("o", cl::desc("Output: plan artifact (.tsr), or .mlir with "
-                             "--emit other than plan; '-' for stdout"),
+    outputPath("o",
+               cl::desc("Output: plan artifact (.tsr), or .mlir with "
+                        "--emit other than plan; '-' for stdout"),
                cl::value_desc("path"), cl::init("plan.tsr"), cl::cat(category));
-static cl::opt<int64_t> dp("dp", cl::desc("Data-parallel degree (grid axis "
-                                          "'dp'); must divide the batch"),
+static cl::opt<int64_t> dp("dp",
+                           cl::desc("Data-parallel degree (grid axis "
+                                    "'dp'); must divide the batch"),
                            cl::init(1), cl::cat(category));
 static cl::opt<int64_t>
     tp("tp",
@@ -58,14 +60,14 @@ static cl::opt<std::string> optimizer("optimizer",
                                       cl::init("adamw"), cl::cat(category));
 static cl::opt<double> lr("lr", cl::desc("Learning rate"), cl::init(1e-3),
                           cl::cat(category));
-static cl::opt<double> weightDecay(
-    "weight-decay",
-    cl::desc("Weight decay (default: 0.01 for adamw, 0 for sgd)"),
-    cl::init(-1), cl::cat(category));
+static cl::opt<double>
+    weightDecay("weight-decay",
+                cl::desc("Weight decay (default: 0.01 for adamw, 0 for sgd)"),
+                cl::init(-1), cl::cat(category));
 static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
                              cl::cat(category));
-static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"),
-                             cl::init(0.999), cl::cat(category));
+static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"), cl::init(0.999),
+                             cl::cat(category));
 static cl::opt<double> eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
                            cl::cat(category));
 static cl::opt<std::string>
@@ -74,14 +76,14 @@ static cl::opt<std::string>
                     "(not trained)"),
            cl::init(""), cl::cat(category));
 enum class Emit { Plan, Import, Train, Sharded };
-static cl::opt<Emit> emit(
-    "emit", cl::desc("What to write"), cl::init(Emit::Plan),
-    cl::values(clEnumValN(Emit::Plan, "plan", "the plan.tsr artifact"),
-               clEnumValN(Emit::Import, "import", "MLIR after import"),
-               clEnumValN(Emit::Train, "train", "MLIR of @train_step"),
-               clEnumValN(Emit::Sharded, "sharded",
-                          "MLIR after sharding-partition")),
-    cl::cat(category));
+static cl::opt<Emit>
+    emit("emit", cl::desc("What to write"), cl::init(Emit::Plan),
+         cl::values(clEnumValN(Emit::Plan, "plan", "the plan.tsr artifact"),
+                    clEnumValN(Emit::Import, "import", "MLIR after import"),
+                    clEnumValN(Emit::Train, "train", "MLIR of @train_step"),
+                    clEnumValN(Emit::Sharded, "sharded",
+                               "MLIR after sharding-partition")),
+         cl::cat(category));
 static cl::opt<std::string>
     dumpDir("dump-ir-after-each",
             cl::desc("Write the IR after every pass to DIR/NN-<pass>.mlir"),

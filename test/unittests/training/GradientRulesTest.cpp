@@ -22,9 +22,9 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "mlir/Pass/PassManager.h"
 
 #include "gtest/gtest.h"
 
@@ -75,8 +75,8 @@ protected:
     std::vector<RefTensor> args;
     for (Type t : f.getArgumentTypes()) {
       auto tt = cast<RankedTensorType>(t);
-      RefTensor r(std::vector<int64_t>(tt.getShape().begin(),
-                                       tt.getShape().end()));
+      RefTensor r(
+          std::vector<int64_t>(tt.getShape().begin(), tt.getShape().end()));
       Type elem = tt.getElementType();
       for (double &v : r.data) {
         if (elem.isInteger(1)) {
@@ -158,14 +158,14 @@ protected:
     ASSERT_EQ(f.getNumResults(), 1u);
     std::vector<unsigned> wrtIndices;
     func::FuncOp g = buildGradFunc(*module, f, wrtIndices);
-    ASSERT_TRUE(succeeded(verify(*module)))
-        << diagnostics << "\n" << print(*module);
+    ASSERT_TRUE(succeeded(verify(*module))) << diagnostics << "\n"
+                                            << print(*module);
 
     std::mt19937_64 rng(in.seed);
     std::vector<RefTensor> args = randomArgs(f, in, rng);
     auto rt = cast<RankedTensorType>(f.getResultTypes()[0]);
-    RefTensor w(std::vector<int64_t>(rt.getShape().begin(),
-                                     rt.getShape().end()));
+    RefTensor w(
+        std::vector<int64_t>(rt.getShape().begin(), rt.getShape().end()));
     std::uniform_real_distribution<double> uw(-1.0, 1.0);
     for (double &v : w.data)
       v = uw(rng);
@@ -174,8 +174,8 @@ protected:
     std::vector<RefTensor> analytic, out;
     std::vector<RefTensor> gArgs = args;
     gArgs.push_back(w);
-    ASSERT_TRUE(test::evaluate(g, gArgs, analytic, error))
-        << error << "\n" << print(g);
+    ASSERT_TRUE(test::evaluate(g, gArgs, analytic, error)) << error << "\n"
+                                                           << print(g);
     auto objective = [&](const std::vector<RefTensor> &a) {
       std::vector<RefTensor> res;
       bool ok = test::evaluate(f, a, res, error);
@@ -212,7 +212,8 @@ protected:
 //===----------------------------------------------------------------------===//
 
 TEST_F(GradientRules, Add) {
-  check(R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  check(
+      R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
     %0 = tsr.add %a, %b : tensor<2x3xf32>
     return %0 : tensor<2x3xf32>
   })");
@@ -227,14 +228,16 @@ TEST_F(GradientRules, AddSameOperandTwice) {
 }
 
 TEST_F(GradientRules, Sub) {
-  check(R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  check(
+      R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
     %0 = tsr.sub %a, %b : tensor<2x3xf32>
     return %0 : tensor<2x3xf32>
   })");
 }
 
 TEST_F(GradientRules, Mul) {
-  check(R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  check(
+      R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
     %0 = tsr.mul %a, %b : tensor<2x3xf32>
     return %0 : tensor<2x3xf32>
   })");
@@ -243,10 +246,12 @@ TEST_F(GradientRules, Mul) {
 TEST_F(GradientRules, Div) {
   Inputs in;
   in.minAbs = 0.3;
-  check(R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  check(
+      R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
     %0 = tsr.div %a, %b : tensor<2x3xf32>
     return %0 : tensor<2x3xf32>
-  })", in);
+  })",
+      in);
 }
 
 TEST_F(GradientRules, DivByConstant) {
@@ -261,10 +266,12 @@ TEST_F(GradientRules, Pow) {
   Inputs in;
   in.lo = 0.5;
   in.hi = 2.0;
-  check(R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  check(
+      R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
     %0 = tsr.pow %a, %b : tensor<2x3xf32>
     return %0 : tensor<2x3xf32>
-  })", in);
+  })",
+      in);
 }
 
 TEST_F(GradientRules, PowConstantExponents) {
@@ -284,11 +291,13 @@ TEST_F(GradientRules, PowConstantExponents) {
     %e = tsr.constant dense<-0.5> : tensor<2x3xf32>
     %0 = tsr.pow %a, %e : tensor<2x3xf32>
     return %0 : tensor<2x3xf32>
-  })", in);
+  })",
+        in);
 }
 
 TEST_F(GradientRules, Max) {
-  check(R"(func.func @f(%a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  check(
+      R"(func.func @f(%a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
     %0 = tsr.max %a, %b : tensor<3x4xf32>
     return %0 : tensor<3x4xf32>
   })");
@@ -296,7 +305,8 @@ TEST_F(GradientRules, Max) {
 
 TEST_F(GradientRules, MaxTieSplitsGradientLikeTorch) {
   // torch.maximum gives each operand half the gradient on a tie.
-  auto module = parse(R"(func.func @f(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {
+  auto module = parse(
+      R"(func.func @f(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {
     %0 = tsr.max %a, %b : tensor<3xf32>
     return %0 : tensor<3xf32>
   })");
@@ -317,7 +327,8 @@ TEST_F(GradientRules, MaxTieSplitsGradientLikeTorch) {
 }
 
 TEST_F(GradientRules, Select) {
-  check(R"(func.func @f(%c: tensor<3x4xi1>, %a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  check(
+      R"(func.func @f(%c: tensor<3x4xi1>, %a: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<3x4xf32> {
     %0 = tsr.select %c, %a, %b : tensor<3x4xi1>, tensor<3x4xf32>
     return %0 : tensor<3x4xf32>
   })");
@@ -325,7 +336,8 @@ TEST_F(GradientRules, Select) {
 
 TEST_F(GradientRules, SelectFromEqualMask) {
   // The mask comes from tsr.equal (no gradient through the comparison).
-  check(R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  check(
+      R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
     %m = tsr.equal %a, %a : tensor<2x3xf32> -> tensor<2x3xi1>
     %0 = tsr.select %m, %a, %b : tensor<2x3xi1>, tensor<2x3xf32>
     return %0 : tensor<2x3xf32>
@@ -367,11 +379,13 @@ TEST_F(GradientRules, ConvertFloatToFloat) {
 TEST_F(GradientRules, ConvertFromIntegerHasNoGradient) {
   Inputs in;
   in.intHi = 5;
-  check(R"(func.func @f(%i: tensor<2x3xi64>, %a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  check(
+      R"(func.func @f(%i: tensor<2x3xi64>, %a: tensor<2x3xf32>) -> tensor<2x3xf32> {
     %0 = tsr.convert %i : tensor<2x3xi64> -> tensor<2x3xf32>
     %1 = tsr.mul %0, %a : tensor<2x3xf32>
     return %1 : tensor<2x3xf32>
-  })", in);
+  })",
+      in);
 }
 
 TEST_F(GradientRules, Broadcast) {
@@ -440,8 +454,8 @@ std::string matmulCase(std::vector<int64_t> batch, bool sharedRhs, bool ta,
       s += std::to_string(d) + "x";
     return s + "f32";
   };
-  std::vector<int64_t> a = batch, b = sharedRhs ? std::vector<int64_t>{}
-                                                : batch,
+  std::vector<int64_t> a = batch,
+                       b = sharedRhs ? std::vector<int64_t>{} : batch,
                        c = batch;
   a.push_back(ta ? k : m);
   a.push_back(ta ? m : k);
@@ -452,11 +466,10 @@ std::string matmulCase(std::vector<int64_t> batch, bool sharedRhs, bool ta,
   std::string attrs = std::string("{transpose_lhs = ") +
                       (ta ? "true" : "false") +
                       ", transpose_rhs = " + (tb ? "true" : "false") + "}";
-  return "func.func @f(%a: tensor<" + shape(a) + ">, %b: tensor<" +
-         shape(b) + ">) -> tensor<" + shape(c) +
-         "> {\n  %0 = tsr.matmul %a, %b " + attrs + " : tensor<" + shape(a) +
-         ">, tensor<" + shape(b) + "> -> tensor<" + shape(c) +
-         ">\n  return %0 : tensor<" + shape(c) + ">\n}";
+  return "func.func @f(%a: tensor<" + shape(a) + ">, %b: tensor<" + shape(b) +
+         ">) -> tensor<" + shape(c) + "> {\n  %0 = tsr.matmul %a, %b " + attrs +
+         " : tensor<" + shape(a) + ">, tensor<" + shape(b) + "> -> tensor<" +
+         shape(c) + ">\n  return %0 : tensor<" + shape(c) + ">\n}";
 }
 
 TEST_F(GradientRules, MatmulRank2) {
@@ -545,7 +558,8 @@ TEST_F(GradientRules, SliceStrided) {
 }
 
 TEST_F(GradientRules, Concat) {
-  check(R"(func.func @f(%a: tensor<2x1xf32>, %b: tensor<2x3xf32>, %c: tensor<2x2xf32>) -> tensor<2x6xf32> {
+  check(
+      R"(func.func @f(%a: tensor<2x1xf32>, %b: tensor<2x3xf32>, %c: tensor<2x2xf32>) -> tensor<2x6xf32> {
     %0 = tsr.concat %a, %b, %c {axis = 1 : i64} : (tensor<2x1xf32>, tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x6xf32>
     return %0 : tensor<2x6xf32>
   })");
@@ -562,18 +576,22 @@ TEST_F(GradientRules, Concat) {
 TEST_F(GradientRules, Gather) {
   Inputs in;
   in.intHi = 3; // 8 ids into 5 rows, with repeats and unused rows
-  check(R"(func.func @f(%t: tensor<5x4xf32>, %ids: tensor<2x4xi64>) -> tensor<2x4x4xf32> {
+  check(
+      R"(func.func @f(%t: tensor<5x4xf32>, %ids: tensor<2x4xi64>) -> tensor<2x4x4xf32> {
     %0 = tsr.gather %t, %ids : tensor<5x4xf32>, tensor<2x4xi64> -> tensor<2x4x4xf32>
     return %0 : tensor<2x4x4xf32>
-  })", in);
+  })",
+      in);
 }
 
 TEST_F(GradientRules, LayerNorm) {
-  check(R"(func.func @f(%x: tensor<2x3x4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<2x3x4xf32> {
+  check(
+      R"(func.func @f(%x: tensor<2x3x4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<2x3x4xf32> {
     %0 = tsr.layer_norm %x, %g, %b {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x3x4xf32>, tensor<4xf32>
     return %0 : tensor<2x3x4xf32>
   })");
-  check(R"(func.func @f(%x: tensor<2x3x4xf32>, %g: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<2x3x4xf32> {
+  check(
+      R"(func.func @f(%x: tensor<2x3x4xf32>, %g: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<2x3x4xf32> {
     %0 = tsr.layer_norm %x, %g, %b {axis = 1 : i64, epsilon = 1.0e-02 : f32} : tensor<2x3x4xf32>, tensor<3x4xf32>
     return %0 : tensor<2x3x4xf32>
   })");
@@ -598,7 +616,8 @@ TEST_F(GradientRules, CrossEntropy) {
   check(R"(func.func @f(%x: tensor<6x5xf32>, %l: tensor<6xi64>) -> tensor<f32> {
     %0 = tsr.cross_entropy %x, %l : tensor<6x5xf32>, tensor<6xi64> -> tensor<f32>
     return %0 : tensor<f32>
-  })", in);
+  })",
+        in);
 }
 
 //===----------------------------------------------------------------------===//
@@ -606,7 +625,8 @@ TEST_F(GradientRules, CrossEntropy) {
 //===----------------------------------------------------------------------===//
 
 TEST_F(GradientRules, GradOpsAndOptimizersHaveNoRule) {
-  auto module = parse(R"(func.func @f(%x: tensor<4xf32>, %dy: tensor<4xf32>) -> tensor<4xf32> {
+  auto module = parse(
+      R"(func.func @f(%x: tensor<4xf32>, %dy: tensor<4xf32>) -> tensor<4xf32> {
     %0 = tsr.relu_grad %x, %dy : tensor<4xf32>
     %1 = tsr.sgd_update %x, %0 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<4xf32>
     return %1 : tensor<4xf32>
@@ -629,7 +649,8 @@ TEST_F(GradientRules, GradOpsAndOptimizersHaveNoRule) {
 }
 
 TEST_F(GradientRules, NullResultGradGivesNullOperandGrads) {
-  auto module = parse(R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>) -> tensor<2x2xf32> {
+  auto module = parse(
+      R"(func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>) -> tensor<2x2xf32> {
     %0 = tsr.matmul %a, %b : tensor<2x3xf32>, tensor<3x2xf32> -> tensor<2x2xf32>
     return %0 : tensor<2x2xf32>
   })");
@@ -742,8 +763,8 @@ TEST_F(TrainStep, SgdGradientsMatchFiniteDifferences) {
   std::normal_distribution<double> normal(0.0, 0.5);
   for (auto [i, t] : llvm::enumerate(step.getArgumentTypes())) {
     auto tt = cast<RankedTensorType>(t);
-    RefTensor r(std::vector<int64_t>(tt.getShape().begin(),
-                                     tt.getShape().end()));
+    RefTensor r(
+        std::vector<int64_t>(tt.getShape().begin(), tt.getShape().end()));
     for (double &v : r.data)
       v = isa<IntegerType>(tt.getElementType())
               ? std::uniform_int_distribution<int>(0, 4)(rng)
@@ -792,8 +813,8 @@ TEST_F(TrainStep, AdamwFirstStepAndStateWiring) {
   std::vector<RefTensor> sgdArgs;
   for (Type t : sgd.getArgumentTypes()) {
     auto tt = cast<RankedTensorType>(t);
-    RefTensor r(std::vector<int64_t>(tt.getShape().begin(),
-                                     tt.getShape().end()));
+    RefTensor r(
+        std::vector<int64_t>(tt.getShape().begin(), tt.getShape().end()));
     for (double &v : r.data)
       v = isa<IntegerType>(tt.getElementType())
               ? std::uniform_int_distribution<int>(0, 4)(rng)
@@ -825,8 +846,7 @@ TEST_F(TrainStep, AdamwFirstStepAndStateWiring) {
       double expect = w * (1 - lr * wd) - lr * g / (std::abs(g) + eps);
       EXPECT_NEAR(adamOut[1 + p].data[e], expect, 1e-9) << p << " " << e;
       double b1 = double(0.9f), b2 = double(0.999f);
-      EXPECT_NEAR(adamOut[1 + numParams + 2 * p].data[e], (1 - b1) * g,
-                  1e-12);
+      EXPECT_NEAR(adamOut[1 + numParams + 2 * p].data[e], (1 - b1) * g, 1e-12);
       EXPECT_NEAR(adamOut[2 + numParams + 2 * p].data[e], (1 - b2) * g * g,
                   1e-12);
     }
@@ -864,8 +884,8 @@ TEST_F(TrainStep, ImportedModelFromEnvironment) {
   std::vector<RefTensor> args;
   for (auto [i, t] : llvm::enumerate(step.getArgumentTypes())) {
     auto tt = cast<RankedTensorType>(t);
-    RefTensor r(std::vector<int64_t>(tt.getShape().begin(),
-                                     tt.getShape().end()));
+    RefTensor r(
+        std::vector<int64_t>(tt.getShape().begin(), tt.getShape().end()));
     auto name = step.getArgAttrOfType<StringAttr>(i, "tsr.name");
     bool isNormWeight = name && name.getValue().contains("norm") &&
                         name.getValue().ends_with("weight");
@@ -886,8 +906,8 @@ TEST_F(TrainStep, ImportedModelFromEnvironment) {
   const double h = 1e-6;
   for (auto [k, p] : llvm::enumerate(params)) {
     for (int trial = 0; trial < 3; ++trial) {
-      int64_t e = std::uniform_int_distribution<int64_t>(
-          0, args[p].numel() - 1)(rng);
+      int64_t e =
+          std::uniform_int_distribution<int64_t>(0, args[p].numel() - 1)(rng);
       double grad = args[p].data[e] - out[1 + k].data[e];
       std::vector<RefTensor> plus = args, minus = args;
       plus[p].data[e] += h;

@@ -14,14 +14,16 @@ using namespace mlir;
 using namespace tessera;
 using tessera::test::RefTensor;
 
-RefTensor::RefTensor(std::vector<int64_t> s, double fill) : shape(std::move(s)) {
+RefTensor::RefTensor(std::vector<int64_t> s, double fill)
+    : shape(std::move(s)) {
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
   data.assign(n, fill);
 }
 
-std::vector<int64_t> tessera::test::stridesOf(const std::vector<int64_t> &shape) {
+std::vector<int64_t>
+tessera::test::stridesOf(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int64_t d = (int64_t)shape.size() - 2; d >= 0; --d)
     strides[d] = strides[d + 1] * shape[d + 1];
@@ -127,8 +129,8 @@ struct Interpreter {
   }
 
   template <typename Fn>
-  bool reduce(Operation *op, ArrayRef<int64_t> axes, bool keepdim,
-              double init, Fn fn, bool mean) {
+  bool reduce(Operation *op, ArrayRef<int64_t> axes, bool keepdim, double init,
+              Fn fn, bool mean) {
     const RefTensor &x = in(op, 0);
     RefTensor out(shapeOf(op->getResult(0).getType()), init);
     std::vector<int64_t> keptShape; // shape over the kept dims
@@ -217,7 +219,8 @@ struct Interpreter {
         })
         .Case([&](tsr::DivOp d) {
           if (isIntType(d.getType()))
-            return binary(op, [](double a, double b) { return std::trunc(a / b); });
+            return binary(op,
+                          [](double a, double b) { return std::trunc(a / b); });
           return binary(op, [](double a, double b) { return a / b; });
         })
         .Case([&](tsr::PowOp) {
@@ -237,7 +240,8 @@ struct Interpreter {
           set(op, 0, std::move(out));
           return true;
         })
-        .Case([&](tsr::NegOp) { return unary(op, [](double x) { return -x; }); })
+        .Case(
+            [&](tsr::NegOp) { return unary(op, [](double x) { return -x; }); })
         .Case([&](tsr::ExpOp) {
           return unary(op, [](double x) { return std::exp(x); });
         })
@@ -287,17 +291,19 @@ struct Interpreter {
           return true;
         })
         .Case([&](tsr::ReduceSumOp r) {
-          return reduce(op, r.getAxes(), r.getKeepdim(), 0.0,
-                        [](double a, double b) { return a + b; }, false);
+          return reduce(
+              op, r.getAxes(), r.getKeepdim(), 0.0,
+              [](double a, double b) { return a + b; }, false);
         })
         .Case([&](tsr::ReduceMeanOp r) {
-          return reduce(op, r.getAxes(), r.getKeepdim(), 0.0,
-                        [](double a, double b) { return a + b; }, true);
+          return reduce(
+              op, r.getAxes(), r.getKeepdim(), 0.0,
+              [](double a, double b) { return a + b; }, true);
         })
         .Case([&](tsr::ReduceMaxOp r) {
-          return reduce(op, r.getAxes(), r.getKeepdim(), -INFINITY,
-                        [](double a, double b) { return std::max(a, b); },
-                        false);
+          return reduce(
+              op, r.getAxes(), r.getKeepdim(), -INFINITY,
+              [](double a, double b) { return std::max(a, b); }, false);
         })
         .Case([&](tsr::MatmulOp m) { return matmul(m); })
         .Case([&](tsr::ReshapeOp r) {
@@ -329,8 +335,8 @@ struct Interpreter {
             std::vector<int64_t> idx = unflatten(i, out.shape);
             int64_t f = 0;
             for (int64_t d = 0; d < out.rank(); ++d)
-              f += (s.getStartIndices()[d] + idx[d] * s.getStrides()[d]) *
-                   xs[d];
+              f +=
+                  (s.getStartIndices()[d] + idx[d] * s.getStrides()[d]) * xs[d];
             out.data[i] = x.data[f];
           }
           set(op, 0, std::move(out));
@@ -478,7 +484,8 @@ struct Interpreter {
           return true;
         })
         .Case([&](tsr::ReluGradOp) {
-          return binary(op, [](double x, double dy) { return x > 0 ? dy : 0.0; });
+          return binary(op,
+                        [](double x, double dy) { return x > 0 ? dy : 0.0; });
         })
         .Case([&](tsr::GeluGradOp g) {
           bool t = g.getApproximate() == "tanh";
@@ -528,9 +535,8 @@ struct Interpreter {
         .Case([&](tsr::SgdUpdateOp u) {
           double lr = u.getLr().convertToDouble();
           double wd = u.getWeightDecay().convertToDouble();
-          return binary(op, [&](double p, double g) {
-            return p - lr * (g + wd * p);
-          });
+          return binary(
+              op, [&](double p, double g) { return p - lr * (g + wd * p); });
         })
         .Case([&](tsr::AdamwUpdateOp u) {
           const RefTensor &p = in(op, 0), &g = in(op, 1), &m = in(op, 2),
@@ -547,8 +553,9 @@ struct Interpreter {
             double pi = p.data[i] * (1 - lr * wd);
             nm.data[i] = b1 * m.data[i] + (1 - b1) * g.data[i];
             nv.data[i] = b2 * v.data[i] + (1 - b2) * g.data[i] * g.data[i];
-            np.data[i] = pi - lr / bc1 * nm.data[i] /
-                                  (std::sqrt(nv.data[i]) / std::sqrt(bc2) + eps);
+            np.data[i] =
+                pi - lr / bc1 * nm.data[i] /
+                         (std::sqrt(nv.data[i]) / std::sqrt(bc2) + eps);
           }
           set(op, 0, std::move(np));
           set(op, 1, std::move(nm));

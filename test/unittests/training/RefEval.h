@@ -1,4 +1,5 @@
-//===- RefEval.h - double-precision reference interpreter of tsr ops -*- C++ -*-===//
+//===- RefEval.h - double-precision reference interpreter of tsr ops -*- C++
+//-*-===//
 //
 // Test-only: evaluates a `func.func` of tsr ops with plain loops in double
 // precision (integer and i1 tensors are held as exact doubles). Used to check
