@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
@@ -65,6 +67,16 @@ def tessera(args, workdir, dp, tp, tag):
     return metrics, weights
 
 
+def drop_key_bias(weights):
+    """Replaces each fused in_proj_bias [3D] by its Q and V thirds [2D]."""
+    out = dict(weights)
+    for name, value in weights.items():
+        if name.endswith("in_proj_bias"):
+            d = value.shape[0] // 3
+            out[name] = np.concatenate([value[:d], value[2 * d:]])
+    return out
+
+
 def check_losses(a, b, rtol):
     ok, rows = compare.compare_losses(compare.load_losses(a),
                                       compare.load_losses(b), rtol=rtol)
@@ -101,12 +113,15 @@ def main():
             par_m, par_w = tessera(args, work, args.dp, args.tp, "parallel")
             print(f"losses: dp{args.dp} x tp{args.tp} vs serial (rtol {rtol})")
             ok = check_losses(par_m, serial_m, rtol)
-            # Under AdamW the key part of in_proj_bias has an exactly-zero true
-            # gradient; its update is amplified rounding noise (compare.py).
-            exclude = (r"in_proj_bias$",) if args.optimizer == "adamw" else ()
-            wok, problems, errs = compare.compare_weights(
-                compare.load_weights(par_w), compare.load_weights(serial_w),
-                rtol=rtol, exclude=exclude)
+            # Under AdamW the key third of in_proj_bias has an exactly-zero
+            # true gradient (softmax is shift-invariant), so its update is
+            # rounding noise amplified by Adam's normalisation and differs
+            # between any two summation orders; the loss does not depend on
+            # it. Compare the Q and V thirds of that bias, not the K third.
+            par, ser = compare.load_weights(par_w), compare.load_weights(serial_w)
+            if args.optimizer == "adamw":
+                par, ser = drop_key_bias(par), drop_key_bias(ser)
+            wok, problems, errs = compare.compare_weights(par, ser, rtol=rtol)
             print(f"weights: dp{args.dp} x tp{args.tp} vs serial (rtol {rtol}), "
                   f"{len(errs)} tensors, worst first:")
             for problem in problems:
