@@ -1,9 +1,12 @@
 //===- TsrtDialect.cpp - Tessera runtime-program dialect ------------------===//
 
 #include "dialects/tsrt/TsrtDialect.h"
+#include "dialects/tsrt/PipelineSchedule.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+
+#include <map>
 
 using namespace mlir;
 using namespace tessera::tsrt;
@@ -67,4 +70,162 @@ LogicalResult ReduceScatterOp::verify() {
 LogicalResult AllToAllOp::verify() {
   return verifyCollective(*this, getGridAxes(),
                           {getSplitDim(), getConcatDim()});
+}
+
+//===----------------------------------------------------------------------===//
+// Pipeline parallelism
+//===----------------------------------------------------------------------===//
+
+LogicalResult SendOp::verify() {
+  if (static_cast<int64_t>(getChunk()) < 0 ||
+      static_cast<int64_t>(getChannel()) < 0)
+    return emitOpError("chunk and channel must be non-negative");
+  return success();
+}
+
+LogicalResult RecvOp::verify() {
+  if (static_cast<int64_t>(getChunk()) < 0 ||
+      static_cast<int64_t>(getChannel()) < 0)
+    return emitOpError("chunk and channel must be non-negative");
+  return success();
+}
+
+LogicalResult PipelineScheduleOp::verify() {
+  if (!schedule::parseKind(getKind()))
+    return emitOpError("unknown schedule kind '")
+           << getKind() << "' (expected gpipe, 1f1b or interleaved)";
+  if (static_cast<int64_t>(getStages()) < 1 ||
+      static_cast<int64_t>(getVirtualStages()) < 1 ||
+      static_cast<int64_t>(getMicroBatches()) < 1)
+    return emitOpError("stages, virtual_stages and micro_batches must be >= 1");
+  int64_t chunks = static_cast<int64_t>(getStages() * getVirtualStages());
+  if (static_cast<int64_t>(getForward().size()) != chunks ||
+      static_cast<int64_t>(getBackward().size()) != chunks ||
+      static_cast<int64_t>(getApply().size()) != chunks)
+    return emitOpError("needs ")
+           << chunks
+           << " forward, backward and apply functions (one per chunk)";
+  if (static_cast<int64_t>(getActions().size()) !=
+      static_cast<int64_t>(getStages()))
+    return emitOpError("needs one action list per stage (")
+           << getStages() << ")";
+  for (auto figures :
+       {getFlopsAttr(), getParamBytesAttr(), getFirstLayerAttr()})
+    if (figures && static_cast<int64_t>(figures.size()) != chunks)
+      return emitOpError("per-chunk figures must have one entry per chunk");
+  return success();
+}
+
+namespace {
+/// Where each channel's send and recv were found.
+struct Endpoint {
+  Operation *op = nullptr;
+  int64_t chunk = -1; ///< the chunk whose program holds the op
+  schedule::Phase phase = schedule::Phase::Forward;
+  int64_t peer = -1;
+  Type type;
+};
+} // namespace
+
+LogicalResult
+PipelineScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  schedule::Kind kind = *schedule::parseKind(getKind());
+  schedule::Shape shape{static_cast<int64_t>(getStages()),
+                        static_cast<int64_t>(getVirtualStages()),
+                        static_cast<int64_t>(getMicroBatches())};
+  int64_t chunks = shape.numChunks();
+
+  std::vector<schedule::ChunkComms> comms(chunks);
+  std::map<int64_t, Endpoint> sends, recvs;
+  auto lookup = [&](Attribute ref, StringRef role,
+                    int64_t c) -> FailureOr<Operation *> {
+    auto sym = cast<SymbolRefAttr>(ref);
+    Operation *fn = symbolTable.lookupNearestSymbolFrom(*this, sym);
+    if (!fn || fn->getNumRegions() != 1 || fn->getRegion(0).empty())
+      return emitOpError("the ")
+             << role << " function of chunk " << c << " (" << sym
+             << ") is not a function with a body in this module";
+    return fn;
+  };
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (failed(lookup(getApply()[c], "apply", c)))
+      return failure();
+    for (schedule::Phase phase :
+         {schedule::Phase::Forward, schedule::Phase::Backward}) {
+      bool fwd = phase == schedule::Phase::Forward;
+      FailureOr<Operation *> fn =
+          lookup(fwd ? getForward()[c] : getBackward()[c],
+                 fwd ? "forward" : "backward", c);
+      if (failed(fn))
+        return failure();
+      std::vector<schedule::CommEvent> &events =
+          fwd ? comms[c].forward : comms[c].backward;
+      WalkResult walk = (*fn)->walk([&](Operation *op) -> WalkResult {
+        auto send = dyn_cast<SendOp>(op);
+        auto recv = dyn_cast<RecvOp>(op);
+        if (!send && !recv)
+          return WalkResult::advance();
+        int64_t peer =
+            static_cast<int64_t>(send ? send.getChunk() : recv.getChunk());
+        int64_t channel =
+            static_cast<int64_t>(send ? send.getChannel() : recv.getChannel());
+        if (peer >= chunks || peer == c) {
+          op->emitOpError("in chunk ")
+              << c << " names chunk " << peer << ", which is "
+              << (peer == c ? "its own" : "out of range");
+          return WalkResult::interrupt();
+        }
+        auto &table = send ? sends : recvs;
+        Endpoint e{op, c, phase, peer,
+                   send ? send.getInput().getType() : recv.getType()};
+        if (!table.emplace(channel, e).second) {
+          op->emitOpError("channel ")
+              << channel << " has more than one " << (send ? "send" : "recv");
+          return WalkResult::interrupt();
+        }
+        events.push_back({static_cast<bool>(send), peer, channel});
+        return WalkResult::advance();
+      });
+      if (walk.wasInterrupted())
+        return failure();
+    }
+  }
+  // Static matching: one send and one recv per channel, pointing at each
+  // other, of the same type and phase.
+  for (auto &[channel, s] : sends) {
+    auto it = recvs.find(channel);
+    if (it == recvs.end())
+      return s.op->emitOpError("channel ")
+             << channel << " (chunk " << s.chunk << " to chunk " << s.peer
+             << ") has no matching recv";
+    const Endpoint &r = it->second;
+    if (r.chunk != s.peer || r.peer != s.chunk)
+      return r.op->emitOpError("channel ")
+             << channel << " is sent from chunk " << s.chunk << " to chunk "
+             << s.peer << " but received in chunk " << r.chunk << " from chunk "
+             << r.peer;
+    if (r.type != s.type)
+      return r.op->emitOpError("channel ") << channel << " receives " << r.type
+                                           << " but " << s.type << " is sent";
+    if (r.phase != s.phase)
+      return r.op->emitOpError("channel ")
+             << channel << " is sent and received in different phases";
+  }
+  for (auto &[channel, r] : recvs)
+    if (!sends.count(channel))
+      return r.op->emitOpError("channel ")
+             << channel << " (chunk " << r.peer << " to chunk " << r.chunk
+             << ") has no matching send";
+
+  std::vector<schedule::StageActions> actions;
+  for (auto [s, text] : llvm::enumerate(getActions())) {
+    auto parsed = schedule::parse(cast<StringAttr>(text).getValue());
+    if (!parsed)
+      return emitOpError("stage ")
+             << s << ": " << llvm::toString(parsed.takeError());
+    actions.push_back(std::move(*parsed));
+  }
+  if (llvm::Error err = schedule::verify(kind, shape, actions, comms))
+    return emitOpError(llvm::toString(std::move(err)));
+  return success();
 }

@@ -6,6 +6,7 @@
 include "dialects/tsrt/TsrtDialect.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
 
 def Tsrt_KernelOp : Tsrt_Op<"kernel"> {
   let summary = "Calls one backend kernel.";
@@ -104,6 +105,106 @@ def Tsrt_AllToAllOp : Tsrt_CollectiveOp<"all_to_all",
         : tensor<4x8x64xf32> -> tensor<4x16x32xf32>
     ```
   }];
+}
+
+
+//===----------------------------------------------------------------------===//
+// Pipeline parallelism
+//===----------------------------------------------------------------------===//
+
+def Tsrt_SendOp : Tsrt_Op<"send"> {
+  let summary = "Sends a value to another pipeline chunk (non-blocking).";
+  let description = [{
+    Point-to-point transfer of `input` to the rank that runs pipeline chunk
+    `chunk` with the same dp/tp coordinates. `channel` identifies the
+    transferred value (one send and one `tsrt.recv` per channel); the
+    micro-batch is the running action's. The runtime posts an MPI_Isend and
+    completes it by the end of the step, so a send never blocks and the
+    schedule alone orders the ranks (see `tsrt.pipeline_schedule`).
+
+    ```mlir
+    tsrt.send %h to chunk 1 channel 0 : tensor<4x16x32xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$chunk,
+                       I64Attr:$channel);
+  let assemblyFormat =
+      "$input `to` `chunk` $chunk `channel` $channel attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Tsrt_RecvOp : Tsrt_Op<"recv"> {
+  let summary = "Receives a value sent by another pipeline chunk.";
+  let description = [{
+    The counterpart of `tsrt.send` on `channel` from chunk `chunk`. The
+    runtime posts the receive (MPI_Irecv) when the program starts and waits
+    for it here.
+
+    ```mlir
+    %h = tsrt.recv from chunk 0 channel 0 : tensor<4x16x32xf32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$chunk, I64Attr:$channel);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat =
+      "`from` `chunk` $chunk `channel` $channel attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tsrt_PipelineScheduleOp : Tsrt_Op<"pipeline_schedule",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The pipeline's chunks and every stage's order of actions.";
+  let description = [{
+    A step of pipeline parallelism over `stages` (P) ranks of the `pp` grid
+    axis, `virtual_stages` (V) model chunks per stage and `micro_batches` (M)
+    micro-batches. Chunk c (0 <= c < P·V) runs on stage c mod P and has three
+    functions:
+    - `forward[c]`: one micro-batch's forward through the chunk. Arguments
+      carry `tsrt.arg = i` (step argument i; tokens/labels are the
+      micro-batch's slice). Results carry `tsrt.saved = k` (the chunk's
+      activation set, kept for its backward) or `tsrt.acc = j` (added into
+      accumulator j, e.g. the partial loss);
+    - `backward[c]`: arguments `tsrt.arg = i` or `tsrt.saved = k`; results
+      `tsrt.acc = j` (gradient contributions, summed over micro-batches);
+    - `apply[c]`: once per step after every action: arguments `tsrt.arg = i`
+      or `tsrt.acc = j` (the sum over micro-batches); results
+      `tsrt.result = r` (step result r: updated parameter or optimizer
+      state, or the loss). It holds the data-parallel all-reduces and the
+      optimizer.
+    Forward and backward programs exchange values with `tsrt.send` /
+    `tsrt.recv`.
+
+    `actions[s]` is stage s's order of actions: `F<chunk>.<micro-batch>` or
+    `B<chunk>.<micro-batch>`, space separated. `kind` is "gpipe", "1f1b" or
+    "interleaved". The verifier proves that every stage runs exactly its
+    chunks' actions with each forward before its backward, that every send
+    has exactly one matching recv, that the stages cannot deadlock
+    (simulated together, with non-blocking sends and blocking recvs), and
+    that no stage holds more activation sets than its schedule allows
+    (1F1B: min(P − s, M)). Errors name the stage, chunk and micro-batch.
+
+    Optional per-chunk figures for `--explain`: `flops` (FLOP of forward +
+    backward for one micro-batch), `param_bytes`, `first_layer` (index of the
+    chunk's first layer, i.e. pipeline unit) and `num_layers` (the model's).
+
+    ```mlir
+    tsrt.pipeline_schedule {kind = "1f1b", stages = 2 : i64,
+        virtual_stages = 1 : i64, micro_batches = 2 : i64,
+        forward = [@forward_0, @forward_1], backward = [@backward_0, @backward_1],
+        apply = [@apply_0, @apply_1],
+        actions = ["F0.0 F0.1 B0.0 B0.1", "F1.0 B1.0 F1.1 B1.1"]}
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, I64Attr:$stages, I64Attr:$virtual_stages,
+                       I64Attr:$micro_batches, SymbolRefArrayAttr:$forward,
+                       SymbolRefArrayAttr:$backward, SymbolRefArrayAttr:$apply,
+                       StrArrayAttr:$actions,
+                       OptionalAttr<DenseI64ArrayAttr>:$flops,
+                       OptionalAttr<DenseI64ArrayAttr>:$param_bytes,
+                       OptionalAttr<DenseI64ArrayAttr>:$first_layer,
+                       OptionalAttr<I64Attr>:$num_layers);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
 }
 
 #endif // TESSERA_TSRT_OPS

@@ -1,0 +1,142 @@
+//===- PipelineSchedule.h - pipeline schedules and their checks -*- C++ -*-===//
+//
+// Plain C++ (no MLIR objects) shared by the compiler, which builds and checks
+// schedules, and the runtime, which re-checks and runs them.
+//
+// Terms (Megatron-LM's):
+//   - P pipeline stages = the ranks along the `pp` grid axis;
+//   - V virtual stages per rank (model chunks, interleaved 1F1B); the model is
+//     cut into P·V chunks and chunk c lives on stage c mod P;
+//   - M micro-batches per step; an action runs one chunk's forward (F) or
+//     backward (B) program on one micro-batch;
+//   - an activation set is what a chunk's forward keeps for its backward; it
+//     is live (in flight) from F(c, m) until B(c, m).
+//
+// Schedules:
+//   - gpipe (Huang et al., 2019): all forwards, then all backwards;
+//   - 1f1b (PipeDream-Flush, Narayanan et al., 2021): stage r runs
+//     min(P − r − 1, M) warm-up forwards, then alternates one forward and one
+//     backward, then drains; at most min(P − r, M) activation sets in flight;
+//   - interleaved (Narayanan et al., 2021, "Efficient Large-Scale Language
+//     Model Training on GPU Clusters"): 1F1B over V chunks per stage, taking
+//     micro-batches in groups of P; needs M to be a multiple of P.
+//
+// Textual form of one stage's actions: "F0.0 F0.1 B0.0 B0.1", i.e.
+// <F|B><chunk>.<micro-batch>, separated by single spaces.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_DIALECTS_TSRT_PIPELINESCHEDULE_H
+#define TESSERA_DIALECTS_TSRT_PIPELINESCHEDULE_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::tsrt::schedule {
+
+enum class Kind { GPipe, OneFOneB, Interleaved };
+/// "gpipe", "1f1b", "interleaved" -> Kind; nullopt otherwise.
+std::optional<Kind> parseKind(llvm::StringRef name);
+const char *kindName(Kind kind);
+
+/// Sizes of a pipeline.
+struct Shape {
+  int64_t stages = 1;        ///< P
+  int64_t virtualStages = 1; ///< V (1 unless interleaved)
+  int64_t microBatches = 1;  ///< M
+  int64_t numChunks() const { return stages * virtualStages; }
+  /// The stage (pp rank) that runs chunk `c`.
+  int64_t stageOfChunk(int64_t c) const { return c % stages; }
+};
+
+/// Checks P, V, M >= 1 and the kind's own rules (V == 1 unless interleaved;
+/// interleaved needs V >= 2 and M a multiple of P). Errors name the flag
+/// (`--pp`, `--virtual-stages`, `--micro-batches`).
+llvm::Error checkShape(Kind kind, const Shape &shape);
+
+enum class Phase { Forward, Backward };
+struct Action {
+  Phase phase = Phase::Forward;
+  int64_t chunk = 0;
+  int64_t microBatch = 0;
+  bool operator==(const Action &o) const {
+    return phase == o.phase && chunk == o.chunk && microBatch == o.microBatch;
+  }
+};
+/// One stage's actions in execution order.
+using StageActions = std::vector<Action>;
+
+/// The schedule of `kind`: one action list per stage (index = pp rank).
+/// Errors as checkShape.
+llvm::Expected<std::vector<StageActions>> build(Kind kind, const Shape &shape);
+
+/// "F0.0 F0.1 B0.0".
+std::string format(const StageActions &actions);
+/// Inverse of format. Errors name the bad token.
+llvm::Expected<StageActions> parse(llvm::StringRef text);
+
+/// Most activation sets stage `stage` may hold under `kind`:
+///   gpipe: V·M; 1f1b: min(P − stage, M);
+///   interleaved: min((P − stage − 1)·2 + (V − 1)·P + 1, V·M).
+int64_t inFlightBound(Kind kind, const Shape &shape, int64_t stage);
+
+/// Peak number of activation sets live at once on each stage when it runs
+/// `actions` (F adds one, B removes one).
+std::vector<int64_t> peakInFlight(llvm::ArrayRef<StageActions> actions);
+
+/// Predicted idle fraction of a step with equal-cost chunks and backward =
+/// 2 × forward: (P − 1) / (V·M + P − 1) (GPipe and 1F1B: V = 1).
+double bubbleFraction(const Shape &shape);
+
+/// One point-to-point transfer in a chunk's forward or backward program, in
+/// program order: a send to (or recv from) chunk `peer` on `channel`.
+/// Channel ids are unique per transferred value; the micro-batch comes from
+/// the action at run time.
+struct CommEvent {
+  bool isSend = true;
+  int64_t peer = 0;
+  int64_t channel = 0;
+};
+struct ChunkComms {
+  std::vector<CommEvent> forward, backward;
+};
+
+/// Proves that the schedule can run (the checks of `tsrt.pipeline_schedule`):
+///   1. each stage runs F and B of exactly its chunks for every micro-batch,
+///      each once, F(c, m) before B(c, m), and only its own chunks;
+///   2. each send has exactly one matching recv (same channel and
+///      micro-batch, from the right chunk to the right chunk) and vice versa;
+///   3. it cannot deadlock: all stages are simulated together with sends
+///      that never block (buffered, as MPI_Isend) and recvs that block until
+///      the matching send has happened;
+///   4. no stage holds more activation sets than inFlightBound.
+/// `comms` has one entry per chunk. The first violation is returned as an
+/// error naming the stage, the chunk and the micro-batch, e.g.
+/// "stage 1 (chunk 1) deadlocks at B1.0: it waits for channel 4 from chunk 2,
+/// micro-batch 0, which is never sent".
+llvm::Error verify(Kind kind, const Shape &shape,
+                   llvm::ArrayRef<StageActions> actions,
+                   llvm::ArrayRef<ChunkComms> comms);
+
+/// Simulated timeline of one step with forward cost `fwd[c]` and backward
+/// cost `bwd[c]` per chunk (any unit) and free communication: per stage, the
+/// busy time and the step's makespan. bubble = 1 − busy / makespan, averaged
+/// over stages. Requires a schedule that passes verify.
+struct Timeline {
+  std::vector<double> busy;
+  double makespan = 0;
+  double bubble() const;
+};
+Timeline simulate(llvm::ArrayRef<StageActions> actions,
+                  llvm::ArrayRef<ChunkComms> comms, const Shape &shape,
+                  llvm::ArrayRef<double> fwd, llvm::ArrayRef<double> bwd);
+
+} // namespace tessera::tsrt::schedule
+
+#endif // TESSERA_DIALECTS_TSRT_PIPELINESCHEDULE_H
