@@ -6,9 +6,13 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/ScopeExit.h"
 
 using namespace mlir;
 using namespace tessera;
+
+static constexpr llvm::StringLiteral kForwardTag = "tsr.fwd";
+static constexpr llvm::StringLiteral kBackwardTag = "tsr.bwd";
 
 FailureOr<SmallVector<Value>>
 training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
@@ -20,6 +24,29 @@ training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
     if (llvm::any_of(op->getOperands(),
                      [&](Value v) { return varied.contains(v); }))
       varied.insert(op->result_begin(), op->result_end());
+
+  // Pipeline parallelism needs to know which forward op each backward op
+  // belongs to: differentiated forward ops get `tsr.fwd = i` (their index in
+  // `ops`), and
+  // every op created while differentiating op i (its gradient rule and the
+  // sums of its operands' cotangents) gets `tsr.bwd = i`.
+  // Only ops that get a gradient are tagged.
+  MLIRContext *ctx = builder.getContext();
+  DenseMap<Operation *, int64_t> index;
+  for (auto [i, op] : llvm::enumerate(ops))
+    index[op] = i;
+  struct Tagger : public OpBuilder::Listener {
+    Attribute tag;
+    void notifyOperationInserted(Operation *op,
+                                 OpBuilder::InsertPoint) override {
+      if (tag)
+        op->setAttr(kBackwardTag, tag);
+    }
+  } tagger;
+  OpBuilder::Listener *previousListener = builder.getListener();
+  builder.setListener(&tagger);
+  auto restore =
+      llvm::make_scope_exit([&] { builder.setListener(previousListener); });
 
   DenseMap<Value, Value> cotangents;
   auto accumulate = [&](Value v, Value dv) {
@@ -50,6 +77,10 @@ training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
           "has no gradient rule (it does not implement the tsr "
           "GradientOpInterface), so the loss cannot be differentiated "
           "through it");
+    if (!op->hasAttr(kForwardTag))
+      op->setAttr(kForwardTag,
+                  IntegerAttr::get(IntegerType::get(ctx, 64), index[op]));
+    tagger.tag = op->getAttr(kForwardTag);
     SmallVector<Value> operandGrads;
     if (failed(rule.buildGradient(builder, resultGrads, operandGrads)))
       return failure();

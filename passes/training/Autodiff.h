@@ -22,8 +22,10 @@ namespace tessera::training {
 /// Only values that depend on one of `wrt` are differentiated; cotangents of
 /// a value used several times are summed with `tsr.add`. Returns one
 /// cotangent per `wrt` value, null when the seeded outputs do not depend on
-/// it. Fails, after a diagnostic at the op, when an op has no gradient rule
-/// or its rule fails.
+/// it. Forward op i of `ops`, when differentiated, is tagged `tsr.fwd = i` and
+/// every op the backward emits for it `tsr.bwd = i` (used by pipeline
+/// parallelism to place backward ops with their forward op). Fails, after a
+/// diagnostic at the op, when an op has no gradient rule or its rule fails.
 mlir::FailureOr<llvm::SmallVector<mlir::Value>>
 buildBackward(mlir::OpBuilder &builder, llvm::ArrayRef<mlir::Operation *> ops,
               llvm::ArrayRef<std::pair<mlir::Value, mlir::Value>> seeds,
