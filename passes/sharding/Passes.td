@@ -44,6 +44,12 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
     - results named like an argument get that argument's sharding; the loss
       is replicated.
 
+    With `pp` > 1 or `micro-batches` > 1 (pipeline parallelism) the grid is
+    `dp x tp x pp x mb` with axes ["dp", "tp", "pp", "mb"]: `mb` is a virtual
+    axis over the micro-batches of one step (not ranks), and the batch is
+    split over [dp, mb] (dp major), so that every gradient and the loss
+    become partial sums over `mb` that `tsr-pipeline-split` turns into
+    accumulations over micro-batches.
     Errors (naming the parameter and sizes) when tp does not divide a fused
     attention projection's head count or an MLP's hidden size, or dp does not
     divide the batch.
@@ -64,6 +70,12 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
   let options = [
     Option<"dp", "dp", "int64_t", "1", "Data-parallel ranks (grid axis 0).">,
     Option<"tp", "tp", "int64_t", "1", "Tensor-parallel ranks (grid axis 1).">,
+    Option<"pp", "pp", "int64_t", "1",
+           "Pipeline stages (grid axis 2, only present when pp > 1 or "
+           "micro-batches > 1).">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per step (virtual grid axis 3, `mb`): the batch of "
+           "each dp rank is split into this many micro-batches.">,
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

@@ -31,7 +31,7 @@ using tsr::ShardingRuleOpInterface;
 
 namespace {
 
-constexpr int16_t kDpAxis = 0, kTpAxis = 1;
+constexpr int16_t kDpAxis = 0, kTpAxis = 1, kMbAxis = 3;
 
 /// A forward linear layer: a matmul with a rank-2 parameter weight.
 struct Linear {
@@ -294,26 +294,36 @@ struct ShardingAnnotatePass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = &getContext();
-    if (dp < 1 || tp < 1) {
-      module.emitError("dp and tp must be positive");
+    if (dp < 1 || tp < 1 || pp < 1 || microBatches < 1) {
+      module.emitError("dp, tp, pp and micro-batches must be positive");
       return signalPassFailure();
+    }
+    // Pipeline parallelism adds the `pp` axis (stages) and the virtual `mb`
+    // axis (micro-batches, not a rank axis) after dp and tp.
+    bool pipelined = pp > 1 || microBatches > 1;
+    SmallVector<int64_t> shape = {dp, tp};
+    SmallVector<StringRef> names = {"dp", "tp"};
+    if (pipelined) {
+      shape.append({pp, microBatches});
+      names.append({"pp", "mb"});
     }
     OpBuilder b(ctx);
     auto existing = module.lookupSymbol<shard::GridOp>("grid");
     if (existing) {
-      if (existing.getShape() != ArrayRef<int64_t>{dp, tp}) {
+      if (existing.getShape() != ArrayRef<int64_t>(shape)) {
         existing.emitError("existing @grid does not have shape ")
-            << dp << "x" << tp;
+            << llvm::make_range(shape.begin(), shape.end());
         return signalPassFailure();
       }
     } else {
       b.setInsertionPointToStart(module.getBody());
       shard::GridOp::create(b, module.getLoc(), b.getStringAttr("grid"),
-                            b.getDenseI64ArrayAttr({dp, tp}));
+                            b.getDenseI64ArrayAttr(shape));
     }
-    module->setAttr("tsr.grid_axes", b.getStrArrayAttr({"dp", "tp"}));
+    module->setAttr("tsr.grid_axes", b.getStrArrayAttr(names));
 
-    Grid grid{FlatSymbolRefAttr::get(ctx, "grid"), {dp, tp}};
+    Grid grid{FlatSymbolRefAttr::get(ctx, "grid"), {}};
+    grid.shape.assign(shape.begin(), shape.end());
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
       bool hasRoles = false;
       for (unsigned i = 0; i < func.getNumArguments(); ++i)
@@ -366,8 +376,24 @@ struct ShardingAnnotatePass
         return func.emitError("dp=")
                << dp << " does not divide the batch size " << batch << " of '"
                << a.name(i) << "' " << shapeOf(types[i]);
+      int64_t microBatches = this->microBatches;
+      if ((batch / dp) % microBatches != 0)
+        return func.emitError("micro-batches=")
+               << microBatches << " does not divide the batch of each "
+               << "data-parallel rank (" << batch << " / dp=" << dp << " = "
+               << batch / dp << ") of '" << a.name(i) << "' "
+               << shapeOf(types[i]);
+      // Samples are split over dp first (DESIGN.md's data order), then each
+      // dp rank's samples into micro-batches. In a pipelined step the mb
+      // axis is always there, even when M = 1, so that the pipeline split
+      // finds every accumulation by its all-reduce over mb.
+      SmallVector<int16_t> axes;
       if (dp > 1)
-        args[i][0] = DimFactors{SubFactor{batch, {kDpAxis}}};
+        axes.push_back(kDpAxis);
+      if (this->pp > 1 || microBatches > 1)
+        axes.push_back(kMbAxis);
+      if (!axes.empty())
+        args[i][0] = DimFactors{SubFactor{batch, {axes.begin(), axes.end()}}};
     }
 
     // Tensor parallelism: Megatron's column/row pairs.
