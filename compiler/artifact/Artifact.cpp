@@ -3,6 +3,7 @@
 #include "compiler/artifact/Artifact.h"
 
 #include "dialects/tsr/TsrOps.h"
+#include "dialects/tsrt/PipelineSchedule.h"
 #include "dialects/tsrt/TsrtDialect.h"
 #include "passes/lowering/Passes.h"
 #include "runtime/Tensor.h"
@@ -93,7 +94,7 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   json::Array args, results;
   int64_t globalBatch = 0, seqLen = 0;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+    auto type = dyn_cast<RankedTensorType>(func.getArgumentTypes()[i]);
     auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
     auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
     if (!type || !role || !name)
@@ -134,16 +135,19 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
                      {"name", name ? name.getValue() : role.getValue()}});
   }
   json::Object planJson = plan.toJSON();
-  return json::Object{{"format", "tessera-plan"},
-                      {"version", 1},
-                      {"grid", std::move(*planJson.get("grid"))},
-                      {"optimizer", std::move(*planJson.get("optimizer"))},
-                      {"program", kProgramTensor},
-                      {"function", "train_step"},
-                      {"global_batch", globalBatch},
-                      {"seq_len", seqLen},
-                      {"arguments", std::move(args)},
-                      {"results", std::move(results)}};
+  json::Object manifest{{"format", "tessera-plan"},
+                        {"version", 1},
+                        {"grid", std::move(*planJson.get("grid"))},
+                        {"optimizer", std::move(*planJson.get("optimizer"))},
+                        {"program", kProgramTensor},
+                        {"function", "train_step"},
+                        {"global_batch", globalBatch},
+                        {"seq_len", seqLen},
+                        {"arguments", std::move(args)},
+                        {"results", std::move(results)}};
+  if (json::Value *pipeline = planJson.get("pipeline"))
+    manifest["pipeline"] = std::move(*pipeline);
+  return manifest;
 }
 
 /// "[{3, 64 : tp}, []]"-style text of a layout, with axis names.
@@ -184,6 +188,51 @@ static std::string layoutText(const json::Array &layout,
   return replicated ? "replicated" : text;
 }
 
+/// The stages of a pipelined plan and the predicted bubble.
+static void explainPipeline(tsrt::PipelineScheduleOp schedule,
+                            llvm::raw_ostream &os) {
+  namespace sched = tsrt::schedule;
+  sched::Shape shape{static_cast<int64_t>(schedule.getStages()),
+                     static_cast<int64_t>(schedule.getVirtualStages()),
+                     static_cast<int64_t>(schedule.getMicroBatches())};
+  int64_t chunks = shape.numChunks();
+  os << llvm::formatv("pipeline: {0} schedule, {1} stages x {2} virtual = {3} "
+                      "chunks, {4} micro-batches per step, {5} layers "
+                      "(points where a single activation crosses)\n",
+                      schedule.getKind(), shape.stages, shape.virtualStages,
+                      chunks, shape.microBatches,
+                      schedule.getNumLayers().value_or(0));
+  ArrayRef<int64_t> first, flops, bytes;
+  if (auto a = schedule.getFirstLayerAttr())
+    first = a.asArrayRef();
+  if (auto a = schedule.getFlopsAttr())
+    flops = a.asArrayRef();
+  if (auto a = schedule.getParamBytesAttr())
+    bytes = a.asArrayRef();
+  os << "  chunk  stage  layers     param bytes/rank   FLOP/micro-batch/rank "
+        "(fwd+bwd)\n";
+  for (int64_t c = 0; c < chunks; ++c) {
+    std::string layers = "?";
+    if (!first.empty())
+      layers = c + 1 < chunks
+                   ? llvm::formatv("{0}-{1}", first[c], first[c + 1] - 1).str()
+                   : llvm::formatv("{0}-{1}", first[c],
+                                   schedule.getNumLayers().value_or(0) - 1)
+                         .str();
+    os << llvm::formatv(
+        "  {0,5}  {1,5}  {2,-9}  {3,16}   {4,21}\n", c, shape.stageOfChunk(c),
+        layers, bytes.empty() ? 0 : bytes[c], flops.empty() ? 0 : flops[c]);
+  }
+  for (auto [s, text] : llvm::enumerate(schedule.getActions()))
+    os << "  stage " << s << ": " << cast<StringAttr>(text).getValue() << "\n";
+  os << llvm::formatv("  predicted bubble fraction: (P - 1) / (V*M + P - 1) = "
+                      "{0} / {1} = {2:F3}\n",
+                      shape.stages - 1,
+                      shape.virtualStages * shape.microBatches + shape.stages -
+                          1,
+                      sched::bubbleFraction(shape));
+}
+
 void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
                        llvm::raw_ostream &os) {
   const json::Object &grid = *manifest.getObject("grid");
@@ -194,9 +243,12 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
   for (size_t i = 0; i < axes.size(); ++i) {
     os << (i ? " x " : " ") << *axes[i].getAsString() << "="
        << *shape[i].getAsInteger();
-    ranks *= *shape[i].getAsInteger();
+    if (*axes[i].getAsString() != "mb") // micro-batches are not ranks
+      ranks *= *shape[i].getAsInteger();
   }
-  os << " (" << ranks << " ranks)\n";
+  os << " (" << ranks << " ranks"
+     << (manifest.getObject("pipeline") ? "; mb = micro-batches per step" : "")
+     << ")\n";
   os << "batch: global " << *manifest.getInteger("global_batch")
      << " sequences x " << *manifest.getInteger("seq_len") << " tokens\n";
   os << "optimizer: " << json::Value(*manifest.get("optimizer")) << "\n";
@@ -242,6 +294,8 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
   os << "collectives per step:" << (counts.empty() ? " none" : "") << "\n";
   for (const auto &[key, n] : counts)
     os << "  " << n << " x " << key << "\n";
+  for (auto schedule : partitioned.getOps<tsrt::PipelineScheduleOp>())
+    explainPipeline(schedule, os);
 }
 
 /// Copies an initial value (`tsr.init`) into a global-shape f32 tensor.

@@ -3,6 +3,7 @@
 #include "compiler/pipeline/Pipeline.h"
 
 #include "passes/lowering/Passes.h"
+#include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
 #include "passes/training/Passes.h"
 
@@ -26,6 +27,7 @@ void pipeline::registerAllTesseraPasses() {
   registered = true;
   training::registerTrainingPasses();
   sharding::registerShardingPasses();
+  pipeline::registerPipelinePasses();
   lowering::registerLoweringPasses();
 }
 
@@ -46,11 +48,29 @@ pipeline::partitionStages(const planner::Plan &plan) {
       opt.name, exact(opt.lr), exact(opt.effectiveWeightDecay()),
       exact(opt.beta1), exact(opt.beta2), exact(opt.eps));
   std::string annotate =
-      llvm::formatv("tsr-sharding-annotate{{dp={0} tp={1}}", plan.dp, plan.tp);
-  return {{"build-train-step", train},
-          {"sharding-annotate", annotate},
-          {"sharding-propagate", "tsr-sharding-propagate"},
-          {"sharding-partition", "tsr-sharding-partition"}};
+      llvm::formatv("tsr-sharding-annotate{{dp={0} tp={1}", plan.dp, plan.tp);
+  if (plan.pipelined())
+    annotate +=
+        llvm::formatv(" pp={0} micro-batches={1}", plan.pp, plan.microBatches);
+  annotate += "}";
+  std::vector<Stage> stages = {
+      {"build-train-step", train},
+      {"sharding-annotate", annotate},
+      {"sharding-propagate", "tsr-sharding-propagate"},
+      {"sharding-partition", "tsr-sharding-partition"}};
+  if (plan.pipelined()) {
+    std::string split =
+        llvm::formatv("tsr-pipeline-split{{schedule={0} virtual-stages={1}",
+                      plan.schedule, plan.virtualStages);
+    if (!plan.ppStages.empty()) {
+      split += " stages=";
+      for (auto [i, s] : llvm::enumerate(plan.ppStages))
+        split += (i ? "," : "") + std::to_string(s);
+    }
+    split += "}";
+    stages.push_back({"pipeline-split", split});
+  }
+  return stages;
 }
 
 LogicalResult pipeline::dumpModule(ModuleOp module, StringRef dir,

@@ -2,6 +2,8 @@
 
 #include "compiler/planner/Plan.h"
 
+#include "dialects/tsrt/PipelineSchedule.h"
+
 using namespace tessera::planner;
 
 llvm::Error Plan::validate() const {
@@ -12,6 +14,20 @@ llvm::Error Plan::validate() const {
     return fail("--dp must be >= 1, got " + llvm::Twine(dp));
   if (tp < 1)
     return fail("--tp must be >= 1, got " + llvm::Twine(tp));
+  if (pp < 1)
+    return fail("--pp must be >= 1, got " + llvm::Twine(pp));
+  if (microBatches < 1)
+    return fail("--micro-batches must be >= 1, got " +
+                llvm::Twine(microBatches));
+  auto kind = tsrt::schedule::parseKind(schedule);
+  if (!kind)
+    return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
+                schedule + "'");
+  if (llvm::Error err =
+          tsrt::schedule::checkShape(*kind, {pp, virtualStages, microBatches}))
+    return err;
+  if (!ppStages.empty() && !pipelined())
+    return fail("--pp-stages needs --pp > 1");
   if (optimizer.name != "sgd" && optimizer.name != "adamw")
     return fail("--optimizer must be sgd or adamw, got '" + optimizer.name +
                 "'");
@@ -39,9 +55,18 @@ llvm::json::Object Plan::toJSON() const {
     opt["beta2"] = optimizer.beta2;
     opt["eps"] = optimizer.eps;
   }
-  return llvm::json::Object{
+  llvm::json::Object out{
       {"grid", llvm::json::Object{{"axes", std::move(axes)},
                                   {"shape", std::move(shape)}}},
       {"ranks", numRanks()},
       {"optimizer", std::move(opt)}};
+  if (pipelined()) {
+    out["pipeline"] = llvm::json::Object{{"pp_axis", 2},
+                                         {"mb_axis", 3},
+                                         {"stages", pp},
+                                         {"virtual_stages", virtualStages},
+                                         {"micro_batches", microBatches},
+                                         {"schedule", schedule}};
+  }
+  return out;
 }

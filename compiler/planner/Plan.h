@@ -35,13 +35,32 @@ struct Plan {
   /// Data-parallel degree (grid axis 0, "dp") and tensor-parallel degree
   /// (grid axis 1, "tp", Megatron-LM column/row splits).
   int64_t dp = 1, tp = 1;
+  /// Pipeline parallelism: `pp` stages (grid axis 2, "pp"), `microBatches`
+  /// micro-batches per step (virtual grid axis 3, "mb", not ranks),
+  /// `schedule` ("gpipe", "1f1b" or "interleaved") with `virtualStages`
+  /// model chunks per stage, and optionally the first layer of every chunk
+  /// (`--pp-stages`). The pp and mb axes exist only when pipelined().
+  int64_t pp = 1, microBatches = 1, virtualStages = 1;
+  std::string schedule = "1f1b";
+  std::vector<int64_t> ppStages;
   OptimizerConfig optimizer;
 
-  std::vector<std::string> gridAxisNames() const { return {"dp", "tp"}; }
-  std::vector<int64_t> gridShape() const { return {dp, tp}; }
-  int64_t numRanks() const { return dp * tp; }
+  bool pipelined() const { return pp > 1 || microBatches > 1; }
+  std::vector<std::string> gridAxisNames() const {
+    if (pipelined())
+      return {"dp", "tp", "pp", "mb"};
+    return {"dp", "tp"};
+  }
+  std::vector<int64_t> gridShape() const {
+    if (pipelined())
+      return {dp, tp, pp, microBatches};
+    return {dp, tp};
+  }
+  /// MPI ranks: dp · tp · pp (micro-batches are not ranks).
+  int64_t numRanks() const { return dp * tp * pp; }
 
-  /// Checks the degrees and optimizer settings; the error names the flag.
+  /// Checks the degrees, the schedule and the optimizer settings; the error
+  /// names the flag.
   llvm::Error validate() const;
   llvm::json::Object toJSON() const;
 };

@@ -46,6 +46,12 @@ CONFIGS = {
     "postnorm_gelu_causal_op14": dict(_COMMON_SMALL, activation="gelu",
                                       norm_first=False, causal=True, opset=14,
                                       out="test/e2e/models/postnorm_gelu_causal_op14.onnx"),
+    # Pipeline-parallel e2e model: 4 layers so that pp4 has a layer per
+    # stage, batch 16 so that dp2 x 8 micro-batches divides it.
+    "pipeline": dict(vocab=256, d_model=32, nhead=4, d_ff=64, layers=4, seq=8,
+                     batch=16, activation="gelu", norm_first=True,
+                     causal=True, seed=0, opset=17,
+                     out="test/e2e/models/pipeline_op17.onnx"),
 }
 
 

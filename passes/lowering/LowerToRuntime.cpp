@@ -76,7 +76,8 @@ struct LowerToRuntimePass
     module->removeAttr("tsr.grid_axes");
 
     WalkResult result = module.walk([&](Operation *op) -> WalkResult {
-      if (isa<ModuleOp, func::FuncOp, func::ReturnOp, shard::GridOp>(op))
+      if (isa<ModuleOp, func::FuncOp, func::ReturnOp, shard::GridOp>(op) ||
+          isa<tsrt::TsrtDialect>(op->getDialect()))
         return WalkResult::advance();
       b.setInsertionPoint(op);
       Operation *lowered = nullptr;

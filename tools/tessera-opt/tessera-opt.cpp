@@ -10,6 +10,7 @@
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
 #include "passes/lowering/Passes.h"
+#include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
 #include "passes/training/Passes.h"
 
@@ -23,6 +24,7 @@ int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   tessera::training::registerTrainingPasses();
   tessera::sharding::registerShardingPasses();
+  tessera::pipeline::registerPipelinePasses();
   tessera::lowering::registerLoweringPasses();
   mlir::DialectRegistry registry;
   registry.insert<tessera::tsr::TsrDialect, tessera::tsrt::TsrtDialect,

@@ -1,6 +1,8 @@
 //===- tessera-partition.cpp - ONNX model -> partitioned plan.tsr ---------===//
 //
-// tessera-partition MODEL.onnx -o PLAN.tsr [--dp N] [--tp M]
+// tessera-partition MODEL.onnx -o PLAN.tsr [--dp N] [--tp M] [--pp P]
+//     [--micro-batches M] [--schedule gpipe|1f1b|interleaved]
+//     [--virtual-stages V] [--pp-stages 0,3,6]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain]
@@ -8,9 +10,10 @@
 // Imports the ONNX model into the tsr dialect, builds the training step
 // (mean cross-entropy over next tokens, reverse-mode autodiff, SGD/AdamW with
 // torch.optim semantics), shards it over a (dp, tp) grid (Megatron-LM tensor
-// parallelism; data parallelism over the batch) and writes one artifact that
-// `tessera-run` executes on dp*tp MPI ranks. Errors name the node, tensor or
-// flag at fault and exit with status 1.
+// parallelism; data parallelism over the batch), splits it into pipeline
+// stages run over micro-batches when --pp or --micro-batches is given, and
+// writes one artifact that `tessera-run` executes on dp*tp*pp MPI ranks. Errors
+// name the node, tensor or flag at fault and exit with status 1.
 //
 //===----------------------------------------------------------------------===//
 
@@ -55,6 +58,38 @@ static cl::opt<int64_t>
        cl::desc("Tensor-parallel degree (grid axis 'tp', Megatron-LM "
                 "column/row splits); must divide the heads and hidden sizes"),
        cl::init(1), cl::cat(category));
+static cl::opt<int64_t>
+    pp("pp",
+       cl::desc("Pipeline stages (grid axis 'pp'; GPipe / 1F1B pipeline "
+                "parallelism, Huang et al. 2019, Narayanan et al. 2021). The "
+                "forward is cut into stages of consecutive layers balanced by "
+                "FLOPs and parameter bytes. Must not exceed the layer count"),
+       cl::init(1), cl::cat(category));
+static cl::opt<int64_t> microBatches(
+    "micro-batches",
+    cl::desc("Micro-batches per step (gradient accumulation; the batch of "
+             "each data-parallel rank is split into M micro-batches, which "
+             "must divide it). The DP all-reduce and the optimizer run once "
+             "per step"),
+    cl::init(1), cl::cat(category));
+static cl::opt<std::string> scheduleKind(
+    "schedule",
+    cl::desc("Pipeline schedule: gpipe (all forwards, then all backwards), "
+             "1f1b (PipeDream-Flush: at most P - stage micro-batches in "
+             "flight) or interleaved (Megatron-LM interleaved 1F1B over "
+             "--virtual-stages chunks per stage; M must be a multiple of P)"),
+    cl::init("1f1b"), cl::cat(category));
+static cl::opt<int64_t>
+    virtualStages("virtual-stages",
+                  cl::desc("Model chunks per pipeline stage (interleaved "
+                           "schedule only)"),
+                  cl::init(1), cl::cat(category));
+static cl::list<int64_t> ppStages(
+    "pp-stages",
+    cl::desc("First layer of every pipeline chunk, e.g. 0,3,6 (default: "
+             "balanced by cost). Layers are the points where one "
+             "activation crosses; --explain lists them"),
+    cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> optimizer("optimizer",
                                       cl::desc("sgd or adamw (torch.optim)"),
                                       cl::init("adamw"), cl::cat(category));
@@ -82,7 +117,8 @@ static cl::opt<Emit>
                     clEnumValN(Emit::Import, "import", "MLIR after import"),
                     clEnumValN(Emit::Train, "train", "MLIR of @train_step"),
                     clEnumValN(Emit::Sharded, "sharded",
-                               "MLIR after sharding-partition")),
+                               "MLIR after sharding-partition (and the "
+                               "pipeline split with --pp / --micro-batches)")),
          cl::cat(category));
 static cl::opt<std::string>
     dumpDir("dump-ir-after-each",
@@ -122,6 +158,11 @@ int main(int argc, char **argv) {
   planner::Plan plan;
   plan.dp = dp;
   plan.tp = tp;
+  plan.pp = pp;
+  plan.microBatches = microBatches;
+  plan.schedule = scheduleKind;
+  plan.virtualStages = virtualStages;
+  plan.ppStages.assign(ppStages.begin(), ppStages.end());
   plan.optimizer.name = optimizer;
   plan.optimizer.lr = lr;
   plan.optimizer.weightDecay = weightDecay;

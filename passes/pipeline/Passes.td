@@ -1,0 +1,89 @@
+//===- Passes.td - pipeline-parallelism passes -------------*- tablegen -*-===//
+
+#ifndef TESSERA_PASSES_PIPELINE_PASSES
+#define TESSERA_PASSES_PIPELINE_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
+  let summary = "Split the partitioned @train_step into pipeline chunks with "
+                "send/recv, micro-batch accumulation and a checked schedule.";
+  let description = [{
+    Runs after `tsr-sharding-partition` on a grid `dp x tp x pp x mb`
+    (`tsr-sharding-annotate{pp=P micro-batches=M}`). P is the `pp` axis size
+    and M the `mb` axis size.
+
+    1. **Micro-batch and apply regions.** Every `shard.all_reduce` over the
+       `mb` axis is an accumulation over micro-batches (the gradients and the
+       loss are partial sums over the micro-batches): the ops it needs form
+       the per-micro-batch region, everything after it the once-per-step
+       apply region (the data-parallel all-reduce over the remaining axes and
+       the optimizer). A micro-batch op that needs the result of such an
+       all-reduce is an error.
+    2. **Stages by cost.** The forward ops are cut into *layers* (pipeline
+       units) at the points where exactly one activation crosses (a
+       transformer's residual stream between blocks); constants and step
+       arguments do not count. Each layer costs 3 x its forward FLOPs
+       (forward + backward, through `CostOpInterface`) plus 10 FLOP per
+       parameter element it owns (the optimizer). The layers are split into
+       P·V contiguous chunks minimising the most expensive chunk (linear
+       partition), unless `stages` gives the first layer of every chunk.
+       Backward ops go to the chunk of the forward op they differentiate
+       (`tsr.bwd = i` -> `tsr.fwd = i`, tagged by autodiff); the apply ops to
+       the chunk whose accumulations they read; ops that read none (e.g.
+       AdamW's `step + 1`) are replicated into every chunk.
+    3. **Functions.** Chunk c gets `@forward_c`, `@backward_c` and `@apply_c`
+       (contract in `tsrt.pipeline_schedule`'s description). A value made in
+       chunk a and used in chunk b travels once per micro-batch by
+       `tsrt.send` right after it is made and `tsrt.recv` right before its
+       first use, on its own channel (forward values forward, gradients
+       backward; a value used by several later chunks is sent to each).
+       Forward values that a chunk's backward reads are its activation set
+       (`tsrt.saved`). Constants are rematerialised in every function.
+    4. **Schedule.** `tsrt.pipeline_schedule` records the chunks and every
+       stage's actions for `schedule` (gpipe, 1f1b or interleaved with
+       `virtual-stages` V), whose verifier proves send/recv matching,
+       deadlock freedom and the in-flight bound.
+    `@train_step` stays as a declaration carrying the arguments' and
+    results' attributes (the artifact's manifest).
+
+    Errors: a pipeline of more chunks than layers, bad `stages`, a
+    parameter used by more than one chunk (tied weights), a value that
+    would travel backwards in its phase.
+
+    Before (P = 2, M = 2, schematic):
+    ```mlir
+    %h = tsr.gelu %x {tsr.fwd = 3} ...
+    %y = tsr.matmul %h, %w {tsr.fwd = 4} ...
+    %dh = tsr.matmul %dy, %w {tsr.bwd = 4} ...
+    %s = shard.all_reduce %dw on @grid grid_axes = [3] ...
+    %w2 = tsr.sgd_update %w, %s ...
+    ```
+    After:
+    ```mlir
+    func.func @forward_0(...) -> (... {tsrt.saved = 0 : i64}) {
+      %h = tsr.gelu %x ...
+      tsrt.send %h to chunk 1 channel 0 : tensor<2x16x64xf32>
+    }
+    func.func @forward_1(%w: ... {tsrt.arg = 7 : i64}) -> ... {
+      %h = tsrt.recv from chunk 0 channel 0 : tensor<2x16x64xf32>
+      %y = tsr.matmul %h, %w ...
+    }
+    func.func @apply_1(%w: ... {tsrt.arg = 7 : i64},
+                       %dw: ... {tsrt.acc = 3 : i64}) -> (... {tsrt.result = 2 : i64})
+    tsrt.pipeline_schedule {kind = "1f1b", stages = 2, micro_batches = 2, ...}
+    ```
+  }];
+  let options = [
+    Option<"schedule", "schedule", "std::string", "\"1f1b\"",
+           "gpipe, 1f1b or interleaved">,
+    Option<"virtualStages", "virtual-stages", "int64_t", "1",
+           "Model chunks per stage (interleaved 1F1B)">,
+    ListOption<"stages", "stages", "int64_t",
+               "First layer of every chunk (default: balanced by cost)">,
+  ];
+  let dependentDialects = ["::tessera::tsrt::TsrtDialect",
+                           "::mlir::shard::ShardDialect"];
+}
+
+#endif // TESSERA_PASSES_PIPELINE_PASSES
