@@ -14,31 +14,95 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
+const char *TraceEvent::kindName(Kind kind) {
+  switch (kind) {
+  case Kind::Forward:
+    return "forward";
+  case Kind::Backward:
+    return "backward";
+  case Kind::Apply:
+    return "apply";
+  case Kind::Step:
+    return "step";
+  }
+  return "?";
+}
+
+std::string TraceEvent::name() const {
+  switch (kind) {
+  case Kind::Forward:
+  case Kind::Backward:
+    return llvm::formatv("{0}{1}.{2}", kind == Kind::Forward ? "F" : "B", chunk,
+                         microBatch)
+        .str();
+  default:
+    return kindName(kind);
+  }
+}
+
+llvm::Error Executor::enableTrace() {
+  if (llvm::Error err = mpi::barrier(gridRef.parent()))
+    return err;
+  traceOrigin = MPI_Wtime();
+  tracing = true;
+  return llvm::Error::success();
+}
+
+double Executor::now() const { return MPI_Wtime() - traceOrigin; }
+
+void Executor::record(TraceEvent::Kind kind, int64_t chunk, int64_t microBatch,
+                      double start) {
+  if (!tracing)
+    return;
+  TraceEvent e;
+  e.kind = kind;
+  e.chunk = chunk;
+  e.microBatch = microBatch;
+  e.stage = myStage;
+  e.step = steps;
+  e.start = start;
+  e.end = now();
+  trace.push_back(e);
+}
+
 llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
                                                            mpi::Grid &grid) {
   const Manifest &m = plan.manifest();
-  if (grid.axisSizes() != m.gridShape)
+  if (grid.axisSizes() != m.rankShape())
     return fail(plan.source() + ": the plan needs a grid " +
                 m.gridDescription() + " but the executor was given " +
                 shapeToString(grid.axisSizes()));
   std::unique_ptr<Executor> ex(new Executor(plan, grid));
-
-  // Sub-communicators, in program order (the same on every rank).
-  for (const std::vector<int64_t> &axes : plan.program().commAxes()) {
-    llvm::Expected<mpi::Communicator> comm = grid.subComm(axes);
-    if (!comm)
-      return comm.takeError();
-    ex->ctx.comms.push_back(*comm);
-  }
   ex->ctx.traffic = &ex->counter;
 
-  // Initial local state.
-  const std::vector<int64_t> &coords = grid.coords();
+  if (plan.pipeline()) {
+    // The pp communicator and every chunk's sub-communicators.
+    if (llvm::Error err = ex->initPipeline())
+      return std::move(err);
+  } else {
+    // Sub-communicators, in program order (the same on every rank).
+    for (const std::vector<int64_t> &axes : plan.program().commAxes()) {
+      llvm::Expected<mpi::Communicator> comm = grid.subComm(axes);
+      if (!comm)
+        return comm.takeError();
+      ex->ctx.comms.push_back(*comm);
+    }
+  }
+
+  // Initial local state (pipeline plans: only what this stage reads; the
+  // shards of the micro-batch coordinate 0, as no such layout uses it).
+  std::vector<int64_t> coords = grid.coords();
+  if (m.isPipeline())
+    coords.push_back(0);
   ex->state.resize(m.arguments.size());
   for (const ArgumentSpec &a : m.arguments) {
+    bool held = !plan.pipeline() ||
+                plan.pipeline()->stageArguments[ex->myStage][a.index];
     switch (a.role) {
     case Role::Param:
     case Role::Frozen: {
+      if (!held)
+        break;
       const Tensor *global = plan.initialValue(a.name);
       if (!global)
         return fail(plan.source() + ": no initial value for '" + a.name + "'");
@@ -46,7 +110,8 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
       break;
     }
     case Role::OptState:
-      ex->state[a.index] = Tensor::zeros(a.dtype, a.localShape);
+      if (held)
+        ex->state[a.index] = Tensor::zeros(a.dtype, a.localShape);
       break;
     case Role::Tokens:
       ex->tokensArg = a.index;
@@ -76,6 +141,9 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
                               shapeToString(tokSpec.shape),
                               shapeToString(tokens.shape()),
                               shapeToString(labels.shape())));
+  if (planRef.pipeline())
+    return stepPipeline(tokens, labels);
+  double start = tracing ? now() : 0;
   const std::vector<int64_t> &coords = gridRef.coords();
   std::vector<Tensor> args = state;
   args[tokensArg] = sliceToLocal(tokens, tokSpec.layout, m.gridShape, coords);
@@ -91,6 +159,7 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
   for (const ResultSpec &r : m.results)
     if (r.argument >= 0)
       state[r.argument] = (*results)[r.index];
+  record(TraceEvent::Kind::Step, -1, -1, start);
   ++steps;
   return static_cast<double>((*results)[lossResult].data<float>()[0]);
 }
@@ -104,6 +173,8 @@ const Tensor *Executor::localValue(llvm::StringRef name, Role role) const {
 
 llvm::Expected<std::vector<std::pair<std::string, Tensor>>>
 Executor::gatherWeights(int root) const {
+  if (planRef.pipeline())
+    return gatherWeightsPipeline(root);
   const Manifest &m = planRef.manifest();
   const mpi::Communicator &world = gridRef.parent();
   bool isRoot = world.rank() == root;

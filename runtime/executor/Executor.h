@@ -16,6 +16,25 @@
 //   }
 //   auto weights = (*ex)->gatherWeights(0);              // collective
 //
+// Pipeline plans (Plan::pipeline() non-null): the grid is the plan's rank
+// grid (Manifest::rankAxes/rankShape, without the virtual micro-batch axis)
+// and this rank's stage is its pp coordinate. The rank holds state only for
+// the arguments read by the functions of its stage's chunks (others are
+// null: no memory for other stages' parameters). `step` runs the stage's
+// actions in schedule order:
+//   F(c, m): forward[c] on micro-batch m (tokens/labels sliced with grid
+//            coordinates + [m]); its tsrt.saved results are kept as the
+//            activation set (c, m), its tsrt.acc results added into the
+//            accumulators;
+//   B(c, m): backward[c] with the activation set (c, m), which is then
+//            freed; its tsrt.acc results are added into the accumulators;
+// then completes every pending send, runs apply[c] for the stage's chunks in
+// ascending order (tsrt.acc arguments = the sums over micro-batches) and
+// swaps the tsrt.result values in. Accumulators start empty every step (the
+// first contribution is copied, later ones added elementwise in f32). The
+// loss, produced on the last stage, is broadcast over the pp communicator.
+// tsrt.send / tsrt.recv use that communicator (see Program.h).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RUNTIME_EXECUTOR_EXECUTOR_H
@@ -36,12 +55,31 @@ namespace tessera {
 namespace runtime {
 namespace exec {
 
+/// One timed region of a step, for traces (see Executor::enableTrace).
+struct TraceEvent {
+  enum class Kind { Forward, Backward, Apply, Step };
+  Kind kind = Kind::Step;
+  int64_t chunk = -1;        ///< -1 for Step
+  int64_t microBatch = -1;   ///< -1 for Apply and Step
+  int64_t stage = 0;         ///< this rank's stage (0 for non-pipeline plans)
+  int64_t step = 0;          ///< the step index (Executor::stepsRun() then)
+  double start = 0, end = 0; ///< seconds since the trace origin (MPI_Wtime)
+
+  /// "F1.3", "B1.3", "apply" or "step".
+  std::string name() const;
+  /// "forward", "backward", "apply" or "step".
+  static const char *kindName(Kind kind);
+};
+
 class Executor {
 public:
   /// Binds `plan` to this rank of `grid`. Collective over grid.parent(): the
   /// program's sub-communicators are created here, in the same order on every
-  /// rank. Errors: the grid's shape differs from the plan's, MPI failures.
-  /// `plan` and `grid` must outlive the Executor.
+  /// rank (pipeline plans: the pp communicator first, then those of every
+  /// chunk's forward, backward and apply, in chunk order). Errors: the grid's
+  /// shape differs from the plan's rank grid, the pipeline's largest MPI tag
+  /// exceeds MPI_TAG_UB, MPI failures. `plan` and `grid` must outlive the
+  /// Executor.
   static llvm::Expected<std::unique_ptr<Executor>> create(const Plan &plan,
                                                           mpi::Grid &grid);
 
@@ -49,28 +87,63 @@ public:
   /// [global_batch, seq_len]); each is sliced to this rank by its layout.
   /// Returns the loss (the global mean, the same on every rank). Collective.
   /// On error the state is unchanged, but other ranks may be stuck in a
-  /// collective: the caller should abort.
+  /// collective: the caller should abort. (Pipeline plans: messages of the
+  /// failed step may still be queued and would be taken for the next step's,
+  /// so the executor must not be used again.) Errors name the source, step,
+  /// and for pipeline plans the stage and action (e.g. "stage 1, B1.3
+  /// (@backward_1)"), then the op.
   llvm::Expected<double> step(const Tensor &tokens, const Tensor &labels);
 
-  /// This rank's current value of argument `name` with `role`, or null.
+  /// This rank's current value of argument `name` with `role`, or null
+  /// (also for arguments of other pipeline stages).
   const Tensor *localValue(llvm::StringRef name, Role role = Role::Param) const;
 
   /// Assembles the global value of every param and frozen argument (manifest
   /// order, ONNX names, global shapes) on world rank `root` of the grid's
   /// parent communicator; other ranks get an empty list. Collective.
+  /// Pipeline plans: each value comes from the ranks of the (lowest) stage
+  /// that holds it (MPI_Gatherv, f32 element counts); a value no stage uses
+  /// is the initial one. Errors: a shard over INT_MAX elements, MPI failures.
   llvm::Expected<std::vector<std::pair<std::string, Tensor>>>
   gatherWeights(int root = 0) const;
 
-  /// Collective volumes sent by this rank (ring model), per step and total.
+  /// Collective and send volumes of this rank (ring model), per step and
+  /// total.
   mpi::TrafficCounter &traffic() { return counter; }
   const Plan &plan() const { return planRef; }
-  /// This rank's grid coordinates.
+  /// This rank's grid coordinates (rank axes only).
   const std::vector<int64_t> &coords() const { return gridRef.coords(); }
   /// Number of steps run so far.
   int64_t stepsRun() const { return steps; }
+  /// This rank's pipeline stage (its pp coordinate); 0 for other plans.
+  int64_t stage() const { return myStage; }
+
+  /// Pipeline plans: the largest number of activation sets alive at once on
+  /// this rank during the last completed step (1F1B: min(P − stage, M)), and
+  /// the largest total bytes of the saved tensors alive at once (each saved
+  /// tensor counted in full, even when it shares storage). 0 before the first
+  /// step and for non-pipeline plans.
+  int64_t peakActivationSets() const { return lastPeakSets; }
+  int64_t peakActivationBytes() const { return lastPeakBytes; }
+
+  /// Starts recording TraceEvents: one Step event per step and, for pipeline
+  /// plans, one per action and per apply. Collective over grid.parent(): an
+  /// MPI_Barrier, right after which each rank takes its time origin (so all
+  /// ranks' times are comparable to the barrier's skew). Error: MPI failure.
+  llvm::Error enableTrace();
+  /// Events recorded so far, in the order they ended.
+  const std::vector<TraceEvent> &traceEvents() const { return trace; }
 
 private:
   Executor(const Plan &plan, mpi::Grid &grid) : planRef(plan), gridRef(grid) {}
+  llvm::Error initPipeline();
+  llvm::Expected<double> stepPipeline(const Tensor &tokens,
+                                      const Tensor &labels);
+  llvm::Expected<std::vector<std::pair<std::string, Tensor>>>
+  gatherWeightsPipeline(int root) const;
+  void record(TraceEvent::Kind kind, int64_t chunk, int64_t microBatch,
+              double start);
+  double now() const;
 
   const Plan &planRef;
   mpi::Grid &gridRef;
@@ -79,6 +152,20 @@ private:
   std::vector<Tensor> state; ///< one per argument (tokens/labels: null)
   int64_t tokensArg = -1, labelsArg = -1, lossResult = -1;
   int64_t steps = 0;
+
+  // Pipeline plans.
+  int64_t myStage = 0;
+  std::unique_ptr<PointToPoint> p2p;
+  /// fnCtx[3·c + phase] (phase 0 forward, 1 backward, 2 apply) for the
+  /// chunks of this stage; empty contexts elsewhere.
+  std::vector<ExecContext> fnCtx;
+  std::vector<int64_t> myChunks; ///< this stage's chunks, ascending
+  int64_t lastPeakSets = 0, lastPeakBytes = 0;
+
+  // Tracing.
+  bool tracing = false;
+  double traceOrigin = 0;
+  std::vector<TraceEvent> trace;
 };
 
 } // namespace exec

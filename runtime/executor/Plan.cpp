@@ -8,10 +8,12 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <set>
 
@@ -71,17 +73,33 @@ static std::optional<std::vector<int64_t>> intList(const json::Value *v) {
   return out;
 }
 
+std::vector<std::string> Manifest::rankAxes() const {
+  std::vector<std::string> axes = gridAxes;
+  if (isPipeline())
+    axes.erase(axes.begin() + mbAxis);
+  return axes;
+}
+
+std::vector<int64_t> Manifest::rankShape() const {
+  std::vector<int64_t> shape = gridShape;
+  if (isPipeline())
+    shape.erase(shape.begin() + mbAxis);
+  return shape;
+}
+
 int64_t Manifest::numRanks() const {
   int64_t n = 1;
-  for (int64_t s : gridShape)
+  for (int64_t s : rankShape())
     n *= s;
   return n;
 }
 
 std::string Manifest::gridDescription() const {
+  std::vector<std::string> axes = rankAxes();
+  std::vector<int64_t> shape = rankShape();
   std::string s;
-  for (size_t i = 0; i < gridAxes.size(); ++i)
-    s += (i ? " x " : "") + gridAxes[i] + "=" + std::to_string(gridShape[i]);
+  for (size_t i = 0; i < axes.size(); ++i)
+    s += (i ? " x " : "") + axes[i] + "=" + std::to_string(shape[i]);
   return s;
 }
 
@@ -126,6 +144,26 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     if (s < 1)
       return err("grid sizes must be >= 1");
   m.gridShape = *shape;
+  if (const json::Value *pipeline = root->get("pipeline")) {
+    const json::Object *p = pipeline->getAsObject();
+    std::optional<int64_t> pp = p ? p->getInteger("pp_axis") : std::nullopt;
+    std::optional<int64_t> mb = p ? p->getInteger("mb_axis") : std::nullopt;
+    int64_t last = static_cast<int64_t>(m.gridShape.size()) - 1;
+    if (!pp || !mb)
+      return err("\"pipeline\" must be an object with integer \"pp_axis\" "
+                 "and \"mb_axis\" (grid axis indices)");
+    if (*mb != last)
+      return err(llvm::formatv("\"pipeline\": \"mb_axis\" ({0}) must be the "
+                               "last grid axis ({1}): the micro-batch axis is "
+                               "virtual, not a rank axis",
+                               *mb, last));
+    if (*pp < 0 || *pp >= last)
+      return err(llvm::formatv("\"pipeline\": \"pp_axis\" ({0}) must be a "
+                               "grid axis before \"mb_axis\" ({1})",
+                               *pp, *mb));
+    m.ppAxis = *pp;
+    m.mbAxis = *mb;
+  }
   if (auto p = root->getString("program"))
     m.program = p->str();
   if (auto f = root->getString("function"))
@@ -197,6 +235,24 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
         m.findArgument(spec.name, spec.role) >= 0 &&
         m.findArgument(spec.name, spec.role) != spec.index)
       return what("name repeated");
+    if (m.isPipeline()) {
+      std::vector<int64_t> used = spec.layout.usedAxes();
+      bool usesPp = llvm::is_contained(used, m.ppAxis);
+      bool usesMb = llvm::is_contained(used, m.mbAxis);
+      bool batch = spec.role == Role::Tokens || spec.role == Role::Labels;
+      if (usesPp || (usesMb && !batch))
+        return what(llvm::formatv(
+            "the layout splits over the {0} axis '{1}', which only "
+            "{2}",
+            usesPp ? "pipeline" : "micro-batch",
+            m.gridAxes[usesPp ? m.ppAxis : m.mbAxis],
+            usesPp ? "selects the stage (no argument may be split over it)"
+                   : "tokens and labels may be split over"));
+      if (batch && !usesMb && m.gridShape[m.mbAxis] > 1)
+        return what(llvm::formatv("{0} must be split over the micro-batch "
+                                  "axis '{1}' (each micro-batch is a slice)",
+                                  roleName(spec.role), m.gridAxes[m.mbAxis]));
+    }
     if (spec.role == Role::Tokens || spec.role == Role::Labels) {
       if (spec.dtype != DType::I64 ||
           spec.shape != std::vector<int64_t>{m.globalBatch, m.seqLen})
@@ -264,9 +320,396 @@ llvm::Expected<std::unique_ptr<Plan>> Plan::load(llvm::StringRef path) {
   return fromSafeTensors(std::move(*file), path);
 }
 
-/// Parses the program bytes (MLIR bytecode or text) and compiles it.
-static llvm::Expected<Program>
-loadProgram(const Tensor &bytes, const Manifest &m, llvm::StringRef source) {
+/// "file.mlir:3:5" for file locations, else the printed location.
+static std::string locationText(mlir::Location loc) {
+  if (auto file = mlir::dyn_cast<mlir::FileLineColLoc>(loc))
+    return llvm::formatv("{0}:{1}:{2}", file.getFilename().getValue(),
+                         file.getLine(), file.getColumn())
+        .str();
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  return s;
+}
+
+namespace {
+/// Compiles the functions of a `tsrt.pipeline_schedule` and checks their
+/// bindings against the manifest.
+class PipelineCompiler {
+public:
+  PipelineCompiler(mlir::ModuleOp module, const Manifest &m,
+                   llvm::StringRef source)
+      : module(module), m(m), source(source) {}
+
+  llvm::Expected<Pipeline> compile();
+
+private:
+  enum class Phase { Forward, Backward, Apply };
+  static const char *phaseName(Phase phase) {
+    return phase == Phase::Forward    ? "forward"
+           : phase == Phase::Backward ? "backward"
+                                      : "apply";
+  }
+  llvm::Error compileFunction(mlir::Attribute symbol, int64_t chunk,
+                              Phase phase, PipelineFunction &out);
+  llvm::Error checkBindings(Pipeline &p);
+
+  mlir::ModuleOp module;
+  const Manifest &m;
+  llvm::StringRef source;
+  CompileOptions options;
+};
+} // namespace
+
+/// The binding attribute of one argument or result: exactly one of the
+/// `tsrt.*` binding keys, with a non-negative integer value.
+static llvm::Expected<Binding>
+parseBinding(mlir::DictionaryAttr attrs, llvm::ArrayRef<Binding::Kind> allowed,
+             const llvm::Twine &what) {
+  static const std::pair<const char *, Binding::Kind> keys[] = {
+      {"tsrt.arg", Binding::Kind::Arg},
+      {"tsrt.saved", Binding::Kind::Saved},
+      {"tsrt.acc", Binding::Kind::Acc},
+      {"tsrt.result", Binding::Kind::Result}};
+  std::string allowedText;
+  for (auto [i, k] : llvm::enumerate(allowed))
+    for (auto &[key, kind] : keys)
+      if (kind == k)
+        allowedText += (i ? (i + 1 == allowed.size() ? " or " : ", ") : "") +
+                       std::string(key);
+  std::optional<Binding> found;
+  for (auto &[key, kind] : keys) {
+    mlir::Attribute a = attrs ? attrs.get(key) : mlir::Attribute();
+    if (!a)
+      continue;
+    if (!llvm::is_contained(allowed, kind))
+      return fail(what + " carries " + key + ", expected " + allowedText);
+    if (found)
+      return fail(what + " carries more than one of " + allowedText);
+    auto i = mlir::dyn_cast<mlir::IntegerAttr>(a);
+    if (!i || !i.getType().isSignlessInteger() ||
+        i.getValue().getSignificantBits() > 64 || i.getInt() < 0)
+      return fail(what + ": " + key + " must be a non-negative integer");
+    found = Binding{kind, i.getInt()};
+  }
+  if (!found)
+    return fail(what + " has no " + allowedText + " attribute");
+  return *found;
+}
+
+llvm::Error PipelineCompiler::compileFunction(mlir::Attribute symbol,
+                                              int64_t chunk, Phase phase,
+                                              PipelineFunction &out) {
+  auto ref = mlir::dyn_cast<mlir::FlatSymbolRefAttr>(symbol);
+  auto func = ref ? module.lookupSymbol<mlir::func::FuncOp>(ref.getAttr())
+                  : mlir::func::FuncOp();
+  if (!func)
+    return fail(llvm::formatv("{0}: the {1} function of chunk {2} is not a "
+                              "func.func of the module",
+                              source, phaseName(phase), chunk));
+  out.name = func.getSymName().str();
+  llvm::Expected<Program> program =
+      Program::compile(module, out.name, options, source);
+  if (!program)
+    return program.takeError();
+  out.program = std::move(*program);
+
+  using K = Binding::Kind;
+  std::vector<K> argKinds, resultKinds;
+  switch (phase) {
+  case Phase::Forward:
+    argKinds = {K::Arg};
+    resultKinds = {K::Saved, K::Acc};
+    break;
+  case Phase::Backward:
+    argKinds = {K::Arg, K::Saved};
+    resultKinds = {K::Acc};
+    break;
+  case Phase::Apply:
+    argKinds = {K::Arg, K::Acc};
+    resultKinds = {K::Result};
+    break;
+  }
+  out.description = llvm::formatv("@{0} ({1} of chunk {2})", out.name,
+                                  phaseName(phase), chunk)
+                        .str();
+  std::string fn = (source + ": " + out.description).str();
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto b = parseBinding(func.getArgAttrDict(i), argKinds,
+                          fn + ": argument #" + llvm::Twine(i));
+    if (!b)
+      return b.takeError();
+    out.args.push_back(*b);
+  }
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    auto b = parseBinding(func.getResultAttrDict(i), resultKinds,
+                          fn + ": result #" + llvm::Twine(i));
+    if (!b)
+      return b.takeError();
+    out.results.push_back(*b);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<Pipeline> PipelineCompiler::compile() {
+  namespace schedule = tessera::tsrt::schedule;
+  auto ops =
+      llvm::to_vector(module.getOps<tessera::tsrt::PipelineScheduleOp>());
+  if (ops.size() != 1)
+    return fail(llvm::formatv("{0}: a pipeline plan's program needs exactly "
+                              "one module-level tsrt.pipeline_schedule, found "
+                              "{1}",
+                              source, ops.size()));
+  tessera::tsrt::PipelineScheduleOp op = ops[0];
+  Pipeline p;
+  std::optional<schedule::Kind> kind = schedule::parseKind(op.getKind());
+  if (!kind)
+    return fail(source + ": unknown pipeline schedule kind '" + op.getKind() +
+                "'");
+  p.kind = *kind;
+  p.shape.stages = static_cast<int64_t>(op.getStages());
+  p.shape.virtualStages = static_cast<int64_t>(op.getVirtualStages());
+  p.shape.microBatches = static_cast<int64_t>(op.getMicroBatches());
+  if (p.shape.stages != m.gridShape[m.ppAxis] ||
+      p.shape.microBatches != m.gridShape[m.mbAxis])
+    return fail(llvm::formatv(
+        "{0}: the pipeline schedule has {1} stages and {2} micro-batches but "
+        "the manifest's grid has {3}={4} and {5}={6}",
+        source, p.shape.stages, p.shape.microBatches, m.gridAxes[m.ppAxis],
+        m.gridShape[m.ppAxis], m.gridAxes[m.mbAxis], m.gridShape[m.mbAxis]));
+  for (auto [s, text] : llvm::enumerate(op.getActions())) {
+    auto parsed =
+        schedule::parse(mlir::cast<mlir::StringAttr>(text).getValue());
+    if (!parsed)
+      return fail(llvm::formatv("{0}: pipeline stage {1}: {2}", source, s,
+                                llvm::toString(parsed.takeError())));
+    p.actions.push_back(std::move(*parsed));
+  }
+  int64_t chunks = p.shape.numChunks();
+  if (static_cast<int64_t>(p.actions.size()) != p.shape.stages ||
+      static_cast<int64_t>(op.getForward().size()) != chunks ||
+      static_cast<int64_t>(op.getBackward().size()) != chunks ||
+      static_cast<int64_t>(op.getApply().size()) != chunks)
+    return fail(source + ": malformed tsrt.pipeline_schedule");
+  for (const schedule::StageActions &stage : p.actions)
+    for (const schedule::Action &a : stage)
+      if (a.chunk < 0 || a.chunk >= chunks || a.microBatch < 0 ||
+          a.microBatch >= p.shape.microBatches)
+        return fail(llvm::formatv("{0}: pipeline action of chunk {1}, "
+                                  "micro-batch {2} is out of range",
+                                  source, a.chunk, a.microBatch));
+
+  options.gridShape = m.rankShape();
+  options.optimizer = &m.optimizer;
+  options.pipelineStages = p.shape.stages;
+  options.microBatches = p.shape.microBatches;
+  p.chunks.resize(chunks);
+  for (int64_t c = 0; c < chunks; ++c) {
+    PipelineChunk &chunk = p.chunks[c];
+    chunk.stage = p.shape.stageOfChunk(c);
+    if (llvm::Error e = compileFunction(op.getForward()[c], c, Phase::Forward,
+                                        chunk.forward))
+      return std::move(e);
+    if (llvm::Error e = compileFunction(op.getBackward()[c], c, Phase::Backward,
+                                        chunk.backward))
+      return std::move(e);
+    if (llvm::Error e =
+            compileFunction(op.getApply()[c], c, Phase::Apply, chunk.apply))
+      return std::move(e);
+  }
+  if (llvm::Error e = checkBindings(p))
+    return std::move(e);
+
+  int64_t maxChannel = -1;
+  for (const PipelineChunk &chunk : p.chunks)
+    for (const PipelineFunction *f : {&chunk.forward, &chunk.backward})
+      maxChannel = std::max(maxChannel, f->program.maxChannel());
+  if (maxChannel >= 0)
+    p.maxTag = maxChannel * p.shape.microBatches + p.shape.microBatches - 1;
+  return p;
+}
+
+/// Checks every binding against the manifest and the other functions.
+llvm::Error PipelineCompiler::checkBindings(Pipeline &p) {
+  using K = Binding::Kind;
+  int64_t stages = p.shape.stages;
+  int64_t numArgs = static_cast<int64_t>(m.arguments.size());
+  int64_t numResults = static_cast<int64_t>(m.results.size());
+  p.stageArguments.assign(stages, std::vector<bool>(numArgs, false));
+  // Accumulator j: its type and the stages that produce it.
+  std::map<int64_t, TensorType> accType;
+  std::map<int64_t, std::string> accFirst; // where its type was first seen
+  std::map<int64_t, std::set<int64_t>> accStages;
+  // Result r: the stages whose apply produces it.
+  std::vector<std::set<int64_t>> resultStages(numResults);
+
+  auto fnName = [&](const PipelineFunction &f) {
+    return (source + ": " + f.description).str();
+  };
+  auto checkAcc = [&](const PipelineFunction &f, int64_t j, const TensorType &t,
+                      const std::string &what) -> llvm::Error {
+    if (t.dtype != DType::F32)
+      return fail(fnName(f) + ": " + what + " (tsrt.acc = " + llvm::Twine(j) +
+                  ") is " + t.str() + "; accumulators must be f32");
+    auto [it, inserted] = accType.emplace(j, t);
+    if (inserted) {
+      accFirst[j] = "@" + f.name + " " + what;
+    } else if (it->second != t) {
+      return fail(fnName(f) + ": " + what + " (tsrt.acc = " + llvm::Twine(j) +
+                  ") is " + t.str() + " but " + accFirst[j] + " has " +
+                  it->second.str());
+    }
+    return llvm::Error::success();
+  };
+
+  // Arguments of every function; saved/acc results of forward and backward.
+  for (auto [c, chunk] : llvm::enumerate(p.chunks)) {
+    int64_t stage = chunk.stage;
+    std::map<int64_t, TensorType> saved;
+    for (auto [i, b] : llvm::enumerate(chunk.forward.results)) {
+      const TensorType &t = chunk.forward.program.resultTypes()[i];
+      std::string what = "result #" + std::to_string(i);
+      if (b.kind == K::Saved) {
+        if (!saved.emplace(b.index, t).second)
+          return fail(fnName(chunk.forward) + ": " + what +
+                      ": tsrt.saved = " + llvm::Twine(b.index) + " repeated");
+        chunk.numSaved = std::max(chunk.numSaved, b.index + 1);
+      } else if (llvm::Error e = checkAcc(chunk.forward, b.index, t, what)) {
+        return e;
+      } else {
+        accStages[b.index].insert(stage);
+      }
+    }
+    for (auto [i, b] : llvm::enumerate(chunk.backward.results)) {
+      if (llvm::Error e = checkAcc(chunk.backward, b.index,
+                                   chunk.backward.program.resultTypes()[i],
+                                   "result #" + std::to_string(i)))
+        return e;
+      accStages[b.index].insert(stage);
+    }
+    for (const PipelineFunction *f :
+         {&chunk.forward, &chunk.backward, &chunk.apply}) {
+      for (auto [i, b] : llvm::enumerate(f->args)) {
+        const TensorType &t = f->program.argTypes()[i];
+        std::string what = "argument #" + std::to_string(i);
+        if (b.kind == K::Arg) {
+          if (b.index >= numArgs)
+            return fail(fnName(*f) + ": " + what + ": tsrt.arg = " +
+                        llvm::Twine(b.index) + " but the manifest has " +
+                        llvm::Twine(numArgs) + " arguments");
+          const ArgumentSpec &a = m.arguments[b.index];
+          if (f == &chunk.apply &&
+              (a.role == Role::Tokens || a.role == Role::Labels))
+            return fail(fnName(*f) + ": " + what + " (tsrt.arg = " +
+                        llvm::Twine(b.index) + ") is the " + roleName(a.role) +
+                        ", which only forward and backward functions (one "
+                        "micro-batch) may read");
+          TensorType expected{a.dtype, a.localShape};
+          if (t != expected)
+            return fail(fnName(*f) + ": " + what +
+                        " (tsrt.arg = " + llvm::Twine(b.index) + ", '" +
+                        a.name + "') is " + t.str() +
+                        " but the manifest's local type is " + expected.str());
+          p.stageArguments[stage][b.index] = true;
+        } else if (b.kind == K::Saved) {
+          auto it = saved.find(b.index);
+          if (it == saved.end())
+            return fail(fnName(*f) + ": " + what +
+                        ": tsrt.saved = " + llvm::Twine(b.index) +
+                        " is not a result of @" + chunk.forward.name);
+          if (it->second != t)
+            return fail(fnName(*f) + ": " + what + " (tsrt.saved = " +
+                        llvm::Twine(b.index) + ") is " + t.str() + " but @" +
+                        chunk.forward.name + " saves " + it->second.str());
+        }
+      }
+    }
+  }
+  // Apply: accumulator arguments need a producer on the same stage; results.
+  for (const PipelineChunk &chunk : p.chunks) {
+    const PipelineFunction &f = chunk.apply;
+    for (auto [i, b] : llvm::enumerate(f.args)) {
+      if (b.kind != K::Acc)
+        continue;
+      std::string what = "argument #" + std::to_string(i);
+      if (!accStages[b.index].count(chunk.stage))
+        return fail(fnName(f) + ": " + what + ": accumulator " +
+                    llvm::Twine(b.index) +
+                    " gets no contribution from a forward or backward "
+                    "function of stage " +
+                    llvm::Twine(chunk.stage));
+      if (llvm::Error e = checkAcc(f, b.index, f.program.argTypes()[i], what))
+        return e;
+    }
+    for (auto [i, b] : llvm::enumerate(f.results)) {
+      const TensorType &t = f.program.resultTypes()[i];
+      std::string what = "result #" + std::to_string(i);
+      if (b.index >= numResults)
+        return fail(fnName(f) + ": " + what + ": tsrt.result = " +
+                    llvm::Twine(b.index) + " but the manifest has " +
+                    llvm::Twine(numResults) + " results");
+      const ResultSpec &r = m.results[b.index];
+      if (r.role == Role::Loss) {
+        if (t.dtype != DType::F32 || shapeNumel(t.shape) != 1)
+          return fail(fnName(f) + ": " + what + " is the loss but is " +
+                      t.str() + ", expected an f32 scalar");
+      } else {
+        const ArgumentSpec &a = m.arguments[r.argument];
+        TensorType expected{a.dtype, a.localShape};
+        if (t != expected)
+          return fail(fnName(f) + ": " + what + " ('" + r.name + "') is " +
+                      t.str() + " but its argument is " + expected.str());
+      }
+      resultStages[b.index].insert(chunk.stage);
+    }
+  }
+  auto stageList = [](const std::set<int64_t> &stages) {
+    std::string s = "{";
+    for (int64_t x : stages)
+      s += (s.size() > 1 ? ", " : "") + std::to_string(x);
+    return s + "}";
+  };
+  for (const ResultSpec &r : m.results) {
+    const std::set<int64_t> &producers = resultStages[r.index];
+    if (producers.empty())
+      return fail(llvm::formatv("{0}: result {1} ('{2}') is produced by no "
+                                "apply function",
+                                source, r.index, r.name));
+    if (r.role == Role::Loss) {
+      if (producers != std::set<int64_t>{stages - 1})
+        return fail(llvm::formatv("{0}: the loss (result {1}) must be "
+                                  "produced on the last stage ({2}) only, but "
+                                  "is produced on stages {3}",
+                                  source, r.index, stages - 1,
+                                  stageList(producers)));
+      continue;
+    }
+    std::set<int64_t> holders;
+    for (int64_t s = 0; s < stages; ++s)
+      if (p.stageArguments[s][r.argument])
+        holders.insert(s);
+    if (holders != producers)
+      return fail(llvm::formatv(
+          "{0}: {1} '{2}' is used on stages {3} but updated (result {4}) on "
+          "stages {5}: every stage that holds it must update it",
+          source, roleName(r.role), r.name, stageList(holders), r.index,
+          stageList(producers)));
+  }
+  int64_t numAcc = accType.empty() ? 0 : accType.rbegin()->first + 1;
+  p.accumulatorTypes.assign(numAcc, TensorType{DType::F32, {}});
+  p.accumulatorUsed.assign(numAcc, false);
+  for (auto &[j, t] : accType) {
+    p.accumulatorTypes[j] = t;
+    p.accumulatorUsed[j] = true;
+  }
+  return llvm::Error::success();
+}
+
+/// Parses the program bytes (MLIR bytecode or text), verifies the module and
+/// compiles it: the manifest's function, or the pipeline's functions.
+static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
+                               llvm::StringRef source, Program &prog,
+                               std::optional<Pipeline> &pipe) {
   // MLIR bytecode starts with "ML\xefR". A writer that stores the bytes as
   // BOOL normalises them to 0/1 (runtime::writeSafeTensors does for I1
   // tensors), which destroys the program: say so rather than "parse error".
@@ -300,7 +743,7 @@ loadProgram(const Tensor &bytes, const Manifest &m, llvm::StringRef source) {
                           bytes.bytes()),
           bufferName, /*RequiresNullTerminator=*/false),
       llvm::SMLoc());
-  mlir::ParserConfig config(&ctx);
+  mlir::ParserConfig config(&ctx, /*verifyAfterParse=*/false);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, config);
   if (!module)
@@ -308,10 +751,40 @@ loadProgram(const Tensor &bytes, const Manifest &m, llvm::StringRef source) {
         source + ": cannot parse the program '" + m.program + "': " +
         (diagnostics.empty() ? std::string("invalid MLIR") : diagnostics));
 
+  // The verifier, with the location of the first error (for a
+  // tsrt.pipeline_schedule, this includes the schedule checks).
+  std::string where;
+  {
+    mlir::ScopedDiagnosticHandler locate(&ctx, [&](mlir::Diagnostic &d) {
+      if (d.getSeverity() == mlir::DiagnosticSeverity::Error && where.empty()) {
+        where = locationText(d.getLocation());
+        diagnostics = d.str();
+      }
+      return mlir::success();
+    });
+    if (mlir::failed(mlir::verify(*module)))
+      return fail(source + ": the program '" + m.program +
+                  "' is invalid: " + where + ": " +
+                  (diagnostics.empty() ? std::string("verification failed")
+                                       : diagnostics));
+  }
+
+  if (m.isPipeline()) {
+    llvm::Expected<Pipeline> p = PipelineCompiler(*module, m, source).compile();
+    if (!p)
+      return p.takeError();
+    pipe = std::move(*p);
+    return llvm::Error::success();
+  }
   CompileOptions options;
   options.gridShape = m.gridShape;
   options.optimizer = &m.optimizer;
-  return Program::compile(*module, m.function, options, source);
+  llvm::Expected<Program> p =
+      Program::compile(*module, m.function, options, source);
+  if (!p)
+    return p.takeError();
+  prog = std::move(*p);
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::unique_ptr<Plan>>
@@ -334,21 +807,23 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source) {
       programBytes->rank() != 1)
     return fail(source + ": no program tensor '" + m.program +
                 "' (U8 bytes of MLIR bytecode)");
-  llvm::Expected<Program> program = loadProgram(*programBytes, m, source);
-  if (!program)
-    return program.takeError();
-  plan->prog = std::move(*program);
+  if (llvm::Error err =
+          loadProgram(*programBytes, m, source, plan->prog, plan->pipe))
+    return std::move(err);
   const Program &p = plan->prog;
 
-  // Manifest against program signature.
-  if (p.argTypes().size() != m.arguments.size() ||
-      p.resultTypes().size() != m.results.size())
+  // Manifest against program signature (pipeline plans: checked per
+  // function, against the bindings, while compiling).
+  if (!plan->pipe && (p.argTypes().size() != m.arguments.size() ||
+                      p.resultTypes().size() != m.results.size()))
     return fail(llvm::formatv("{0}: @{1} has {2} arguments and {3} results but "
                               "the manifest lists {4} and {5}",
                               source, m.function, p.argTypes().size(),
                               p.resultTypes().size(), m.arguments.size(),
                               m.results.size()));
   for (const ArgumentSpec &a : m.arguments) {
+    if (plan->pipe)
+      break;
     TensorType expected{a.dtype, a.localShape};
     if (p.argTypes()[a.index] != expected)
       return fail(llvm::formatv("{0}: argument '{1}': the program takes {2} "
@@ -357,6 +832,8 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source) {
                                 expected.str()));
   }
   for (const ResultSpec &r : m.results) {
+    if (plan->pipe)
+      break;
     const TensorType &t = p.resultTypes()[r.index];
     if (r.role == Role::Loss) {
       if (t.dtype != DType::F32 || shapeNumel(t.shape) != 1)

@@ -20,7 +20,36 @@
 //     (f32 scalar, the global mean), "param" / "opt_state" (replace the
 //     argument of the same name for the next step).
 //
-// Loading parses and checks everything once (manifest against program,
+// Pipeline plans (pipeline parallelism with micro-batches) add
+//       "pipeline": {"pp_axis": 2, "mb_axis": 3}
+// with a grid such as {"axes": ["dp", "tp", "pp", "mb"], "shape": [D, T, P,
+// M]}. `mb_axis` must be the last axis: it is VIRTUAL (the M micro-batches of
+// a step), not a rank axis. The ranks form the grid of the axes before it
+// (row-major, pp fastest here), see Manifest::rankShape. Layouts are checked
+// against the full grid: tokens/labels are split over dp and mb on dim 0, so
+// their "local_shape" is one rank's micro-batch; params, frozen tensors and
+// optimizer state may not use the pp or mb axes. "function" is ignored: the
+// program holds one module-level `tsrt.pipeline_schedule` op (see TsrtOps.td)
+// whose forward/backward/apply functions bind their arguments and results
+// with the attributes
+//   arguments: tsrt.arg = i    (manifest argument i; tokens/labels: the
+//                               micro-batch's slice)
+//              tsrt.saved = k  (backward only: result k of the chunk's
+//                               activation set, from its forward)
+//              tsrt.acc = j    (apply only: accumulator j, the sum over
+//                               micro-batches)
+//   results:   tsrt.saved = k  (forward only)
+//              tsrt.acc = j    (forward/backward: added into accumulator j)
+//              tsrt.result = r (apply only: manifest result r)
+// (all integer attributes, exactly one per argument/result).
+// Accumulator numbers are module-wide: accumulator j of a rank sums the
+// contributions of every chunk of its stage.
+//
+// Loading parses and verifies the program with the MLIR verifier (for
+// pipeline plans this includes the schedule checks of
+// `tsrt.pipeline_schedule`: a schedule that could deadlock or whose sends and
+// recvs do not match is a load error) and checks everything once (manifest
+// against program,
 // layouts against the grid, initial weights against shapes), compiles the
 // program into instructions and then drops the MLIR module: a Plan holds no
 // MLIR objects. Every error names the file and the offending entry.
@@ -35,12 +64,15 @@
 #include "runtime/executor/Layout.h"
 #include "runtime/executor/Program.h"
 
+#include "dialects/tsrt/PipelineSchedule.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,8 +107,13 @@ struct ResultSpec {
 
 /// The parsed "tessera.manifest".
 struct Manifest {
+  /// Every grid axis, including the virtual micro-batch axis of pipeline
+  /// plans (layouts refer to these indices).
   std::vector<std::string> gridAxes;
   std::vector<int64_t> gridShape;
+  /// Pipeline plans: indices of the pp and (last, virtual) mb axes in
+  /// gridAxes; -1 for other plans.
+  int64_t ppAxis = -1, mbAxis = -1;
   std::string program = "__program__";
   std::string function = "train_step";
   int64_t globalBatch = 0;
@@ -85,9 +122,17 @@ struct Manifest {
   std::vector<ArgumentSpec> arguments; ///< arguments[i].index == i
   std::vector<ResultSpec> results;     ///< results[i].index == i
 
-  /// Product of the grid shape.
+  /// True when the manifest has a "pipeline" object.
+  bool isPipeline() const { return mbAxis >= 0; }
+  /// Names and sizes of the rank axes: the grid without the virtual mb axis
+  /// (the whole grid for non-pipeline plans). mpi::Grid is made of these.
+  std::vector<std::string> rankAxes() const;
+  std::vector<int64_t> rankShape() const;
+  /// M for pipeline plans, else 1.
+  int64_t microBatches() const { return isPipeline() ? gridShape[mbAxis] : 1; }
+  /// Product of rankShape(): the number of MPI ranks the plan needs.
   int64_t numRanks() const;
-  /// "dp=2 x tp=2".
+  /// The rank axes, "dp=2 x tp=2" (pipeline plans: "dp=1 x tp=2 x pp=2").
   std::string gridDescription() const;
   /// Index of the argument named `name` with role `role`, or -1.
   int64_t findArgument(llvm::StringRef name, Role role) const;
@@ -97,6 +142,52 @@ struct Manifest {
   /// Errors are prefixed with `source`.
   static llvm::Expected<Manifest> parse(llvm::StringRef json,
                                         llvm::StringRef source);
+};
+
+/// How one argument or result of a pipeline function binds to the step (see
+/// the file comment).
+struct Binding {
+  enum class Kind { Arg, Saved, Acc, Result };
+  Kind kind = Kind::Arg;
+  int64_t index = 0; ///< i, k, j or r
+};
+
+/// One compiled function of a pipeline chunk.
+struct PipelineFunction {
+  std::string name; ///< the symbol, e.g. "forward_0"
+  /// For diagnostics: "@forward_0 (forward of chunk 0)".
+  std::string description;
+  Program program;
+  std::vector<Binding> args;    ///< one per program argument
+  std::vector<Binding> results; ///< one per program result
+};
+
+/// The functions of chunk c (which runs on stage c mod P).
+struct PipelineChunk {
+  int64_t stage = 0;
+  PipelineFunction forward, backward, apply;
+  /// Number of activation-set entries (1 + the largest tsrt.saved index of
+  /// forward's results; 0 if none).
+  int64_t numSaved = 0;
+};
+
+/// The `tsrt.pipeline_schedule` of a pipeline plan, with its functions
+/// compiled and their bindings checked against the manifest.
+struct Pipeline {
+  tessera::tsrt::schedule::Kind kind = tessera::tsrt::schedule::Kind::GPipe;
+  tessera::tsrt::schedule::Shape shape;
+  /// actions[s]: stage s's actions in order.
+  std::vector<tessera::tsrt::schedule::StageActions> actions;
+  std::vector<PipelineChunk> chunks; ///< index = chunk
+  /// Type of accumulator j (always f32); unused numbers have an empty shape
+  /// and `used` false.
+  std::vector<TensorType> accumulatorTypes;
+  std::vector<bool> accumulatorUsed;
+  /// stageArguments[s][i]: some function of a chunk on stage s reads manifest
+  /// argument i (then ranks of stage s hold its state).
+  std::vector<std::vector<bool>> stageArguments;
+  /// Largest MPI tag a send/recv uses (channel · M + M − 1), or -1.
+  int64_t maxTag = -1;
 };
 
 /// A loaded, checked artifact.
@@ -109,7 +200,10 @@ public:
   fromSafeTensors(SafeTensorsFile file, llvm::StringRef source);
 
   const Manifest &manifest() const { return man; }
+  /// The compiled "function" (non-pipeline plans; empty for pipeline plans).
   const Program &program() const { return prog; }
+  /// The pipeline (pipeline plans), or null.
+  const Pipeline *pipeline() const { return pipe ? &*pipe : nullptr; }
   /// Global initial value of a param/frozen argument, or null.
   const Tensor *initialValue(llvm::StringRef name) const;
   /// Where the plan came from (path or buffer name).
@@ -120,6 +214,7 @@ private:
   std::string src;
   Manifest man;
   Program prog;
+  std::optional<Pipeline> pipe;
   std::map<std::string, Tensor, std::less<>> weights;
 };
 

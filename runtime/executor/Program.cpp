@@ -15,6 +15,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <climits>
+#include <cstdio>
 #include <cstring>
 
 using namespace tessera::runtime;
@@ -118,6 +120,102 @@ static llvm::Expected<Tensor> materialise(Attribute value,
               "dense_resource<...>)");
 }
 
+//===----------------------------------------------------------------------===//
+// Point-to-point transport
+//===----------------------------------------------------------------------===//
+
+/// "MPI_Isend ... failed: <MPI's message>".
+static llvm::Error mpiFailure(int code, const llvm::Twine &what) {
+  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
+  int len = 0;
+  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
+    std::snprintf(msg, sizeof(msg), "MPI error code %d", code);
+  return fail(what + " failed: " + msg);
+}
+
+static MPI_Datatype mpiTypeOf(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return MPI_FLOAT;
+  case DType::I64:
+    return MPI_INT64_T;
+  case DType::I1:
+    return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+PointToPoint::~PointToPoint() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  for (PendingSend &p : pending) {
+    if (p.request == MPI_REQUEST_NULL)
+      continue;
+    if (init && !fin)
+      MPI_Request_free(&p.request);
+    // MPI may still read the buffer: keep it alive for the process lifetime.
+    new Tensor(std::move(p.data));
+  }
+}
+
+llvm::Error PointToPoint::waitAll() {
+  if (pending.empty())
+    return llvm::Error::success();
+  std::vector<MPI_Request> requests;
+  for (const PendingSend &p : pending)
+    requests.push_back(p.request);
+  std::vector<MPI_Status> statuses(requests.size());
+  int rc = MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                       statuses.data());
+  if (rc != MPI_SUCCESS) {
+    for (size_t i = 0; i < pending.size(); ++i) {
+      pending[i].request = requests[i];
+      if (rc == MPI_ERR_IN_STATUS && statuses[i].MPI_ERROR != MPI_SUCCESS &&
+          statuses[i].MPI_ERROR != MPI_ERR_PENDING)
+        return mpiFailure(statuses[i].MPI_ERROR, pending[i].what);
+    }
+    return mpiFailure(rc, "MPI_Waitall on " + llvm::Twine(pending.size()) +
+                              " sends (first: " + pending[0].what + ")");
+  }
+  pending.clear();
+  return llvm::Error::success();
+}
+
+llvm::Error PointToPoint::releaseCompleted() {
+  if (pending.empty())
+    return llvm::Error::success();
+  std::vector<MPI_Request> requests;
+  for (const PendingSend &p : pending)
+    requests.push_back(p.request);
+  std::vector<int> done(requests.size());
+  std::vector<MPI_Status> statuses(requests.size());
+  int count = 0;
+  int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(),
+                        &count, done.data(), statuses.data());
+  if (rc != MPI_SUCCESS) {
+    for (int i = 0; i < count && i < static_cast<int>(done.size()); ++i)
+      if (statuses[i].MPI_ERROR != MPI_SUCCESS)
+        return mpiFailure(statuses[i].MPI_ERROR, pending[done[i]].what);
+    return mpiFailure(rc, "MPI_Testsome on pending sends");
+  }
+  if (count == MPI_UNDEFINED || count == 0)
+    return llvm::Error::success();
+  std::vector<bool> completed(requests.size(), false);
+  for (int i = 0; i < count; ++i)
+    completed[done[i]] = true;
+  std::vector<PendingSend> still;
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (!completed[i])
+      still.push_back(std::move(pending[i]));
+  pending = std::move(still);
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Compilation
+//===----------------------------------------------------------------------===//
+
 llvm::Expected<Program> Program::compile(ModuleOp module,
                                          llvm::StringRef function,
                                          const CompileOptions &options,
@@ -203,6 +301,45 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
         return opError(llvm::toString(value.takeError()));
       int slot = newSlot(cst.getResult());
       p.constants.emplace_back(slot, std::move(*value));
+      continue;
+    }
+
+    if (isa<tessera::tsrt::SendOp, tessera::tsrt::RecvOp>(op)) {
+      auto send = dyn_cast<tessera::tsrt::SendOp>(op);
+      auto recv = dyn_cast<tessera::tsrt::RecvOp>(op);
+      inst.kernel = op.getName().stripDialect().str();
+      inst.kind = send ? Instruction::Kind::Send : Instruction::Kind::Recv;
+      inst.peerChunk =
+          static_cast<int64_t>(send ? send.getChunk() : recv.getChunk());
+      inst.channel =
+          static_cast<int64_t>(send ? send.getChannel() : recv.getChannel());
+      if (options.pipelineStages < 1)
+        return opError("tsrt.send and tsrt.recv are only valid in pipeline "
+                       "plans (a manifest with a \"pipeline\" object)");
+      if (inst.peerChunk < 0 || inst.channel < 0)
+        return opError("chunk and channel must be non-negative");
+      int64_t m = std::max<int64_t>(options.microBatches, 1);
+      if (inst.channel > (INT_MAX - (m - 1)) / m)
+        return opError(llvm::formatv("channel {0} with {1} micro-batches "
+                                     "gives MPI tags beyond INT_MAX",
+                                     inst.channel, m));
+      const exec::TensorType &t = send ? inTypes[0] : outTypes[0];
+      if (shapeNumel(t.shape) > INT_MAX)
+        return opError(
+            llvm::formatv("{0} is too large for one MPI message", t.str()));
+      p.maxChan = std::max(p.maxChan, inst.channel);
+      if (recv) {
+        inst.recvIndex = static_cast<int>(p.recvInsts.size());
+        p.recvInsts.push_back(static_cast<int>(p.insts.size()));
+      }
+      inst.allocateResults = false;
+      inst.where = where;
+      inst.resultTypes = outTypes;
+      for (Value v : op.getResults())
+        inst.results.push_back(newSlot(v));
+      p.maxOperands = std::max(p.maxOperands, inst.operands.size());
+      p.maxResults = std::max(p.maxResults, inst.results.size());
+      p.insts.push_back(std::move(inst));
       continue;
     }
 
@@ -314,6 +451,60 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       return fail(
           llvm::formatv("argument #{0} must be {1}", i, argTys[i].str()));
 
+  // Post every receive now, so that the schedule (the order in which the
+  // peers' actions run), not the transport, decides when data moves.
+  struct PostedRecv {
+    MPI_Request request = MPI_REQUEST_NULL;
+    Tensor data;
+  };
+  std::vector<PostedRecv> posted(recvInsts.size());
+  // Cancels the receives not yet completed when `run` returns early.
+  struct CancelGuard {
+    std::vector<PostedRecv> &posted;
+    ~CancelGuard() {
+      for (PostedRecv &r : posted)
+        if (r.request != MPI_REQUEST_NULL) {
+          MPI_Cancel(&r.request);
+          MPI_Wait(&r.request, MPI_STATUS_IGNORE);
+        }
+    }
+  } cancelGuard{posted};
+  auto peerText = [&](const Instruction &inst) {
+    int64_t stages = ctx.p2p ? ctx.p2p->stages : 1;
+    return llvm::formatv("chunk {0} (pp rank {1}), channel {2}, micro-batch "
+                         "{3}",
+                         inst.peerChunk, inst.peerChunk % stages, inst.channel,
+                         ctx.microBatch)
+        .str();
+  };
+  auto tagOf = [&](const Instruction &inst) {
+    return static_cast<int>(inst.channel * ctx.p2p->microBatches +
+                            ctx.microBatch);
+  };
+  if (maxChan >= 0 && !ctx.p2p)
+    for (const Instruction &inst : insts)
+      if (inst.kind != Instruction::Kind::Call)
+        return fail(inst.where + ": tsrt." + inst.kernel +
+                    " needs a pipeline executor (no pp communicator)");
+  if (ctx.p2p &&
+      (ctx.microBatch < 0 || ctx.microBatch >= ctx.p2p->microBatches))
+    return fail(llvm::formatv("micro-batch {0} is out of range [0, {1})",
+                              ctx.microBatch, ctx.p2p->microBatches));
+  for (size_t i = 0; i < recvInsts.size(); ++i) {
+    const Instruction &inst = insts[recvInsts[i]];
+    const TensorType &t = inst.resultTypes[0];
+    posted[i].data = Tensor::empty(t.dtype, t.shape);
+    int rc = MPI_Irecv(
+        posted[i].data.raw(), static_cast<int>(posted[i].data.numel()),
+        mpiTypeOf(t.dtype), static_cast<int>(inst.peerChunk % ctx.p2p->stages),
+        tagOf(inst), ctx.p2p->comm.handle(), &posted[i].request);
+    if (rc != MPI_SUCCESS) {
+      posted[i].request = MPI_REQUEST_NULL;
+      return mpiFailure(rc, inst.where + ": MPI_Irecv of " + t.str() +
+                                " from " + peerText(inst));
+    }
+  }
+
   std::vector<Tensor> slot(slots);
   for (size_t i = 0; i < args.size(); ++i)
     slot[i] = std::move(args[i]);
@@ -326,6 +517,48 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
   llvm::SmallVector<Tensor, 4> out;
   in.reserve(maxOperands);
   for (const Instruction &inst : insts) {
+    if (inst.kind == Instruction::Kind::Send) {
+      const Tensor &data = slot[inst.operands[0]];
+      std::string what = inst.where + ": MPI_Isend of " +
+                         TensorType{data.dtype(), data.shape()}.str() + " to " +
+                         peerText(inst);
+      PointToPoint::PendingSend send;
+      send.data = data; // keeps the buffer alive until the send completes
+      send.what = what;
+      int rc = MPI_Isend(data.raw(), static_cast<int>(data.numel()),
+                         mpiTypeOf(data.dtype()),
+                         static_cast<int>(inst.peerChunk % ctx.p2p->stages),
+                         tagOf(inst), ctx.p2p->comm.handle(), &send.request);
+      if (rc != MPI_SUCCESS)
+        return mpiFailure(rc, what);
+      ctx.p2p->pending.push_back(std::move(send));
+      if (ctx.traffic)
+        ctx.traffic->record(mpi::CollectiveKind::Send,
+                            static_cast<double>(data.bytes()), 2);
+      for (int s : inst.release)
+        slot[s] = Tensor();
+      continue;
+    }
+    if (inst.kind == Instruction::Kind::Recv) {
+      PostedRecv &r = posted[inst.recvIndex];
+      MPI_Status status;
+      int rc = MPI_Wait(&r.request, &status);
+      if (rc != MPI_SUCCESS)
+        return mpiFailure(rc, inst.where + ": MPI_Wait for the receive of " +
+                                  inst.resultTypes[0].str() + " from " +
+                                  peerText(inst));
+      int count = 0;
+      MPI_Get_count(&status, mpiTypeOf(r.data.dtype()), &count);
+      if (count != r.data.numel())
+        return fail(llvm::formatv("{0}: received {1} elements from {2}, "
+                                  "expected {3} ({4})",
+                                  inst.where, count, peerText(inst),
+                                  r.data.numel(), inst.resultTypes[0].str()));
+      slot[inst.results[0]] = std::move(r.data);
+      for (int s : inst.release)
+        slot[s] = Tensor();
+      continue;
+    }
     in.clear();
     for (int s : inst.operands)
       in.push_back(&slot[s]);

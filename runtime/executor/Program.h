@@ -8,6 +8,11 @@
 //   - `tsrt.constant` values are materialised once;
 //   - collectives refer to an index into the program's list of distinct
 //     grid-axes sets (`commAxes`), bound to communicators by the executor;
+//   - `tsrt.send` / `tsrt.recv` (pipeline plans only) become point-to-point
+//     instructions over the executor's pp communicator (see PointToPoint):
+//     every recv of the program is posted (MPI_Irecv) when `run` starts and
+//     waited for at its instruction; sends are MPI_Isend, completed by the
+//     executor at the end of the step;
 //   - each slot is released right after its last use.
 // Anything wrong with the program (unknown kernel, bad attribute, unsupported
 // dtype, inconsistent shapes) is an llvm::Error naming the op's location and
@@ -54,12 +59,50 @@ struct TensorType {
   std::string str() const;
 };
 
+/// One rank's point-to-point transport for pipeline plans (`tsrt.send` /
+/// `tsrt.recv`). Chunk c runs on stage c mod `stages`, which is its rank in
+/// `comm`. The MPI tag of a transfer is channel · microBatches + micro-batch.
+struct PointToPoint {
+  /// The pp sub-communicator (rank = stage), MPI_ERRORS_RETURN.
+  mpi::Communicator comm;
+  int64_t stages = 1;       ///< P
+  int64_t microBatches = 1; ///< M
+  /// A posted MPI_Isend: `data` keeps the buffer alive until it completes;
+  /// `what` names the op and peer for errors.
+  struct PendingSend {
+    MPI_Request request = MPI_REQUEST_NULL;
+    Tensor data;
+    std::string what;
+  };
+  std::vector<PendingSend> pending;
+
+  PointToPoint() = default;
+  PointToPoint(const PointToPoint &) = delete;
+  PointToPoint &operator=(const PointToPoint &) = delete;
+  /// Frees (without waiting) any send still pending; its buffer is then
+  /// deliberately leaked, since MPI may still read it. Only happens after a
+  /// failed step, when the job is expected to abort.
+  ~PointToPoint();
+
+  /// Completes every pending send (MPI_Waitall) and releases the buffers.
+  /// Errors name the op and peer of the first failed send.
+  llvm::Error waitAll();
+  /// Releases the sends that have completed (MPI_Testsome); never blocks.
+  llvm::Error releaseCompleted();
+};
+
 /// What the instructions of one rank run with.
 struct ExecContext {
   /// Communicator for each entry of Program::commAxes (same order).
   std::vector<mpi::Communicator> comms;
-  /// Collective volumes are recorded here when set.
+  /// Collective and send volumes are recorded here when set.
   mpi::TrafficCounter *traffic = nullptr;
+  /// Pipeline plans: the transport of tsrt.send / tsrt.recv (null otherwise;
+  /// a program with send/recv then fails to run).
+  PointToPoint *p2p = nullptr;
+  /// Pipeline plans: the micro-batch of the running action (0 <= m < M);
+  /// part of every send/recv tag.
+  int64_t microBatch = 0;
 };
 
 /// A resolved kernel: reads `in` (the operands) and writes `out` (the
@@ -72,8 +115,16 @@ using KernelFn = std::function<llvm::Error(const ExecContext &,
 
 /// One step of the program.
 struct Instruction {
-  std::string kernel; ///< "matmul", "all_reduce", ... (diagnostics)
-  std::string where;  ///< the op's location (diagnostics)
+  /// Call: runs `fn`. Send: MPI_Isend of operand 0 to the stage of
+  /// `peerChunk`. Recv: waits for the receive posted at the start of `run`
+  /// and yields it as result 0.
+  enum class Kind { Call, Send, Recv };
+  Kind kind = Kind::Call;
+  int64_t peerChunk = -1; ///< Send/Recv: the other chunk
+  int64_t channel = -1;   ///< Send/Recv: the tsrt channel
+  int recvIndex = -1;     ///< Recv: index into the program's posted receives
+  std::string kernel;     ///< "matmul", "all_reduce", ... (diagnostics)
+  std::string where;      ///< the op's location (diagnostics)
   KernelFn fn;
   std::vector<int> operands; ///< slots read
   std::vector<int> results;  ///< slots written
@@ -85,8 +136,14 @@ struct Instruction {
 /// Options for Program::compile.
 struct CompileOptions {
   /// Sizes of the device grid's axes (collective axes are checked against
-  /// it and collective result shapes derived from it).
+  /// it and collective result shapes derived from it). For pipeline plans,
+  /// the rank axes only (without the virtual micro-batch axis).
   std::vector<int64_t> gridShape = {1};
+  /// Pipeline plans: P (the number of stages); 0 for other plans, where
+  /// tsrt.send / tsrt.recv are load errors.
+  int64_t pipelineStages = 0;
+  /// Pipeline plans: M (micro-batches per step), for the MPI tags.
+  int64_t microBatches = 1;
   /// The manifest's "optimizer" object, or null. Optimizer attributes are
   /// f32 in the IR; where the manifest holds a double that rounds to the same
   /// f32 (e.g. lr 0.1), the kernel gets the double, as torch.optim does with
@@ -107,7 +164,10 @@ public:
 
   /// Runs the program once on `args` (one per argument, types as
   /// argTypes()); returns the results. Errors (data-dependent kernel
-  /// failures, MPI failures) name the op's location and kernel.
+  /// failures, MPI failures) name the op's location and kernel (and, for
+  /// send/recv, the peer chunk, its pp rank, the channel and micro-batch).
+  /// Receives are posted before the first instruction; on error any not yet
+  /// completed is cancelled.
   llvm::Expected<std::vector<Tensor>> run(const ExecContext &ctx,
                                           std::vector<Tensor> args) const;
 
@@ -118,6 +178,8 @@ public:
   const std::vector<std::vector<int64_t>> &commAxes() const { return axesSets; }
   const std::vector<Instruction> &instructions() const { return insts; }
   int numSlots() const { return slots; }
+  /// Largest tsrt channel used by a send or recv, or -1 if none.
+  int64_t maxChannel() const { return maxChan; }
 
 private:
   int slots = 0;
@@ -127,6 +189,8 @@ private:
   std::vector<std::vector<int64_t>> axesSets;
   std::vector<Instruction> insts;
   std::vector<int> releaseArgsEarly; ///< arg slots never read
+  std::vector<int> recvInsts;        ///< instruction index of each recv
+  int64_t maxChan = -1;
   size_t maxResults = 0, maxOperands = 0;
 };
 

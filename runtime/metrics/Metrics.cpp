@@ -31,6 +31,11 @@ std::string tessera::runtime::formatMetricsJson(const StepMetrics &m) {
   number(j, "tokens_per_s", m.tokensPerS);
   for (const auto &kv : m.extra)
     number(j, kv.first, kv.second);
+  for (const auto &kv : m.intLists)
+    j.attributeArray(kv.first, [&] {
+      for (int64_t v : kv.second)
+        j.value(v);
+    });
   j.objectEnd();
   os.flush();
   return s;

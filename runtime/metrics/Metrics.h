@@ -3,7 +3,8 @@
 //
 // `--metrics FILE` writes one JSON object per step and line:
 //   {"step": 12, "loss": 3.1234, "step_time_s": 0.5, "tokens_per_s": 1234.0,
-//    <extra numeric fields, e.g. "bytes_sent">}
+//    <extra numeric fields, e.g. "bytes_sent">,
+//    <extra integer-list fields, e.g. "peak_activation_sets": [2, 1]>}
 // The file is opened once; each record is flushed as it is written.
 //
 //===----------------------------------------------------------------------===//
@@ -33,6 +34,9 @@ struct StepMetrics {
   /// Extra numeric fields in order, e.g. {"bytes_sent", 1.5e6}. Names must not
   /// repeat the four fixed keys.
   std::vector<std::pair<std::string, double>> extra;
+  /// Extra integer-array fields in order, written after `extra`, e.g.
+  /// {"peak_activation_sets", {2, 1}}. Same naming rule.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> intLists;
 };
 
 /// The JSON object for `m` (no trailing newline). Non-finite numbers are

@@ -2,12 +2,33 @@
 //
 // mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K
 //     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
+//     [--trace FILE.json]
 //
 // Every rank loads the plan (see runtime/executor/Plan.h), takes its grid
 // coordinates from its world rank (row-major, last axis fastest), slices its
 // shards and runs K training steps on the global batches of the data file
 // (DESIGN.md "Training-run conventions"). Rank 0 prints progress and writes
 // the metrics; --save-weights assembles the global parameters on rank 0.
+//
+// Pipeline plans (manifest "pipeline"): the grid's last axis `mb` counts
+// micro-batches and is not a rank axis, so N is the product of the other
+// axes (e.g. dp=1 x tp=2 x pp=2 with mb=4 needs 4 ranks); each rank runs its
+// stage's share of the schedule (see runtime/executor/Executor.h). Metrics
+// records then also hold "peak_activation_sets": one integer per rank, in
+// world-rank order.
+//
+// --trace FILE writes, on rank 0 after the last step, every rank's timeline
+// as Chrome trace JSON (viewable in Perfetto or chrome://tracing):
+//   {"traceEvents": [{"name": "F1.3", "cat": "forward", "ph": "X",
+//                     "pid": <world rank>, "tid": <stage>, "ts": <µs>,
+//                     "dur": <µs>, "args": {"chunk", "micro_batch", "stage",
+//                     "step"}}, ...], "displayTimeUnit": "ms"}
+// with one event per forward ("F<chunk>.<micro-batch>", cat "forward"),
+// backward ("B...", "backward") and apply ("apply", "apply"; micro_batch
+// -1) of pipeline plans and one "step" event (cat "step"; chunk and
+// micro_batch -1) per step for all plans, plus process/thread name metadata
+// events ("ph": "M"). Times are microseconds since a barrier taken when the
+// executor was created.
 //
 // Errors found before the first step (options, plan, data, world size) are
 // agreed on by all ranks: the lowest failing rank prints one line and every
@@ -21,12 +42,14 @@
 #include "runtime/collectives/mpi/MpiCollectives.h"
 #include "runtime/data/TokenDataset.h"
 #include "runtime/executor/Executor.h"
+#include "runtime/executor/Layout.h"
 #include "runtime/executor/Plan.h"
 #include "runtime/metrics/Metrics.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -67,8 +90,10 @@ static cl::opt<std::string> metricsPath(
     cl::desc("Write one JSON object per step (rank 0): {\"step\" (0-based), "
              "\"loss\" (global mean cross-entropy, nats), \"step_time_s\" "
              "(wall-clock seconds), \"tokens_per_s\" (global B*S / "
-             "step_time_s), \"bytes_sent\" (rank 0's collective bytes, ring "
-             "model)}"),
+             "step_time_s), \"bytes_sent\" (rank 0's collective and "
+             "pipeline-send bytes, ring model), and for pipeline plans "
+             "\"peak_activation_sets\" (per rank, world-rank order: the most "
+             "micro-batch activation sets held at once)}"),
     cl::value_desc("metrics.jsonl"), cl::cat(category));
 
 static cl::opt<std::string> saveWeights(
@@ -84,12 +109,24 @@ static cl::opt<int64_t> logEvery(
              "(and after the last step); 0 prints nothing"),
     cl::value_desc("N"), cl::init(1), cl::cat(category));
 
+static cl::opt<std::string> tracePath(
+    "trace",
+    cl::desc("After the last step, write every rank's timeline to this file "
+             "(rank 0) as Chrome trace JSON for Perfetto: one \"X\" event "
+             "per step (cat \"step\") and, for pipeline plans, per "
+             "forward/backward action (\"F<chunk>.<micro-batch>\") and apply; "
+             "pid = world rank, tid = pipeline stage, ts/dur in microseconds "
+             "since a barrier before the first step"),
+    cl::value_desc("trace.json"), cl::cat(category));
+
 static const char *kOverview =
     "Tessera training runtime: runs a compiled plan on MPI ranks.\n"
     "\n"
     "  mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K\n"
     "\n"
     "N must equal the product of the plan's grid (e.g. dp=2 x tp=2 needs 4).\n"
+    "For pipeline plans the micro-batch axis is not counted (dp=1 x tp=2 x\n"
+    "pp=2 with 4 micro-batches needs 4 ranks).\n"
     "Steps are numbered from 0. Exit status: 0 on success, 1 on any error\n"
     "(bad option, missing or corrupt plan or data file, wrong number of\n"
     "ranks, failure inside a step, unwritable output); the error is printed\n"
@@ -138,6 +175,106 @@ std::string take(llvm::Error err) {
 int exitAfterFailure() {
   mpi::finalize();
   return 1;
+}
+
+/// Gathers every rank's trace events on rank 0 and writes them there as
+/// Chrome trace JSON (see the file comment). Collective over `world`. Returns
+/// an error message (on rank 0 only) or "".
+std::string writeTrace(const mpi::Communicator &world,
+                       const exec::Executor &executor, const exec::Manifest &m,
+                       const std::string &path) {
+  // Seven doubles per event: kind, chunk, micro-batch, stage, step, start,
+  // end.
+  constexpr int kFields = 7;
+  std::vector<double> mine;
+  for (const exec::TraceEvent &e : executor.traceEvents())
+    mine.insert(mine.end(),
+                {static_cast<double>(e.kind), static_cast<double>(e.chunk),
+                 static_cast<double>(e.microBatch),
+                 static_cast<double>(e.stage), static_cast<double>(e.step),
+                 e.start, e.end});
+  if (mine.size() > static_cast<size_t>(INT_MAX))
+    abortAll(world, "--trace: too many events to gather");
+  int count = static_cast<int>(mine.size());
+  bool isRoot = world.rank() == 0;
+  std::vector<int> counts(isRoot ? world.size() : 0),
+      displs(isRoot ? world.size() : 0);
+  if (MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0,
+                 world.handle()) != MPI_SUCCESS)
+    abortAll(world, "--trace: MPI_Gather of the event counts failed");
+  int64_t total = 0;
+  for (int r = 0; r < static_cast<int>(counts.size()); ++r) {
+    displs[r] = static_cast<int>(total);
+    total += counts[r];
+    if (total > INT_MAX)
+      abortAll(world, "--trace: too many events to gather");
+  }
+  std::vector<double> all(isRoot ? total : 0);
+  if (MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
+                  displs.data(), MPI_DOUBLE, 0, world.handle()) != MPI_SUCCESS)
+    abortAll(world, "--trace: MPI_Gatherv of the events failed");
+  if (!isRoot)
+    return "";
+
+  namespace json = llvm::json;
+  json::Array events;
+  std::vector<std::string> axes = m.rankAxes();
+  std::vector<int64_t> shape = m.rankShape();
+  for (int r = 0; r < world.size(); ++r) {
+    std::vector<int64_t> coords = exec::gridCoords(r, shape);
+    std::string name = "rank " + std::to_string(r) + " (";
+    for (size_t a = 0; a < axes.size(); ++a)
+      name += (a ? " " : "") + axes[a] + "=" + std::to_string(coords[a]);
+    name += ")";
+    int64_t stage = m.isPipeline() ? coords[m.ppAxis] : 0;
+    events.push_back(json::Object{{"name", "process_name"},
+                                  {"ph", "M"},
+                                  {"pid", r},
+                                  {"args", json::Object{{"name", name}}}});
+    events.push_back(json::Object{
+        {"name", "thread_name"},
+        {"ph", "M"},
+        {"pid", r},
+        {"tid", stage},
+        {"args", json::Object{{"name", "stage " + std::to_string(stage)}}}});
+    for (int i = displs[r]; i < displs[r] + counts[r]; i += kFields) {
+      exec::TraceEvent e;
+      e.kind = static_cast<exec::TraceEvent::Kind>(all[i]);
+      e.chunk = static_cast<int64_t>(all[i + 1]);
+      e.microBatch = static_cast<int64_t>(all[i + 2]);
+      e.stage = static_cast<int64_t>(all[i + 3]);
+      e.step = static_cast<int64_t>(all[i + 4]);
+      e.start = all[i + 5];
+      e.end = all[i + 6];
+      events.push_back(
+          json::Object{{"name", e.name()},
+                       {"cat", exec::TraceEvent::kindName(e.kind)},
+                       {"ph", "X"},
+                       {"pid", r},
+                       {"tid", e.stage},
+                       {"ts", e.start * 1e6},
+                       {"dur", (e.end - e.start) * 1e6},
+                       {"args", json::Object{{"chunk", e.chunk},
+                                             {"micro_batch", e.microBatch},
+                                             {"stage", e.stage},
+                                             {"step", e.step}}}});
+    }
+  }
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return "cannot write the trace '" + path + "': " + ec.message();
+  os << json::Value(json::Object{{"traceEvents", std::move(events)},
+                                 {"displayTimeUnit", "ms"}})
+     << "\n";
+  os.close();
+  if (os.has_error()) {
+    std::string msg =
+        "cannot write the trace '" + path + "': " + os.error().message();
+    os.clear_error();
+    return msg;
+  }
+  return "";
 }
 
 } // namespace
@@ -197,10 +334,13 @@ int main(int argc, char **argv) {
     else
       error = llvm::toString(opened.takeError());
   }
-  if (error.empty() && isRoot && !saveWeights.empty()) {
-    llvm::StringRef dir = llvm::sys::path::parent_path(saveWeights);
+  for (const std::string *out :
+       {&saveWeights.getValue(), &tracePath.getValue()}) {
+    if (!error.empty() || !isRoot || out->empty())
+      continue;
+    llvm::StringRef dir = llvm::sys::path::parent_path(*out);
     if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
-      error = "cannot write '" + saveWeights + "': directory '" + dir.str() +
+      error = "cannot write '" + *out + "': directory '" + dir.str() +
               "' does not exist";
   }
   if (!allRanksOk(world, error))
@@ -211,7 +351,8 @@ int main(int argc, char **argv) {
   std::unique_ptr<mpi::Grid> grid;
   std::unique_ptr<exec::Executor> executor;
   {
-    auto g = mpi::Grid::create(world, m.gridAxes, m.gridShape);
+    // The rank axes only: a pipeline plan's micro-batch axis is virtual.
+    auto g = mpi::Grid::create(world, m.rankAxes(), m.rankShape());
     if (g)
       grid = std::move(*g);
     else
@@ -226,7 +367,10 @@ int main(int argc, char **argv) {
     else
       error = llvm::toString(ex.takeError());
   }
+  if (error.empty() && !tracePath.empty())
+    error = take(executor->enableTrace());
   if (!allRanksOk(world, error)) {
+    executor.reset();
     grid.reset();
     return exitAfterFailure();
   }
@@ -254,6 +398,16 @@ int main(int argc, char **argv) {
       abortAll(world,
                "step " + std::to_string(s) + ": ranks disagree on the loss");
 #endif
+    // Pipeline plans: every rank's peak number of activation sets.
+    std::vector<int64_t> peaks(isRoot ? world.size() : 0);
+    bool gatherPeaks = plan->pipeline() && !metricsPath.empty();
+    if (gatherPeaks) {
+      int64_t mine = executor->peakActivationSets();
+      if (MPI_Gather(&mine, 1, MPI_INT64_T, peaks.data(), 1, MPI_INT64_T, 0,
+                     world.handle()) != MPI_SUCCESS)
+        abortAll(world, "step " + std::to_string(s) +
+                            ": MPI_Gather of peak_activation_sets failed");
+    }
     if (!isRoot)
       continue;
     double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;
@@ -268,8 +422,20 @@ int main(int argc, char **argv) {
       rec.stepTimeS = seconds;
       rec.tokensPerS = tokensPerS;
       rec.extra.emplace_back("bytes_sent", executor->traffic().stepBytes());
+      if (gatherPeaks)
+        rec.intLists.emplace_back("peak_activation_sets", peaks);
       if (llvm::Error err = metrics->write(rec))
         abortAll(world, llvm::toString(std::move(err)));
+    }
+  }
+
+  // Every rank's timeline, on rank 0.
+  if (!tracePath.empty()) {
+    error = writeTrace(world, *executor, m, tracePath);
+    if (!allRanksOk(world, error)) {
+      executor.reset();
+      grid.reset();
+      return exitAfterFailure();
     }
   }
 

@@ -38,7 +38,7 @@ Tensor test::defaultInitialValue(llvm::StringRef name,
 llvm::Expected<std::string>
 test::packPlan(llvm::StringRef mlirText, const llvm::json::Object &manifest,
                const std::map<std::string, Tensor> &weights,
-               llvm::StringRef sourceName) {
+               llvm::StringRef sourceName, bool verify) {
   mlir::DialectRegistry registry;
   registry.insert<tessera::tsrt::TsrtDialect, mlir::func::FuncDialect>();
   mlir::MLIRContext ctx(registry);
@@ -52,8 +52,9 @@ test::packPlan(llvm::StringRef mlirText, const llvm::json::Object &manifest,
     diag += loc + ": " + d.str() + "\n";
     return mlir::success();
   });
+  mlir::ParserConfig config(&ctx, /*verifyAfterParse=*/verify);
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(mlirText, &ctx, sourceName);
+      mlir::parseSourceString<mlir::ModuleOp>(mlirText, config, sourceName);
   if (!module)
     return fail("cannot parse the program:\n" + diag);
   std::string bytecode;

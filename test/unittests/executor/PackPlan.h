@@ -29,11 +29,13 @@ Tensor defaultInitialValue(llvm::StringRef name, std::vector<int64_t> shape);
 
 /// The artifact bytes. `manifest` is the manifest JSON object; `weights`
 /// overrides the initial value of params/frozen tensors by name;
-/// `sourceName` is the file name the program's locations refer to.
+/// `sourceName` is the file name the program's locations refer to. With
+/// `verify` false the module is packed without running the MLIR verifier
+/// (to test that the runtime rejects invalid programs itself).
 llvm::Expected<std::string>
 packPlan(llvm::StringRef mlirText, const llvm::json::Object &manifest,
          const std::map<std::string, Tensor> &weights = {},
-         llvm::StringRef sourceName = "program.mlir");
+         llvm::StringRef sourceName = "program.mlir", bool verify = true);
 
 } // namespace test
 } // namespace runtime

@@ -1,0 +1,337 @@
+//===- PipelineExecutor.cpp - the pipeline-parallel step of an Executor ---===//
+//
+// The parts of Executor that only pipeline plans use (see Executor.h): the pp
+// communicator and per-function contexts, the micro-batch schedule of one
+// step, and gathering weights that live on one stage only.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/executor/Executor.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::exec;
+namespace schedule = tessera::tsrt::schedule;
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+static llvm::Error mpiFailure(int code, const llvm::Twine &what) {
+  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
+  int len = 0;
+  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
+    std::snprintf(msg, sizeof(msg), "MPI error code %d", code);
+  return fail(what + " failed: " + msg);
+}
+
+/// Adds `value` into accumulator `acc`: the first contribution is copied
+/// (results may share storage with other values), later ones are added
+/// elementwise (f32, checked at load time).
+static void accumulate(Tensor &acc, const Tensor &value) {
+  if (acc.isNull()) {
+    acc = value.clone();
+    return;
+  }
+  float *a = acc.data<float>();
+  const float *v = value.data<float>();
+  for (int64_t i = 0, n = acc.numel(); i < n; ++i)
+    a[i] += v[i];
+}
+
+llvm::Error Executor::initPipeline() {
+  const Manifest &m = planRef.manifest();
+  const Pipeline &p = *planRef.pipeline();
+  myStage = gridRef.coords()[m.ppAxis];
+
+  // Every rank of the job sees the same MPI_TAG_UB, so all fail alike.
+  if (p.maxTag >= 0) {
+    int *tagUb = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &flag);
+    if (flag && tagUb && p.maxTag > *tagUb)
+      return fail(llvm::formatv(
+          "{0}: the pipeline's largest MPI tag ({1} = channel x {2} "
+          "micro-batches + micro-batch) exceeds this MPI's MPI_TAG_UB ({3}); "
+          "use fewer micro-batches or fewer channels",
+          planRef.source(), p.maxTag, p.shape.microBatches, *tagUb));
+  }
+
+  llvm::Expected<mpi::Communicator> pp = gridRef.subComm({m.ppAxis});
+  if (!pp)
+    return pp.takeError();
+  p2p = std::make_unique<PointToPoint>();
+  p2p->comm = *pp;
+  p2p->stages = p.shape.stages;
+  p2p->microBatches = p.shape.microBatches;
+
+  // Sub-communicators of every chunk's functions, in chunk order, on every
+  // rank (MPI_Comm_split is collective over the whole grid).
+  fnCtx.resize(3 * p.chunks.size());
+  for (auto [c, chunk] : llvm::enumerate(p.chunks)) {
+    const PipelineFunction *fns[3] = {&chunk.forward, &chunk.backward,
+                                      &chunk.apply};
+    for (int phase = 0; phase < 3; ++phase) {
+      ExecContext &fc = fnCtx[3 * c + phase];
+      for (const std::vector<int64_t> &axes : fns[phase]->program.commAxes()) {
+        llvm::Expected<mpi::Communicator> comm = gridRef.subComm(axes);
+        if (!comm)
+          return comm.takeError();
+        fc.comms.push_back(*comm);
+      }
+      fc.traffic = &counter;
+      fc.p2p = p2p.get();
+    }
+    if (chunk.stage == myStage)
+      myChunks.push_back(static_cast<int64_t>(c));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
+                                              const Tensor &labels) {
+  const Manifest &m = planRef.manifest();
+  const Pipeline &p = *planRef.pipeline();
+  const int64_t M = p.shape.microBatches;
+  double stepStart = tracing ? now() : 0;
+  auto stepError = [&](const llvm::Twine &where, llvm::Error err) {
+    return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": stage " +
+                llvm::Twine(myStage) + ", " + where + ": " +
+                llvm::toString(std::move(err)));
+  };
+
+  // This rank's slice of every micro-batch (coordinates + [m]).
+  std::vector<Tensor> tokenSlices(M), labelSlices(M);
+  const std::vector<bool> &held = p.stageArguments[myStage];
+  std::vector<int64_t> coords = gridRef.coords();
+  coords.push_back(0);
+  for (int64_t mb = 0; mb < M; ++mb) {
+    coords.back() = mb;
+    if (held[tokensArg])
+      tokenSlices[mb] = sliceToLocal(tokens, m.arguments[tokensArg].layout,
+                                     m.gridShape, coords);
+    if (held[labelsArg])
+      labelSlices[mb] = sliceToLocal(labels, m.arguments[labelsArg].layout,
+                                     m.gridShape, coords);
+  }
+
+  counter.beginStep();
+  std::vector<Tensor> acc(p.accumulatorTypes.size());
+  std::map<std::pair<int64_t, int64_t>, std::vector<Tensor>> stash;
+  int64_t liveSets = 0, liveBytes = 0, peakSets = 0, peakBytes = 0;
+  auto setBytes = [](const std::vector<Tensor> &set) {
+    int64_t b = 0;
+    for (const Tensor &t : set)
+      b += t.isNull() ? 0 : static_cast<int64_t>(t.bytes());
+    return b;
+  };
+
+  // Arguments of a function: state, the micro-batch's tokens/labels, an
+  // activation set entry or an accumulator.
+  auto bind = [&](const PipelineFunction &f, int64_t mb,
+                  const std::vector<Tensor> *saved,
+                  std::vector<Tensor> &args) -> llvm::Error {
+    args.clear();
+    for (auto [i, b] : llvm::enumerate(f.args)) {
+      Tensor t;
+      switch (b.kind) {
+      case Binding::Kind::Arg:
+        t = b.index == tokensArg   ? tokenSlices[mb]
+            : b.index == labelsArg ? labelSlices[mb]
+                                   : state[b.index];
+        break;
+      case Binding::Kind::Saved:
+        t = (*saved)[b.index];
+        break;
+      case Binding::Kind::Acc:
+        t = acc[b.index];
+        break;
+      case Binding::Kind::Result:
+        break;
+      }
+      if (t.isNull())
+        return fail(llvm::formatv("{0}: argument #{1} has no value on this "
+                                  "rank",
+                                  f.description, i));
+      args.push_back(std::move(t));
+    }
+    return llvm::Error::success();
+  };
+
+  std::vector<Tensor> args;
+  for (const schedule::Action &a : p.actions[myStage]) {
+    bool forward = a.phase == schedule::Phase::Forward;
+    std::string name =
+        llvm::formatv("{0}{1}.{2}", forward ? "F" : "B", a.chunk, a.microBatch)
+            .str();
+    double start = tracing ? now() : 0;
+    const PipelineChunk &chunk = p.chunks[a.chunk];
+    const PipelineFunction &f = forward ? chunk.forward : chunk.backward;
+    auto key = std::make_pair(a.chunk, a.microBatch);
+    const std::vector<Tensor> *saved = nullptr;
+    if (!forward) {
+      auto it = stash.find(key);
+      if (it == stash.end()) // the verifier orders F before B
+        return fail(planRef.source() + ": step " + llvm::Twine(steps) +
+                    ": stage " + llvm::Twine(myStage) + ", " + name +
+                    ": no activation set (its forward has not run)");
+      saved = &it->second;
+    }
+    name += " (@" + f.name + ")";
+    if (llvm::Error err = bind(f, a.microBatch, saved, args))
+      return stepError(name, std::move(err));
+    ExecContext &fc = fnCtx[3 * a.chunk + (forward ? 0 : 1)];
+    fc.microBatch = a.microBatch;
+    llvm::Expected<std::vector<Tensor>> results =
+        f.program.run(fc, std::move(args));
+    args = {};
+    if (!results)
+      return stepError(name, results.takeError());
+
+    if (forward) {
+      std::vector<Tensor> set(chunk.numSaved);
+      for (auto [i, b] : llvm::enumerate(f.results))
+        if (b.kind == Binding::Kind::Saved)
+          set[b.index] = (*results)[i];
+      liveBytes += setBytes(set);
+      ++liveSets;
+      peakSets = std::max(peakSets, liveSets);
+      peakBytes = std::max(peakBytes, liveBytes);
+      stash[key] = std::move(set);
+    } else {
+      auto it = stash.find(key);
+      liveBytes -= setBytes(it->second);
+      --liveSets;
+      stash.erase(it);
+    }
+    for (auto [i, b] : llvm::enumerate(f.results))
+      if (b.kind == Binding::Kind::Acc)
+        accumulate(acc[b.index], (*results)[i]);
+    results->clear();
+    // Free the buffers of the sends that have completed.
+    if (llvm::Error err = p2p->releaseCompleted())
+      return stepError(name, std::move(err));
+    record(forward ? TraceEvent::Kind::Forward : TraceEvent::Kind::Backward,
+           a.chunk, a.microBatch, start);
+  }
+  if (llvm::Error err = p2p->waitAll())
+    return stepError("completing the sends", std::move(err));
+
+  // Apply, in ascending chunk order; every apply reads the step's initial
+  // state, and the new state is swapped in once all have run.
+  std::vector<Tensor> next = state;
+  float loss = NAN;
+  for (int64_t c : myChunks) {
+    double start = tracing ? now() : 0;
+    const PipelineFunction &f = p.chunks[c].apply;
+    std::string name = "apply of chunk " + std::to_string(c);
+    if (llvm::Error err = bind(f, 0, nullptr, args))
+      return stepError(name, std::move(err));
+    llvm::Expected<std::vector<Tensor>> results =
+        f.program.run(fnCtx[3 * c + 2], std::move(args));
+    args = {};
+    if (!results)
+      return stepError(name, results.takeError());
+    for (auto [i, b] : llvm::enumerate(f.results)) {
+      const ResultSpec &r = m.results[b.index];
+      if (r.role == Role::Loss)
+        loss = (*results)[i].data<float>()[0];
+      else
+        next[r.argument] = (*results)[i];
+    }
+    record(TraceEvent::Kind::Apply, c, -1, start);
+  }
+
+  // The loss lives on the last stage.
+  double value = loss;
+  int rc = MPI_Bcast(&value, 1, MPI_DOUBLE,
+                     static_cast<int>(p.shape.stages - 1), p2p->comm.handle());
+  if (rc != MPI_SUCCESS)
+    return stepError("loss",
+                     mpiFailure(rc, "MPI_Bcast from pp rank " +
+                                        llvm::Twine(p.shape.stages - 1)));
+  state = std::move(next);
+  lastPeakSets = peakSets;
+  lastPeakBytes = peakBytes;
+  record(TraceEvent::Kind::Step, -1, -1, stepStart);
+  ++steps;
+  return value;
+}
+
+llvm::Expected<std::vector<std::pair<std::string, Tensor>>>
+Executor::gatherWeightsPipeline(int root) const {
+  const Manifest &m = planRef.manifest();
+  const Pipeline &p = *planRef.pipeline();
+  const mpi::Communicator &world = gridRef.parent();
+  bool isRoot = world.rank() == root;
+  int n = world.size();
+  std::vector<int64_t> rankShape = m.rankShape();
+  std::vector<int64_t> stageOf(n);
+  for (int r = 0; r < n; ++r)
+    stageOf[r] = gridCoords(r, rankShape)[m.ppAxis];
+
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const ArgumentSpec &a : m.arguments) {
+    if (a.role != Role::Param && a.role != Role::Frozen)
+      continue;
+    int64_t holder = -1;
+    for (int64_t s = 0; s < p.shape.stages && holder < 0; ++s)
+      if (p.stageArguments[s][a.index])
+        holder = s;
+    if (holder < 0) {
+      // No stage reads it: it keeps its initial value.
+      if (isRoot)
+        out.emplace_back(a.name, planRef.initialValue(a.name)->clone());
+      continue;
+    }
+    int64_t count = shapeNumel(a.localShape);
+    if (count > INT_MAX)
+      return fail("gatherWeights: shard of '" + a.name +
+                  "' is too large for one MPI message");
+    // The holder stage's ranks send (one of them if replicated).
+    std::vector<int> counts(n, 0), displs(n, 0);
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      if (stageOf[r] != holder || (a.layout.isReplicated() && total > 0))
+        continue;
+      counts[r] = static_cast<int>(count);
+      displs[r] = static_cast<int>(total);
+      total += count;
+      if (total > INT_MAX)
+        return fail("gatherWeights: '" + a.name +
+                    "' is too large for one MPI message");
+    }
+    int mine = counts[world.rank()];
+    Tensor gathered;
+    if (isRoot)
+      gathered = Tensor::empty(DType::F32, {total});
+    const Tensor &local = state[a.index];
+    int rc = MPI_Gatherv(mine ? local.raw() : nullptr, mine, MPI_FLOAT,
+                         isRoot ? gathered.raw() : nullptr, counts.data(),
+                         displs.data(), MPI_FLOAT, root, world.handle());
+    if (rc != MPI_SUCCESS)
+      return mpiFailure(rc, llvm::formatv("gatherWeights: MPI_Gatherv of '{0}' "
+                                          "on world rank {1}",
+                                          a.name, world.rank()));
+    if (!isRoot)
+      continue;
+    Tensor global = Tensor::empty(a.dtype, a.shape);
+    for (int r = 0; r < n; ++r) {
+      if (!counts[r])
+        continue;
+      Tensor piece = Tensor::view(gathered.data<float>() + displs[r], a.dtype,
+                                  a.localShape);
+      std::vector<int64_t> coords = gridCoords(r, rankShape);
+      coords.push_back(0); // the micro-batch axis
+      placeLocal(piece, a.layout, m.gridShape, coords, global);
+    }
+    out.emplace_back(a.name, std::move(global));
+  }
+  return out;
+}
