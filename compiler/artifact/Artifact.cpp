@@ -189,8 +189,11 @@ static std::string layoutText(const json::Array &layout,
 }
 
 /// The stages of a pipelined plan and the predicted bubble.
+/// `stateBytes` is the parameter + optimizer-state bytes of one rank before
+/// the split; each stage holds the share of it that its chunks' parameters
+/// have.
 static void explainPipeline(tsrt::PipelineScheduleOp schedule,
-                            llvm::raw_ostream &os) {
+                            int64_t stateBytes, llvm::raw_ostream &os) {
   namespace sched = tsrt::schedule;
   sched::Shape shape{static_cast<int64_t>(schedule.getStages()),
                      static_cast<int64_t>(schedule.getVirtualStages()),
@@ -223,6 +226,23 @@ static void explainPipeline(tsrt::PipelineScheduleOp schedule,
         "  {0,5}  {1,5}  {2,-9}  {3,16}   {4,21}\n", c, shape.stageOfChunk(c),
         layers, bytes.empty() ? 0 : bytes[c], flops.empty() ? 0 : flops[c]);
   }
+  if (!bytes.empty()) {
+    int64_t total = 0;
+    SmallVector<int64_t> perStage(shape.stages, 0);
+    for (int64_t c = 0; c < chunks; ++c) {
+      total += bytes[c];
+      perStage[shape.stageOfChunk(c)] += bytes[c];
+    }
+    os << "  parameter + optimizer-state bytes per rank, by stage:";
+    for (int64_t b : perStage)
+      os << " " << (total ? stateBytes * b / total : 0);
+    os << "\n";
+  }
+  int64_t sends = 0;
+  schedule->getParentOp()->walk([&](tsrt::SendOp) { ++sends; });
+  os << llvm::formatv("  point-to-point per micro-batch: {0} x tsrt.send + "
+                      "tsrt.recv (activations forward, gradients backward)\n",
+                      sends);
   for (auto [s, text] : llvm::enumerate(schedule.getActions()))
     os << "  stage " << s << ": " << cast<StringAttr>(text).getValue() << "\n";
   os << llvm::formatv("  predicted bubble fraction: (P - 1) / (V*M + P - 1) = "
@@ -274,9 +294,11 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
         json::Value(*a.get("shape")), json::Value(*a.get("local_shape")),
         layoutText(*a.getArray("layout"), axes));
   }
-  os << llvm::formatv("parameter + optimizer-state bytes per rank: {0} "
-                      "(unsharded: {1})\n",
-                      localBytes, globalBytes);
+  bool pipelined = manifest.getObject("pipeline") != nullptr;
+  os << llvm::formatv("parameter + optimizer-state bytes per rank{0}: {1} "
+                      "(unsharded: {2})\n",
+                      pipelined ? " before the pipeline split" : "", localBytes,
+                      globalBytes);
   // Collectives of one step, by kind and grid axes.
   std::map<std::string, int64_t> counts;
   partitioned.walk([&](Operation *op) {
@@ -295,7 +317,7 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
   for (const auto &[key, n] : counts)
     os << "  " << n << " x " << key << "\n";
   for (auto schedule : partitioned.getOps<tsrt::PipelineScheduleOp>())
-    explainPipeline(schedule, os);
+    explainPipeline(schedule, localBytes, os);
 }
 
 /// Copies an initial value (`tsr.init`) into a global-shape f32 tensor.

@@ -60,16 +60,19 @@ LogicalResult AllReduceOp::verify() {
 }
 
 LogicalResult AllGatherOp::verify() {
-  return verifyCollective(*this, getGridAxes(), {getDim()});
+  return verifyCollective(*this, getGridAxes(),
+                          {static_cast<int64_t>(getDim())});
 }
 
 LogicalResult ReduceScatterOp::verify() {
-  return verifyCollective(*this, getGridAxes(), {getDim()});
+  return verifyCollective(*this, getGridAxes(),
+                          {static_cast<int64_t>(getDim())});
 }
 
 LogicalResult AllToAllOp::verify() {
   return verifyCollective(*this, getGridAxes(),
-                          {getSplitDim(), getConcatDim()});
+                          {static_cast<int64_t>(getSplitDim()),
+                           static_cast<int64_t>(getConcatDim())});
 }
 
 //===----------------------------------------------------------------------===//

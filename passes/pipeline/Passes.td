@@ -86,4 +86,30 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
                            "::mlir::shard::ShardDialect"];
 }
 
+def PrintPipelineSchedule
+    : Pass<"tsr-print-pipeline-schedule", "::mlir::ModuleOp"> {
+  let summary = "Print every rank's pipeline schedule and its in-flight peak.";
+  let description = [{
+    For the module's `tsrt.pipeline_schedule` (made by `tsr-pipeline-split`),
+    prints to stdout one line per rank of the grid (all axes but `mb`, in
+    rank order: the last axis varies fastest, so with `dp x tp x pp` the
+    ranks of one pipeline are consecutive):
+
+    ```
+    pipeline schedule: 1f1b, 2 stages x 1 virtual = 2 chunks, 4 micro-batches
+    predicted bubble fraction: (P - 1) / (V*M + P - 1) = 1 / 5 = 0.200
+    rank 0 (dp=0 tp=0 pp=0) stage 0: F0.0 F0.1 B0.0 F0.2 B0.1 F0.3 B0.2 B0.3
+      peak activation sets 2 (bound 2)
+    ```
+
+    `Fc.m` / `Bc.m` is the forward / backward of chunk c on micro-batch m;
+    the peak counts activation sets held at once (one per forward not yet
+    matched by its backward) and the bound is the schedule's (GPipe: V·M,
+    1F1B: min(P − stage, M), interleaved: Megatron-LM's warm-up count + 1).
+    The module is not changed. Errors: no `tsrt.pipeline_schedule`, or a
+    grid without a `pp` axis.
+  }];
+  let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
+}
+
 #endif // TESSERA_PASSES_PIPELINE_PASSES
