@@ -51,7 +51,7 @@ llvm::Error Executor::enableTrace() {
 double Executor::now() const { return MPI_Wtime() - traceOrigin; }
 
 void Executor::record(TraceEvent::Kind kind, int64_t chunk, int64_t microBatch,
-                      double start) {
+                      double start, double recvWait) {
   if (!tracing)
     return;
   TraceEvent e;
@@ -62,6 +62,7 @@ void Executor::record(TraceEvent::Kind kind, int64_t chunk, int64_t microBatch,
   e.step = steps;
   e.start = start;
   e.end = now();
+  e.recvWait = recvWait;
   trace.push_back(e);
 }
 

@@ -64,6 +64,9 @@ struct TraceEvent {
   int64_t stage = 0;         ///< this rank's stage (0 for non-pipeline plans)
   int64_t step = 0;          ///< the step index (Executor::stepsRun() then)
   double start = 0, end = 0; ///< seconds since the trace origin (MPI_Wtime)
+  /// Seconds of [start, end] spent blocked waiting for receives (pipeline
+  /// forward/backward only): end − start − recvWait is compute.
+  double recvWait = 0;
 
   /// "F1.3", "B1.3", "apply" or "step".
   std::string name() const;
@@ -142,7 +145,7 @@ private:
   llvm::Expected<std::vector<std::pair<std::string, Tensor>>>
   gatherWeightsPipeline(int root) const;
   void record(TraceEvent::Kind kind, int64_t chunk, int64_t microBatch,
-              double start);
+              double start, double recvWait = 0);
   double now() const;
 
   const Plan &planRef;

@@ -171,6 +171,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
         llvm::formatv("{0}{1}.{2}", forward ? "F" : "B", a.chunk, a.microBatch)
             .str();
     double start = tracing ? now() : 0;
+    double waitBefore = p2p->recvWaitSeconds;
     const PipelineChunk &chunk = p.chunks[a.chunk];
     const PipelineFunction &f = forward ? chunk.forward : chunk.backward;
     auto key = std::make_pair(a.chunk, a.microBatch);
@@ -218,7 +219,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
     if (llvm::Error err = p2p->releaseCompleted())
       return stepError(name, std::move(err));
     record(forward ? TraceEvent::Kind::Forward : TraceEvent::Kind::Backward,
-           a.chunk, a.microBatch, start);
+           a.chunk, a.microBatch, start, p2p->recvWaitSeconds - waitBefore);
   }
   if (llvm::Error err = p2p->waitAll())
     return stepError("completing the sends", std::move(err));

@@ -542,7 +542,9 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
     if (inst.kind == Instruction::Kind::Recv) {
       PostedRecv &r = posted[inst.recvIndex];
       MPI_Status status;
+      double waitStart = MPI_Wtime();
       int rc = MPI_Wait(&r.request, &status);
+      ctx.p2p->recvWaitSeconds += MPI_Wtime() - waitStart;
       if (rc != MPI_SUCCESS)
         return mpiFailure(rc, inst.where + ": MPI_Wait for the receive of " +
                                   inst.resultTypes[0].str() + " from " +

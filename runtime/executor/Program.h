@@ -75,6 +75,10 @@ struct PointToPoint {
     std::string what;
   };
   std::vector<PendingSend> pending;
+  /// Seconds spent blocked in MPI_Wait for receives so far (MPI_Wtime); the
+  /// executor subtracts it from an action's time to separate the pipeline
+  /// bubble from compute.
+  double recvWaitSeconds = 0;
 
   PointToPoint() = default;
   PointToPoint(const PointToPoint &) = delete;

@@ -21,14 +21,18 @@
 // as Chrome trace JSON (viewable in Perfetto or chrome://tracing):
 //   {"traceEvents": [{"name": "F1.3", "cat": "forward", "ph": "X",
 //                     "pid": <world rank>, "tid": <stage>, "ts": <µs>,
-//                     "dur": <µs>, "args": {"chunk", "micro_batch", "stage",
-//                     "step"}}, ...], "displayTimeUnit": "ms"}
+//                     "dur": <µs>, "args": {"chunk", "micro_batch",
+//                     "recv_wait_us", "stage", "step"}}, ...],
+//  "displayTimeUnit": "ms"}
 // with one event per forward ("F<chunk>.<micro-batch>", cat "forward"),
 // backward ("B...", "backward") and apply ("apply", "apply"; micro_batch
 // -1) of pipeline plans and one "step" event (cat "step"; chunk and
 // micro_batch -1) per step for all plans, plus process/thread name metadata
 // events ("ph": "M"). Times are microseconds since a barrier taken when the
-// executor was created.
+// executor was created. recv_wait_us is the part of a forward or backward
+// spent blocked on tsrt.recv (0 for other events): dur − recv_wait_us is the
+// action's compute, and what is left of the step is the pipeline bubble
+// (bench/pipeline_bubble.sh).
 //
 // Errors found before the first step (options, plan, data, world size) are
 // agreed on by all ranks: the lowest failing rank prints one line and every
@@ -183,16 +187,16 @@ int exitAfterFailure() {
 std::string writeTrace(const mpi::Communicator &world,
                        const exec::Executor &executor, const exec::Manifest &m,
                        const std::string &path) {
-  // Seven doubles per event: kind, chunk, micro-batch, stage, step, start,
-  // end.
-  constexpr int kFields = 7;
+  // Eight doubles per event: kind, chunk, micro-batch, stage, step, start,
+  // end, receive wait.
+  constexpr int kFields = 8;
   std::vector<double> mine;
   for (const exec::TraceEvent &e : executor.traceEvents())
     mine.insert(mine.end(),
                 {static_cast<double>(e.kind), static_cast<double>(e.chunk),
                  static_cast<double>(e.microBatch),
                  static_cast<double>(e.stage), static_cast<double>(e.step),
-                 e.start, e.end});
+                 e.start, e.end, e.recvWait});
   if (mine.size() > static_cast<size_t>(INT_MAX))
     abortAll(world, "--trace: too many events to gather");
   int count = static_cast<int>(mine.size());
@@ -246,6 +250,7 @@ std::string writeTrace(const mpi::Communicator &world,
       e.step = static_cast<int64_t>(all[i + 4]);
       e.start = all[i + 5];
       e.end = all[i + 6];
+      e.recvWait = all[i + 7];
       events.push_back(
           json::Object{{"name", e.name()},
                        {"cat", exec::TraceEvent::kindName(e.kind)},
@@ -256,6 +261,7 @@ std::string writeTrace(const mpi::Communicator &world,
                        {"dur", (e.end - e.start) * 1e6},
                        {"args", json::Object{{"chunk", e.chunk},
                                              {"micro_batch", e.microBatch},
+                                             {"recv_wait_us", e.recvWait * 1e6},
                                              {"stage", e.stage},
                                              {"step", e.step}}}});
     }

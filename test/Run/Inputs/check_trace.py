@@ -4,8 +4,8 @@ trace JSON) and prints, per process (world rank), its name and the names of
 its "X" events of step STEP in start order, e.g.
   pid 0 'rank 0 (dp=0 tp=0 pp=0)' tid 0: F0.0 F0.1 B0.0 B0.1 apply step
 Events must be complete ("ph" "X") with non-negative numeric "ts"/"dur" in
-microseconds, a known "cat", args {chunk, micro_batch, stage, step} with
-stage == tid, and nest inside their step's "step" event. Exits 1 otherwise."""
+microseconds, a known "cat", args {chunk, micro_batch, recv_wait_us, stage,
+step} with stage == tid and 0 <= recv_wait_us <= dur, and nest inside their step's "step" event. Exits 1 otherwise."""
 import json
 import sys
 
@@ -23,7 +23,8 @@ for e in trace["traceEvents"]:
     assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
     assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
     a = e["args"]
-    assert sorted(a) == ["chunk", "micro_batch", "stage", "step"], e
+    assert sorted(a) == ["chunk", "micro_batch", "recv_wait_us", "stage", "step"], e
+    assert 0 <= a["recv_wait_us"] <= e["dur"] + 1e-3, e
     assert a["stage"] == e["tid"], e
     if a["step"] == step:
         events.setdefault((e["pid"], e["tid"]), []).append(e)
