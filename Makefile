@@ -1,7 +1,8 @@
 # Tessera top-level commands. Each target installs what is missing first.
 #   make demo   build and train the example GPT on 4 MPI ranks (dp2 x tp2)
 #   make test   build and run every test (lit, unit, end-to-end)
-#   make bench  serial CPU step time vs PyTorch
+#   make bench  serial CPU step time vs PyTorch; pipeline bubble, predicted
+#               vs measured (bench/pipeline_bubble.sh)
 BUILD ?= build
 JOBS ?= 2
 
@@ -24,6 +25,7 @@ demo: build
 
 bench: build
 	./bench/run.sh $(BUILD)
+	./bench/pipeline_bubble.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -251,6 +251,11 @@ static void explainPipeline(tsrt::PipelineScheduleOp schedule,
                       shape.virtualStages * shape.microBatches + shape.stages -
                           1,
                       sched::bubbleFraction(shape));
+  if (FailureOr<double> simulated = tsrt::simulatedBubble(schedule);
+      succeeded(simulated))
+    os << llvm::formatv("  simulated bubble fraction (the FLOPs above, "
+                        "backward = 2 x forward): {0:F3}\n",
+                        *simulated);
 }
 
 void artifact::explain(const json::Object &manifest, ModuleOp partitioned,

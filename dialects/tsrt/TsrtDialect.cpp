@@ -130,34 +130,35 @@ struct Endpoint {
 };
 } // namespace
 
-LogicalResult
-PipelineScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  schedule::Kind kind = *schedule::parseKind(getKind());
-  schedule::Shape shape{static_cast<int64_t>(getStages()),
-                        static_cast<int64_t>(getVirtualStages()),
-                        static_cast<int64_t>(getMicroBatches())};
-  int64_t chunks = shape.numChunks();
-
-  std::vector<schedule::ChunkComms> comms(chunks);
-  std::map<int64_t, Endpoint> sends, recvs;
+/// Walks every chunk's forward and backward function for its sends and
+/// recvs (see collectChunkComms) and records where each channel's endpoints
+/// are.
+static LogicalResult collect(PipelineScheduleOp schedOp,
+                             SymbolTableCollection &symbolTable,
+                             std::vector<schedule::ChunkComms> &comms,
+                             std::map<int64_t, Endpoint> &sends,
+                             std::map<int64_t, Endpoint> &recvs) {
+  int64_t chunks =
+      static_cast<int64_t>(schedOp.getStages() * schedOp.getVirtualStages());
+  comms.assign(chunks, {});
   auto lookup = [&](Attribute ref, StringRef role,
                     int64_t c) -> FailureOr<Operation *> {
     auto sym = cast<SymbolRefAttr>(ref);
-    Operation *fn = symbolTable.lookupNearestSymbolFrom(*this, sym);
+    Operation *fn = symbolTable.lookupNearestSymbolFrom(schedOp, sym);
     if (!fn || fn->getNumRegions() != 1 || fn->getRegion(0).empty())
-      return emitOpError("the ")
+      return schedOp.emitOpError("the ")
              << role << " function of chunk " << c << " (" << sym
              << ") is not a function with a body in this module";
     return fn;
   };
   for (int64_t c = 0; c < chunks; ++c) {
-    if (failed(lookup(getApply()[c], "apply", c)))
+    if (failed(lookup(schedOp.getApply()[c], "apply", c)))
       return failure();
     for (schedule::Phase phase :
          {schedule::Phase::Forward, schedule::Phase::Backward}) {
       bool fwd = phase == schedule::Phase::Forward;
       FailureOr<Operation *> fn =
-          lookup(fwd ? getForward()[c] : getBackward()[c],
+          lookup(fwd ? schedOp.getForward()[c] : schedOp.getBackward()[c],
                  fwd ? "forward" : "backward", c);
       if (failed(fn))
         return failure();
@@ -193,6 +194,30 @@ PipelineScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
         return failure();
     }
   }
+  return success();
+}
+
+FailureOr<std::vector<schedule::ChunkComms>>
+tessera::tsrt::collectChunkComms(PipelineScheduleOp op,
+                                 SymbolTableCollection &symbolTable) {
+  std::vector<schedule::ChunkComms> comms;
+  std::map<int64_t, Endpoint> sends, recvs;
+  if (failed(collect(op, symbolTable, comms, sends, recvs)))
+    return failure();
+  return comms;
+}
+
+LogicalResult
+PipelineScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  schedule::Kind kind = *schedule::parseKind(getKind());
+  schedule::Shape shape{static_cast<int64_t>(getStages()),
+                        static_cast<int64_t>(getVirtualStages()),
+                        static_cast<int64_t>(getMicroBatches())};
+  std::vector<schedule::ChunkComms> comms;
+  std::map<int64_t, Endpoint> sends, recvs;
+  if (failed(collect(*this, symbolTable, comms, sends, recvs)))
+    return failure();
+
   // Static matching: one send and one recv per channel, pointing at each
   // other, of the same type and phase.
   for (auto &[channel, s] : sends) {
@@ -231,4 +256,33 @@ PipelineScheduleOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   if (llvm::Error err = schedule::verify(kind, shape, actions, comms))
     return emitOpError(llvm::toString(std::move(err)));
   return success();
+}
+
+FailureOr<double> tessera::tsrt::simulatedBubble(PipelineScheduleOp op) {
+  DenseI64ArrayAttr flops = op.getFlopsAttr();
+  if (!flops)
+    return failure();
+  SymbolTableCollection symbolTable;
+  FailureOr<std::vector<schedule::ChunkComms>> comms =
+      collectChunkComms(op, symbolTable);
+  if (failed(comms))
+    return failure();
+  std::vector<schedule::StageActions> actions;
+  for (Attribute text : op.getActions()) {
+    auto parsed = schedule::parse(cast<StringAttr>(text).getValue());
+    if (!parsed) {
+      llvm::consumeError(parsed.takeError());
+      return failure();
+    }
+    actions.push_back(std::move(*parsed));
+  }
+  std::vector<double> fwd, bwd;
+  for (int64_t f : flops.asArrayRef()) {
+    fwd.push_back(static_cast<double>(f) / 3);
+    bwd.push_back(2 * static_cast<double>(f) / 3);
+  }
+  schedule::Shape shape{static_cast<int64_t>(op.getStages()),
+                        static_cast<int64_t>(op.getVirtualStages()),
+                        static_cast<int64_t>(op.getMicroBatches())};
+  return schedule::simulate(actions, *comms, shape, fwd, bwd).bubble();
 }

@@ -15,4 +15,25 @@
 #define GET_OP_CLASSES
 #include "dialects/tsrt/TsrtOps.h.inc"
 
+#include "dialects/tsrt/PipelineSchedule.h"
+
+namespace tessera::tsrt {
+/// Every chunk's `tsrt.send` / `tsrt.recv` in program order, forward and
+/// backward functions apart (index = chunk), as the schedule's verifier sees
+/// them; feeds schedule::verify and schedule::simulate. Fails, with an error
+/// on the op at fault, when a chunk's function is missing, a send/recv names
+/// its own or an out-of-range chunk, or a channel has two sends or two recvs.
+mlir::FailureOr<std::vector<schedule::ChunkComms>>
+collectChunkComms(PipelineScheduleOp op,
+                  mlir::SymbolTableCollection &symbolTable);
+
+/// The schedule's bubble (idle share of the step's forward/backward phase,
+/// mean over stages) simulated by schedule::simulate with each chunk's
+/// `flops` as its cost, split 1 : 2 between forward and backward, and free
+/// communication. Unlike the closed form (P − 1)/(V·M + P − 1) it counts
+/// unequal stages. Fails (no error emitted) when the op has no `flops` or
+/// its functions cannot be read; call on a verified op.
+mlir::FailureOr<double> simulatedBubble(PipelineScheduleOp op);
+} // namespace tessera::tsrt
+
 #endif // TESSERA_DIALECTS_TSRT_TSRTDIALECT_H

@@ -52,6 +52,13 @@ CONFIGS = {
                      batch=16, activation="gelu", norm_first=True,
                      causal=True, seed=0, opset=17,
                      out="test/e2e/models/pipeline_op17.onnx"),
+    # bench/pipeline_bubble.sh: 8 equal layers, heavy enough per micro-batch
+    # (about 13 MFLOP forward per layer at M = 16) that compute, not MPI
+    # latency, sets the timeline. Exported by the benchmark, not committed.
+    "bench_pipeline": dict(vocab=256, d_model=128, nhead=4, d_ff=512,
+                           layers=8, seq=32, batch=16, activation="gelu",
+                           norm_first=True, causal=True, seed=0, opset=17,
+                           out="bench/models/pipeline_bench_op17.onnx"),
 }
 
 

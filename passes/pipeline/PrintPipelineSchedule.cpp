@@ -89,6 +89,11 @@ struct PrintPipelineSchedulePass
                         shape.virtualStages * shape.microBatches +
                             shape.stages - 1,
                         sched::bubbleFraction(shape));
+    if (FailureOr<double> simulated = tsrt::simulatedBubble(op);
+        succeeded(simulated))
+      os << llvm::formatv("simulated bubble fraction (chunk FLOPs, backward "
+                          "= 2 x forward): {0:F3}\n",
+                          *simulated);
     int64_t ranks = 1;
     for (int64_t s : axisSizes)
       ranks *= s;

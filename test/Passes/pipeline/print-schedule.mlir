@@ -25,6 +25,7 @@ func.func @forward(
 
 // CHECK: pipeline schedule: 1f1b, 2 stages x 1 virtual = 2 chunks, 2 micro-batches
 // CHECK-NEXT: predicted bubble fraction: (P - 1) / (V*M + P - 1) = 1 / 3 = 0.333
+// CHECK-NEXT: simulated bubble fraction (chunk FLOPs, backward = 2 x forward): 0.{{[0-9]+}}
 // CHECK-NEXT: rank 0 (dp=0 tp=0 pp=0) stage 0: F0.0 F0.1 B0.0 B0.1
 // CHECK-NEXT:   peak activation sets 2 (bound 2)
 // CHECK-NEXT: rank 1 (dp=0 tp=0 pp=1) stage 1: F1.0 B1.0 F1.1 B1.1
@@ -35,6 +36,7 @@ func.func @forward(
 // CHECK-NEXT:   peak activation sets 1 (bound 1)
 
 // GPIPE: predicted bubble fraction: (P - 1) / (V*M + P - 1) = 1 / 5 = 0.200
+// GPIPE-NEXT: simulated bubble fraction
 // GPIPE-NEXT: rank 0 (dp=0 tp=0 pp=0) stage 0: F0.0 F0.1 F0.2 F0.3 B0.0 B0.1 B0.2 B0.3
 // GPIPE-NEXT:   peak activation sets 4 (bound 4)
 // GPIPE-NEXT: rank 1 (dp=0 tp=0 pp=1) stage 1: F1.0 F1.1 F1.2 F1.3 B1.0 B1.1 B1.2 B1.3
@@ -48,6 +50,7 @@ func.func @forward(
 // Interleaved: stage 0 runs chunks 0 and 2, stage 1 chunks 1 and 3.
 // INTERLEAVED: pipeline schedule: interleaved, 2 stages x 2 virtual = 4 chunks, 2 micro-batches
 // INTERLEAVED-NEXT: predicted bubble fraction: (P - 1) / (V*M + P - 1) = 1 / 5 = 0.200
+// INTERLEAVED-NEXT: simulated bubble fraction
 // INTERLEAVED-NEXT: rank 0 (dp=0 tp=0 pp=0) stage 0: F0.0 F0.1 F2.0
 // INTERLEAVED: rank 1 (dp=0 tp=0 pp=1) stage 1: F1.0
 
