@@ -23,14 +23,6 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-static llvm::Error mpiFailure(int code, const llvm::Twine &what) {
-  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
-  int len = 0;
-  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
-    std::snprintf(msg, sizeof(msg), "MPI error code %d", code);
-  return fail(what + " failed: " + msg);
-}
-
 /// Adds `value` into accumulator `acc`: the first contribution is copied
 /// (results may share storage with other values), later ones are added
 /// elementwise (f32, checked at load time).
@@ -255,8 +247,8 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
                      static_cast<int>(p.shape.stages - 1), p2p->comm.handle());
   if (rc != MPI_SUCCESS)
     return stepError("loss",
-                     mpiFailure(rc, "MPI_Bcast from pp rank " +
-                                        llvm::Twine(p.shape.stages - 1)));
+                     mpi::failure(rc, "MPI_Bcast from pp rank " +
+                                          llvm::Twine(p.shape.stages - 1)));
   state = std::move(next);
   lastPeakSets = peakSets;
   lastPeakBytes = peakBytes;
@@ -317,9 +309,10 @@ Executor::gatherWeightsPipeline(int root) const {
                          isRoot ? gathered.raw() : nullptr, counts.data(),
                          displs.data(), MPI_FLOAT, root, world.handle());
     if (rc != MPI_SUCCESS)
-      return mpiFailure(rc, llvm::formatv("gatherWeights: MPI_Gatherv of '{0}' "
-                                          "on world rank {1}",
-                                          a.name, world.rank()));
+      return mpi::failure(rc,
+                          llvm::formatv("gatherWeights: MPI_Gatherv of '{0}' "
+                                        "on world rank {1}",
+                                        a.name, world.rank()));
     if (!isRoot)
       continue;
     Tensor global = Tensor::empty(a.dtype, a.shape);

@@ -124,27 +124,6 @@ static llvm::Expected<Tensor> materialise(Attribute value,
 // Point-to-point transport
 //===----------------------------------------------------------------------===//
 
-/// "MPI_Isend ... failed: <MPI's message>".
-static llvm::Error mpiFailure(int code, const llvm::Twine &what) {
-  char msg[MPI_MAX_ERROR_STRING + 1] = {0};
-  int len = 0;
-  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
-    std::snprintf(msg, sizeof(msg), "MPI error code %d", code);
-  return fail(what + " failed: " + msg);
-}
-
-static MPI_Datatype mpiTypeOf(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return MPI_FLOAT;
-  case DType::I64:
-    return MPI_INT64_T;
-  case DType::I1:
-    return MPI_UINT8_T;
-  }
-  return MPI_BYTE;
-}
-
 PointToPoint::~PointToPoint() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
@@ -173,10 +152,10 @@ llvm::Error PointToPoint::waitAll() {
       pending[i].request = requests[i];
       if (rc == MPI_ERR_IN_STATUS && statuses[i].MPI_ERROR != MPI_SUCCESS &&
           statuses[i].MPI_ERROR != MPI_ERR_PENDING)
-        return mpiFailure(statuses[i].MPI_ERROR, pending[i].what);
+        return mpi::failure(statuses[i].MPI_ERROR, pending[i].what);
     }
-    return mpiFailure(rc, "MPI_Waitall on " + llvm::Twine(pending.size()) +
-                              " sends (first: " + pending[0].what + ")");
+    return mpi::failure(rc, "MPI_Waitall on " + llvm::Twine(pending.size()) +
+                                " sends (first: " + pending[0].what + ")");
   }
   pending.clear();
   return llvm::Error::success();
@@ -196,8 +175,8 @@ llvm::Error PointToPoint::releaseCompleted() {
   if (rc != MPI_SUCCESS) {
     for (int i = 0; i < count && i < static_cast<int>(done.size()); ++i)
       if (statuses[i].MPI_ERROR != MPI_SUCCESS)
-        return mpiFailure(statuses[i].MPI_ERROR, pending[done[i]].what);
-    return mpiFailure(rc, "MPI_Testsome on pending sends");
+        return mpi::failure(statuses[i].MPI_ERROR, pending[done[i]].what);
+    return mpi::failure(rc, "MPI_Testsome on pending sends");
   }
   if (count == MPI_UNDEFINED || count == 0)
     return llvm::Error::success();
@@ -494,14 +473,15 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
     const Instruction &inst = insts[recvInsts[i]];
     const TensorType &t = inst.resultTypes[0];
     posted[i].data = Tensor::empty(t.dtype, t.shape);
-    int rc = MPI_Irecv(
-        posted[i].data.raw(), static_cast<int>(posted[i].data.numel()),
-        mpiTypeOf(t.dtype), static_cast<int>(inst.peerChunk % ctx.p2p->stages),
-        tagOf(inst), ctx.p2p->comm.handle(), &posted[i].request);
+    int rc = MPI_Irecv(posted[i].data.raw(),
+                       static_cast<int>(posted[i].data.numel()),
+                       mpi::dataType(t.dtype),
+                       static_cast<int>(inst.peerChunk % ctx.p2p->stages),
+                       tagOf(inst), ctx.p2p->comm.handle(), &posted[i].request);
     if (rc != MPI_SUCCESS) {
       posted[i].request = MPI_REQUEST_NULL;
-      return mpiFailure(rc, inst.where + ": MPI_Irecv of " + t.str() +
-                                " from " + peerText(inst));
+      return mpi::failure(rc, inst.where + ": MPI_Irecv of " + t.str() +
+                                  " from " + peerText(inst));
     }
   }
 
@@ -526,11 +506,11 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       send.data = data; // keeps the buffer alive until the send completes
       send.what = what;
       int rc = MPI_Isend(data.raw(), static_cast<int>(data.numel()),
-                         mpiTypeOf(data.dtype()),
+                         mpi::dataType(data.dtype()),
                          static_cast<int>(inst.peerChunk % ctx.p2p->stages),
                          tagOf(inst), ctx.p2p->comm.handle(), &send.request);
       if (rc != MPI_SUCCESS)
-        return mpiFailure(rc, what);
+        return mpi::failure(rc, what);
       ctx.p2p->pending.push_back(std::move(send));
       if (ctx.traffic)
         ctx.traffic->record(mpi::CollectiveKind::Send,
@@ -546,11 +526,11 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       int rc = MPI_Wait(&r.request, &status);
       ctx.p2p->recvWaitSeconds += MPI_Wtime() - waitStart;
       if (rc != MPI_SUCCESS)
-        return mpiFailure(rc, inst.where + ": MPI_Wait for the receive of " +
-                                  inst.resultTypes[0].str() + " from " +
-                                  peerText(inst));
+        return mpi::failure(rc, inst.where + ": MPI_Wait for the receive of " +
+                                    inst.resultTypes[0].str() + " from " +
+                                    peerText(inst));
       int count = 0;
-      MPI_Get_count(&status, mpiTypeOf(r.data.dtype()), &count);
+      MPI_Get_count(&status, mpi::dataType(r.data.dtype()), &count);
       if (count != r.data.numel())
         return fail(llvm::formatv("{0}: received {1} elements from {2}, "
                                   "expected {3} ({4})",

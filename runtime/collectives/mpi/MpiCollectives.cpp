@@ -46,17 +46,7 @@ llvm::Error plainError(const char *what, const std::string &msg) {
       return mpiError(rc_, WHAT);                                              \
   } while (0)
 
-MPI_Datatype mpiType(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return MPI_FLOAT;
-  case DType::I64:
-    return MPI_INT64_T;
-  case DType::I1:
-    return MPI_UINT8_T;
-  }
-  return MPI_BYTE;
-}
+MPI_Datatype mpiType(DType dtype) { return mpi::dataType(dtype); }
 
 int64_t product(const std::vector<int64_t> &s, size_t b, size_t e) {
   int64_t n = 1;
@@ -424,4 +414,20 @@ llvm::Error mpi::recv(Tensor &t, int src, const Communicator &comm, int tag) {
 llvm::Error mpi::barrier(const Communicator &comm) {
   MPI_CHECK(MPI_Barrier(comm.handle()), "barrier");
   return llvm::Error::success();
+}
+
+MPI_Datatype mpi::dataType(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return MPI_FLOAT;
+  case DType::I64:
+    return MPI_INT64_T;
+  case DType::I1:
+    return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+llvm::Error mpi::failure(int code, const llvm::Twine &what) {
+  return mpiError(code, what.str().c_str());
 }

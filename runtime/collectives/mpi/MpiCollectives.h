@@ -182,6 +182,13 @@ llvm::Error recv(Tensor &t, int src, const Communicator &comm, int tag = 0);
 /// Barrier over comm.
 llvm::Error barrier(const Communicator &comm);
 
+/// The MPI datatype of one element of `dtype` (F32 -> MPI_FLOAT, I64 ->
+/// MPI_INT64_T, I1 -> MPI_UINT8_T).
+MPI_Datatype dataType(DType dtype);
+/// "<what> failed on rank R: <MPI's message for code>", for MPI calls made
+/// outside this library (e.g. the executor's non-blocking sends).
+llvm::Error failure(int code, const llvm::Twine &what);
+
 } // namespace mpi
 } // namespace runtime
 } // namespace tessera
