@@ -11,6 +11,7 @@
 
 #include "passes/pipeline/Passes.h"
 #include "passes/pipeline/StageBalance.h"
+#include "passes/training/LayerCuts.h"
 
 #include "dialects/tsr/TsrOps.h"
 #include "dialects/tsrt/PipelineSchedule.h"
@@ -135,29 +136,7 @@ LogicalResult classify(StepAnalysis &a) {
 
   // Layers: cut after forward op i when exactly one forward value made at or
   // before i is read by a forward op after i.
-  DenseMap<Operation *, int64_t> position;
-  for (auto [i, op] : llvm::enumerate(a.forwardOps))
-    position[op] = i;
-  int64_t n = a.forwardOps.size();
-  SmallVector<int64_t> lastUse(n, -1);
-  for (auto [i, op] : llvm::enumerate(a.forwardOps))
-    for (Value v : op->getOperands())
-      if (Operation *d = v.getDefiningOp(); d && position.count(d))
-        lastUse[position[d]] = std::max<int64_t>(lastUse[position[d]], i);
-  SmallVector<int64_t> endingAt(n + 1, 0);
-  int64_t live = 0, unit = 0;
-  a.unitOf.assign(n, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    a.unitOf[i] = unit;
-    if (lastUse[i] > i) {
-      ++live;
-      ++endingAt[lastUse[i]];
-    }
-    live -= endingAt[i];
-    if (live == 1 && i + 1 < n)
-      ++unit;
-  }
-  a.numUnits = n ? unit + 1 : 0;
+  a.numUnits = training::assignLayers(a.forwardOps, a.unitOf);
   a.unitCost.assign(a.numUnits, 0);
   DenseSet<Value> counted;
   for (auto [i, op] : llvm::enumerate(a.forwardOps)) {

@@ -45,8 +45,7 @@ training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
   } tagger;
   OpBuilder::Listener *previousListener = builder.getListener();
   builder.setListener(&tagger);
-  auto restore =
-      llvm::make_scope_exit([&] { builder.setListener(previousListener); });
+  llvm::scope_exit restore([&] { builder.setListener(previousListener); });
 
   DenseMap<Value, Value> cotangents;
   auto accumulate = [&](Value v, Value dv) {

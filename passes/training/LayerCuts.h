@@ -1,0 +1,31 @@
+//===- LayerCuts.h - layers of a forward pass -------------------*- C++ -*-===//
+//
+// A *layer* of a forward pass, for pipeline stages and for activation
+// recomputation, is a maximal run of consecutive forward ops between two
+// points where exactly one activation crosses (a transformer's residual
+// stream between blocks). The cut points come from the IR's data flow, not
+// from op names, so any model the importer reads has them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_PASSES_TRAINING_LAYERCUTS_H
+#define TESSERA_PASSES_TRAINING_LAYERCUTS_H
+
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+
+namespace tessera::training {
+
+/// `forwardOps` in program order (constants and step arguments left out: a
+/// value made outside `forwardOps` never counts as crossing). Sets
+/// `layerOf[i]` to the layer of `forwardOps[i]` (0-based, non-decreasing)
+/// and returns the number of layers: a new layer starts after op i when
+/// exactly one value made by ops 0..i is read by an op after i. Empty input:
+/// 0 layers.
+int64_t assignLayers(llvm::ArrayRef<mlir::Operation *> forwardOps,
+                     llvm::SmallVectorImpl<int64_t> &layerOf);
+
+} // namespace tessera::training
+
+#endif // TESSERA_PASSES_TRAINING_LAYERCUTS_H
