@@ -69,6 +69,11 @@ LogicalResult ReduceScatterOp::verify() {
                           {static_cast<int64_t>(getDim())});
 }
 
+LogicalResult AllSliceOp::verify() {
+  return verifyCollective(*this, getGridAxes(),
+                          {static_cast<int64_t>(getDim())});
+}
+
 LogicalResult AllToAllOp::verify() {
   return verifyCollective(*this, getGridAxes(),
                           {static_cast<int64_t>(getSplitDim()),

@@ -93,6 +93,22 @@ def Tsrt_ReduceScatterOp : Tsrt_CollectiveOp<"reduce_scatter",
   }];
 }
 
+def Tsrt_AllSliceOp : Tsrt_CollectiveOp<"all_slice", (ins I64Attr:$dim),
+    "Keeps this rank's block along `dim` over `grid_axes` (no traffic)."> {
+  let description = [{
+    The inverse of `all_gather` on a value replicated over `grid_axes`: the
+    rank with (row-major) coordinate i on those axes keeps block i of n
+    along `dim` (n = the product of their sizes; `dim` must be divisible by
+    n). Nothing is sent. Lowered from upstream `shard.all_slice` (ZeRO-1/2
+    slice each parameter before the sharded update).
+
+    ```mlir
+    %s = tsrt.all_slice %p {grid_axes = array<i16: 0>, dim = 0 : i64}
+        : tensor<64x64xf32> -> tensor<32x64xf32>
+    ```
+  }];
+}
+
 def Tsrt_AllToAllOp : Tsrt_CollectiveOp<"all_to_all",
     (ins I64Attr:$split_dim, I64Attr:$concat_dim),
     "All-to-all: split `split_dim`, exchange, concatenate `concat_dim`."> {

@@ -29,3 +29,11 @@ func.func @repeated_axis(%a: tensor<4xf32>) {
   %0 = tsrt.all_reduce %a {grid_axes = array<i16: 0, 0>} : tensor<4xf32> -> tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @slice_dim(%a: tensor<4xf32>) {
+  // expected-error @+1 {{dimension -1 out of range for rank 1}}
+  %0 = tsrt.all_slice %a {grid_axes = array<i16: 0>, dim = -1 : i64} : tensor<4xf32> -> tensor<2xf32>
+  return
+}

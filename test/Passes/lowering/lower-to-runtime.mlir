@@ -28,9 +28,9 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 
 module {
   shard.grid @grid(shape = 2)
-  func.func @bad(%x: tensor<4xf32>) -> tensor<2xf32> {
+  func.func @bad(%x: tensor<4xf32>) -> tensor<4xf32> {
     // expected-error @+1 {{has no runtime lowering}}
-    %0 = shard.all_slice %x on @grid grid_axes = [0] slice_axis = 0 : tensor<4xf32> -> tensor<2xf32>
-    return %0 : tensor<2xf32>
+    %0 = shard.broadcast %x on @grid grid_axes = [0] root = [0] : (tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>
   }
 }

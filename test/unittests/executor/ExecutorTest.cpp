@@ -165,6 +165,8 @@ void expectClose(const Tensor &actual, const Tensor &expected, double rtol,
 constexpr int64_t kV = 16, kD = 8, kH = 12, kB = 4, kS = 8, kN = kB * kS;
 constexpr double kLr = 0.5, kWd = 0.01;
 
+// W2 is updated ZeRO-1 style: its gradient is reduce-scattered over dp, each
+// dp rank updates its tsrt.all_slice of W2, and the shards are all-gathered.
 const char *kTwoLayerTemplate = R"mlir(
 module attributes {tsrt.grid_axes = ["dp", "tp"], tsrt.grid_shape = array<i64: @DP@, @TP@>} {
   func.func @train_step(%E: tensor<16x8xf32>, %W1: tensor<8x@HL@xf32>,
@@ -187,7 +189,6 @@ module attributes {tsrt.grid_axes = ["dp", "tp"], tsrt.grid_shape = array<i64: @
     %dlogits = tsrt.kernel "cross_entropy_grad"(%logits, %l, %inv) {attrs = {}} : (tensor<@NL@x16xf32>, tensor<@NL@xi64>, tensor<f32>) -> tensor<@NL@x16xf32>
     %dW2p = tsrt.kernel "matmul"(%a, %dlogits) {attrs = {transpose_lhs = true}} : (tensor<@NL@x@HL@xf32>, tensor<@NL@x16xf32>) -> tensor<@HL@x16xf32>
     %dW2s = tsrt.reduce_scatter %dW2p {grid_axes = array<i16: 0>, dim = 0 : i64} : tensor<@HL@x16xf32> -> tensor<@HLD@x16xf32>
-    %dW2 = tsrt.all_gather %dW2s {grid_axes = array<i16: 0>, dim = 0 : i64} : tensor<@HLD@x16xf32> -> tensor<@HL@x16xf32>
     %da = tsrt.kernel "matmul"(%dlogits, %W2) {attrs = {transpose_rhs = true}} : (tensor<@NL@x16xf32>, tensor<@HL@x16xf32>) -> tensor<@NL@x@HL@xf32>
     %dz = tsrt.kernel "relu_grad"(%z, %da) {attrs = {}} : (tensor<@NL@x@HL@xf32>, tensor<@NL@x@HL@xf32>) -> tensor<@NL@x@HL@xf32>
     %dW1p = tsrt.kernel "matmul"(%h, %dz) {attrs = {transpose_lhs = true}} : (tensor<@NL@x8xf32>, tensor<@NL@x@HL@xf32>) -> tensor<8x@HL@xf32>
@@ -199,7 +200,9 @@ module attributes {tsrt.grid_axes = ["dp", "tp"], tsrt.grid_shape = array<i64: @
     %dE = tsrt.all_reduce %dEp {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<16x8xf32> -> tensor<16x8xf32>
     %E1 = tsrt.kernel "sgd_update"(%E, %dE) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
     %W11 = tsrt.kernel "sgd_update"(%W1, %dW1) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<8x@HL@xf32>, tensor<8x@HL@xf32>) -> tensor<8x@HL@xf32>
-    %W21 = tsrt.kernel "sgd_update"(%W2, %dW2) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<@HL@x16xf32>, tensor<@HL@x16xf32>) -> tensor<@HL@x16xf32>
+    %W2s = tsrt.all_slice %W2 {grid_axes = array<i16: 0>, dim = 0 : i64} : tensor<@HL@x16xf32> -> tensor<@HLD@x16xf32>
+    %W21s = tsrt.kernel "sgd_update"(%W2s, %dW2s) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<@HLD@x16xf32>, tensor<@HLD@x16xf32>) -> tensor<@HLD@x16xf32>
+    %W21 = tsrt.all_gather %W21s {grid_axes = array<i16: 0>, dim = 0 : i64} : tensor<@HLD@x16xf32> -> tensor<@HL@x16xf32>
     %lossm = tsrt.all_reduce %loss {grid_axes = array<i16: 0, 1>, reduction = "max"} : tensor<f32> -> tensor<f32>
     return %lossm, %E1, %W11, %W21 : tensor<f32>, tensor<16x8xf32>, tensor<8x@HL@xf32>, tensor<@HL@x16xf32>
   }

@@ -1,0 +1,432 @@
+//===- ZeroSharding.cpp - ZeRO-1/2/3 over the dp grid axis ----------------===//
+//
+// See Passes.td (ZeroSharding). The pass first checks every optimizer update
+// of a function and plans it (ZeroParam), so that a diagnostic leaves the IR
+// unchanged, then rewrites the planned updates.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/zero/Passes.h"
+
+#include "dialects/tsr/TsrDialect.h"
+#include "dialects/tsr/TsrOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace tessera::zero {
+#define GEN_PASS_DEF_ZEROSHARDING
+#include "passes/zero/Passes.h.inc"
+} // namespace tessera::zero
+
+using namespace mlir;
+using namespace tessera;
+
+namespace {
+
+constexpr StringLiteral kShardingAttr = "tsr.sharding";
+
+/// One updated parameter and what ZeRO does with it.
+struct ZeroParam {
+  Operation *update = nullptr; ///< tsr.sgd_update or tsr.adamw_update
+  BlockArgument param;
+  StringAttr name;
+  shard::AllReduceOp gradReduce; ///< the dp all-reduce of the gradient
+  /// Mixed precision: the tsr.convert from the reduced (e.g. bf16) gradient
+  /// to the update's element type, or null.
+  tsr::ConvertOp gradConvert;
+  SmallVector<BlockArgument> optState; ///< AdamW's exp_avg, exp_avg_sq
+  /// The ZeRO dimension (-1: the parameter stays replicated), the local
+  /// sizes of its sub-factors (one entry for a plain dimension) and the
+  /// sub-factor split over dp. The collectives act on the local value viewed
+  /// with `dim` expanded into `pieces`, along dimension `dim + sub`.
+  int64_t dim = -1, sub = 0;
+  SmallVector<int64_t> pieces;
+};
+
+/// The grid facts the rewrite needs.
+struct GridInfo {
+  StringAttr gridName; ///< the shard.grid's symbol
+  int16_t dpAxis = -1;
+  int64_t dp = 1;
+  SmallVector<int64_t> shape;
+};
+
+StringAttr nameOf(func::FuncOp func, BlockArgument arg) {
+  if (auto name =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.name"))
+    return name;
+  return StringAttr::get(func.getContext(),
+                         "#" + Twine(arg.getArgNumber()).str());
+}
+
+bool hasRole(func::FuncOp func, Value v, StringRef role) {
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg || arg.getOwner() != &func.getBody().front())
+    return false;
+  auto attr = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+  return attr && attr.getValue() == role;
+}
+
+tsr::ShardingAttr shardingOf(func::FuncOp func, BlockArgument arg) {
+  return func.getArgAttrOfType<tsr::ShardingAttr>(arg.getArgNumber(),
+                                                  kShardingAttr);
+}
+
+/// Sub-factors of dimension `d` of a value of local type `local` with
+/// sharding `attr` (null = replicated).
+tsr::ShardingAttr::DimFactors factorsOf(tsr::ShardingAttr attr,
+                                        RankedTensorType local, int64_t d,
+                                        const GridInfo &grid) {
+  int64_t ways = 1;
+  if (attr)
+    for (int16_t a : attr.getDimAxes(d))
+      ways *= grid.shape[a];
+  int64_t global = local.getDimSize(d) * ways;
+  if (attr)
+    return attr.getDimFactors(d, global);
+  return {{global, {}}};
+}
+
+/// `attr` (of a value of local type `local`; null = replicated) with the dp
+/// axis appended as the minor axis of sub-factor `sub` of dimension `dim`.
+tsr::ShardingAttr withDpOn(tsr::ShardingAttr attr, RankedTensorType local,
+                           int64_t dim, int64_t sub, const GridInfo &grid) {
+  MLIRContext *ctx = local.getContext();
+  SmallVector<tsr::ShardingAttr::DimFactors> dims;
+  for (int64_t d = 0; d < local.getRank(); ++d) {
+    tsr::ShardingAttr::DimFactors factors = factorsOf(attr, local, d, grid);
+    if (d == dim)
+      factors[sub].axes.push_back(grid.dpAxis);
+    dims.push_back(std::move(factors));
+  }
+  FlatSymbolRefAttr gridRef =
+      attr ? attr.getGrid() : FlatSymbolRefAttr::get(grid.gridName);
+  ArrayRef<int16_t> partial;
+  if (attr)
+    partial = attr.getPartialAxes();
+  return tsr::ShardingAttr::getFactored(ctx, gridRef, dims, partial,
+                                        grid.shape);
+}
+
+RankedTensorType shardType(RankedTensorType full, int64_t dim, int64_t dp) {
+  SmallVector<int64_t> shape(full.getShape());
+  shape[dim] /= dp;
+  return RankedTensorType::get(shape, full.getElementType());
+}
+
+/// The type of `full` (a parameter's local type) with `p.dim` expanded into
+/// its sub-factors, the dp-split one divided by `dp` when `shard` is set.
+RankedTensorType viewType(RankedTensorType full, const ZeroParam &p, int64_t dp,
+                          bool shard) {
+  ArrayRef<int64_t> shape = full.getShape();
+  SmallVector<int64_t> view(shape.begin(), shape.begin() + p.dim);
+  for (auto [j, n] : llvm::enumerate(p.pieces))
+    view.push_back(shard && static_cast<int64_t>(j) == p.sub ? n / dp : n);
+  view.append(shape.begin() + p.dim + 1, shape.end());
+  return RankedTensorType::get(view, full.getElementType());
+}
+
+/// `v` reshaped to `type` (itself when it already has that type).
+Value reshapeTo(OpBuilder &b, Location loc, Value v, RankedTensorType type) {
+  if (v.getType() == type)
+    return v;
+  return tsr::ReshapeOp::create(b, loc, type, v);
+}
+
+struct ZeroShardingPass
+    : public zero::impl::ZeroShardingBase<ZeroShardingPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (stage == 0)
+      return;
+    if (stage < 0 || stage > 3) {
+      module.emitError("tsr-zero-sharding: stage must be 0, 1, 2 or 3, got ")
+          << static_cast<int64_t>(stage);
+      return signalPassFailure();
+    }
+    FailureOr<GridInfo> grid = gridInfo(module);
+    if (failed(grid))
+      return signalPassFailure();
+    if (grid->dp == 1)
+      return; // one data-parallel rank: nothing to shard
+    for (auto func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+      if (!func.isExternal() && failed(runOnFunction(func, *grid)))
+        return signalPassFailure();
+  }
+
+  FailureOr<GridInfo> gridInfo(ModuleOp module) {
+    GridInfo info;
+    SmallVector<shard::GridOp> grids(module.getOps<shard::GridOp>());
+    if (grids.size() != 1)
+      return module.emitError("tsr-zero-sharding needs exactly one shard.grid "
+                              "(run it after tsr-sharding-partition), found ")
+             << grids.size();
+    info.gridName = grids.front().getSymNameAttr();
+    info.shape.assign(grids.front().getShape().begin(),
+                      grids.front().getShape().end());
+    auto names = module->getAttrOfType<ArrayAttr>("tsr.grid_axes");
+    if (names)
+      for (auto [i, n] : llvm::enumerate(names))
+        if (auto s = dyn_cast<StringAttr>(n); s && s.getValue() == "dp")
+          info.dpAxis = static_cast<int16_t>(i);
+    if (info.dpAxis < 0 ||
+        info.dpAxis >= static_cast<int64_t>(info.shape.size()))
+      return module.emitError("tsr-zero-sharding: the module's tsr.grid_axes "
+                              "has no \"dp\" axis of the grid");
+    info.dp = info.shape[info.dpAxis];
+    if (info.dp < 1)
+      return module.emitError("tsr-zero-sharding: the dp axis has no static "
+                              "size");
+    return info;
+  }
+
+  /// Checks one update and picks its ZeRO dimension.
+  FailureOr<ZeroParam> plan(func::FuncOp func, Operation *update,
+                            const GridInfo &grid) {
+    ZeroParam p;
+    p.update = update;
+    Value param = update->getOperand(0);
+    if (!hasRole(func, param, "param"))
+      return update->emitOpError(
+          "updates a value that is not a function argument with tsr.role = "
+          "\"param\"; tsr-zero-sharding cannot shard it");
+    p.param = cast<BlockArgument>(param);
+    p.name = nameOf(func, p.param);
+    auto fail = [&](const Twine &msg) {
+      return update->emitError("parameter '")
+             << p.name.getValue() << "': " << msg;
+    };
+    Value grad = update->getOperand(1);
+    // Mixed precision reduces the gradient in the compute type, then
+    // converts it for the update.
+    p.gradConvert = grad.getDefiningOp<tsr::ConvertOp>();
+    if (p.gradConvert && p.gradConvert->hasOneUse())
+      grad = p.gradConvert.getInput();
+    else
+      p.gradConvert = nullptr;
+    p.gradReduce = grad.getDefiningOp<shard::AllReduceOp>();
+    if (!p.gradReduce ||
+        !llvm::is_contained(p.gradReduce.getGridAxes(), grid.dpAxis))
+      return fail("its gradient is not a shard.all_reduce over the dp axis "
+                  "(run tsr-zero-sharding after tsr-sharding-partition)");
+    if (p.gradReduce.getReduction() != shard::ReductionKind::Sum)
+      return fail("its gradient all-reduce is not a sum");
+    if (!p.gradReduce->hasOneUse())
+      return fail("its gradient all-reduce has uses other than the update");
+    if (auto adamw = dyn_cast<tsr::AdamwUpdateOp>(update)) {
+      for (Value state : {adamw.getExpAvg(), adamw.getExpAvgSq()}) {
+        if (!hasRole(func, state, "opt_state"))
+          return fail("its optimizer state is not a function argument with "
+                      "tsr.role = \"opt_state\"");
+        if (!state.hasOneUse())
+          return fail("its optimizer state '" +
+                      nameOf(func, cast<BlockArgument>(state)).getValue() +
+                      "' has uses other than the update");
+        p.optState.push_back(cast<BlockArgument>(state));
+      }
+    }
+    auto type = cast<RankedTensorType>(param.getType());
+    tsr::ShardingAttr attr = shardingOf(func, p.param);
+    for (int64_t d = 0; attr && d < type.getRank(); ++d)
+      if (llvm::is_contained(attr.getDimAxes(d), grid.dpAxis))
+        return fail("it is already split over the dp axis");
+    // Plain dimensions first (no reshapes), then sub-factors of factored
+    // ones (e.g. the 64 of a fused QKV's {3, 64 : tp}).
+    for (bool factored : {false, true})
+      for (int64_t d = 0; d < type.getRank() && p.dim < 0; ++d) {
+        if ((attr && attr.isDimFactored(d)) != factored)
+          continue;
+        SmallVector<int64_t> pieces;
+        for (const auto &f : factorsOf(attr, type, d, grid)) {
+          int64_t ways = 1;
+          for (int16_t a : f.axes)
+            ways *= grid.shape[a];
+          pieces.push_back(f.size / ways);
+        }
+        for (auto [j, n] : llvm::enumerate(pieces))
+          if (n % grid.dp == 0) {
+            p.dim = d;
+            p.sub = j;
+            p.pieces = pieces;
+            break;
+          }
+      }
+    return p;
+  }
+
+  LogicalResult runOnFunction(func::FuncOp func, const GridInfo &grid) {
+    Block &body = func.getBody().front();
+    SmallVector<ZeroParam> params;
+    SmallVector<Attribute> replicated;
+    // The end of backward: where ZeRO-1 puts its reduce-scatters.
+    Operation *firstUpdate = nullptr;
+    for (Operation &op : body) {
+      if (!isa<tsr::SgdUpdateOp, tsr::AdamwUpdateOp>(op))
+        continue;
+      if (!firstUpdate)
+        firstUpdate = &op;
+      FailureOr<ZeroParam> p = plan(func, &op, grid);
+      if (failed(p))
+        return failure();
+      if (p->dim < 0)
+        replicated.push_back(p->name);
+      else
+        params.push_back(*p);
+    }
+    if (params.empty() && replicated.empty())
+      return success();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    // The start of backward: ZeRO-3 gathers a parameter once for the uses
+    // before it and once for the uses from it on.
+    Operation *backwardStart = nullptr;
+    for (Operation &op : body)
+      if (op.hasAttr("tsr.bwd")) {
+        backwardStart = &op;
+        break;
+      }
+
+    OpBuilder b(func.getContext());
+    StringRef gridName = grid.gridName.getValue();
+    SmallVector<int16_t> dpAxes = {grid.dpAxis};
+    // Gradients first, so that ZeRO-1's reduce-scatters stay together.
+    for (ZeroParam &p : params) {
+      auto full = cast<RankedTensorType>(p.param.getType());
+      RankedTensorType local = shardType(full, p.dim, grid.dp);
+      // All-reduce over dp -> reduce-scatter over dp (after an all-reduce
+      // over the other axes, if the original had any).
+      shard::AllReduceOp ar = p.gradReduce;
+      auto reduced = cast<RankedTensorType>(ar.getType());
+      full = full.clone(reduced.getElementType());
+      local = local.clone(reduced.getElementType());
+      bool atEnd = stage == 1 && ar->isBeforeInBlock(firstUpdate);
+      b.setInsertionPoint(atEnd ? firstUpdate : ar.getOperation());
+      Value grad = ar.getInput();
+      SmallVector<int16_t> others;
+      for (int16_t a : ar.getGridAxes())
+        if (a != grid.dpAxis)
+          others.push_back(a);
+      if (!others.empty())
+        grad =
+            shard::AllReduceOp::create(b, ar.getLoc(), grad.getType(), gridName,
+                                       others, grad, shard::ReductionKind::Sum);
+      grad = reshapeTo(b, ar.getLoc(), grad,
+                       viewType(full, p, grid.dp, /*shard=*/false));
+      auto rs = shard::ReduceScatterOp::create(
+          b, ar.getLoc(), viewType(full, p, grid.dp, /*shard=*/true),
+          ar.getGridAttr(), b.getDenseI16ArrayAttr(dpAxes), grad,
+          shard::ReductionKindAttr::get(b.getContext(),
+                                        shard::ReductionKind::Sum),
+          b.getIntegerAttr(b.getIndexType(), p.dim + p.sub));
+      Value sharded = reshapeTo(b, ar.getLoc(), rs.getResult(), local);
+      ar.getResult().replaceAllUsesWith(sharded);
+      ar.erase();
+      if (tsr::ConvertOp conv = p.gradConvert) {
+        auto type = cast<RankedTensorType>(conv.getType());
+        conv.getResult().setType(type.clone(local.getShape()));
+        Operation *def = sharded.getDefiningOp();
+        if (conv->isBeforeInBlock(def))
+          conv->moveAfter(def);
+      }
+    }
+
+    for (ZeroParam &p : params) {
+      auto full = cast<RankedTensorType>(p.param.getType());
+      RankedTensorType local = shardType(full, p.dim, grid.dp);
+      Location loc = p.update->getLoc();
+
+      // Optimizer state: arguments and results become dp shards.
+      for (BlockArgument state : p.optState) {
+        unsigned i = state.getArgNumber();
+        func.setArgAttr(i, kShardingAttr,
+                        withDpOn(shardingOf(func, state),
+                                 cast<RankedTensorType>(state.getType()), p.dim,
+                                 p.sub, grid));
+        state.setType(local);
+      }
+      auto resultAttr = [&](Value v, tsr::ShardingAttr attr) {
+        for (OpOperand &use : v.getUses())
+          if (use.getOwner() == ret)
+            func.setResultAttr(use.getOperandNumber(), kShardingAttr, attr);
+      };
+      for (auto [k, state] : llvm::enumerate(p.optState))
+        resultAttr(p.update->getResult(k + 1), shardingOf(func, state));
+
+      // The dp shard of `v` (a value of the parameter's type) and back.
+      RankedTensorType view = viewType(full, p, grid.dp, /*shard=*/false);
+      RankedTensorType viewShard = viewType(full, p, grid.dp, /*shard=*/true);
+      APInt axis(64, p.dim + p.sub);
+      auto gather = [&](Location at, Value shard) {
+        Value v = reshapeTo(b, at, shard, viewShard);
+        v = shard::AllGatherOp::create(b, at, view, gridName, dpAxes, v, axis);
+        return reshapeTo(b, at, v, full);
+      };
+
+      tsr::ShardingAttr paramAttr = shardingOf(func, p.param);
+      if (stage < 3) {
+        // Update the rank's slice, then gather the new parameter.
+        b.setInsertionPoint(p.update);
+        Value v = reshapeTo(b, loc, p.param, view);
+        v = shard::AllSliceOp::create(b, loc, viewShard, gridName, dpAxes, v,
+                                      axis);
+        p.update->setOperand(0, reshapeTo(b, loc, v, local));
+        for (Value r : p.update->getResults())
+          r.setType(local);
+        Value newParam = p.update->getResult(0);
+        SmallVector<OpOperand *> uses;
+        for (OpOperand &use : newParam.getUses())
+          uses.push_back(&use);
+        b.setInsertionPointAfter(p.update);
+        Value gathered = gather(loc, newParam);
+        for (OpOperand *use : uses)
+          use->set(gathered);
+        continue;
+      }
+
+      // ZeRO-3: the stored parameter is the shard; gather it before its
+      // forward uses and, separately, before its backward uses.
+      SmallVector<OpOperand *> forward, backward;
+      for (OpOperand &use : p.param.getUses()) {
+        Operation *user = body.findAncestorOpInBlock(*use.getOwner());
+        if (user == p.update)
+          continue;
+        bool bwd = backwardStart && !user->isBeforeInBlock(backwardStart);
+        (bwd ? backward : forward).push_back(&use);
+      }
+      p.param.setType(local);
+      for (ArrayRef<OpOperand *> uses :
+           {ArrayRef(forward), ArrayRef(backward)}) {
+        if (uses.empty())
+          continue;
+        Operation *first =
+            body.findAncestorOpInBlock(*uses.front()->getOwner());
+        for (OpOperand *use : uses) {
+          Operation *user = body.findAncestorOpInBlock(*use->getOwner());
+          if (user->isBeforeInBlock(first))
+            first = user;
+        }
+        b.setInsertionPoint(first);
+        Value gathered = gather(first->getLoc(), p.param);
+        for (OpOperand *use : uses)
+          use->set(gathered);
+      }
+      tsr::ShardingAttr sharded = withDpOn(paramAttr, full, p.dim, p.sub, grid);
+      func.setArgAttr(p.param.getArgNumber(), kShardingAttr, sharded);
+      for (Value r : p.update->getResults())
+        r.setType(local);
+      resultAttr(p.update->getResult(0), sharded);
+    }
+    if (!replicated.empty())
+      func->setAttr("tsr.zero_replicated",
+                    ArrayAttr::get(func.getContext(), replicated));
+    func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
+                                   ret.getOperandTypes()));
+    return success();
+  }
+};
+
+} // namespace
