@@ -33,4 +33,77 @@ def LowerToRuntime : Pass<"tsr-lower-to-runtime", "::mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
 }
 
+def PlanMemory : Pass<"tsr-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Static memory plan: arena offsets and the predicted peak "
+                "bytes per rank.";
+  let description = [{
+    Runs after `tsr-lower-to-runtime`, on every `func.func` of the module.
+    All sizes and offsets are in bytes.
+
+    *Liveness* mirrors the runtime's instruction list
+    (runtime/executor/Program.cpp) exactly: every op other than
+    `tsrt.constant` and `func.return` is one instruction; a value is released
+    right after its last reader (right after its definition if nothing reads
+    it); constants and returned values are never released. A `reshape`
+    kernel's result is a view that shares its operand's storage (the runtime
+    resolves it with `allocateResults = false`), so a *buffer* is the storage
+    of a value together with all its views, live from its definition to the
+    release of its last member. Arguments and constants are not arena
+    buffers. Returned values outlive the program, and the arena is reused by
+    the next step: results with `tsrt.role` "param" or "opt_state" (the
+    updated state, which becomes the next step's arguments) are arena
+    buffers live to the end of the program, and the executor copies them
+    into the buffers of the arguments they replace right after it (so the
+    updated state takes space the activations have freed instead of adding
+    to the peak); every other returned value (the loss) is a heap
+    allocation.
+
+    *Offsets* come from greedy-by-size best-fit assignment (Pisarchyk & Lee,
+    "Efficient Memory Management for Deep Neural Net Inference", 2020,
+    section 4.3; the algorithm of TensorFlow Lite's GPU delegate,
+    `greedy_by_size_assignment.cc`), implemented in OffsetAllocator.h:
+    buffers in decreasing size each take the smallest gap, among buffers
+    whose lifetimes intersect theirs, that fits, so freed space is reused.
+    Buffer sizes are the runtime's allocation sizes: element bytes rounded
+    up to 64 (at least 64); offsets are multiples of 64 and the arena is
+    64-byte aligned.
+
+    Results, per instruction op with results: `tsrt.offsets = array<i64:
+    ...>`, one offset per result, or -1 for a result that is not placed in
+    the arena (a view, or a returned value kept on the heap). Per function: `tsrt.arena_bytes` (the
+    largest end offset), `tsrt.arena_live_bytes` (the most bytes of arena
+    buffers live at one instruction, a lower bound on any arena; the gap is
+    the allocator's fragmentation) and `tsrt.peak_bytes`, the predicted peak bytes one
+    rank holds while running the function once, as a dictionary:
+    `parameters` (param and frozen arguments), `optimizer_state`,
+    `other_arguments` (arguments without one of those roles), `constants`,
+    `arena` (activations and gradients), and at the instant the heap of the
+    step peaks: `batch` (tokens/labels arguments, allocated before the step
+    and freed at their release) and `updated_state` (returned values on the
+    heap, allocated at their definition: the loss); `peak` is their sum. The artifact copies
+    the prediction of `@train_step` into the manifest's "memory" object.
+
+    Pipeline plans (a module with a `tsrt.pipeline_schedule`: several
+    functions per chunk and an activation stash kept across them) are not
+    planned: the pass leaves them unchanged and the runtime allocates their
+    values on the heap as before.
+
+    Before:
+    ```mlir
+    %0 = tsrt.kernel "exp"(%x) : (tensor<64xf32>) -> tensor<64xf32>
+    %1 = tsrt.kernel "reshape"(%0) : (tensor<64xf32>) -> tensor<8x8xf32>
+    ```
+    After:
+    ```mlir
+    %0 = tsrt.kernel "exp"(%x) {tsrt.offsets = array<i64: 0>} : ...
+    %1 = tsrt.kernel "reshape"(%0) {tsrt.offsets = array<i64: -1>} : ...
+    ```
+    Errors (naming the op or argument): an op that is not a `tsrt`
+    instruction (the pass runs after lowering), a function without a single
+    block or a `func.return`, and a type the runtime cannot hold (not a
+    statically shaped f32/bf16/i64/i1 tensor).
+  }];
+  let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
+}
+
 #endif // TESSERA_PASSES_LOWERING_PASSES

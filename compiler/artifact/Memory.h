@@ -1,0 +1,71 @@
+//===- Memory.h - predicted peak memory per rank ----------------*- C++ -*-===//
+//
+// The compiler's prediction of the bytes one rank holds during a training
+// step, from the static memory plan (`tsr-plan-memory`, see
+// passes/lowering/Passes.td), as the manifest's "memory" object:
+//   {"planned": true, "alignment": 64, "peak_bytes_per_rank": N,
+//    "arena_bytes": A, "arena_live_bytes": L (the most bytes of arena
+//    buffers live at once: a lower bound on A),
+//    "breakdown": {"parameters", "optimizer_state", "other_arguments",
+//                  "constants", "arena", "batch", "updated_state",
+//                  "workspace"}}
+// (all bytes; the breakdown sums to the peak). Pipeline plans are not
+// planned: {"planned": false, "reason": "..."}.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_COMPILER_ARTIFACT_MEMORY_H
+#define TESSERA_COMPILER_ARTIFACT_MEMORY_H
+
+#include "compiler/planner/Plan.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::artifact {
+
+/// The "memory" object of a runtime program on which `tsr-plan-memory` has
+/// run (reads @train_step's `tsrt.peak_bytes`).
+llvm::json::Object memoryReport(mlir::ModuleOp program);
+
+/// Lowers a clone of `partitioned` (tsr-lower-to-runtime, tsr-plan-memory)
+/// and returns its memory report. Failure: the lowering failed (diagnostics
+/// emitted).
+mlir::FailureOr<llvm::json::Object> predictMemory(mlir::ModuleOp partitioned);
+
+/// The predicted peak bytes per rank of `report`, or nullopt when the plan
+/// was not memory-planned (pipeline plans).
+std::optional<int64_t> predictedPeak(const llvm::json::Object &report);
+
+/// Compiles a clone of `imported` (the module after ONNX import) for `plan`
+/// and predicts its peak bytes per rank. Failure: the plan does not compile
+/// (its diagnostics are dropped) or is not memory-planned.
+mlir::FailureOr<int64_t> predictPeakBytes(mlir::ModuleOp imported,
+                                          const planner::Plan &plan);
+
+/// One way to change a plan, and its predicted peak bytes per rank.
+struct MemoryAlternative {
+  std::string flags;           ///< e.g. "--tp 4", "--zero 2"
+  planner::Plan plan;          ///< the changed plan
+  std::optional<int64_t> peak; ///< predicted peak bytes per rank, if any
+  std::string note;            ///< why there is no prediction, when none
+};
+
+/// Generic variations of `plan` that lower memory per rank: higher ZeRO
+/// stages (when dp > 1), 2x and 4x tensor parallelism, more
+/// recomputation, 2x pipeline stages. Each is recompiled from `imported`
+/// and re-predicted (predictPeakBytes); variations that do not compile or
+/// are not memory-planned (pipeline plans) carry a note instead of a peak.
+std::vector<MemoryAlternative> memoryAlternatives(mlir::ModuleOp imported,
+                                                  const planner::Plan &plan);
+
+/// Prints the prediction for people (`--explain`): the peak per rank and its
+/// breakdown.
+void explainMemory(const llvm::json::Object &report, llvm::raw_ostream &os);
+
+} // namespace tessera::artifact
+
+#endif // TESSERA_COMPILER_ARTIFACT_MEMORY_H
