@@ -2,10 +2,18 @@
 
 #include "runtime/Tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 using namespace tessera::runtime;
+
+static std::atomic<int64_t> liveBytes{0};
+static std::atomic<int64_t> peakBytes{0};
+
+int64_t tessera::runtime::heapBytesLive() { return liveBytes.load(); }
+int64_t tessera::runtime::heapBytesPeak() { return peakBytes.load(); }
+void tessera::runtime::resetHeapBytesPeak() { peakBytes = liveBytes.load(); }
 
 size_t tessera::runtime::dtypeSize(DType dtype) {
   switch (dtype) {
@@ -15,6 +23,8 @@ size_t tessera::runtime::dtypeSize(DType dtype) {
     return 8;
   case DType::I1:
     return 1;
+  case DType::BF16:
+    return 2;
   }
   return 0;
 }
@@ -27,6 +37,8 @@ const char *tessera::runtime::dtypeName(DType dtype) {
     return "i64";
   case DType::I1:
     return "i1";
+  case DType::BF16:
+    return "bf16";
   }
   return "?";
 }
@@ -62,7 +74,15 @@ Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
     alloc = 64;
   void *p = std::aligned_alloc(64, alloc);
   assert(p && "out of memory");
-  t.storage = std::shared_ptr<void>(p, [](void *q) { std::free(q); });
+  int64_t live = liveBytes.fetch_add(static_cast<int64_t>(alloc)) +
+                 static_cast<int64_t>(alloc);
+  int64_t peak = peakBytes.load();
+  while (live > peak && !peakBytes.compare_exchange_weak(peak, live)) {
+  }
+  t.storage = std::shared_ptr<void>(p, [alloc](void *q) {
+    liveBytes.fetch_sub(static_cast<int64_t>(alloc));
+    std::free(q);
+  });
   t.ptr = p;
   return t;
 }

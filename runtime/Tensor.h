@@ -15,6 +15,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -24,14 +25,40 @@ namespace tessera {
 namespace runtime {
 
 /// Element types. `I1` (booleans) is stored as one uint8_t per element holding
-/// 0 or 1.
-enum class DType { F32, I64, I1 };
+/// 0 or 1. `BF16` (bfloat16: the upper 16 bits of an IEEE f32) is stored as
+/// one `BFloat16` (uint16_t bits) per element.
+enum class DType { F32, I64, I1, BF16 };
 
-/// Size in bytes of one element of `dtype` (4, 8, 1).
+/// Size in bytes of one element of `dtype` (4, 8, 1, 2).
 size_t dtypeSize(DType dtype);
 
-/// Short name: "f32", "i64", "i1".
+/// Short name: "f32", "i64", "i1", "bf16".
 const char *dtypeName(DType dtype);
+
+/// One bfloat16 value (its bits). Convert with toBFloat16 / toFloat.
+struct BFloat16 {
+  uint16_t bits = 0;
+};
+
+/// f32 -> bf16, rounding to nearest, ties to even (as torch and the
+/// hardware do); infinities stay infinite, NaN stays a (quiet) NaN, values
+/// beyond the largest bf16 round to infinity.
+inline BFloat16 toBFloat16(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, make it quiet
+    return BFloat16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return BFloat16{static_cast<uint16_t>(u >> 16)};
+}
+
+/// bf16 -> f32 (exact).
+inline float toFloat(BFloat16 value) {
+  uint32_t u = static_cast<uint32_t>(value.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
 
 /// Maps a C++ element type to its DType (float, int64_t, uint8_t).
 template <typename T> struct DTypeOf;
@@ -44,12 +71,25 @@ template <> struct DTypeOf<int64_t> {
 template <> struct DTypeOf<uint8_t> {
   static constexpr DType value = DType::I1;
 };
+template <> struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::BF16;
+};
 
 /// Number of elements of a shape (1 for rank 0). Dims must be >= 0.
 int64_t shapeNumel(const std::vector<int64_t> &shape);
 
 /// "[2, 3, 4]" for diagnostics.
 std::string shapeToString(const std::vector<int64_t> &shape);
+
+/// Heap accounting of Tensor::empty / zeros / clone / fromVector (the bytes
+/// actually allocated: element bytes rounded up to 64, at least 64; views are
+/// not counted). Process-wide, thread-safe.
+/// Bytes currently allocated.
+int64_t heapBytesLive();
+/// Largest heapBytesLive() since the last resetHeapBytesPeak().
+int64_t heapBytesPeak();
+/// Sets the peak to the current live bytes.
+void resetHeapBytesPeak();
 
 /// Owning, contiguous, row-major tensor. A default-constructed Tensor is
 /// "null" (`isNull()`), with no storage.

@@ -19,8 +19,9 @@ def Tsr_Dialect : Dialect {
   let summary = "Tessera's tensor-level ops for transformer training.";
   let description = [{
     All tensors are ranked and statically shaped (`tensor<8x64xf32>`). Token
-    ids are `i64`, masks `i1`, activations and parameters `f32` (lower
-    precisions come with mixed precision). Broadcasting is never implicit:
+    ids are `i64`, masks `i1`, activations and parameters `f32`, or `bf16`
+    inside the step after `tsr-mixed-precision` (parameters and optimizer
+    state stay `f32` at the step's boundary). Broadcasting is never implicit:
     elementwise ops take operands of one shape and the importer makes
     broadcasts explicit with `tsr.broadcast`, so gradients and sharding rules
     see every broadcast.

@@ -31,6 +31,8 @@ const char *stDType(DType d) {
     return "I64";
   case DType::I1:
     return "BOOL";
+  case DType::BF16:
+    return "BF16";
   }
   return "?";
 }
@@ -213,6 +215,8 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
       e.dtype = DType::I64;
     else if (*dt == "BOOL" || *dt == "U8")
       e.dtype = DType::I1;
+    else if (*dt == "BF16")
+      e.dtype = DType::BF16;
     else
       return bad("unsupported dtype '" + dt->str() + "'");
     const json::Array *shape = obj->getArray("shape");

@@ -72,6 +72,9 @@ template <typename F> void dispatchBySize(DType dtype, F &&f) {
   case 1:
     f(uint8_t());
     break;
+  case 2:
+    f(uint16_t());
+    break;
   case 4:
     f(uint32_t());
     break;
@@ -153,6 +156,12 @@ void cpu::equal(const Tensor &a, const Tensor &b, Tensor &out) {
       po[i] = (x[i] != 0) == (y[i] != 0);
     break;
   }
+  case DType::BF16: {
+    const BFloat16 *x = a.data<BFloat16>(), *y = b.data<BFloat16>();
+    for (int64_t i = 0; i < n; ++i)
+      po[i] = toFloat(x[i]) == toFloat(y[i]);
+    break;
+  }
   }
 }
 
@@ -216,16 +225,29 @@ void cpu::gelu(const Tensor &in, GeluApproximate approximate, Tensor &out) {
 }
 
 namespace {
+/// Element conversions; bf16 goes through f32 (exact from bf16; rounded to
+/// nearest even into bf16).
+template <typename From> float widen(From v) { return static_cast<float>(v); }
+template <> float widen<BFloat16>(BFloat16 v) { return toFloat(v); }
+
 template <typename From, typename To>
 void convertLoop(const Tensor &in, Tensor &out) {
   const From *pi = static_cast<const From *>(in.raw());
   To *po = static_cast<To *>(out.raw());
   int64_t n = in.numel();
   for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same<To, uint8_t>::value)
-      po[i] = pi[i] != From(0);
-    else
+    if constexpr (std::is_same<To, uint8_t>::value) {
+      if constexpr (std::is_same<From, BFloat16>::value)
+        po[i] = toFloat(pi[i]) != 0.0f;
+      else
+        po[i] = pi[i] != From(0);
+    } else if constexpr (std::is_same<To, BFloat16>::value) {
+      po[i] = toBFloat16(widen(pi[i]));
+    } else if constexpr (std::is_same<From, BFloat16>::value) {
+      po[i] = static_cast<To>(toFloat(pi[i]));
+    } else {
       po[i] = static_cast<To>(pi[i]);
+    }
   }
 }
 template <typename From> void convertFrom(const Tensor &in, Tensor &out) {
@@ -238,6 +260,9 @@ template <typename From> void convertFrom(const Tensor &in, Tensor &out) {
     break;
   case DType::I1:
     convertLoop<From, uint8_t>(in, out);
+    break;
+  case DType::BF16:
+    convertLoop<From, BFloat16>(in, out);
     break;
   }
 }
@@ -259,6 +284,9 @@ void cpu::convert(const Tensor &in, Tensor &out) {
     break;
   case DType::I1:
     convertFrom<uint8_t>(in, out);
+    break;
+  case DType::BF16:
+    convertFrom<BFloat16>(in, out);
     break;
   }
 }

@@ -3,7 +3,9 @@
 #include "runtime/collectives/mpi/MpiCollectives.h"
 
 #include <climits>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 
 using namespace tessera::runtime;
@@ -47,6 +49,15 @@ llvm::Error plainError(const char *what, const std::string &msg) {
   } while (0)
 
 MPI_Datatype mpiType(DType dtype) { return mpi::dataType(dtype); }
+
+void bf16SumFn(void *in, void *inout, int *len, MPI_Datatype *) {
+  mpi::bf16Combine(static_cast<const BFloat16 *>(in),
+                   static_cast<BFloat16 *>(inout), *len, mpi::ReduceOp::Sum);
+}
+void bf16MaxFn(void *in, void *inout, int *len, MPI_Datatype *) {
+  mpi::bf16Combine(static_cast<const BFloat16 *>(in),
+                   static_cast<BFloat16 *>(inout), *len, mpi::ReduceOp::Max);
+}
 
 int64_t product(const std::vector<int64_t> &s, size_t b, size_t e) {
   int64_t n = 1;
@@ -266,10 +277,10 @@ llvm::Error mpi::allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
     counter->record(CollectiveKind::AllReduce, (double)t.bytes(), comm.size());
   if (comm.size() == 1 || t.numel() == 0)
     return llvm::Error::success();
-  MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, t.raw(), (int)t.numel(), mpiType(t.dtype()),
-                    op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm.handle()),
-      "all_reduce");
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.raw(), (int)t.numel(),
+                          mpiType(t.dtype()), reduceOp(t.dtype(), op),
+                          comm.handle()),
+            "all_reduce");
   return llvm::Error::success();
 }
 
@@ -333,9 +344,9 @@ llvm::Error mpi::reduceScatter(const Tensor &in, int64_t dim,
                out.numel() / outer, esize);
     src = tmp.data();
   }
-  MPI_CHECK(MPI_Reduce_scatter_block(
-                src, out.raw(), (int)out.numel(), mpiType(in.dtype()),
-                op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm.handle()),
+  MPI_CHECK(MPI_Reduce_scatter_block(src, out.raw(), (int)out.numel(),
+                                     mpiType(in.dtype()),
+                                     reduceOp(in.dtype(), op), comm.handle()),
             "reduce_scatter");
   return llvm::Error::success();
 }
@@ -424,8 +435,36 @@ MPI_Datatype mpi::dataType(DType dtype) {
     return MPI_INT64_T;
   case DType::I1:
     return MPI_UINT8_T;
+  case DType::BF16:
+    return MPI_UINT16_T;
   }
   return MPI_BYTE;
+}
+
+void mpi::bf16Combine(const BFloat16 *in, BFloat16 *inout, int64_t n,
+                      ReduceOp op) {
+  for (int64_t i = 0; i < n; ++i) {
+    float a = toFloat(in[i]), b = toFloat(inout[i]);
+    float r;
+    if (op == ReduceOp::Sum)
+      r = a + b;
+    else if (std::isnan(a) || std::isnan(b))
+      r = std::numeric_limits<float>::quiet_NaN();
+    else
+      r = a > b ? a : b;
+    inout[i] = toBFloat16(r);
+  }
+}
+
+MPI_Op mpi::reduceOp(DType dtype, ReduceOp op) {
+  if (dtype != DType::BF16)
+    return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+  static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+  MPI_Op &o = op == ReduceOp::Sum ? sum : max;
+  if (o == MPI_OP_NULL)
+    MPI_Op_create(op == ReduceOp::Sum ? &bf16SumFn : &bf16MaxFn,
+                  /*commute=*/1, &o);
+  return o;
 }
 
 llvm::Error mpi::failure(int code, const llvm::Twine &what) {

@@ -175,6 +175,37 @@ TEST(CpuKernels, GeluKnownValues) {
                                                  1.9545977115631104f}));
 }
 
+TEST(CpuKernels, ConvertBF16) {
+  // f32 -> bf16 rounds to nearest even; bf16 -> f32/i64/i1 is exact.
+  Tensor f = Tensor::fromVector<float>(
+      {5}, {1.00390625f, 1.01171875f, -3.5f, 0.0f, -1e30f});
+  Tensor h = Tensor::empty(DType::BF16, {5});
+  cpu::convert(f, h);
+  std::vector<float> he = {1.0f, 1.015625f, -3.5f, 0.0f,
+                           toFloat(toBFloat16(-1e30f))};
+  for (int k = 0; k < 5; ++k)
+    EXPECT_EQ(toFloat(h.data<BFloat16>()[k]), he[k]) << k;
+  Tensor g = Tensor::empty(DType::F32, {5});
+  cpu::convert(h, g);
+  for (int k = 0; k < 5; ++k)
+    EXPECT_EQ(g.data<float>()[k], he[k]) << k;
+  Tensor i = Tensor::empty(DType::I64, {5});
+  cpu::convert(h, i);
+  EXPECT_EQ(i.data<int64_t>()[2], -3);
+  Tensor b = Tensor::empty(DType::I1, {5});
+  cpu::convert(h, b);
+  EXPECT_EQ(b.data<uint8_t>()[3], 0);
+  EXPECT_EQ(b.data<uint8_t>()[0], 1);
+  Tensor back = Tensor::empty(DType::BF16, {5});
+  cpu::convert(i, back);
+  EXPECT_EQ(toFloat(back.data<BFloat16>()[2]), -3.0f);
+  // Byte-moving kernels take bf16 as is.
+  Tensor t = Tensor::empty(DType::BF16, {5});
+  cpu::transpose(h, {0}, t);
+  for (int k = 0; k < 5; ++k)
+    EXPECT_EQ(t.data<BFloat16>()[k].bits, h.data<BFloat16>()[k].bits);
+}
+
 TEST(CpuKernels, Convert) {
   Tensor f = Tensor::fromVector<float>({4}, {-2.7f, 0.0f, 0.5f, 3.9f});
   Tensor i = Tensor::empty(DType::I64, {4});

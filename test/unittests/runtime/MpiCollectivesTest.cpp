@@ -280,6 +280,74 @@ TEST(MpiCollectives, TrafficCounter) {
                "reduce_scatter");
 }
 
+// bf16 (MPI has no bf16): MPI_UINT16_T with a user-defined op that sums in
+// f32 and rounds to nearest even; bytes are counted at 2 per element.
+TEST(MpiCollectives, BF16Combine) {
+  std::vector<BFloat16> in = {toBFloat16(1.0f), toBFloat16(1.0f),
+                              toBFloat16(-2.0f), toBFloat16(3.0f)};
+  std::vector<BFloat16> io = {toBFloat16(0.00390625f), // 2^-8: a tie
+                              toBFloat16(0.01171875f), // 3 * 2^-8
+                              toBFloat16(0.5f), toBFloat16(-7.0f)};
+  bf16Combine(in.data(), io.data(), 4, ReduceOp::Sum);
+  EXPECT_EQ(toFloat(io[0]), 1.0f);       // 1 + 2^-8 ties to even: 1
+  EXPECT_EQ(toFloat(io[1]), 1.0156250f); // 1 + 3 * 2^-8 rounds to 1 + 2^-6
+  EXPECT_EQ(toFloat(io[2]), -1.5f);
+  EXPECT_EQ(toFloat(io[3]), -4.0f);
+  bf16Combine(in.data(), io.data(), 4, ReduceOp::Max);
+  EXPECT_EQ(toFloat(io[2]), -1.5f);
+  EXPECT_EQ(toFloat(io[3]), 3.0f);
+}
+
+TEST(MpiCollectives, AllReduceBF16) {
+  Communicator w = Communicator::world();
+  int n = w.size(), r = w.rank();
+  // Integers <= 256 (exact in bf16, and so are their partial sums), plus one
+  // element whose sum is not a bf16 (256 + 1 + 1 + 1).
+  const int64_t len = 1000;
+  Tensor t = Tensor::empty(DType::BF16, {len});
+  for (int64_t i = 0; i < len - 1; ++i)
+    t.data<BFloat16>()[i] = toBFloat16(float((r + 1) * (i % 16)));
+  t.data<BFloat16>()[len - 1] = toBFloat16(r == 0 ? 256.0f : 1.0f);
+  TrafficCounter tc;
+  ASSERT_NO_ERR(allReduce(t, ReduceOp::Sum, w, &tc));
+  float ranks = n * (n + 1) / 2.0f;
+  for (int64_t i = 0; i < len - 1; ++i)
+    ASSERT_EQ(toFloat(t.data<BFloat16>()[i]), ranks * float(i % 16)) << i;
+  // bf16 has 8 significant bits, so between 256 and 512 only even values
+  // exist: each combine rounds (257 ties to 256, 259 to 260), and the
+  // result depends on MPI's combining order (256, 258 or 260), never the
+  // f32 sum 259.
+  float last = toFloat(t.data<BFloat16>()[len - 1]);
+  EXPECT_TRUE(last == 256.0f || last == 258.0f || last == 260.0f) << last;
+  // 2 bytes per element: 2 (n-1)/n * 2000.
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::AllReduce),
+            2.0 * (n - 1) / n * 2.0 * len);
+  // Every rank holds the same bits.
+  std::vector<uint16_t> mine(len), first(len);
+  for (int64_t i = 0; i < len; ++i)
+    mine[i] = first[i] = t.data<BFloat16>()[i].bits;
+  MPI_Bcast(first.data(), len, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(mine, first);
+
+  Tensor m = Tensor::empty(DType::BF16, {4});
+  for (int64_t i = 0; i < 4; ++i)
+    m.data<BFloat16>()[i] = toBFloat16(float(r * 10 + i));
+  ASSERT_NO_ERR(allReduce(m, ReduceOp::Max, w));
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(toFloat(m.data<BFloat16>()[i]), float((n - 1) * 10 + i));
+
+  // Reduce-scatter over the same op.
+  Tensor in = Tensor::empty(DType::BF16, {int64_t(n) * 8});
+  for (int64_t i = 0; i < in.numel(); ++i)
+    in.data<BFloat16>()[i] = toBFloat16(float(i));
+  Tensor out = Tensor::empty(DType::BF16, {8});
+  ASSERT_NO_ERR(reduceScatter(in, 0, w, out, &tc));
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_EQ(toFloat(out.data<BFloat16>()[i]), float(n * (r * 8 + i)));
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::ReduceScatter),
+            double(n - 1) / n * 2.0 * in.numel());
+}
+
 int main(int argc, char **argv) {
   if (llvm::Error e = initialize(&argc, &argv)) {
     fprintf(stderr, "%s\n", llvm::toString(std::move(e)).c_str());

@@ -95,6 +95,19 @@ TEST(SafeTensors, InMemoryRoundTrip) {
   EXPECT_EQ(f->metadata.at("k"), "v");
 }
 
+TEST(SafeTensors, BF16RoundTrip) {
+  Tensor h = Tensor::empty(DType::BF16, {3});
+  for (int i = 0; i < 3; ++i)
+    h.data<BFloat16>()[i] = toBFloat16(0.5f * i - 1.0f);
+  auto buf = serializeSafeTensors({{"h", &h}}, {});
+  ASSERT_TRUE(bool(buf));
+  EXPECT_NE(buf->find("\"BF16\""), std::string::npos);
+  auto f = parseSafeTensors(*buf, "embedded");
+  ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+  ASSERT_EQ(f->tensors[0].dtype(), DType::BF16);
+  expectEqualBytes(f->tensors[0], h);
+}
+
 TEST(SafeTensors, ForeignHeaderOrder) {
   // As written by the Python package: keys not in offset order, padding.
   std::string header =

@@ -4,6 +4,10 @@
 
 #include "gtest/gtest.h"
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 using namespace tessera::runtime;
 
 TEST(Tensor, EmptyZerosAndAccessors) {
@@ -53,4 +57,42 @@ TEST(Tensor, View) {
   EXPECT_EQ(v.data<float>()[3], 4.0f);
   v.data<float>()[0] = 9;
   EXPECT_EQ(buf[0], 9.0f);
+}
+
+TEST(BFloat16, RoundToNearestEven) {
+  auto bits = [](float f) { return toBFloat16(f).bits; };
+  auto fromBits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+  };
+  EXPECT_EQ(dtypeSize(DType::BF16), 2u);
+  EXPECT_STREQ(dtypeName(DType::BF16), "bf16");
+  EXPECT_EQ(bits(1.0f), 0x3F80);
+  EXPECT_EQ(bits(-2.0f), 0xC000);
+  EXPECT_EQ(bits(0.0f), 0x0000);
+  EXPECT_EQ(bits(-0.0f), 0x8000);
+  // Ties go to the even neighbour; anything above a tie rounds up.
+  EXPECT_EQ(bits(fromBits(0x3F808000)), 0x3F80); // 1 + 2^-8: tie, down
+  EXPECT_EQ(bits(fromBits(0x3F818000)), 0x3F82); // 1 + 3*2^-8: tie, up
+  EXPECT_EQ(bits(fromBits(0x3F808001)), 0x3F81); // just above the tie
+  EXPECT_EQ(bits(fromBits(0x3F807FFF)), 0x3F80); // just below the tie
+  EXPECT_EQ(bits(fromBits(0xBF818000)), 0xBF82); // negative ties alike
+  // Rounding carries into the exponent; beyond the largest bf16 -> inf.
+  EXPECT_EQ(bits(fromBits(0x3FFFFFFF)), 0x4000);
+  EXPECT_EQ(bits(std::numeric_limits<float>::max()), 0x7F80);
+  EXPECT_EQ(bits(std::numeric_limits<float>::infinity()), 0x7F80);
+  EXPECT_EQ(bits(-std::numeric_limits<float>::infinity()), 0xFF80);
+  // NaN stays NaN (also a NaN whose payload is only in the low bits).
+  EXPECT_TRUE(std::isnan(toFloat(toBFloat16(fromBits(0x7F800001)))));
+  EXPECT_TRUE(std::isnan(toFloat(toBFloat16(std::nanf("")))));
+  // Subnormals round like normals.
+  EXPECT_EQ(bits(fromBits(0x00018000)), 0x0002);
+  // Every bf16 value converts to f32 and back exactly.
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    float f = toFloat(BFloat16{static_cast<uint16_t>(b)});
+    if (std::isnan(f))
+      continue;
+    ASSERT_EQ(toBFloat16(f).bits, b);
+  }
 }

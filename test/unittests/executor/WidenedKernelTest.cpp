@@ -1,0 +1,110 @@
+//===- WidenedKernelTest.cpp - bf16 kernels through the f32 adapter -------===//
+//
+// resolveKernel on bf16 operand/result types: the adapter widens bf16
+// operands exactly, runs the f32 kernel and rounds bf16 results to nearest
+// even, so a bf16 kernel's result equals the f32 kernel on the widened
+// inputs, rounded. f32 results (cross_entropy's loss) stay f32.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/executor/Kernels.h"
+
+#include "runtime/backends/cpu/CpuKernels.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/MLIRContext.h"
+#include "gtest/gtest.h"
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::exec;
+
+namespace {
+
+Tensor bf16Of(const Tensor &f) {
+  Tensor h = Tensor::empty(DType::BF16, f.shape());
+  cpu::convert(f, h);
+  return h;
+}
+
+Tensor f32Of(const Tensor &h) {
+  Tensor f = Tensor::empty(DType::F32, h.shape());
+  cpu::convert(h, f);
+  return f;
+}
+
+/// Runs kernel `name` (no attributes) resolved for `ins` -> `outTypes`.
+std::vector<Tensor> runKernel(llvm::StringRef name,
+                              std::vector<const Tensor *> ins,
+                              std::vector<TensorType> outTypes) {
+  mlir::MLIRContext ctx;
+  std::vector<TensorType> inTypes;
+  for (const Tensor *t : ins)
+    inTypes.push_back({t->dtype(), t->shape()});
+  Instruction inst;
+  CompileOptions options;
+  if (llvm::Error e = resolveKernel(name, mlir::DictionaryAttr::get(&ctx, {}),
+                                    inTypes, outTypes, options, inst)) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return {};
+  }
+  EXPECT_TRUE(inst.allocateResults);
+  std::vector<Tensor> outs;
+  for (const TensorType &t : outTypes)
+    outs.push_back(Tensor::empty(t.dtype, t.shape));
+  if (llvm::Error e = inst.fn(ExecContext{}, ins, outs))
+    ADD_FAILURE() << llvm::toString(std::move(e));
+  return outs;
+}
+
+TEST(WidenedKernels, MatmulEqualsRoundedF32) {
+  Tensor a = Tensor::fromVector<float>({2, 3},
+                                       {0.1f, -1.3f, 2.7f, 3.3f, 0.01f, -0.5f});
+  Tensor b =
+      Tensor::fromVector<float>({3, 2}, {1.1f, 0.2f, -0.7f, 5.5f, 0.3f, -2.9f});
+  Tensor ah = bf16Of(a), bh = bf16Of(b);
+  // Reference: the f32 kernel on the widened bf16 values, rounded.
+  Tensor aw = f32Of(ah), bw = f32Of(bh);
+  Tensor ref = Tensor::empty(DType::F32, {2, 2});
+  cpu::matmul(aw, bw, false, false, ref);
+  std::vector<Tensor> out =
+      runKernel("matmul", {&ah, &bh}, {TensorType{DType::BF16, {2, 2}}});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].dtype(), DType::BF16);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(out[0].data<BFloat16>()[i].bits,
+              toBFloat16(ref.data<float>()[i]).bits)
+        << i;
+}
+
+TEST(WidenedKernels, CrossEntropyKeepsF32Loss) {
+  Tensor logits = Tensor::fromVector<float>(
+      {2, 3}, {0.5f, -1.0f, 2.0f, 0.0f, 0.25f, -0.75f});
+  Tensor labels = Tensor::fromVector<int64_t>({2}, {2, 0});
+  Tensor lh = bf16Of(logits);
+  Tensor lw = f32Of(lh);
+  Tensor ref = Tensor::empty(DType::F32, {});
+  ASSERT_FALSE(bool(cpu::crossEntropy(lw, labels, ref)));
+  std::vector<Tensor> out =
+      runKernel("cross_entropy", {&lh, &labels}, {TensorType{DType::F32, {}}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data<float>()[0], ref.data<float>()[0]);
+}
+
+TEST(WidenedKernels, ErrorsNameTheKernelProblem) {
+  mlir::MLIRContext ctx;
+  Instruction inst;
+  CompileOptions options;
+  TensorType h{DType::BF16, {2}};
+  llvm::Error e = resolveKernel("frobnicate", mlir::DictionaryAttr::get(&ctx),
+                                {h}, {h}, options, inst);
+  ASSERT_TRUE(bool(e));
+  EXPECT_EQ(llvm::toString(std::move(e)), "unknown kernel");
+  // Shape checks still apply on the widened types.
+  llvm::Error e2 =
+      resolveKernel("add", mlir::DictionaryAttr::get(&ctx),
+                    {h, TensorType{DType::BF16, {3}}}, {h}, options, inst);
+  ASSERT_TRUE(bool(e2));
+  llvm::consumeError(std::move(e2));
+}
+
+} // namespace
