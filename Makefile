@@ -2,7 +2,8 @@
 #   make demo   build and train the example GPT on 4 MPI ranks (dp2 x tp2)
 #   make test   build and run every test (lit, unit, end-to-end)
 #   make bench  serial CPU step time vs PyTorch; pipeline bubble, predicted
-#               vs measured (bench/pipeline_bubble.sh)
+#               vs measured (bench/pipeline_bubble.sh); ZeRO memory per
+#               rank, formula vs predicted vs measured (bench/memory_table.sh)
 BUILD ?= build
 JOBS ?= 2
 
@@ -26,6 +27,7 @@ demo: build
 bench: build
 	./bench/run.sh $(BUILD)
 	./bench/pipeline_bubble.sh $(BUILD)
+	./bench/memory_table.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -1,6 +1,7 @@
 //===- Artifact.cpp - the plan.tsr artifact -------------------------------===//
 
 #include "compiler/artifact/Artifact.h"
+#include "compiler/artifact/Memory.h"
 
 #include "dialects/tsr/TsrOps.h"
 #include "dialects/tsrt/PipelineSchedule.h"
@@ -16,6 +17,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -147,6 +149,16 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
                         {"results", std::move(results)}};
   if (json::Value *pipeline = planJson.get("pipeline"))
     manifest["pipeline"] = std::move(*pipeline);
+  manifest["recompute"] = plan.recompute;
+  manifest["precision"] = plan.precision;
+  if (plan.zero > 0) {
+    json::Array replicated;
+    if (auto names = func->getAttrOfType<ArrayAttr>("tsr.zero_replicated"))
+      for (auto name : names.getAsValueRange<StringAttr>())
+        replicated.push_back(name);
+    manifest["zero"] = json::Object{{"stage", plan.zero},
+                                    {"replicated", std::move(replicated)}};
+  }
   return manifest;
 }
 
@@ -258,6 +270,77 @@ static void explainPipeline(tsrt::PipelineScheduleOp schedule,
                         *simulated);
 }
 
+/// ZeRO's model states per rank: fp32 parameters, reduced gradients and
+/// optimizer state, against the paper's (2 + 2 + K)·Ψ / N_d accounting with
+/// 4-byte parameters and gradients (Ψ = trainable elements per rank before
+/// ZeRO, N_d = dp, K = 8 for AdamW's two moments, 0 for SGD).
+static void explainZero(const json::Object &manifest, const json::Object &zero,
+                        llvm::raw_ostream &os) {
+  const json::Object &grid = *manifest.getObject("grid");
+  const json::Array &axes = *grid.getArray("axes");
+  const json::Array &shape = *grid.getArray("shape");
+  int64_t stage = zero.getInteger("stage").value_or(0), dp = 1;
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i].getAsString() == StringRef("dp"))
+      dp = *shape[i].getAsInteger();
+  llvm::StringSet<> replicated;
+  if (const json::Array *names = zero.getArray("replicated"))
+    for (const json::Value &n : *names)
+      replicated.insert(*n.getAsString());
+  auto numel = [](const json::Array &dims) {
+    int64_t n = 1;
+    for (const json::Value &d : dims)
+      n *= *d.getAsInteger();
+    return n;
+  };
+  // Elements per rank: parameters as stored, trainable ones before ZeRO
+  // (psi), gradients after reduction, optimizer state as stored.
+  int64_t params = 0, psi = 0, grads = 0, state = 0;
+  for (const json::Value &v : *manifest.getArray("arguments")) {
+    const json::Object &a = *v.getAsObject();
+    StringRef role = *a.getString("role");
+    int64_t local = numel(*a.getArray("local_shape"));
+    if (role == "opt_state")
+      state += local;
+    if (role != "param" && role != "frozen")
+      continue;
+    params += local;
+    if (role == "frozen")
+      continue;
+    bool sharded = dp > 1 && !replicated.contains(*a.getString("name"));
+    int64_t full = sharded && stage == 3 ? local * dp : local;
+    psi += full;
+    grads += sharded && stage >= 2 ? full / dp : full;
+  }
+  if (dp == 1) {
+    os << "ZeRO stage " << stage << ": no-op with dp = 1\n";
+    return;
+  }
+  bool adamw = false;
+  if (const json::Object *opt = manifest.getObject("optimizer"))
+    adamw = opt->getString("name") == StringRef("adamw");
+  int64_t k = adamw ? 8 : 0;
+  double n = static_cast<double>(dp);
+  double formula = stage >= 3   ? (4 + 4 + k) * psi / n
+                   : stage == 2 ? 4 * psi + (4 + k) * psi / n
+                   : stage == 1 ? (4 + 4) * psi + k * psi / n
+                                : (4 + 4 + k) * psi;
+  os << llvm::formatv("ZeRO stage {0} over dp={1}: per rank, parameters {2} + "
+                      "gradients {3} + optimizer state {4} = {5} bytes\n",
+                      stage, dp, 4 * params, 4 * grads, 4 * state,
+                      4 * (params + grads + state));
+  os << llvm::formatv("  (2+2+K)*Psi/N_d with 4-byte parameters and "
+                      "gradients, K = {0}, Psi = {1}, N_d = {2}: {3:F0} bytes "
+                      "(stage 0: {4})\n",
+                      k, psi, dp, formula, (4 + 4 + k) * psi);
+  if (!replicated.empty()) {
+    os << "  kept dp-replicated (no dimension or sub-factor divisible by dp):";
+    for (const json::Value &name : *zero.getArray("replicated"))
+      os << " " << *name.getAsString();
+    os << "\n";
+  }
+}
+
 void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
                        llvm::raw_ostream &os) {
   const json::Object &grid = *manifest.getObject("grid");
@@ -277,6 +360,14 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
   os << "batch: global " << *manifest.getInteger("global_batch")
      << " sequences x " << *manifest.getInteger("seq_len") << " tokens\n";
   os << "optimizer: " << json::Value(*manifest.get("optimizer")) << "\n";
+  if (std::optional<StringRef> recompute = manifest.getString("recompute"))
+    os << "activation recomputation: " << *recompute << "\n";
+  if (std::optional<StringRef> precision = manifest.getString("precision"))
+    os << "precision: " << *precision
+       << (*precision == "fp32" ? ""
+                                : " forward/backward and gradient all-reduce; "
+                                  "fp32 master weights and optimizer state")
+       << "\n";
   os << "parameters (global shape -> local shape, sharding per dim):\n";
   int64_t localBytes = 0, globalBytes = 0;
   for (const json::Value &v : *manifest.getArray("arguments")) {
@@ -304,6 +395,17 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
                       "(unsharded: {2})\n",
                       pipelined ? " before the pipeline split" : "", localBytes,
                       globalBytes);
+  if (const json::Object *zero = manifest.getObject("zero")) {
+    explainZero(manifest, *zero, os);
+  } else if (!pipelined) {
+    // Without ZeRO, the same accounting (stage 0) when there is a dp axis.
+    bool dataParallel = false;
+    for (size_t i = 0; i < axes.size(); ++i)
+      dataParallel |= axes[i].getAsString() == StringRef("dp") &&
+                      *shape[i].getAsInteger() > 1;
+    if (dataParallel)
+      explainZero(manifest, json::Object{{"stage", 0}}, os);
+  }
   // Collectives of one step, by kind and grid axes.
   std::map<std::string, int64_t> counts;
   partitioned.walk([&](Operation *op) {
@@ -388,8 +490,10 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
   OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
   PassManager pm(partitioned.getContext());
   pm.addPass(lowering::createLowerToRuntime());
+  pm.addPass(lowering::createPlanMemory());
   if (failed(pm.run(*program)))
     return failure();
+  (*manifest)["memory"] = memoryReport(*program);
   if (!dumpDir.empty() &&
       failed(pipeline::dumpModule(*program, dumpDir, dumpIndex,
                                   "lower-to-runtime")))

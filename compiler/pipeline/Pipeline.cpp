@@ -6,6 +6,7 @@
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
 #include "passes/training/Passes.h"
+#include "passes/zero/Passes.h"
 
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
@@ -27,6 +28,7 @@ void pipeline::registerAllTesseraPasses() {
   registered = true;
   training::registerTrainingPasses();
   sharding::registerShardingPasses();
+  zero::registerZeroPasses();
   pipeline::registerPipelinePasses();
   lowering::registerLoweringPasses();
 }
@@ -53,11 +55,21 @@ pipeline::partitionStages(const planner::Plan &plan) {
     annotate +=
         llvm::formatv(" pp={0} micro-batches={1}", plan.pp, plan.microBatches);
   annotate += "}";
-  std::vector<Stage> stages = {
-      {"build-train-step", train},
-      {"sharding-annotate", annotate},
-      {"sharding-propagate", "tsr-sharding-propagate"},
-      {"sharding-partition", "tsr-sharding-partition"}};
+  std::vector<Stage> stages = {{"build-train-step", train}};
+  if (plan.precision != "fp32")
+    stages.push_back({"mixed-precision",
+                      "tsr-mixed-precision{precision=" + plan.precision + "}"});
+  if (plan.recompute != "none")
+    stages.push_back(
+        {"recompute", "tsr-recompute{mode=" + plan.recompute + "}"});
+  stages.insert(stages.end(),
+                {{"sharding-annotate", annotate},
+                 {"sharding-propagate", "tsr-sharding-propagate"},
+                 {"sharding-partition", "tsr-sharding-partition"}});
+  if (plan.zero > 0)
+    stages.push_back(
+        {"zero-sharding",
+         llvm::formatv("tsr-zero-sharding{{stage={0}}", plan.zero)});
   if (plan.pipelined()) {
     std::string split =
         llvm::formatv("tsr-pipeline-split{{schedule={0} virtual-stages={1}",

@@ -1,8 +1,9 @@
 //===- Pipeline.h - tessera-partition's pass pipeline -----------*- C++ -*-===//
 //
 // The compiler as a list of small passes (DESIGN.md, "Pipelines"):
-//   tsr-build-train-step -> tsr-sharding-annotate -> tsr-sharding-propagate
-//   -> tsr-sharding-partition
+//   tsr-build-train-step [-> tsr-mixed-precision] [-> tsr-recompute]
+//   -> tsr-sharding-annotate -> tsr-sharding-propagate
+//   -> tsr-sharding-partition [-> tsr-zero-sharding] [-> tsr-pipeline-split]
 // (lowering to `tsrt` happens when the artifact is written). Each pass runs
 // with verification; with a dump directory, the IR after each pass is written
 // to DIR/NN-<pass>.mlir so any stage can be replayed with tessera-opt.

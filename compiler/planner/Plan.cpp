@@ -26,6 +26,24 @@ llvm::Error Plan::validate() const {
   if (llvm::Error err =
           tsrt::schedule::checkShape(*kind, {pp, virtualStages, microBatches}))
     return err;
+  if (recompute != "none" && recompute != "selective" && recompute != "full")
+    return fail("--recompute must be none, selective or full, got '" +
+                recompute + "'");
+  if (precision == "fp16")
+    return fail("--precision fp16 is not supported yet (it needs loss "
+                "scaling); use bf16");
+  if (precision != "fp32" && precision != "bf16")
+    return fail("--precision must be fp32 or bf16, got '" + precision + "'");
+  if (precision != "fp32" && pipelined())
+    return fail("--precision " + precision +
+                " with pipeline parallelism (--pp or --micro-batches) is not "
+                "supported yet (the micro-batch gradient accumulators are "
+                "f32)");
+  if (zero < 0 || zero > 3)
+    return fail("--zero must be 0, 1, 2 or 3, got " + llvm::Twine(zero));
+  if (zero > 0 && pipelined())
+    return fail("--zero with pipeline parallelism (--pp or --micro-batches) "
+                "is not supported yet");
   if (!ppStages.empty() && !pipelined())
     return fail("--pp-stages needs --pp > 1");
   if (optimizer.name != "sgd" && optimizer.name != "adamw")
@@ -59,6 +77,9 @@ llvm::json::Object Plan::toJSON() const {
       {"grid", llvm::json::Object{{"axes", std::move(axes)},
                                   {"shape", std::move(shape)}}},
       {"ranks", numRanks()},
+      {"recompute", recompute},
+      {"precision", precision},
+      {"zero", zero},
       {"optimizer", std::move(opt)}};
   if (pipelined()) {
     out["pipeline"] = llvm::json::Object{{"pp_axis", 2},

@@ -43,6 +43,19 @@ struct Plan {
   int64_t pp = 1, microBatches = 1, virtualStages = 1;
   std::string schedule = "1f1b";
   std::vector<int64_t> ppStages;
+  /// Activation recomputation per layer (tsr-recompute): "none",
+  /// "selective" (attention core, Korthikanti et al. 2022) or "full".
+  std::string recompute = "none";
+  /// Compute type of the forward and backward (tsr-mixed-precision):
+  /// "fp32", or "bf16" (bf16 activations and gradients, the DP gradient
+  /// all-reduce in bf16, fp32 master weights and optimizer state).
+  /// "fp16" is rejected (it needs loss scaling, not supported yet), and so
+  /// is bf16 with pipelining (its micro-batch accumulators are f32).
+  std::string precision = "fp32";
+  /// ZeRO stage over the dp axis (tsr-zero-sharding, Rajbhandari et al.
+  /// 2020): 0 off, 1 optimizer state, 2 + gradients, 3 + parameters
+  /// sharded. A no-op with dp = 1; not supported with pipelining yet.
+  int64_t zero = 0;
   OptimizerConfig optimizer;
 
   bool pipelined() const { return pp > 1 || microBatches > 1; }

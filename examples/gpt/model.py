@@ -59,6 +59,13 @@ CONFIGS = {
                            layers=8, seq=32, batch=16, activation="gelu",
                            norm_first=True, causal=True, seed=0, opset=17,
                            out="bench/models/pipeline_bench_op17.onnx"),
+    # bench/memory_table.sh: a larger model, 24 layers of d = 512 (76 M
+    # parameters, 1.2 GB of AdamW model state per rank without ZeRO), so
+    # that model state dominates the peak. Exported by the benchmark.
+    "bench_memory_large": dict(vocab=256, d_model=512, nhead=8, d_ff=2048,
+                               layers=24, seq=32, batch=8, activation="gelu",
+                               norm_first=True, causal=True, seed=0, opset=17,
+                               out="bench/models/memory_large_op17.onnx"),
 }
 
 

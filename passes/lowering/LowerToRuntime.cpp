@@ -112,6 +112,11 @@ struct LowerToRuntimePass
             b, loc, rs.getResult().getType(), rs.getInput(),
             axesAttr(b, rs.getGridAxes()),
             b.getI64IntegerAttr(rs.getScatterAxis().getSExtValue()));
+      } else if (auto as = dyn_cast<shard::AllSliceOp>(op)) {
+        lowered = tsrt::AllSliceOp::create(
+            b, loc, as.getResult().getType(), as.getInput(),
+            axesAttr(b, as.getGridAxes()),
+            b.getI64IntegerAttr(as.getSliceAxis().getSExtValue()));
       } else if (auto a2a = dyn_cast<shard::AllToAllOp>(op)) {
         lowered = tsrt::AllToAllOp::create(
             b, loc, a2a.getResult().getType(), a2a.getInput(),

@@ -84,4 +84,113 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
                            "::mlir::func::FuncDialect"];
 }
 
+def Recompute : Pass<"tsr-recompute", "::mlir::ModuleOp"> {
+  let summary = "Activation recomputation: drop forward activations and "
+                "recompute them in backward, per layer.";
+  let description = [{
+    Runs on the `@train_step` of `tsr-build-train-step` (forward ops tagged
+    `tsr.fwd`, backward ops `tsr.bwd`), before sharding. The forward ops are
+    cut into *layers* at the points where exactly one activation crosses (a
+    transformer's residual stream; passes/training/LayerCuts.h); constants
+    (ops computed only from constants) and step arguments do not count.
+
+    - `mode=full` (Chen et al., 2016, "Training Deep Nets with Sublinear
+      Memory Cost"; Megatron-LM's full recomputation): for every layer but
+      the last (whose backward starts right after its forward), the layer's
+      forward ops that the backward reads are cloned in front of the first
+      backward op that reads them, and the backward reads the clones. Only
+      the activation entering each layer (the checkpoint) stays live from
+      forward to backward.
+    - `mode=selective` (Korthikanti et al., 2022, "Reducing Activation
+      Recomputation in Large Transformer Models"): only the ops whose result
+      is larger than every non-constant operand (e.g. attention scores
+      Q·Kᵀ, [B, H, S, S] from [B, H, S, D_h] when S > D_h) and the ops that
+      only carry such data on (same element count, all non-constant
+      operands in the set: masking, scaling, softmax) are recomputed, from
+      their saved inputs. This drops the activations that grow with S² at
+      little FLOP cost.
+    - `mode=none`: nothing changes.
+
+    The clones are tagged `tsr.bwd` with the id of the forward op they copy
+    (so pipeline stages keep them with that op's backward) and compute
+    bit-identical values, so training results do not change. The forward
+    values that backward no longer reads die at their last forward use.
+
+    Example (`mode=full`, schematic): before, `%h = tsr.gelu %x {tsr.fwd = 3}`
+    is read by `tsr.gelu_grad %x, %dh {tsr.bwd = 3}`; after, the backward
+    reads `%h2 = tsr.gelu %x {tsr.bwd = 3}` made right before it.
+
+    Errors: an unknown `mode`; no `@train_step` with forward/backward tags
+    (run `tsr-build-train-step` first).
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"full\"",
+           "none, selective or full">,
+  ];
+  let dependentDialects = ["::tessera::tsr::TsrDialect"];
+}
+
+def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "bf16 forward/backward with fp32 master weights and "
+                "optimizer state.";
+  let description = [{
+    Mixed-precision training (Micikevicius et al., 2018; Megatron-LM's bf16
+    mode) as a rewrite of the f32 `@train_step` of `tsr-build-train-step`.
+    Runs before `tsr-recompute` and sharding.
+
+    - Each f32 step argument that the forward/backward reads (role "param",
+      "frozen" or "input") is converted once to bf16 (`tsr.convert`, in front
+      of its first reader); the forward and backward read the bf16 copy.
+    - Every op with a bf16 operand is retyped: its f32 results become bf16
+      and its other f32 operands are converted (constants once, right after
+      their definition). Ops with no bf16 operand keep f32, so the loss
+      chain (`cross_entropy`'s summed loss times 1/N) and the AdamW step
+      counter stay f32.
+    - Precision policy: `tsr.cross_entropy` keeps its f32 scalar result (the
+      kernel accumulates in f32) and `tsr.cross_entropy_grad` its f32 seed;
+      kernels whose numerics need f32 (layer-norm statistics, softmax,
+      cross-entropy) compute in f32 internally and round their bf16
+      results.
+    - The optimizer updates (`tsr.sgd_update`, `tsr.adamw_update`) stay f32
+      on the f32 master weights and optimizer state; each bf16 gradient is
+      converted to f32 right before its update. Because `tsr.convert` is not
+      linear in the sharding rules (a partial sum does not pass through it),
+      `tsr-sharding-partition` inserts a data-parallel gradient's
+      all-reduce on the bf16 value, halving its bytes.
+    - Step arguments and results keep their types (f32 params, optimizer
+      state and loss), so the artifact's manifest and checkpoints do not
+      change.
+
+    Shapes are unchanged; only element types change (f32 -> bf16 inside the
+    step). `precision=fp32` leaves the step unchanged.
+
+    Before (schematic, sgd):
+    ```mlir
+    %y = tsr.matmul %x, %w : tensor<8x64xf32>, tensor<64x64xf32> -> tensor<8x64xf32>
+    ...
+    %dw = tsr.matmul %x, %dy {transpose_lhs = true} : ... -> tensor<64x64xf32>
+    %w1 = tsr.sgd_update %w, %dw {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<64x64xf32>
+    ```
+    After (`precision=bf16`):
+    ```mlir
+    %wb = tsr.convert %w : tensor<64x64xf32> -> tensor<64x64xbf16>
+    %y = tsr.matmul %xb, %wb : tensor<8x64xbf16>, tensor<64x64xbf16> -> tensor<8x64xbf16>
+    ...
+    %dw = tsr.matmul %xb, %dy {transpose_lhs = true} : ... -> tensor<64x64xbf16>
+    %dwf = tsr.convert %dw : tensor<64x64xbf16> -> tensor<64x64xf32>
+    %w1 = tsr.sgd_update %w, %dwf {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<64x64xf32>
+    ```
+    Errors (no crash): an unknown `precision`; `fp16` (not supported yet:
+    it needs loss scaling); no `@train_step` with a body; a `@train_step`
+    that already holds bf16 values; a non-`tsr` op that would have to run
+    in bf16.
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",
+           "Compute type of the forward and backward: fp32 (no change) or "
+           "bf16">,
+  ];
+  let dependentDialects = ["::tessera::tsr::TsrDialect"];
+}
+
 #endif // TESSERA_PASSES_TRAINING_PASSES

@@ -2,8 +2,10 @@
 
 #include "runtime/executor/Executor.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -88,6 +90,14 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
         return comm.takeError();
       ex->ctx.comms.push_back(*comm);
     }
+    // The static memory plan's arena, once for all steps.
+    if (int64_t bytes = plan.program().arenaBytes(); bytes > 0) {
+      llvm::Expected<Arena> arena = Arena::allocate(bytes);
+      if (!arena)
+        return fail(plan.source() + ": " + llvm::toString(arena.takeError()));
+      ex->arena = std::move(*arena);
+      ex->ctx.arena = &ex->arena;
+    }
   }
 
   // Initial local state (pipeline plans: only what this stage reads; the
@@ -142,8 +152,41 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
                               shapeToString(tokSpec.shape),
                               shapeToString(tokens.shape()),
                               shapeToString(labels.shape())));
-  if (planRef.pipeline())
-    return stepPipeline(tokens, labels);
+  // Memory measurement (see MemoryUse): what is held when the step starts,
+  // then the heap's and the arena's high-water marks during it.
+  MemoryUse use;
+  {
+    std::vector<const void *> seen;
+    for (const Tensor &t : state)
+      if (!t.isNull() && !llvm::is_contained(seen, t.raw())) {
+        seen.push_back(t.raw());
+        use.persistent += std::max<int64_t>(
+            (static_cast<int64_t>(t.bytes()) + 63) / 64 * 64, 64);
+      }
+    if (const Pipeline *pipe = planRef.pipeline()) {
+      for (int64_t c : myChunks)
+        for (const PipelineFunction *f :
+             {&pipe->chunks[c].forward, &pipe->chunks[c].backward,
+              &pipe->chunks[c].apply})
+          use.constants += f->program.constantBytes();
+    } else {
+      use.constants = planRef.program().constantBytes();
+    }
+  }
+  arena.highWater = 0;
+  int64_t heapAtStart = heapBytesLive();
+  resetHeapBytesPeak();
+  auto measured = [&] {
+    use.arena = arena.highWater;
+    use.stepHeap = heapBytesPeak() - heapAtStart;
+    lastMemory = use;
+  };
+  if (planRef.pipeline()) {
+    llvm::Expected<double> loss = stepPipeline(tokens, labels);
+    if (loss)
+      measured();
+    return loss;
+  }
   double start = tracing ? now() : 0;
   const std::vector<int64_t> &coords = gridRef.coords();
   std::vector<Tensor> args = state;
@@ -156,10 +199,35 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
   if (!results)
     return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": " +
                 llvm::toString(results.takeError()));
+  measured();
 
-  for (const ResultSpec &r : m.results)
-    if (r.argument >= 0)
-      state[r.argument] = (*results)[r.index];
+  // Updated params and optimizer state replace their arguments. Those the
+  // memory plan put in the arena (valid only until the next step) are copied
+  // into the argument's own buffer, which nothing reads any more.
+  const char *arenaBegin = static_cast<const char *>(arena.memory.get());
+  auto inArena = [&](const Tensor &t) {
+    const char *at = static_cast<const char *>(t.raw());
+    return arenaBegin && at >= arenaBegin && at < arenaBegin + arena.bytes;
+  };
+  for (const ResultSpec &r : m.results) {
+    const Tensor &value = (*results)[r.index];
+    const Tensor &target = state[r.argument];
+    if (r.argument >= 0 && inArena(value) &&
+        (target.isNull() || target.dtype() != value.dtype() ||
+         target.shape() != value.shape()))
+      return fail(planRef.source() + ": step " + llvm::Twine(steps) +
+                  ": result #" + llvm::Twine(r.index) + " ('" + r.name +
+                  "') does not match the argument it replaces");
+  }
+  for (const ResultSpec &r : m.results) {
+    if (r.argument < 0)
+      continue;
+    const Tensor &value = (*results)[r.index];
+    if (inArena(value))
+      std::memcpy(state[r.argument].raw(), value.raw(), value.bytes());
+    else
+      state[r.argument] = value;
+  }
   record(TraceEvent::Kind::Step, -1, -1, start);
   ++steps;
   return static_cast<double>((*results)[lossResult].data<float>()[0]);

@@ -4,7 +4,9 @@
 // communicators, and its local shard of every argument (parameters and
 // frozen tensors sliced from the artifact's global values, optimizer state
 // starting at zeros). `step` binds the batch, runs the program and swaps the
-// updated parameters and optimizer state in for the next step.
+// updated parameters and optimizer state in for the next step (those the
+// static memory plan placed in the arena are copied into the buffers of the
+// arguments they replace, so the arena is free for the next step).
 //
 // Usage (every rank):
 //   auto plan = Plan::load("plan.tsr");                 // no MPI involved
@@ -74,6 +76,18 @@ struct TraceEvent {
   static const char *kindName(Kind kind);
 };
 
+/// Bytes one rank held during a step, measured by the runtime (independently
+/// of the compiler's prediction): the persistent state (params, frozen,
+/// optimizer state, as allocated), the programs' constants, the arena's
+/// high-water mark (the largest end offset handed out during the step), and
+/// the peak of the heap bytes allocated during the step above what was held
+/// when it started (Tensor heap accounting: batch slices, results returned
+/// by the step, and every value of programs without a memory plan).
+struct MemoryUse {
+  int64_t persistent = 0, constants = 0, arena = 0, stepHeap = 0;
+  int64_t total() const { return persistent + constants + arena + stepHeap; }
+};
+
 class Executor {
 public:
   /// Binds `plan` to this rank of `grid`. Collective over grid.parent(): the
@@ -129,6 +143,10 @@ public:
   int64_t peakActivationSets() const { return lastPeakSets; }
   int64_t peakActivationBytes() const { return lastPeakBytes; }
 
+  /// Bytes held during the last completed step (see MemoryUse); zeros before
+  /// the first step.
+  const MemoryUse &lastStepMemory() const { return lastMemory; }
+
   /// Starts recording TraceEvents: one Step event per step and, for pipeline
   /// plans, one per action and per apply. Collective over grid.parent(): an
   /// MPI_Barrier, right after which each rank takes its time origin (so all
@@ -155,6 +173,9 @@ private:
   std::vector<Tensor> state; ///< one per argument (tokens/labels: null)
   int64_t tokensArg = -1, labelsArg = -1, lossResult = -1;
   int64_t steps = 0;
+  /// The arena of a program with a static memory plan (allocated once).
+  Arena arena;
+  MemoryUse lastMemory;
 
   // Pipeline plans.
   int64_t myStage = 0;

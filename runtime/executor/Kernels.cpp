@@ -605,6 +605,82 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
   return fail("unknown kernel");
 }
 
+/// Kernels that move elements without arithmetic: they take any dtype,
+/// bf16 included, natively.
+bool movesBytesOnly(StringRef name) {
+  return llvm::is_contained({"reshape", "transpose", "slice", "concat",
+                             "broadcast", "select", "gather", "convert"},
+                            name);
+}
+
+bool hasBF16(ArrayRef<TensorType> ins, ArrayRef<TensorType> outs) {
+  auto isBF16 = [](const TensorType &t) { return t.dtype == DType::BF16; };
+  return llvm::any_of(ins, isBF16) || llvm::any_of(outs, isBF16);
+}
+
+/// The bf16 adapter: resolves the f32 kernel `name` on the operand and
+/// result types with bf16 widened to f32, and wraps it: each bf16 operand
+/// is converted to a temporary f32 tensor (exact), the f32 kernel runs
+/// (so every kernel accumulates in f32: matmul, reductions, layer-norm
+/// statistics, softmax, cross-entropy), and each bf16 result is rounded
+/// from a temporary f32 tensor to nearest even. f32/i64/i1 operands and
+/// results pass through unchanged (cross_entropy's f32 loss).
+///
+/// Memory: the temporaries are heap tensors that live only during the
+/// instruction, so the extra peak over the memory plan is at most the
+/// largest, over adapted instructions, of the f32 bytes of its bf16
+/// operands and results; a static memory plan can reserve
+/// that as one per-program workspace.
+llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
+                           ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
+                           const CompileOptions &options, Instruction &inst) {
+  auto widen = [](TensorType t) {
+    if (t.dtype == DType::BF16)
+      t.dtype = DType::F32;
+    return t;
+  };
+  std::vector<TensorType> wideIns, wideOuts;
+  std::vector<bool> narrowIn, narrowOut;
+  for (const TensorType &t : ins) {
+    wideIns.push_back(widen(t));
+    narrowIn.push_back(t.dtype == DType::BF16);
+  }
+  for (const TensorType &t : outs) {
+    wideOuts.push_back(widen(t));
+    narrowOut.push_back(t.dtype == DType::BF16);
+  }
+  Instruction inner;
+  RETURN_IF_ERROR(
+      exec::resolveKernel(name, dict, wideIns, wideOuts, options, inner));
+  if (!inner.allocateResults)
+    return fail("kernel has no bf16 form");
+  KernelFn fn = std::move(inner.fn);
+  inst.allocateResults = true;
+  inst.fn = [fn, narrowIn, narrowOut](const ExecContext &ctx, In in,
+                                      Out out) -> llvm::Error {
+    std::vector<Tensor> wideIn(in.size());
+    std::vector<const Tensor *> inPtrs(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      inPtrs[i] = in[i];
+      if (!narrowIn[i])
+        continue;
+      wideIn[i] = Tensor::empty(DType::F32, in[i]->shape());
+      cpu::convert(*in[i], wideIn[i]);
+      inPtrs[i] = &wideIn[i];
+    }
+    std::vector<Tensor> wideOut(out.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      wideOut[i] =
+          narrowOut[i] ? Tensor::empty(DType::F32, out[i].shape()) : out[i];
+    RETURN_IF_ERROR(fn(ctx, inPtrs, wideOut));
+    for (size_t i = 0; i < out.size(); ++i)
+      if (narrowOut[i])
+        cpu::convert(wideOut[i], out[i]);
+    return llvm::Error::success();
+  };
+  return llvm::Error::success();
+}
+
 } // namespace
 
 std::string TensorType::str() const {
@@ -620,6 +696,8 @@ llvm::Error exec::resolveKernel(StringRef name, mlir::DictionaryAttr dict,
                                 const CompileOptions &options,
                                 Instruction &inst) {
   inst.allocateResults = true;
+  if (hasBF16(ins, outs) && !movesBytesOnly(name))
+    return resolveWidened(name, dict, ins, outs, options, inst);
   AttrReader attrs(dict);
 
   if (std::optional<BinaryFn> fn = binaryKernel(name)) {
@@ -719,7 +797,8 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
   int64_t rank = rankOf(operand);
   switch (op) {
   case CollectiveOp::AllReduce: {
-    RETURN_IF_ERROR(expectDType(operand, {DType::F32, DType::I64}, "operand"));
+    RETURN_IF_ERROR(
+        expectDType(operand, {DType::F32, DType::BF16, DType::I64}, "operand"));
     RETURN_IF_ERROR(expectResult(outs, 0, operand));
     mpi::ReduceOp rop = max ? mpi::ReduceOp::Max : mpi::ReduceOp::Sum;
     inst.fn = [commIndex, rop](const ExecContext &ctx, In in, Out out) {
@@ -740,7 +819,8 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
     return llvm::Error::success();
   }
   case CollectiveOp::ReduceScatter: {
-    RETURN_IF_ERROR(expectDType(operand, {DType::F32, DType::I64}, "operand"));
+    RETURN_IF_ERROR(
+        expectDType(operand, {DType::F32, DType::BF16, DType::I64}, "operand"));
     RETURN_IF_ERROR(normaliseAxis(dim, rank, "dim"));
     if (operand.shape[dim] % n != 0)
       return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
@@ -752,6 +832,34 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
     inst.fn = [commIndex, dim](const ExecContext &ctx, In in, Out out) {
       return mpi::reduceScatter(*in[0], dim, ctx.comms[commIndex], out[0],
                                 ctx.traffic);
+    };
+    return llvm::Error::success();
+  }
+  case CollectiveOp::AllSlice: {
+    RETURN_IF_ERROR(normaliseAxis(dim, rank, "dim"));
+    if (operand.shape[dim] % n != 0)
+      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
+                                "ranks",
+                                dim, typeStr(operand), n));
+    TensorType expected = operand;
+    expected.shape[dim] /= n;
+    RETURN_IF_ERROR(expectResult(outs, 0, expected));
+    inst.fn = [commIndex, dim](const ExecContext &ctx, In in, Out out) {
+      const Tensor &src = *in[0];
+      const std::vector<int64_t> &shape = src.shape();
+      int64_t outer = 1, inner = src.numel() ? src.bytes() / src.numel() : 0;
+      for (int64_t d = 0; d < dim; ++d)
+        outer *= shape[d];
+      for (size_t d = dim + 1; d < shape.size(); ++d)
+        inner *= shape[d];
+      int64_t block = out[0].shape()[dim] * inner;
+      int64_t offset = ctx.comms[commIndex].rank() * block;
+      const char *from = static_cast<const char *>(src.raw());
+      char *to = static_cast<char *>(out[0].raw());
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(to + o * block, from + o * shape[dim] * inner + offset,
+                    block);
+      return llvm::Error::success();
     };
     return llvm::Error::success();
   }

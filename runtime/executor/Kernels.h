@@ -28,7 +28,14 @@ llvm::Error resolveKernel(llvm::StringRef name, mlir::DictionaryAttr attrs,
                           const CompileOptions &options, Instruction &inst);
 
 /// Collective kinds of the tsrt dialect.
-enum class CollectiveOp { AllReduce, AllGather, ReduceScatter, AllToAll };
+/// AllSlice keeps the rank's block along `dim` (no communication).
+enum class CollectiveOp {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  AllSlice
+};
 
 /// Resolves a collective over communicator `commIndex` whose grid axes have
 /// `n` ranks in all. `dim`/`dim2`: gather/scatter dim, or split/concat dims;

@@ -174,6 +174,14 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     return err("\"global_batch\" and \"seq_len\" must be positive integers");
   if (const json::Object *opt = root->getObject("optimizer"))
     m.optimizer = *opt;
+  if (const json::Object *memory = root->getObject("memory")) {
+    std::optional<int64_t> peak = memory->getInteger("peak_bytes_per_rank");
+    if (memory->getBoolean("planned").value_or(false) && (!peak || *peak < 0))
+      return err("\"memory\": a planned prediction needs a non-negative "
+                 "integer \"peak_bytes_per_rank\"");
+    if (memory->getBoolean("planned").value_or(false))
+      m.predictedPeakBytes = *peak;
+  }
 
   const json::Array *args = root->getArray("arguments");
   const json::Array *results = root->getArray("results");

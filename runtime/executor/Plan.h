@@ -13,7 +13,10 @@
 //        "global_batch": 8, "seq_len": 64, "optimizer": {...},
 //        "arguments": [{"index", "name", "role", "dtype", "shape",
 //                       "local_shape", "layout"}, ...],
-//        "results": [{"index", "role", "name"}, ...]}
+//        "results": [{"index", "role", "name"}, ...],
+//        "memory": {"planned": true, "peak_bytes_per_rank": N, ...}}
+//     ("memory", optional: the compiler's prediction, see
+//     compiler/artifact/Memory.h)
 //     Argument roles: "param" (trainable, initial value = the tensor of that
 //     name), "frozen" (likewise, never updated), "opt_state" (starts at
 //     zeros), "tokens", "labels" (global [B, S] i64). Result roles: "loss"
@@ -119,6 +122,10 @@ struct Manifest {
   int64_t globalBatch = 0;
   int64_t seqLen = 0;
   llvm::json::Object optimizer;
+  /// The compiler's predicted peak bytes per rank ("memory":
+  /// {"planned": true, "peak_bytes_per_rank": N, ...}), or -1 when the plan
+  /// has no prediction (pipeline plans, older artifacts).
+  int64_t predictedPeakBytes = -1;
   std::vector<ArgumentSpec> arguments; ///< arguments[i].index == i
   std::vector<ResultSpec> results;     ///< results[i].index == i
 

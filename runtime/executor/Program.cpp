@@ -17,6 +17,7 @@
 
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 using namespace tessera::runtime;
@@ -61,12 +62,14 @@ static llvm::Expected<exec::TensorType> tensorTypeOf(Type type) {
     t.dtype = DType::I64;
   else if (e.isInteger(1))
     t.dtype = DType::I1;
+  else if (e.isBF16())
+    t.dtype = DType::BF16;
   else {
     std::string s;
     llvm::raw_string_ostream os(s);
     type.print(os);
     return fail("unsupported element type in " + s +
-                " (the runtime supports f32, i64 and i1)");
+                " (the runtime supports f32, bf16, i64 and i1)");
   }
   t.shape.assign(ranked.getShape().begin(), ranked.getShape().end());
   return t;
@@ -97,6 +100,12 @@ static llvm::Expected<Tensor> materialise(Attribute value,
       for (bool v : dense.getValues<bool>())
         t.data<uint8_t>()[i++] = v ? 1 : 0;
       return t;
+    case DType::BF16:
+      if (!dense.getElementType().isBF16())
+        break;
+      for (const llvm::APFloat &v : dense.getValues<llvm::APFloat>())
+        t.data<BFloat16>()[i++] = toBFloat16(v.convertToFloat());
+      return t;
     }
     return fail("constant value's element type differs from its result");
   }
@@ -118,6 +127,26 @@ static llvm::Expected<Tensor> materialise(Attribute value,
   }
   return fail("unsupported constant attribute (expected dense<...> or "
               "dense_resource<...>)");
+}
+
+llvm::Expected<Arena> Arena::allocate(int64_t bytes) {
+  Arena a;
+  a.bytes = bytes;
+  size_t alloc =
+      static_cast<size_t>(std::max<int64_t>(bytes, 64) + 63) / 64 * 64;
+  void *p = std::aligned_alloc(64, alloc);
+  if (!p)
+    return fail(llvm::formatv("cannot allocate an arena of {0} bytes", bytes));
+  a.memory = std::shared_ptr<void>(p, [](void *q) { std::free(q); });
+  return a;
+}
+
+int64_t Program::constantBytes() const {
+  int64_t total = 0;
+  for (const auto &c : constants)
+    total += std::max<int64_t>(
+        (static_cast<int64_t>(c.second.bytes()) + 63) / 64 * 64, 64);
+  return total;
 }
 
 //===----------------------------------------------------------------------===//
@@ -207,6 +236,86 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
                 " must have a body of one straight-line block");
 
   Program p;
+  if (Attribute a = func->getAttr("tsrt.arena_bytes")) {
+    auto bytes = dyn_cast<IntegerAttr>(a);
+    if (!bytes || bytes.getValue().getSExtValue() < 0)
+      return fail(source + ": @" + function +
+                  ": tsrt.arena_bytes must be a non-negative integer");
+    p.arena = bytes.getValue().getSExtValue();
+  }
+  // The static memory plan of one instruction: `tsrt.offsets`, one per
+  // result, each -1 (heap) or a 64-byte aligned offset of an allocated
+  // result that fits in the arena.
+  auto readOffsets =
+      [&](Operation &op, Instruction &inst,
+          llvm::ArrayRef<exec::TensorType> outTypes) -> llvm::Error {
+    Attribute a = op.getAttr("tsrt.offsets");
+    if (!a)
+      return llvm::Error::success();
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(a);
+    if (!offsets || offsets.size() != static_cast<int64_t>(outTypes.size()))
+      return fail("tsrt.offsets must be an array<i64> with one entry per "
+                  "result");
+    for (auto [i, offset] : llvm::enumerate(offsets.asArrayRef())) {
+      if (offset < 0) {
+        if (offset != -1)
+          return fail(llvm::formatv("tsrt.offsets[{0}] is {1} (expected -1 "
+                                    "or an offset)",
+                                    i, offset));
+        continue;
+      }
+      if (inst.kind != Instruction::Kind::Call || !inst.allocateResults)
+        return fail(llvm::formatv("result #{0} has an arena offset but the "
+                                  "runtime does not allocate it (a view or "
+                                  "a received value)",
+                                  i));
+      int64_t bytes = static_cast<int64_t>(shapeNumel(outTypes[i].shape) *
+                                           dtypeSize(outTypes[i].dtype));
+      if (offset % 64 != 0 || offset > p.arena || bytes > p.arena - offset)
+        return fail(llvm::formatv("result #{0} ({1} bytes) at arena offset "
+                                  "{2} is unaligned or beyond "
+                                  "tsrt.arena_bytes = {3}",
+                                  i, bytes, offset, p.arena));
+    }
+    inst.resultOffsets.assign(offsets.asArrayRef().begin(),
+                              offsets.asArrayRef().end());
+    // `tsrt.in_place`: per result, -1 or the argument it overwrites.
+    auto inPlace = op.getAttrOfType<DenseI64ArrayAttr>("tsrt.in_place");
+    if (!inPlace) {
+      if (op.hasAttr("tsrt.in_place"))
+        return fail("tsrt.in_place must be an array<i64>");
+      return llvm::Error::success();
+    }
+    if (inPlace.size() != static_cast<int64_t>(outTypes.size()))
+      return fail("tsrt.in_place must have one entry per result");
+    for (auto [i, arg] : llvm::enumerate(inPlace.asArrayRef())) {
+      if (arg == -1)
+        continue;
+      if (arg < 0 || arg >= static_cast<int64_t>(p.argTys.size()))
+        return fail(llvm::formatv("tsrt.in_place[{0}] is {1}, not -1 or an "
+                                  "argument of the function",
+                                  i, arg));
+      if (inst.kind != Instruction::Kind::Call || !inst.allocateResults ||
+          offsets.asArrayRef()[i] != -1)
+        return fail(llvm::formatv("result #{0} is written in place but the "
+                                  "runtime does not allocate it or it also "
+                                  "has an arena offset",
+                                  i));
+      if (p.argTys[arg] != outTypes[i])
+        return fail(llvm::formatv("result #{0} ({1}) is written into argument "
+                                  "#{2} of type {3}",
+                                  i, outTypes[i].str(), arg,
+                                  p.argTys[arg].str()));
+      if (llvm::is_contained(p.inPlaceArgs, static_cast<int>(arg)))
+        return fail(llvm::formatv("argument #{0} is overwritten by more than "
+                                  "one result",
+                                  arg));
+      p.inPlaceArgs.push_back(static_cast<int>(arg));
+    }
+    inst.resultInPlace.assign(inPlace.asArrayRef().begin(),
+                              inPlace.asArrayRef().end());
+    return llvm::Error::success();
+  };
   llvm::DenseMap<Value, int> slotOf;
   auto newSlot = [&](Value v) {
     slotOf[v] = p.slots;
@@ -312,6 +421,8 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
         p.recvInsts.push_back(static_cast<int>(p.insts.size()));
       }
       inst.allocateResults = false;
+      if (llvm::Error err = readOffsets(op, inst, outTypes))
+        return opError(llvm::toString(std::move(err)));
       inst.where = where;
       inst.resultTypes = outTypes;
       for (Value v : op.getResults())
@@ -328,8 +439,8 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       err = resolveKernel(k.getKernel(), k.getAttrs(), inTypes, outTypes,
                           options, inst);
     } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
-                   tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp>(
-                   op)) {
+                   tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp,
+                   tessera::tsrt::AllSliceOp>(op)) {
       inst.kernel = op.getName().stripDialect().str();
       auto axesAttr = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes");
       if (!axesAttr || op.getNumOperands() != 1 || op.getNumResults() != 1)
@@ -368,6 +479,10 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
         err = resolveCollective(CollectiveOp::ReduceScatter, commIndex, n,
                                 i64("dim"), 0, false, inTypes[0], outTypes[0],
                                 inst);
+      } else if (isa<tessera::tsrt::AllSliceOp>(op)) {
+        err =
+            resolveCollective(CollectiveOp::AllSlice, commIndex, n, i64("dim"),
+                              0, false, inTypes[0], outTypes[0], inst);
       } else {
         err = resolveCollective(CollectiveOp::AllToAll, commIndex, n,
                                 i64("split_dim"), i64("concat_dim"), false,
@@ -377,6 +492,8 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       return opError("unsupported operation in a runtime program");
     }
     if (err)
+      return opError(llvm::toString(std::move(err)));
+    if (llvm::Error err = readOffsets(op, inst, outTypes))
       return opError(llvm::toString(std::move(err)));
 
     inst.where = where;
@@ -485,6 +602,16 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
     }
   }
 
+  if (arena > 0 && (!ctx.arena || ctx.arena->bytes < arena))
+    return fail(llvm::formatv("the program's memory plan needs an arena of "
+                              "{0} bytes, the executor provides {1}",
+                              arena, ctx.arena ? ctx.arena->bytes : 0));
+
+  // Buffers of the arguments that results overwrite stay reachable after
+  // the argument's slot is released.
+  std::vector<Tensor> overwritten(args.size());
+  for (int a : inPlaceArgs)
+    overwritten[a] = args[a];
   std::vector<Tensor> slot(slots);
   for (size_t i = 0; i < args.size(); ++i)
     slot[i] = std::move(args[i]);
@@ -547,9 +674,26 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
     out.clear();
     out.resize(inst.results.size());
     if (inst.allocateResults)
-      for (size_t i = 0; i < out.size(); ++i)
+      for (size_t i = 0; i < out.size(); ++i) {
+        const TensorType &t = inst.resultTypes[i];
+        int64_t offset =
+            inst.resultOffsets.empty() ? -1 : inst.resultOffsets[i];
+        if (!inst.resultInPlace.empty() && inst.resultInPlace[i] >= 0) {
+          out[i] = overwritten[inst.resultInPlace[i]];
+          continue;
+        }
+        if (offset < 0) {
+          out[i] = Tensor::empty(t.dtype, t.shape);
+          continue;
+        }
+        // Statically planned: a view into the arena at its offset.
         out[i] =
-            Tensor::empty(inst.resultTypes[i].dtype, inst.resultTypes[i].shape);
+            Tensor::view(static_cast<char *>(ctx.arena->memory.get()) + offset,
+                         t.dtype, t.shape, ctx.arena->memory);
+        int64_t used = (static_cast<int64_t>(out[i].bytes()) + 63) / 64 * 64;
+        ctx.arena->highWater = std::max(ctx.arena->highWater,
+                                        offset + std::max<int64_t>(used, 64));
+      }
     if (llvm::Error err = inst.fn(ctx, in, out))
       return fail(inst.where + ": " + llvm::toString(std::move(err)));
     for (size_t i = 0; i < out.size(); ++i)

@@ -13,7 +13,15 @@
 //     every recv of the program is posted (MPI_Irecv) when `run` starts and
 //     waited for at its instruction; sends are MPI_Isend, completed by the
 //     executor at the end of the step;
-//   - each slot is released right after its last use.
+//   - each slot is released right after its last use;
+//   - with a static memory plan (the function's `tsrt.arena_bytes` and each
+//     op's `tsrt.offsets`, from the compiler's tsr-plan-memory pass), every
+//     result with an offset >= 0 is a view into the executor's arena (see
+//     Arena) at that offset instead of a heap allocation; results with -1
+//     (views, and returned values other than updated params/optimizer
+//     state) and programs without a plan use the heap. A returned value in
+//     the arena is valid only until the next run with the same arena (the
+//     Executor copies it into the argument it replaces).
 // Anything wrong with the program (unknown kernel, bad attribute, unsupported
 // dtype, inconsistent shapes) is an llvm::Error naming the op's location and
 // kernel. `run` then executes the list without string lookups.
@@ -35,6 +43,7 @@
 #include "llvm/Support/JSON.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -95,6 +104,20 @@ struct PointToPoint {
   llvm::Error releaseCompleted();
 };
 
+/// One program's arena: `bytes` bytes, 64-byte aligned, allocated once and
+/// reused by every run. `highWater` is the largest end offset (offset + the
+/// placed tensor's bytes rounded up to 64) handed out so far: the arena
+/// bytes actually used, measured independently of the plan.
+struct Arena {
+  std::shared_ptr<void> memory;
+  int64_t bytes = 0;
+  mutable int64_t highWater = 0;
+
+  /// An arena of `bytes` (>= 0) bytes (not counted by heapBytesLive()).
+  /// Error: the allocation failed.
+  static llvm::Expected<Arena> allocate(int64_t bytes);
+};
+
 /// What the instructions of one rank run with.
 struct ExecContext {
   /// Communicator for each entry of Program::commAxes (same order).
@@ -107,6 +130,9 @@ struct ExecContext {
   /// Pipeline plans: the micro-batch of the running action (0 <= m < M);
   /// part of every send/recv tag.
   int64_t microBatch = 0;
+  /// The arena of a program with a static memory plan (at least
+  /// Program::arenaBytes() bytes); null otherwise.
+  const Arena *arena = nullptr;
 };
 
 /// A resolved kernel: reads `in` (the operands) and writes `out` (the
@@ -134,6 +160,14 @@ struct Instruction {
   std::vector<int> results;  ///< slots written
   std::vector<TensorType> resultTypes;
   bool allocateResults = true;
+  /// Static memory plan: per result, its arena offset in bytes, or -1 for a
+  /// heap allocation. Empty: every result on the heap.
+  std::vector<int64_t> resultOffsets;
+  /// Static memory plan (`tsrt.in_place`): per result, the argument whose
+  /// buffer it is written into (the argument's old value is dead, or is
+  /// read element by element by the optimizer update that overwrites it),
+  /// or -1. Empty: none.
+  std::vector<int> resultInPlace;
   std::vector<int> release; ///< slots whose last use this is
 };
 
@@ -184,6 +218,11 @@ public:
   int numSlots() const { return slots; }
   /// Largest tsrt channel used by a send or recv, or -1 if none.
   int64_t maxChannel() const { return maxChan; }
+  /// Bytes of the arena the static memory plan needs (`tsrt.arena_bytes`),
+  /// or 0 when the program has no plan (every result on the heap).
+  int64_t arenaBytes() const { return arena; }
+  /// Bytes held by the materialised constants (allocation sizes).
+  int64_t constantBytes() const;
 
 private:
   int slots = 0;
@@ -193,8 +232,10 @@ private:
   std::vector<std::vector<int64_t>> axesSets;
   std::vector<Instruction> insts;
   std::vector<int> releaseArgsEarly; ///< arg slots never read
+  std::vector<int> inPlaceArgs;      ///< arguments some result overwrites
   std::vector<int> recvInsts;        ///< instruction index of each recv
   int64_t maxChan = -1;
+  int64_t arena = 0;
   size_t maxResults = 0, maxOperands = 0;
 };
 

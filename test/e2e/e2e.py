@@ -6,9 +6,11 @@
         same batches: the 8 losses must match within rtol.
 
     e2e.py parallel --build DIR --config NAME --optimizer sgd|adamw --dp N --tp M
-                    [--rtol 1e-5]
+                    [--zero 0|1|2|3] [--rtol 1e-5]
         dp*tp-rank run vs the serial run: every step's loss and every final
-        parameter (relative L2) must match within rtol.
+        parameter (relative L2) must match within rtol. --zero compiles the
+        parallel run with that ZeRO stage (its final weights are gathered
+        from the dp shards by --save-weights).
 
     e2e.py pipeline --build DIR --config NAME --optimizer sgd|adamw
                     --grid PPxDPxTP --micro-batches 1,4,8
@@ -18,11 +20,29 @@
         micro-batch counts that are a multiple of pp, as Megatron-LM
         requires); each must match the serial run like `parallel`.
 
+    e2e.py recompute --build DIR --config NAME --optimizer sgd|adamw
+                     --dp N --tp M [--pp P] [--modes selective,full]
+        A run without recomputation on the dp x tp (x pp, with 4
+        micro-batches, 1F1B) grid, then one per --recompute mode on the same
+        grid: losses and final weights must be identical (recomputation
+        repeats the same ops on the same data).
+
+    e2e.py precision --build DIR --config NAME --optimizer sgd|adamw
+                     [--dp N --tp M] [--traffic] [--rtol 2e-2]
+        A bf16 run (--precision bf16: bf16 forward/backward and gradient
+        all-reduce, fp32 master weights and optimizer state) on the dp x tp
+        grid vs the fp32 serial run: every step's loss within rtol. With
+        --traffic, also an fp32 run on the same grid: every step's
+        "bytes_sent" of the bf16 run must be exactly the fp32 run's with
+        the gradient all-reduce halved, i.e. L + (fp32 - L) / 2 where L is
+        the f32 loss all-reduce, 2(dp-1)/dp * 4 bytes (dp > 1, tp = 1).
+
 Runs use DESIGN.md's data order on examples/data/corpus.u16. Exit status 0
 means the check passed; the output shows every number compared.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -97,7 +117,8 @@ def check_losses(a, b, rtol):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["torch", "parallel", "pipeline"])
+    p.add_argument("mode", choices=["torch", "parallel", "pipeline",
+                                    "recompute", "precision"])
     p.add_argument("--build", required=True)
     p.add_argument("--config", required=True)
     p.add_argument("--optimizer", choices=["sgd", "adamw"], required=True)
@@ -107,9 +128,24 @@ def main():
     p.add_argument("--grid", default="2x1x1", help="pipeline: PPxDPxTP")
     p.add_argument("--micro-batches", default="1,4,8")
     p.add_argument("--schedules", default="gpipe,1f1b,interleaved")
+    p.add_argument("--pp", type=int, default=1, help="recompute: stages")
+    p.add_argument("--zero", type=int, default=0,
+                   help="parallel: ZeRO stage of the parallel run")
+    p.add_argument("--modes", default="selective,full",
+                   help="recompute: the --recompute modes to check")
+    p.add_argument("--traffic", action="store_true",
+                   help="precision: check bytes_sent against the fp32 run")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tessera-e2e-") as work:
+        if args.mode == "recompute":
+            ok = check_recompute(args, work)
+            print("PASS" if ok else "FAIL")
+            return 0 if ok else 1
+        if args.mode == "precision":
+            ok = check_precision(args, work)
+            print("PASS" if ok else "FAIL")
+            return 0 if ok else 1
         serial_m, serial_w = tessera(args, work, 1, 1, "serial")
         if args.mode == "torch":
             ref = os.path.join(work, "torch.json")
@@ -143,12 +179,68 @@ def main():
             print(f"{runs} pipeline runs compared")
         else:
             rtol = args.rtol or 1e-5
-            par_m, par_w = tessera(args, work, args.dp, args.tp, "parallel")
-            print(f"losses: dp{args.dp} x tp{args.tp} vs serial (rtol {rtol})")
-            ok = check_run(args, par_m, par_w, serial_m, serial_w, rtol,
-                           f"dp{args.dp} x tp{args.tp}")
+            zero = ["--zero", str(args.zero)] if args.zero else []
+            what = f"dp{args.dp} x tp{args.tp}" + (
+                f" ZeRO-{args.zero}" if args.zero else "")
+            par_m, par_w = tessera(args, work, args.dp, args.tp, "parallel",
+                                   zero)
+            print(f"losses: {what} vs serial (rtol {rtol})")
+            ok = check_run(args, par_m, par_w, serial_m, serial_w, rtol, what)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+def check_recompute(args, work):
+    """Each --recompute mode vs no recomputation on the same grid: exact."""
+    grid = f"dp{args.dp} x tp{args.tp} x pp{args.pp}"
+    pipe = ["--pp", str(args.pp), "--micro-batches", "4"] if args.pp > 1 else []
+    base_m, base_w = tessera(args, work, args.dp, args.tp, "no-recompute",
+                             pipe, args.pp)
+    ok = True
+    for mode in args.modes.split(","):
+        m, w = tessera(args, work, args.dp, args.tp, f"recompute-{mode}",
+                       ["--recompute", mode] + pipe, args.pp)
+        print(f"losses: {grid} --recompute {mode} vs none (exact)")
+        ok = check_losses(m, base_m, 0.0) and ok
+        wok, problems, errs = compare.compare_weights(
+            compare.load_weights(w), compare.load_weights(base_w), rtol=0.0)
+        print(f"weights: --recompute {mode} vs none (exact), {len(errs)} "
+              f"tensors, worst first:")
+        for problem in problems:
+            print("   problem:", problem)
+        for err, name, _ in errs[:3]:
+            print(f"   {err:.3e}  {name}")
+        ok = ok and wok
+    return ok
+
+
+def bytes_sent(metrics):
+    with open(metrics) as f:
+        return [json.loads(line)["bytes_sent"] for line in f]
+
+
+def check_precision(args, work):
+    """bf16 on dp x tp vs fp32 serial (losses); optionally the DP traffic."""
+    rtol = args.rtol or 2e-2
+    grid = f"dp{args.dp} x tp{args.tp}"
+    serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
+    bf16_m, _ = tessera(args, work, args.dp, args.tp, "bf16",
+                        ["--precision", "bf16"])
+    print(f"losses: bf16 {grid} vs fp32 serial (rtol {rtol})")
+    ok = check_losses(bf16_m, serial_m, rtol)
+    if not args.traffic:
+        return ok
+    fp32_m, _ = tessera(args, work, args.dp, args.tp, "fp32")
+    n = args.dp
+    loss = 2 * (n - 1) / n * 4
+    full, half = bytes_sent(fp32_m), bytes_sent(bf16_m)
+    want = [loss + (b - loss) / 2 for b in full]
+    good = len(half) == STEPS and all(
+        abs(h - w) <= 1e-9 * w for h, w in zip(half, want))
+    print(f"bytes_sent per rank per step: fp32 {full}, bf16 {half}; expected "
+          f"bf16 = loss all-reduce {loss} + (fp32 - {loss}) / 2 = {want} "
+          f"{'ok' if good else 'MISMATCH'}")
+    return ok and good
 
 
 def check_run(args, par_m, par_w, serial_m, serial_w, rtol, what):

@@ -13,6 +13,7 @@
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
 #include "passes/training/Passes.h"
+#include "passes/zero/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -24,6 +25,7 @@ int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   tessera::training::registerTrainingPasses();
   tessera::sharding::registerShardingPasses();
+  tessera::zero::registerZeroPasses();
   tessera::pipeline::registerPipelinePasses();
   tessera::lowering::registerLoweringPasses();
   mlir::DialectRegistry registry;

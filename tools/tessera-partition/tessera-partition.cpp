@@ -2,10 +2,11 @@
 //
 // tessera-partition MODEL.onnx -o PLAN.tsr [--dp N] [--tp M] [--pp P]
 //     [--micro-batches M] [--schedule gpipe|1f1b|interleaved]
-//     [--virtual-stages V] [--pp-stages 0,3,6]
+//     [--virtual-stages V] [--pp-stages 0,3,6] [--recompute
+//     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
-//     [--dump-ir-after-each DIR] [--explain]
+//     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
 //
 // Imports the ONNX model into the tsr dialect, builds the training step
 // (mean cross-entropy over next tokens, reverse-mode autodiff, SGD/AdamW with
@@ -18,11 +19,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/artifact/Artifact.h"
+#include "compiler/artifact/Memory.h"
 #include "compiler/import/OnnxImporter.h"
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/planner/Plan.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
+
+#include "runtime/metrics/ByteSize.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -90,6 +94,34 @@ static cl::list<int64_t> ppStages(
              "balanced by cost). Layers are the points where one "
              "activation crosses; --explain lists them"),
     cl::CommaSeparated, cl::cat(category));
+static cl::opt<std::string> recompute(
+    "recompute",
+    cl::desc("Activation recomputation per layer: none, selective (the "
+             "attention core whose activations grow with sequence^2, "
+             "Korthikanti et al. 2022) or full (every layer but the last "
+             "recomputes its forward in backward from its input; Chen et al. "
+             "2016). Training results are bit-identical"),
+    cl::init("none"), cl::cat(category));
+static cl::opt<std::string> precision(
+    "precision",
+    cl::desc("Compute type of the forward and backward: fp32, or bf16 (mixed "
+             "precision, Micikevicius et al. 2018: bf16 activations and "
+             "gradients, the data-parallel gradient all-reduce in bf16, fp32 "
+             "master weights and optimizer state; the loss stays fp32). "
+             "fp16 is not supported yet (it needs loss scaling)"),
+    cl::init("fp32"), cl::cat(category));
+static cl::opt<int64_t> zero(
+    "zero",
+    cl::desc("ZeRO stage over the dp axis (Rajbhandari et al. 2020): 0 off, "
+             "1 optimizer state sharded (gradient all-reduce -> "
+             "reduce-scatter, update on the shard, all-gather), 2 also "
+             "gradients (each reduce-scatter right after its gradient), 3 "
+             "also parameters (FSDP: all-gather before forward and before "
+             "backward uses). A parameter with no dimension (or sub-factor) "
+             "divisible by dp stays replicated (--explain lists it). No-op "
+             "with --dp 1; not "
+             "supported with --pp / --micro-batches yet"),
+    cl::init(0), cl::cat(category));
 static cl::opt<std::string> optimizer("optimizer",
                                       cl::desc("sgd or adamw (torch.optim)"),
                                       cl::init("adamw"), cl::cat(category));
@@ -117,8 +149,9 @@ static cl::opt<Emit>
                     clEnumValN(Emit::Import, "import", "MLIR after import"),
                     clEnumValN(Emit::Train, "train", "MLIR of @train_step"),
                     clEnumValN(Emit::Sharded, "sharded",
-                               "MLIR after sharding-partition (and the "
-                               "pipeline split with --pp / --micro-batches)")),
+                               "MLIR after sharding-partition (and ZeRO "
+                               "with --zero, the pipeline split with --pp / "
+                               "--micro-batches)")),
          cl::cat(category));
 static cl::opt<std::string>
     dumpDir("dump-ir-after-each",
@@ -129,6 +162,16 @@ static cl::opt<bool> explain("explain",
                                       "sharding, bytes per rank and the "
                                       "collectives of one step"),
                              cl::init(false), cl::cat(category));
+
+static cl::opt<std::string> memoryPerDevice(
+    "memory-per-device",
+    cl::desc("Fail (exit 1, nothing written) when the predicted peak bytes "
+             "per rank (the static memory plan, tsr-plan-memory) exceed SIZE, "
+             "e.g. 80GB, 512MiB, 1.5GB (kB/MB/GB/TB = powers of 1000, "
+             "KiB/MiB/GiB/TiB = powers of 1024); the error lists which "
+             "alternatives (more ZeRO, TP, PP, recomputation) would fit. "
+             "Pipeline plans are not memory-planned and not checked"),
+    cl::value_desc("SIZE"), cl::init(""), cl::cat(category));
 
 static int fail(const llvm::Twine &msg) {
   llvm::errs() << "tessera-partition: error: " << msg << "\n";
@@ -163,6 +206,9 @@ int main(int argc, char **argv) {
   plan.schedule = scheduleKind;
   plan.virtualStages = virtualStages;
   plan.ppStages.assign(ppStages.begin(), ppStages.end());
+  plan.recompute = recompute;
+  plan.precision = precision;
+  plan.zero = zero;
   plan.optimizer.name = optimizer;
   plan.optimizer.lr = lr;
   plan.optimizer.weightDecay = weightDecay;
@@ -171,6 +217,13 @@ int main(int argc, char **argv) {
   plan.optimizer.eps = eps;
   if (llvm::Error err = plan.validate())
     return fail(llvm::toString(std::move(err)));
+  std::optional<int64_t> memoryLimit;
+  if (memoryPerDevice.getNumOccurrences()) {
+    llvm::Expected<int64_t> limit = runtime::parseByteSize(memoryPerDevice);
+    if (!limit)
+      return fail("--memory-per-device: " + llvm::toString(limit.takeError()));
+    memoryLimit = *limit;
+  }
   if (outputPath != "-" && llvm::sys::fs::equivalent(inputPath, outputPath))
     return fail("output '" + outputPath + "' would overwrite the input model");
 
@@ -189,6 +242,11 @@ int main(int argc, char **argv) {
   if (emit == Emit::Import)
     return failed(printModule(*module));
 
+  // The imported model, for re-predicting variations of the plan.
+  OwningOpRef<ModuleOp> imported;
+  if (memoryLimit && emit == Emit::Plan)
+    imported = cast<ModuleOp>((*module)->clone());
+
   std::vector<pipeline::Stage> stages = pipeline::partitionStages(plan);
   if (emit == Emit::Train)
     stages.resize(1);
@@ -202,6 +260,42 @@ int main(int argc, char **argv) {
     if (failed(manifest))
       return 1;
     artifact::explain(*manifest, *module, llvm::outs());
+  }
+  if (explain || memoryLimit) {
+    FailureOr<llvm::json::Object> memory = artifact::predictMemory(*module);
+    if (failed(memory))
+      return 1;
+    if (explain)
+      artifact::explainMemory(*memory, llvm::outs());
+    std::optional<int64_t> peak = artifact::predictedPeak(*memory);
+    if (memoryLimit && !peak)
+      llvm::errs() << "tessera-partition: warning: --memory-per-device is not "
+                      "checked: pipeline plans are not memory-planned\n";
+    if (memoryLimit && peak && *peak > *memoryLimit) {
+      std::string msg;
+      llvm::raw_string_ostream os(msg);
+      os << "the predicted peak memory per rank is "
+         << runtime::formatByteSize(*peak) << ", "
+         << runtime::formatByteSize(*peak - *memoryLimit)
+         << " more than --memory-per-device " << memoryPerDevice << " = "
+         << runtime::formatByteSize(*memoryLimit) << "; nothing was written\n";
+      artifact::explainMemory(*memory, os);
+      os << "alternatives (predicted peak per rank):";
+      for (const artifact::MemoryAlternative &alt :
+           artifact::memoryAlternatives(*imported, plan)) {
+        os << "\n  " << alt.flags << " (" << alt.plan.numRanks()
+           << (alt.plan.numRanks() == 1 ? " rank): " : " ranks): ");
+        if (!alt.peak)
+          os << alt.note;
+        else if (*alt.peak <= *memoryLimit)
+          os << runtime::formatByteSize(*alt.peak) << ", fits";
+        else
+          os << runtime::formatByteSize(*alt.peak) << ", does not fit ("
+             << runtime::formatByteSize(*alt.peak - *memoryLimit) << " over)";
+      }
+      llvm::outs().flush();
+      return fail(msg);
+    }
   }
   if (failed(artifact::writeArtifact(*module, plan, outputPath, dumpDir,
                                      stages.size() + 1)))

@@ -2,7 +2,7 @@
 //
 // mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K
 //     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
-//     [--trace FILE.json]
+//     [--trace FILE.json] [--memory-per-device SIZE] [--memory-report]
 //
 // Every rank loads the plan (see runtime/executor/Plan.h), takes its grid
 // coordinates from its world rank (row-major, last axis fastest), slices its
@@ -34,6 +34,14 @@
 // action's compute, and what is left of the step is the pipeline bubble
 // (bench/pipeline_bubble.sh).
 //
+// Memory: metrics records hold "peak_bytes", every rank's measured peak
+// bytes of the step (exec::MemoryUse: persistent state + constants + arena
+// high-water mark + peak heap bytes allocated in the step), to compare with
+// the compiler's prediction in the manifest ("memory", see
+// compiler/artifact/Memory.h); --memory-report prints both after the last
+// step. --memory-per-device SIZE refuses, before the first step, a plan whose
+// predicted peak exceeds SIZE.
+//
 // Errors found before the first step (options, plan, data, world size) are
 // agreed on by all ranks: the lowest failing rank prints one line and every
 // rank exits with status 1. A failure inside a step aborts the job
@@ -48,10 +56,12 @@
 #include "runtime/executor/Executor.h"
 #include "runtime/executor/Layout.h"
 #include "runtime/executor/Plan.h"
+#include "runtime/metrics/ByteSize.h"
 #include "runtime/metrics/Metrics.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
@@ -97,8 +107,29 @@ static cl::opt<std::string> metricsPath(
              "step_time_s), \"bytes_sent\" (rank 0's collective and "
              "pipeline-send bytes, ring model), and for pipeline plans "
              "\"peak_activation_sets\" (per rank, world-rank order: the most "
-             "micro-batch activation sets held at once)}"),
+             "micro-batch activation sets held at once), and \"peak_bytes\" "
+             "(per rank, world-rank order: the bytes the rank held at its "
+             "peak during the step, measured: persistent state + constants "
+             "+ arena high-water mark + peak heap bytes allocated in the "
+             "step)}"),
     cl::value_desc("metrics.jsonl"), cl::cat(category));
+
+static cl::opt<std::string> memoryPerDevice(
+    "memory-per-device",
+    cl::desc("Refuse to start (exit 1 on every rank, before the first step) "
+             "when the plan's predicted peak bytes per rank (the manifest's "
+             "\"memory\", from tessera-partition) exceed SIZE, e.g. 80GB, "
+             "512MiB, 1.5GB (kB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB = "
+             "powers of 1024). Plans without a prediction (pipeline plans) "
+             "are not checked"),
+    cl::value_desc("SIZE"), cl::init(""), cl::cat(category));
+
+static cl::opt<bool> memoryReport(
+    "memory-report",
+    cl::desc("After the last step, print (rank 0) every rank's measured peak "
+             "bytes of the last step with its breakdown, and the plan's "
+             "prediction"),
+    cl::init(false), cl::cat(category));
 
 static cl::opt<std::string> saveWeights(
     "save-weights",
@@ -323,6 +354,26 @@ int main(int argc, char **argv) {
              ") but was started with " + llvm::Twine(world.size()))
                 .str();
 
+  // The static memory plan's prediction against the device's memory.
+  if (error.empty() && memoryPerDevice.getNumOccurrences()) {
+    llvm::Expected<int64_t> limit = parseByteSize(memoryPerDevice);
+    int64_t predicted = plan->manifest().predictedPeakBytes;
+    if (!limit)
+      error = "--memory-per-device: " + llvm::toString(limit.takeError());
+    else if (predicted > *limit)
+      error = planPath + " needs " + formatByteSize(predicted) +
+              " per rank (predicted peak) but --memory-per-device is " +
+              formatByteSize(*limit) + ": " +
+              formatByteSize(predicted - *limit) +
+              " over; compile a plan that fits with tessera-partition "
+              "--memory-per-device " +
+              memoryPerDevice.getValue();
+    else if (predicted < 0 && isRoot)
+      llvm::errs() << "tessera-run: warning: " << planPath
+                   << " has no memory prediction (pipeline plan); "
+                      "--memory-per-device is not checked\n";
+  }
+
   std::optional<TokenDataset> dataset;
   if (error.empty()) {
     auto opened = TokenDataset::open(dataPath, plan->manifest().seqLen);
@@ -382,6 +433,7 @@ int main(int argc, char **argv) {
   }
 
   // Training.
+  std::vector<int64_t> lastMemory; // rank 0: 5 fields per rank, last step
   const double tokensPerStep =
       static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
   for (int64_t s = 0; s < numSteps; ++s) {
@@ -414,6 +466,17 @@ int main(int argc, char **argv) {
         abortAll(world, "step " + std::to_string(s) +
                             ": MPI_Gather of peak_activation_sets failed");
     }
+    // Every rank's measured memory (see exec::MemoryUse).
+    constexpr int kMemFields = 5;
+    const exec::MemoryUse &use = executor->lastStepMemory();
+    int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
+                                   use.stepHeap, use.total()};
+    lastMemory.assign(isRoot ? kMemFields * world.size() : 0, 0);
+    if ((!metricsPath.empty() || memoryReport) &&
+        MPI_Gather(mineMem, kMemFields, MPI_INT64_T, lastMemory.data(),
+                   kMemFields, MPI_INT64_T, 0, world.handle()) != MPI_SUCCESS)
+      abortAll(world, "step " + std::to_string(s) +
+                          ": MPI_Gather of peak_bytes failed");
     if (!isRoot)
       continue;
     double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;
@@ -430,9 +493,35 @@ int main(int argc, char **argv) {
       rec.extra.emplace_back("bytes_sent", executor->traffic().stepBytes());
       if (gatherPeaks)
         rec.intLists.emplace_back("peak_activation_sets", peaks);
+      std::vector<int64_t> peakBytes;
+      for (int r = 0; r < world.size(); ++r)
+        peakBytes.push_back(lastMemory[kMemFields * r + kMemFields - 1]);
+      rec.intLists.emplace_back("peak_bytes", peakBytes);
       if (llvm::Error err = metrics->write(rec))
         abortAll(world, llvm::toString(std::move(err)));
     }
+  }
+
+  if (memoryReport && isRoot && numSteps > 0) {
+    int64_t predicted = m.predictedPeakBytes;
+    llvm::outs() << "memory per rank, last step (bytes; measured = persistent "
+                    "+ constants + arena high-water + step heap peak):\n";
+    for (int r = 0; r < world.size(); ++r) {
+      const int64_t *f = &lastMemory[5 * r];
+      llvm::outs() << llvm::formatv(
+          "  rank {0}: measured {1} = {2} + {3} + {4} + {5}", r, f[4], f[0],
+          f[1], f[2], f[3]);
+      if (predicted >= 0)
+        llvm::outs() << llvm::formatv(
+            "; predicted {0} ({1:F3}% off)", predicted,
+            100.0 * static_cast<double>(f[4] - predicted) /
+                static_cast<double>(predicted));
+      llvm::outs() << "\n";
+    }
+    if (predicted < 0)
+      llvm::outs() << "  (no prediction: pipeline plans are not "
+                      "memory-planned)\n";
+    llvm::outs().flush();
   }
 
   // Every rank's timeline, on rank 0.

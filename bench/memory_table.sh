@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Benchmark: memory per rank under ZeRO 0/1/2/3 (Rajbhandari et al. 2020) at
+# dp4 with AdamW, fp32, for the example GPT and a larger generated config
+# (examples/gpt/model.py "bench_memory_large": 24 layers, d = 512, 76 M
+# parameters). For each stage it prints, in MiB per rank: the model state
+# (parameters + gradients + optimizer state, from the plan's shard shapes),
+# the ZeRO paper's (2+2+K)·Ψ/N_d with this plan's byte sizes (4-byte
+# parameters and gradients, K = 8 for AdamW's two fp32 moments), the
+# predicted peak of the static memory plan (tsr-plan-memory) and the peak
+# tessera-run measured (largest over ranks and steps), with their difference.
+#   bench/memory_table.sh [BUILD]      (2 steps per run)
+set -euo pipefail
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
+PARTITION="$ROOT/$BUILD/tools/tessera-partition/tessera-partition"
+RUN="$ROOT/$BUILD/tools/tessera-run/tessera-run"
+
+/usr/bin/python3 "$ROOT/examples/gpt/export.py" --config bench_memory_large \
+  -o "$OUT/large.onnx" > /dev/null
+for model in "$ROOT/examples/gpt/gpt.onnx" "$OUT/large.onnx"; do
+  echo "$(basename "$model"), dp4, AdamW fp32 (MiB per rank)"
+  printf '%4s %10s %10s %10s %10s %9s\n' zero state formula predicted measured diff
+  for zero in 0 1 2 3; do
+    "$PARTITION" "$model" -o "$OUT/plan.tsr" --dp 4 --zero "$zero" \
+      --optimizer adamw --explain > "$OUT/explain.txt"
+    mpirun -np 4 "$RUN" "$OUT/plan.tsr" --data "$ROOT/examples/data/corpus.u16" \
+      --steps 2 --log-every 0 --metrics "$OUT/metrics.jsonl"
+    /usr/bin/python3 "$ROOT/bench/memory_table.py" "$zero" "$OUT/explain.txt" \
+      "$OUT/metrics.jsonl"
+  done
+done
