@@ -487,12 +487,10 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
   }
 
   // The runtime program.
-  OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
-  PassManager pm(partitioned.getContext());
-  pm.addPass(lowering::createLowerToRuntime());
-  pm.addPass(lowering::createPlanMemory());
-  if (failed(pm.run(*program)))
+  FailureOr<OwningOpRef<ModuleOp>> lowered = lowerToRuntimeProgram(partitioned);
+  if (failed(lowered))
     return failure();
+  OwningOpRef<ModuleOp> program = std::move(*lowered);
   (*manifest)["memory"] = memoryReport(*program);
   if (!dumpDir.empty() &&
       failed(pipeline::dumpModule(*program, dumpDir, dumpIndex,

@@ -46,14 +46,22 @@ json::Object artifact::memoryReport(ModuleOp program) {
                       {"breakdown", std::move(breakdown)}};
 }
 
-FailureOr<json::Object> artifact::predictMemory(ModuleOp partitioned) {
+FailureOr<OwningOpRef<ModuleOp>>
+artifact::lowerToRuntimeProgram(ModuleOp partitioned) {
   OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
   PassManager pm(partitioned.getContext());
   pm.addPass(lowering::createLowerToRuntime());
   pm.addPass(lowering::createPlanMemory());
   if (failed(pm.run(*program)))
     return failure();
-  return memoryReport(*program);
+  return program;
+}
+
+FailureOr<json::Object> artifact::predictMemory(ModuleOp partitioned) {
+  FailureOr<OwningOpRef<ModuleOp>> program = lowerToRuntimeProgram(partitioned);
+  if (failed(program))
+    return failure();
+  return memoryReport(**program);
 }
 
 std::optional<int64_t> artifact::predictedPeak(const json::Object &report) {

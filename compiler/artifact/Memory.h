@@ -19,6 +19,7 @@
 
 #include "compiler/planner/Plan.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "llvm/Support/JSON.h"
 
 #include <optional>
@@ -31,8 +32,14 @@ namespace tessera::artifact {
 /// run (reads @train_step's `tsrt.peak_bytes`).
 llvm::json::Object memoryReport(mlir::ModuleOp program);
 
-/// Lowers a clone of `partitioned` (tsr-lower-to-runtime, tsr-plan-memory)
-/// and returns its memory report. Failure: the lowering failed (diagnostics
+/// The runtime program of `partitioned`: a clone lowered by
+/// tsr-lower-to-runtime and planned by tsr-plan-memory. Failure: the
+/// lowering failed (diagnostics emitted).
+mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
+lowerToRuntimeProgram(mlir::ModuleOp partitioned);
+
+/// Lowers a clone of `partitioned` (lowerToRuntimeProgram) and returns its
+/// memory report. Failure: the lowering failed (diagnostics
 /// emitted).
 mlir::FailureOr<llvm::json::Object> predictMemory(mlir::ModuleOp partitioned);
 
