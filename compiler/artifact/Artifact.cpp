@@ -150,6 +150,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   if (json::Value *pipeline = planJson.get("pipeline"))
     manifest["pipeline"] = std::move(*pipeline);
   manifest["recompute"] = plan.recompute;
+  if (plan.bucketMb >= 0)
+    manifest["bucket_mb"] = plan.bucketMb;
   manifest["precision"] = plan.precision;
   if (plan.zero > 0) {
     json::Array replicated;
@@ -362,6 +364,10 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
   os << "optimizer: " << json::Value(*manifest.get("optimizer")) << "\n";
   if (std::optional<StringRef> recompute = manifest.getString("recompute"))
     os << "activation recomputation: " << *recompute << "\n";
+  if (std::optional<double> bucket = manifest.getNumber("bucket_mb"))
+    os << llvm::formatv("gradient all-reduces: buckets of {0} MiB, started "
+                        "non-blocking during backward\n",
+                        *bucket);
   if (std::optional<StringRef> precision = manifest.getString("precision"))
     os << "precision: " << *precision
        << (*precision == "fp32" ? ""
@@ -487,7 +493,7 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
   }
 
   // The runtime program.
-  FailureOr<OwningOpRef<ModuleOp>> lowered = lowerToRuntimeProgram(partitioned);
+  FailureOr<OwningOpRef<ModuleOp>> lowered = lowerToRuntimeProgram(partitioned, plan);
   if (failed(lowered))
     return failure();
   OwningOpRef<ModuleOp> program = std::move(*lowered);

@@ -47,18 +47,24 @@ json::Object artifact::memoryReport(ModuleOp program) {
 }
 
 FailureOr<OwningOpRef<ModuleOp>>
-artifact::lowerToRuntimeProgram(ModuleOp partitioned) {
+artifact::lowerToRuntimeProgram(ModuleOp partitioned,
+                                const planner::Plan &plan) {
   OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
   PassManager pm(partitioned.getContext());
   pm.addPass(lowering::createLowerToRuntime());
+  if (plan.bucketMb >= 0)
+    pm.addPass(lowering::createOverlapGradientCollectives(
+        lowering::OverlapGradientCollectivesOptions{plan.bucketMb}));
   pm.addPass(lowering::createPlanMemory());
   if (failed(pm.run(*program)))
     return failure();
   return program;
 }
 
-FailureOr<json::Object> artifact::predictMemory(ModuleOp partitioned) {
-  FailureOr<OwningOpRef<ModuleOp>> program = lowerToRuntimeProgram(partitioned);
+FailureOr<json::Object> artifact::predictMemory(ModuleOp partitioned,
+                                                const planner::Plan &plan) {
+  FailureOr<OwningOpRef<ModuleOp>> program =
+      lowerToRuntimeProgram(partitioned, plan);
   if (failed(program))
     return failure();
   return memoryReport(**program);
@@ -84,7 +90,7 @@ FailureOr<int64_t> artifact::predictPeakBytes(ModuleOp imported,
   if (failed(pipeline::runStages(*module, pipeline::partitionStages(plan),
                                  /*dumpDir=*/"")))
     return failure();
-  FailureOr<json::Object> report = predictMemory(*module);
+  FailureOr<json::Object> report = predictMemory(*module, plan);
   if (failed(report))
     return failure();
   std::optional<int64_t> peak = predictedPeak(*report);

@@ -33,15 +33,18 @@ namespace tessera::artifact {
 llvm::json::Object memoryReport(mlir::ModuleOp program);
 
 /// The runtime program of `partitioned`: a clone lowered by
-/// tsr-lower-to-runtime and planned by tsr-plan-memory. Failure: the
-/// lowering failed (diagnostics emitted).
+/// tsr-lower-to-runtime, with gradient collectives bucketed and overlapped
+/// when `plan.bucketMb` >= 0 (tsr-overlap-gradient-collectives), and
+/// planned by tsr-plan-memory. Failure: the lowering failed (diagnostics
+/// emitted).
 mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
-lowerToRuntimeProgram(mlir::ModuleOp partitioned);
+lowerToRuntimeProgram(mlir::ModuleOp partitioned, const planner::Plan &plan);
 
 /// Lowers a clone of `partitioned` (lowerToRuntimeProgram) and returns its
 /// memory report. Failure: the lowering failed (diagnostics
 /// emitted).
-mlir::FailureOr<llvm::json::Object> predictMemory(mlir::ModuleOp partitioned);
+mlir::FailureOr<llvm::json::Object> predictMemory(mlir::ModuleOp partitioned,
+                                                 const planner::Plan &plan);
 
 /// The predicted peak bytes per rank of `report`, or nullopt when the plan
 /// was not memory-planned (pipeline plans).

@@ -78,6 +78,7 @@ llvm::json::Object Plan::toJSON() const {
                                   {"shape", std::move(shape)}}},
       {"ranks", numRanks()},
       {"recompute", recompute},
+      {"bucket_mb", bucketMb},
       {"precision", precision},
       {"zero", zero},
       {"optimizer", std::move(opt)}};

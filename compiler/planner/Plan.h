@@ -46,6 +46,11 @@ struct Plan {
   /// Activation recomputation per layer (tsr-recompute): "none",
   /// "selective" (attention core, Korthikanti et al. 2022) or "full".
   std::string recompute = "none";
+  /// Gradient bucketing and overlap (tsr-overlap-gradient-collectives):
+  /// data-parallel gradient all-reduces are fused into buckets of about
+  /// this many MiB and started, non-blocking, as soon as their gradients
+  /// are ready; 0 starts each alone; negative keeps them synchronous.
+  double bucketMb = -1;
   /// Compute type of the forward and backward (tsr-mixed-precision):
   /// "fp32", or "bf16" (bf16 activations and gradients, the DP gradient
   /// all-reduce in bf16, fp32 master weights and optimizer state).

@@ -59,6 +59,26 @@ LogicalResult AllReduceOp::verify() {
   return verifyCollective(*this, getGridAxes(), {});
 }
 
+LogicalResult AllReduceStartOp::verify() {
+  if (getReduction() != "sum" && getReduction() != "max")
+    return emitOpError("reduction must be \"sum\" or \"max\"");
+  if (getInput().getType() != getResult().getType())
+    return emitOpError("result type must equal input type");
+  return verifyCollective(*this, getGridAxes(), {});
+}
+
+LogicalResult WaitOp::verify() {
+  auto start = getPending().getDefiningOp<AllReduceStartOp>();
+  if (!start)
+    return emitOpError("pending value must be made by tsrt.all_reduce_start");
+  if (start.getInput() != getInput())
+    return emitOpError("input must be the input of the tsrt.all_reduce_start "
+                       "being waited for");
+  if (getResult().getType() != getPending().getType())
+    return emitOpError("result type must equal the pending value's type");
+  return success();
+}
+
 LogicalResult AllGatherOp::verify() {
   return verifyCollective(*this, getGridAxes(),
                           {static_cast<int64_t>(getDim())});

@@ -67,6 +67,44 @@ def Tsrt_AllReduceOp : Tsrt_CollectiveOp<"all_reduce",
   }];
 }
 
+def Tsrt_AllReduceStartOp : Tsrt_CollectiveOp<"all_reduce_start",
+    (ins DefaultValuedStrAttr<StrAttr, "sum">:$reduction),
+    "Starts a non-blocking all-reduce over `grid_axes`."> {
+  let description = [{
+    As `tsrt.all_reduce`, but only posts the reduction (MPI_Iallreduce) and
+    returns at once, so that computation placed before the matching
+    `tsrt.wait` overlaps with it (gradient buckets, as in PyTorch DDP, Li et
+    al. 2020, and Megatron-LM). The result's bytes are undefined until
+    `tsrt.wait` consumes it; the input must stay unchanged until then,
+    which `tsrt.wait` ensures by reading it too. Volume as `all_reduce`.
+
+    ```mlir
+    %p = tsrt.all_reduce_start %g {grid_axes = array<i16: 0>}
+        : tensor<4096xf32> -> tensor<4096xf32>
+    %s = tsrt.wait %p, %g : tensor<4096xf32>, tensor<4096xf32> -> tensor<4096xf32>
+    ```
+  }];
+}
+
+def Tsrt_WaitOp : Tsrt_Op<"wait"> {
+  let summary = "Completes a non-blocking collective.";
+  let description = [{
+    Waits (MPI_Wait) for the `tsrt.all_reduce_start` that made `pending`
+    and yields its result, a view of `pending`'s buffer (no copy). `input`
+    is that start's input: reading it here keeps its buffer alive and
+    unchanged while the collective may still read it. Errors: `pending` is
+    not made by a `tsrt.all_reduce_start`, `input` is not that op's input,
+    or the result type differs from `pending`'s.
+  }];
+  let arguments = (ins AnyRankedTensor:$pending, AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $pending `,` $input attr-dict `:` type($pending) `,` type($input) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Tsrt_AllGatherOp : Tsrt_CollectiveOp<"all_gather", (ins I64Attr:$dim),
     "All-gather along tensor dimension `dim` over `grid_axes`."> {
   let description = [{

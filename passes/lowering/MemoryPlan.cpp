@@ -62,6 +62,8 @@ FailureOr<int64_t> allocBytes(Type type) {
 /// True for ops whose result shares its operand's storage at run time
 /// (Kernels.cpp resolves them with `allocateResults = false`).
 bool isView(Operation *op) {
+  if (isa<tsrt::WaitOp>(op)) // the completed all_reduce_start's buffer
+    return true;
   auto kernel = dyn_cast<tsrt::KernelOp>(op);
   return kernel && kernel.getKernel() == "reshape";
 }

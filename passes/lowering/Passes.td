@@ -106,4 +106,47 @@ def PlanMemory : Pass<"tsr-plan-memory", "::mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
 }
 
+def OverlapGradientCollectives
+    : Pass<"tsr-overlap-gradient-collectives", "::mlir::ModuleOp"> {
+  let summary = "Bucket data-parallel gradient all-reduces and overlap them "
+                "with backward.";
+  let description = [{
+    Runs on the `tsrt` program after `tsr-lower-to-runtime` and before
+    `tsr-plan-memory`, as PyTorch DDP's gradient buckets (Li et al., 2020,
+    "PyTorch Distributed: Experiences on Accelerating Data Parallel
+    Training") and Megatron-LM's overlapped gradient reduction do. Every
+    `tsrt.all_reduce` over a set of grid axes that contains `dp` is a
+    gradient (or loss) reduction. In the order their inputs become ready,
+    they are grouped into buckets of the same grid axes, reduction and
+    element type until a bucket holds at least `bucket-mb` MiB (0: one per
+    bucket); a bucket also closes before a collective whose input is ready
+    only after a use of an earlier member's result. Each bucket becomes,
+    right after its last input is made: the inputs flattened (`reshape`) and
+    joined (`concat`, only for two or more members), one
+    `tsrt.all_reduce_start`, and, right before the first use of any member's
+    result, `tsrt.wait` and a `slice` + `reshape` per member (two or more
+    members) — so the reduction runs while later backward ops compute.
+    Bytes sent are unchanged (the ring volume is linear in bytes); memory
+    pays one bucket buffer and the copies.
+
+    Pipeline programs (with `tsrt.pipeline_schedule`) and programs without a
+    `dp` axis are left unchanged. Errors: a negative `bucket-mb`.
+
+    ```mlir
+    %a = tsrt.all_reduce %ga {grid_axes = array<i16: 0>} : tensor<64xf32> -> tensor<64xf32>
+    ```
+    becomes (`bucket-mb=0`)
+    ```mlir
+    %s = tsrt.all_reduce_start %ga {grid_axes = array<i16: 0>} : tensor<64xf32> -> tensor<64xf32>
+    ...   // later backward ops
+    %a = tsrt.wait %s, %ga : tensor<64xf32>, tensor<64xf32> -> tensor<64xf32>
+    ```
+  }];
+  let options = [
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"25",
+           "Bucket size in MiB (0: one collective per bucket)">,
+  ];
+  let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
+}
+
 #endif // TESSERA_PASSES_LOWERING_PASSES

@@ -264,7 +264,9 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
                                     i, offset));
         continue;
       }
-      if (inst.kind != Instruction::Kind::Call || !inst.allocateResults)
+      if ((inst.kind != Instruction::Kind::Call &&
+           inst.kind != Instruction::Kind::AllReduceStart) ||
+          !inst.allocateResults)
         return fail(llvm::formatv("result #{0} has an arena offset but the "
                                   "runtime does not allocate it (a view or "
                                   "a received value)",
@@ -316,6 +318,7 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
                               inPlace.asArrayRef().end());
     return llvm::Error::success();
   };
+  llvm::DenseMap<Operation *, int> asyncOf; // all_reduce_start -> request
   llvm::DenseMap<Value, int> slotOf;
   auto newSlot = [&](Value v) {
     slotOf[v] = p.slots;
@@ -433,6 +436,29 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       continue;
     }
 
+    if (auto wait = dyn_cast<tessera::tsrt::WaitOp>(op)) {
+      auto start =
+          wait.getPending().getDefiningOp<tessera::tsrt::AllReduceStartOp>();
+      auto it = start ? asyncOf.find(start.getOperation()) : asyncOf.end();
+      if (it == asyncOf.end())
+        return opError("waits for a value not made by tsrt.all_reduce_start");
+      inst.kernel = "wait";
+      inst.kind = Instruction::Kind::Wait;
+      inst.asyncIndex = it->second;
+      inst.allocateResults = false;
+      if (inTypes[0] != outTypes[0])
+        return opError("result type must equal the pending value's type");
+      if (llvm::Error err = readOffsets(op, inst, outTypes))
+        return opError(llvm::toString(std::move(err)));
+      inst.where = where;
+      inst.resultTypes = outTypes;
+      inst.results.push_back(newSlot(wait.getResult()));
+      p.maxOperands = std::max(p.maxOperands, inst.operands.size());
+      p.maxResults = std::max(p.maxResults, inst.results.size());
+      p.insts.push_back(std::move(inst));
+      continue;
+    }
+
     llvm::Error err = llvm::Error::success();
     if (auto k = dyn_cast<tessera::tsrt::KernelOp>(op)) {
       inst.kernel = k.getKernel().str();
@@ -440,7 +466,8 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
                           options, inst);
     } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
                    tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp,
-                   tessera::tsrt::AllSliceOp>(op)) {
+                   tessera::tsrt::AllSliceOp, tessera::tsrt::AllReduceStartOp>(
+                   op)) {
       inst.kernel = op.getName().stripDialect().str();
       auto axesAttr = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes");
       if (!axesAttr || op.getNumOperands() != 1 || op.getNumResults() != 1)
@@ -465,7 +492,17 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
         auto a = op.getAttrOfType<IntegerAttr>(name);
         return a ? a.getValue().getSExtValue() : 0;
       };
-      if (auto ar = dyn_cast<tessera::tsrt::AllReduceOp>(op)) {
+      if (auto start = dyn_cast<tessera::tsrt::AllReduceStartOp>(op)) {
+        if (start.getReduction() != "sum" && start.getReduction() != "max")
+          return opError("reduction must be \"sum\" or \"max\"");
+        if (inTypes[0] != outTypes[0] || inTypes[0].dtype == DType::I1)
+          return opError("result type must equal the input type (not i1)");
+        inst.kind = Instruction::Kind::AllReduceStart;
+        inst.commIndex = commIndex;
+        inst.reduceMax = start.getReduction() == "max";
+        inst.asyncIndex = p.numAsync++;
+        asyncOf[&op] = inst.asyncIndex;
+      } else if (auto ar = dyn_cast<tessera::tsrt::AllReduceOp>(op)) {
         if (ar.getReduction() != "sum" && ar.getReduction() != "max")
           return opError("reduction must be \"sum\" or \"max\"");
         err = resolveCollective(CollectiveOp::AllReduce, commIndex, n, 0, 0,
@@ -565,6 +602,18 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
         }
     }
   } cancelGuard{posted};
+  // Non-blocking all-reduces (tsrt.all_reduce_start) cannot be cancelled:
+  // on an early return, wait for the ones still in flight before their
+  // buffers go.
+  std::vector<MPI_Request> requests(numAsync, MPI_REQUEST_NULL);
+  struct WaitGuard {
+    std::vector<MPI_Request> &requests;
+    ~WaitGuard() {
+      for (MPI_Request &r : requests)
+        if (r != MPI_REQUEST_NULL)
+          MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+  } waitGuard{requests};
   auto peerText = [&](const Instruction &inst) {
     int64_t stages = ctx.p2p ? ctx.p2p->stages : 1;
     return llvm::formatv("chunk {0} (pp rank {1}), channel {2}, micro-batch "
@@ -646,6 +695,14 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
         slot[s] = Tensor();
       continue;
     }
+    if (inst.kind == Instruction::Kind::Wait) {
+      if (llvm::Error err = mpi::wait(&requests[inst.asyncIndex]))
+        return fail(inst.where + ": " + llvm::toString(std::move(err)));
+      slot[inst.results[0]] = slot[inst.operands[0]];
+      for (int s : inst.release)
+        slot[s] = Tensor();
+      continue;
+    }
     if (inst.kind == Instruction::Kind::Recv) {
       PostedRecv &r = posted[inst.recvIndex];
       MPI_Status status;
@@ -694,7 +751,14 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
         ctx.arena->highWater = std::max(ctx.arena->highWater,
                                         offset + std::max<int64_t>(used, 64));
       }
-    if (llvm::Error err = inst.fn(ctx, in, out))
+    if (inst.kind == Instruction::Kind::AllReduceStart) {
+      if (llvm::Error err = mpi::startAllReduce(
+              *in[0], out[0],
+              inst.reduceMax ? mpi::ReduceOp::Max : mpi::ReduceOp::Sum,
+              ctx.comms[inst.commIndex], &requests[inst.asyncIndex],
+              ctx.traffic))
+        return fail(inst.where + ": " + llvm::toString(std::move(err)));
+    } else if (llvm::Error err = inst.fn(ctx, in, out))
       return fail(inst.where + ": " + llvm::toString(std::move(err)));
     for (size_t i = 0; i < out.size(); ++i)
       slot[inst.results[i]] = std::move(out[i]);

@@ -148,8 +148,15 @@ struct Instruction {
   /// Call: runs `fn`. Send: MPI_Isend of operand 0 to the stage of
   /// `peerChunk`. Recv: waits for the receive posted at the start of `run`
   /// and yields it as result 0.
-  enum class Kind { Call, Send, Recv };
+  /// AllReduceStart: posts MPI_Iallreduce of operand 0 into result 0
+  /// (allocated as a Call's) over comm `commIndex`, as request
+  /// `asyncIndex`. Wait: completes request `asyncIndex`; result 0 is a view
+  /// of operand 0.
+  enum class Kind { Call, Send, Recv, AllReduceStart, Wait };
   Kind kind = Kind::Call;
+  int commIndex = -1;     ///< AllReduceStart
+  int asyncIndex = -1;    ///< AllReduceStart, Wait
+  bool reduceMax = false; ///< AllReduceStart: max instead of sum
   int64_t peerChunk = -1; ///< Send/Recv: the other chunk
   int64_t channel = -1;   ///< Send/Recv: the tsrt channel
   int recvIndex = -1;     ///< Recv: index into the program's posted receives
@@ -234,6 +241,7 @@ private:
   std::vector<int> releaseArgsEarly; ///< arg slots never read
   std::vector<int> inPlaceArgs;      ///< arguments some result overwrites
   std::vector<int> recvInsts;        ///< instruction index of each recv
+  int numAsync = 0;                  ///< tsrt.all_reduce_start count
   int64_t maxChan = -1;
   int64_t arena = 0;
   size_t maxResults = 0, maxOperands = 0;

@@ -6,11 +6,12 @@
         same batches: the 8 losses must match within rtol.
 
     e2e.py parallel --build DIR --config NAME --optimizer sgd|adamw --dp N --tp M
-                    [--zero 0|1|2|3] [--rtol 1e-5]
+                    [--zero 0|1|2|3] [--bucket-mb MB] [--rtol 1e-5]
         dp*tp-rank run vs the serial run: every step's loss and every final
         parameter (relative L2) must match within rtol. --zero compiles the
         parallel run with that ZeRO stage (its final weights are gathered
-        from the dp shards by --save-weights).
+        from the dp shards by --save-weights); --bucket-mb with gradient
+        buckets overlapped with backward.
 
     e2e.py pipeline --build DIR --config NAME --optimizer sgd|adamw
                     --grid PPxDPxTP --micro-batches 1,4,8
@@ -131,6 +132,8 @@ def main():
     p.add_argument("--pp", type=int, default=1, help="recompute: stages")
     p.add_argument("--zero", type=int, default=0,
                    help="parallel: ZeRO stage of the parallel run")
+    p.add_argument("--bucket-mb", default=None,
+                   help="parallel: gradient bucket size of the parallel run")
     p.add_argument("--modes", default="selective,full",
                    help="recompute: the --recompute modes to check")
     p.add_argument("--traffic", action="store_true",
@@ -182,6 +185,9 @@ def main():
             zero = ["--zero", str(args.zero)] if args.zero else []
             what = f"dp{args.dp} x tp{args.tp}" + (
                 f" ZeRO-{args.zero}" if args.zero else "")
+            if args.bucket_mb is not None:
+                zero += ["--bucket-mb", args.bucket_mb]
+                what += f" buckets of {args.bucket_mb} MiB"
             par_m, par_w = tessera(args, work, args.dp, args.tp, "parallel",
                                    zero)
             print(f"losses: {what} vs serial (rtol {rtol})")

@@ -122,6 +122,15 @@ static cl::opt<int64_t> zero(
              "with --dp 1; not "
              "supported with --pp / --micro-batches yet"),
     cl::init(0), cl::cat(category));
+static cl::opt<double> bucketMb(
+    "bucket-mb",
+    cl::desc("Overlap data-parallel gradient all-reduces with backward: fuse "
+             "them into buckets of about this many MiB, each started "
+             "non-blocking (MPI_Iallreduce) as soon as its last gradient is "
+             "ready and waited for just before the first use (PyTorch DDP, "
+             "Li et al. 2020; 0: one per gradient). Default: off "
+             "(synchronous all-reduces)"),
+    cl::init(-1), cl::value_desc("MiB"), cl::cat(category));
 static cl::opt<std::string> optimizer("optimizer",
                                       cl::desc("sgd or adamw (torch.optim)"),
                                       cl::init("adamw"), cl::cat(category));
@@ -207,6 +216,7 @@ int main(int argc, char **argv) {
   plan.virtualStages = virtualStages;
   plan.ppStages.assign(ppStages.begin(), ppStages.end());
   plan.recompute = recompute;
+  plan.bucketMb = bucketMb;
   plan.precision = precision;
   plan.zero = zero;
   plan.optimizer.name = optimizer;
@@ -262,7 +272,7 @@ int main(int argc, char **argv) {
     artifact::explain(*manifest, *module, llvm::outs());
   }
   if (explain || memoryLimit) {
-    FailureOr<llvm::json::Object> memory = artifact::predictMemory(*module);
+    FailureOr<llvm::json::Object> memory = artifact::predictMemory(*module, plan);
     if (failed(memory))
       return 1;
     if (explain)

@@ -284,6 +284,39 @@ llvm::Error mpi::allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
   return llvm::Error::success();
 }
 
+llvm::Error mpi::startAllReduce(const Tensor &in, Tensor &out, ReduceOp op,
+                                const Communicator &comm, MPI_Request *request,
+                                TrafficCounter *counter) {
+  *request = MPI_REQUEST_NULL;
+  if (in.dtype() == DType::I1)
+    return plainError("all_reduce_start", "i1 tensors are not supported");
+  if (out.dtype() != in.dtype() || out.shape() != in.shape() ||
+      out.raw() == in.raw())
+    return plainError("all_reduce_start",
+                      "the result must be a distinct buffer of the input's "
+                      "type");
+  if (auto e = checkCount(in.numel(), "all_reduce_start"))
+    return e;
+  if (counter)
+    counter->record(CollectiveKind::AllReduce, (double)in.bytes(), comm.size());
+  if (comm.size() == 1 || in.numel() == 0) {
+    std::memcpy(out.raw(), in.raw(), in.bytes());
+    return llvm::Error::success();
+  }
+  MPI_CHECK(MPI_Iallreduce(in.raw(), out.raw(), (int)in.numel(),
+                           mpiType(in.dtype()), reduceOp(in.dtype(), op),
+                           comm.handle(), request),
+            "all_reduce_start");
+  return llvm::Error::success();
+}
+
+llvm::Error mpi::wait(MPI_Request *request) {
+  if (*request == MPI_REQUEST_NULL)
+    return llvm::Error::success();
+  MPI_CHECK(MPI_Wait(request, MPI_STATUS_IGNORE), "wait");
+  return llvm::Error::success();
+}
+
 llvm::Error mpi::allGather(const Tensor &in, int64_t dim,
                            const Communicator &comm, Tensor &out,
                            TrafficCounter *counter) {

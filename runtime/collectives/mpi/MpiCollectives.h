@@ -184,6 +184,16 @@ llvm::Error recv(Tensor &t, int src, const Communicator &comm, int tag = 0);
 /// Barrier over comm.
 llvm::Error barrier(const Communicator &comm);
 
+/// Posts a non-blocking all-reduce of `in` into `out` (same dtype and
+/// shape, not `in`; MPI_Iallreduce) and sets `*request`; `in` must not
+/// change and `out` must not be read until wait(). Counted like allReduce.
+/// With one rank, copies `in` to `out` and sets MPI_REQUEST_NULL.
+llvm::Error startAllReduce(const Tensor &in, Tensor &out, ReduceOp op,
+                           const Communicator &comm, MPI_Request *request,
+                           TrafficCounter *counter = nullptr);
+/// Completes a request of startAllReduce (no-op for MPI_REQUEST_NULL).
+llvm::Error wait(MPI_Request *request);
+
 /// The MPI datatype of one element of `dtype` (F32 -> MPI_FLOAT, I64 ->
 /// MPI_INT64_T, I1 -> MPI_UINT8_T, BF16 -> MPI_UINT16_T).
 MPI_Datatype dataType(DType dtype);
