@@ -24,6 +24,7 @@ size_t tessera::runtime::dtypeSize(DType dtype) {
   case DType::I1:
     return 1;
   case DType::BF16:
+  case DType::F16:
     return 2;
   }
   return 0;
@@ -39,6 +40,8 @@ const char *tessera::runtime::dtypeName(DType dtype) {
     return "i1";
   case DType::BF16:
     return "bf16";
+  case DType::F16:
+    return "f16";
   }
   return "?";
 }

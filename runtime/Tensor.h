@@ -26,13 +26,20 @@ namespace runtime {
 
 /// Element types. `I1` (booleans) is stored as one uint8_t per element holding
 /// 0 or 1. `BF16` (bfloat16: the upper 16 bits of an IEEE f32) is stored as
-/// one `BFloat16` (uint16_t bits) per element.
-enum class DType { F32, I64, I1, BF16 };
+/// one `BFloat16` (uint16_t bits) per element; `F16` (IEEE binary16 half:
+/// 1 sign, 5 exponent, 10 mantissa bits) as one `Float16` (uint16_t bits).
+enum class DType { F32, I64, I1, BF16, F16 };
 
-/// Size in bytes of one element of `dtype` (4, 8, 1, 2).
+/// Size in bytes of one element of `dtype` (4, 8, 1, 2, 2).
 size_t dtypeSize(DType dtype);
 
-/// Short name: "f32", "i64", "i1", "bf16".
+/// True for the 16-bit float types (BF16, F16) that kernels compute on
+/// through their f32 code (exact widening, results rounded back).
+inline bool isFloat16Bit(DType dtype) {
+  return dtype == DType::BF16 || dtype == DType::F16;
+}
+
+/// Short name: "f32", "i64", "i1", "bf16", "f16".
 const char *dtypeName(DType dtype);
 
 /// One bfloat16 value (its bits). Convert with toBFloat16 / toFloat.
@@ -60,6 +67,66 @@ inline float toFloat(BFloat16 value) {
   return f;
 }
 
+/// One IEEE binary16 (fp16) value (its bits). Convert with toFloat16 /
+/// toFloat.
+struct Float16 {
+  uint16_t bits = 0;
+};
+
+/// f32 -> f16, rounding to nearest, ties to even (IEEE 754, as torch and
+/// the hardware do). Magnitudes from 65520 (half-way past the largest
+/// finite f16, 65504) round to infinity; magnitudes below 2^-14 become f16
+/// subnormals (multiples of 2^-24), and those up to 2^-25 (a tie, to even)
+/// round to a signed zero. Infinities stay infinite; NaN stays a quiet NaN
+/// with its sign. Used by fp16 mixed precision (Micikevicius et al., 2018),
+/// whose loss scaling exists because of this narrow range.
+inline Float16 toFloat16(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, sizeof(u));
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) // NaN: keep the sign and top payload bits, quiet
+    return Float16{
+        static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu))};
+  if (a >= 0x477ff000u) // >= 65520 (or inf): infinity
+    return Float16{static_cast<uint16_t>(sign | 0x7c00u)};
+  if (a >= 0x38800000u) { // normal f16 (>= 2^-14): rebias 127 -> 15
+    a -= 0x38000000u;
+    a += 0xfffu + ((a >> 13) & 1u); // round to nearest even; may carry
+    return Float16{static_cast<uint16_t>(sign | (a >> 13))};
+  }
+  if (a < 0x33000000u) // below 2^-25: rounds to zero
+    return Float16{sign};
+  // Subnormal: the result is m * 2^-24 with m = mantissa >> shift, rounded.
+  uint32_t exp = a >> 23; // 102..112
+  uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - exp; // 14..24
+  uint32_t m = mant >> shift;
+  uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (m & 1u)))
+    ++m; // 0x400 is the smallest normal: still right
+  return Float16{static_cast<uint16_t>(sign | m)};
+}
+
+/// f16 -> f32 (exact, subnormals, infinities and NaN included).
+inline float toFloat(Float16 value) {
+  uint32_t sign = static_cast<uint32_t>(value.bits & 0x8000u) << 16;
+  uint32_t exp = (value.bits >> 10) & 0x1fu, mant = value.bits & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    float f = static_cast<float>(mant) * 0x1p-24f; // exact (subnormal or 0)
+    std::memcpy(&u, &f, sizeof(u));
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
 /// Maps a C++ element type to its DType (float, int64_t, uint8_t).
 template <typename T> struct DTypeOf;
 template <> struct DTypeOf<float> {
@@ -73,6 +140,9 @@ template <> struct DTypeOf<uint8_t> {
 };
 template <> struct DTypeOf<BFloat16> {
   static constexpr DType value = DType::BF16;
+};
+template <> struct DTypeOf<Float16> {
+  static constexpr DType value = DType::F16;
 };
 
 /// Number of elements of a shape (1 for rank 0). Dims must be >= 0.

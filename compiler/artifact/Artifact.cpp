@@ -21,6 +21,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -153,6 +154,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   if (plan.bucketMb >= 0)
     manifest["bucket_mb"] = plan.bucketMb;
   manifest["precision"] = plan.precision;
+  if (plan.precision == "fp16")
+    manifest["loss_scale"] = plan.effectiveLossScale();
   if (plan.zero > 0) {
     json::Array replicated;
     if (auto names = func->getAttrOfType<ArrayAttr>("tsr.zero_replicated"))
@@ -374,6 +377,14 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
                                 : " forward/backward and gradient all-reduce; "
                                   "fp32 master weights and optimizer state")
        << "\n";
+  if (std::optional<double> scale = manifest.getNumber("loss_scale")) {
+    char s[32];
+    std::snprintf(s, sizeof(s), "%g", *scale);
+    os << llvm::formatv("loss scale: {0} (static: the backward seed times "
+                        "{0}, each gradient times 1/{0} in fp32 before its "
+                        "update; an fp16 overflow is not skipped)\n",
+                        s);
+  }
   os << "parameters (global shape -> local shape, sharding per dim):\n";
   int64_t localBytes = 0, globalBytes = 0;
   for (const json::Value &v : *manifest.getArray("arguments")) {
@@ -493,7 +504,8 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
   }
 
   // The runtime program.
-  FailureOr<OwningOpRef<ModuleOp>> lowered = lowerToRuntimeProgram(partitioned, plan);
+  FailureOr<OwningOpRef<ModuleOp>> lowered =
+      lowerToRuntimeProgram(partitioned, plan);
   if (failed(lowered))
     return failure();
   OwningOpRef<ModuleOp> program = std::move(*lowered);

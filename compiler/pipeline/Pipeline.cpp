@@ -56,9 +56,12 @@ pipeline::partitionStages(const planner::Plan &plan) {
         llvm::formatv(" pp={0} micro-batches={1}", plan.pp, plan.microBatches);
   annotate += "}";
   std::vector<Stage> stages = {{"build-train-step", train}};
-  if (plan.precision != "fp32")
-    stages.push_back({"mixed-precision",
-                      "tsr-mixed-precision{precision=" + plan.precision + "}"});
+  if (plan.precision != "fp32") {
+    std::string mp = "tsr-mixed-precision{precision=" + plan.precision;
+    if (plan.precision == "fp16")
+      mp += " loss-scale=" + exact(plan.effectiveLossScale());
+    stages.push_back({"mixed-precision", mp + "}"});
+  }
   if (plan.recompute != "none")
     stages.push_back(
         {"recompute", "tsr-recompute{mode=" + plan.recompute + "}"});

@@ -4,7 +4,17 @@
 
 #include "dialects/tsrt/PipelineSchedule.h"
 
+#include <cmath>
+#include <cstdio>
+
 using namespace tessera::planner;
+
+/// `v` as printf's %g ("1000", "0.5", "inf").
+static std::string shortDouble(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 
 llvm::Error Plan::validate() const {
   auto fail = [](const llvm::Twine &msg) {
@@ -29,11 +39,23 @@ llvm::Error Plan::validate() const {
   if (recompute != "none" && recompute != "selective" && recompute != "full")
     return fail("--recompute must be none, selective or full, got '" +
                 recompute + "'");
-  if (precision == "fp16")
-    return fail("--precision fp16 is not supported yet (it needs loss "
-                "scaling); use bf16");
-  if (precision != "fp32" && precision != "bf16")
-    return fail("--precision must be fp32 or bf16, got '" + precision + "'");
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16")
+    return fail("--precision must be fp32, bf16 or fp16, got '" + precision +
+                "'");
+  if (lossScale && precision != "fp16")
+    return fail("--loss-scale is only meaningful with --precision fp16");
+  if (lossScale) {
+    int exp;
+    double s = *lossScale;
+    if (!(s > 0) || !std::isfinite(s) || std::frexp(s, &exp) != 0.5)
+      return fail("--loss-scale must be a power of two > 0 (so scaling is "
+                  "exact), got " +
+                  shortDouble(s));
+  }
+  if (precision == "fp16" && zero > 0)
+    return fail("--precision fp16 with --zero is not supported yet (the "
+                "loss-scale unscale sits between the gradient reduction and "
+                "the update)");
   if (precision != "fp32" && pipelined())
     return fail("--precision " + precision +
                 " with pipeline parallelism (--pp or --micro-batches) is not "
@@ -82,6 +104,8 @@ llvm::json::Object Plan::toJSON() const {
       {"precision", precision},
       {"zero", zero},
       {"optimizer", std::move(opt)}};
+  if (precision == "fp16")
+    out["loss_scale"] = effectiveLossScale();
   if (pipelined()) {
     out["pipeline"] = llvm::json::Object{{"pp_axis", 2},
                                          {"mb_axis", 3},

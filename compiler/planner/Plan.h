@@ -13,6 +13,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,11 +53,24 @@ struct Plan {
   /// are ready; 0 starts each alone; negative keeps them synchronous.
   double bucketMb = -1;
   /// Compute type of the forward and backward (tsr-mixed-precision):
-  /// "fp32", or "bf16" (bf16 activations and gradients, the DP gradient
-  /// all-reduce in bf16, fp32 master weights and optimizer state).
-  /// "fp16" is rejected (it needs loss scaling, not supported yet), and so
-  /// is bf16 with pipelining (its micro-batch accumulators are f32).
+  /// "fp32", "bf16" (bf16 activations and gradients, the DP gradient
+  /// all-reduce in bf16, fp32 master weights and optimizer state) or
+  /// "fp16" (the same in fp16, with static loss scaling; Micikevicius et
+  /// al. 2018). bf16/fp16 are rejected with pipelining (the micro-batch
+  /// accumulators are f32), fp16 also with ZeRO (the unscale sits between
+  /// the gradient's reduction and its update).
   std::string precision = "fp32";
+  /// fp16's static loss scale S (--loss-scale): the backward seed is
+  /// multiplied by S and each gradient by 1/S before its update. Must be a
+  /// power of two > 0; unset means kDefaultLossScale. Setting it with
+  /// another precision is an error. A static S can overflow fp16 (65504):
+  /// steps are not skipped (no dynamic loss scaling).
+  std::optional<double> lossScale;
+  static constexpr double kDefaultLossScale = 1024;
+  /// S for fp16 plans (lossScale or the default), 1 otherwise.
+  double effectiveLossScale() const {
+    return precision == "fp16" ? lossScale.value_or(kDefaultLossScale) : 1.0;
+  }
   /// ZeRO stage over the dp axis (tsr-zero-sharding, Rajbhandari et al.
   /// 2020): 0 off, 1 optimizer state, 2 + gradients, 3 + parameters
   /// sharded. A no-op with dp = 1; not supported with pipelining yet.

@@ -20,11 +20,11 @@ def Tsr_Dialect : Dialect {
   let description = [{
     All tensors are ranked and statically shaped (`tensor<8x64xf32>`). Token
     ids are `i64`, masks `i1`, activations and parameters `f32`, or `bf16`
-    inside the step after `tsr-mixed-precision` (parameters and optimizer
-    state stay `f32` at the step's boundary). Broadcasting is never implicit:
-    elementwise ops take operands of one shape and the importer makes
-    broadcasts explicit with `tsr.broadcast`, so gradients and sharding rules
-    see every broadcast.
+    / `f16` inside the step after `tsr-mixed-precision` (parameters and
+    optimizer state stay `f32` at the step's boundary). Broadcasting is
+    never implicit: elementwise ops take operands of one shape and the
+    importer makes broadcasts explicit with `tsr.broadcast`, so gradients
+    and sharding rules see every broadcast.
 
     Phase invariants:
     - after import: `func.func @forward` only, no `tsr.*_grad` or optimizer ops;

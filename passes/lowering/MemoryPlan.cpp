@@ -51,7 +51,7 @@ FailureOr<int64_t> allocBytes(Type type) {
     elementBytes = 8;
   else if (e.isInteger(1))
     elementBytes = 1;
-  else if (e.isBF16())
+  else if (e.isBF16() || e.isF16())
     elementBytes = 2;
   else
     return failure();
@@ -83,10 +83,11 @@ int64_t inPlaceOperand(Operation *op, unsigned result) {
   return -1;
 }
 
-/// Heap bytes the runtime's bf16 adapter (runtime/executor/Kernels.cpp,
-/// resolveWidened) holds while `op` runs: an f32 copy of every bf16 operand
-/// and result of a kernel that computes (every kernel but those that only
-/// move bytes, which take bf16 natively). 0 for other ops.
+/// Heap bytes the runtime's 16-bit float adapter
+/// (runtime/executor/Kernels.cpp, resolveWidened) holds while `op` runs: an
+/// f32 copy of every bf16/f16 operand and result of a kernel that computes
+/// (every kernel but those that only move bytes, which take bf16/f16
+/// natively). 0 for other ops.
 int64_t widenedWorkspaceBytes(Operation *op) {
   auto kernel = dyn_cast<tsrt::KernelOp>(op);
   if (!kernel ||
@@ -97,7 +98,9 @@ int64_t widenedWorkspaceBytes(Operation *op) {
   int64_t bytes = 0;
   auto add = [&](Type t) {
     auto ranked = dyn_cast<RankedTensorType>(t);
-    if (ranked && ranked.getElementType().isBF16() && ranked.hasStaticShape())
+    if (ranked &&
+        (ranked.getElementType().isBF16() || ranked.getElementType().isF16()) &&
+        ranked.hasStaticShape())
       bytes +=
           lowering::alignedBufferBytes(ranked.getNumElements() * 4, kAlignment);
   };
@@ -155,7 +158,7 @@ LogicalResult planFunction(func::FuncOp func) {
     if (failed(bytes))
       return func.emitOpError("argument #")
              << arg.getArgNumber() << " has type " << arg.getType()
-             << ", which the runtime cannot hold (static f32/bf16/i64/i1 "
+             << ", which the runtime cannot hold (static f32/bf16/f16/i64/i1 "
                 "tensors)";
     root[arg] = arg;
     Storage s;
@@ -184,7 +187,8 @@ LogicalResult planFunction(func::FuncOp func) {
       if (failed(allocBytes(v.getType())))
         return op.emitOpError("result type ")
                << v.getType()
-               << " is not one the runtime can hold (static f32/bf16/i64/i1 "
+               << " is not one the runtime can hold (static "
+                  "f32/bf16/f16/i64/i1 "
                   "tensors)";
     if (auto cst = dyn_cast<tsrt::ConstantOp>(op)) {
       Storage s;

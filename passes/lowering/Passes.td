@@ -101,7 +101,7 @@ def PlanMemory : Pass<"tsr-plan-memory", "::mlir::ModuleOp"> {
     Errors (naming the op or argument): an op that is not a `tsrt`
     instruction (the pass runs after lowering), a function without a single
     block or a `func.return`, and a type the runtime cannot hold (not a
-    statically shaped f32/bf16/i64/i1 tensor).
+    statically shaped f32/bf16/f16/i64/i1 tensor).
   }];
   let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
 }

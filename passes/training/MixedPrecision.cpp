@@ -1,4 +1,4 @@
-//===- MixedPrecision.cpp - bf16 compute with fp32 master weights ---------===//
+//===- MixedPrecision.cpp - bf16/fp16 compute, fp32 master weights --------===//
 //
 // See Passes.td (tsr-mixed-precision). The pass rewrites @train_step in
 // place, in program order:
@@ -15,6 +15,9 @@
 //   4. a low-precision value returned by the step is converted back to f32.
 // Ops whose operands are all f32 stay f32 (the loss scaling chain, the step
 // counter), so the f32 island around the loss needs no special casing.
+// fp16 adds static loss scaling (Micikevicius et al., 2018), before 1-4:
+// the cross-entropy gradient's f32 seed is multiplied by S, and after 3
+// each f32 gradient is multiplied by 1/S (exact: S is a power of two).
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +30,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+
+#include <cmath>
 
 namespace tessera::training {
 #define GEN_PASS_DEF_MIXEDPRECISION
@@ -76,26 +81,34 @@ struct MixedPrecisionPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (precision == "fp32")
-      return;
-    if (precision == "fp16") {
-      module.emitError("tsr-mixed-precision: precision 'fp16' is not "
-                       "supported yet (it needs loss scaling); use bf16");
-      return signalPassFailure();
-    }
-    if (precision != "bf16") {
-      module.emitError("tsr-mixed-precision: precision must be fp32 or bf16, "
-                       "got '")
+    if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
+      module.emitError("tsr-mixed-precision: precision must be fp32, bf16 or "
+                       "fp16, got '")
           << precision << "'";
       return signalPassFailure();
     }
+    bool fp16 = precision == "fp16";
+    if (!fp16 && lossScale.hasValue()) {
+      module.emitError("tsr-mixed-precision: loss-scale is only meaningful "
+                       "with precision=fp16");
+      return signalPassFailure();
+    }
+    if (fp16 && !isPowerOfTwo(lossScale)) {
+      module.emitError("tsr-mixed-precision: loss-scale must be a power of "
+                       "two > 0 (so scaling is exact), got ")
+          << lossScale;
+      return signalPassFailure();
+    }
+    if (precision == "fp32")
+      return;
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
     if (!func || func.isExternal()) {
       module.emitError("tsr-mixed-precision needs a @train_step with a body "
                        "(run tsr-build-train-step first)");
       return signalPassFailure();
     }
-    low = BFloat16Type::get(&getContext());
+    low = fp16 ? Type(Float16Type::get(&getContext()))
+               : Type(BFloat16Type::get(&getContext()));
     bool alreadyLow = false;
     func.walk([&](Operation *op) {
       for (Type t : op->getResultTypes())
@@ -104,15 +117,56 @@ struct MixedPrecisionPass
     for (Type t : func.getArgumentTypes())
       alreadyLow |= hasElement(t, low);
     if (alreadyLow) {
-      func.emitError("tsr-mixed-precision: @train_step already holds bf16 "
-                     "values (the pass runs once, on an f32 step)");
+      func.emitError("tsr-mixed-precision: @train_step already holds ")
+          << lowName() << " values (the pass runs once, on an f32 step)";
       return signalPassFailure();
     }
-    if (failed(rewrite(func)))
+    if (fp16 && failed(scaleSeeds(func)))
+      return signalPassFailure();
+    if (failed(rewrite(func, fp16 ? 1.0 / lossScale : 1.0)))
       return signalPassFailure();
   }
 
+  /// True for a finite power of two > 0 (2^k, k any integer).
+  static bool isPowerOfTwo(double s) {
+    int exp;
+    return s > 0 && std::isfinite(s) && std::frexp(s, &exp) == 0.5;
+  }
+
 private:
+  /// "bf16" or "f16", for diagnostics.
+  StringRef lowName() const { return isa<Float16Type>(low) ? "f16" : "bf16"; }
+
+  /// A splat f32 constant of `shape` holding `value`, at `b`'s insertion
+  /// point.
+  Value splatF32(OpBuilder &b, Location loc, ArrayRef<int64_t> shape,
+                 double value) {
+    auto type = RankedTensorType::get(shape, Float32Type::get(&getContext()));
+    auto attr = DenseElementsAttr::get(type, b.getF32FloatAttr(value));
+    return tsr::ConstantOp::create(b, loc, type, cast<ElementsAttr>(attr));
+  }
+
+  /// Static loss scaling, forward half: the f32 cotangent seed of every
+  /// `tsr.cross_entropy_grad` (the 1 x 1/N product) becomes seed * S, so
+  /// the whole backward computes S times the gradients and small ones stay
+  /// above fp16's subnormal range. Error if the step has no such seed.
+  LogicalResult scaleSeeds(func::FuncOp func) {
+    SmallVector<tsr::CrossEntropyGradOp> grads;
+    func.walk([&](tsr::CrossEntropyGradOp op) { grads.push_back(op); });
+    if (grads.empty())
+      return func.emitError("tsr-mixed-precision: precision=fp16 needs a "
+                            "tsr.cross_entropy_grad seed to apply the loss "
+                            "scale to");
+    for (tsr::CrossEntropyGradOp op : grads) {
+      OpOperand &seed = op->getOpOperand(2);
+      auto type = cast<RankedTensorType>(seed.get().getType());
+      OpBuilder b(op);
+      Value s = splatF32(b, op.getLoc(), type.getShape(), lossScale);
+      seed.set(tsr::MulOp::create(b, op.getLoc(), seed.get(), s));
+    }
+    return success();
+  }
+
   /// A low-precision copy of `v` (f32), made once per value: right after its
   /// defining op, or in front of `user` for a block argument.
   Value lowered(Value v, Operation *user) {
@@ -128,8 +182,11 @@ private:
     return c;
   }
 
-  LogicalResult rewrite(func::FuncOp func) {
+  /// Retypes the step (steps 1-4 above); `unscale` != 1 multiplies each
+  /// optimizer update's f32 gradient by it, right after its convert.
+  LogicalResult rewrite(func::FuncOp func, double unscale) {
     loweredValues.clear();
+    unscaleScalar = nullptr;
     Block &body = func.front();
     SmallVector<Operation *> ops;
     for (Operation &op : body)
@@ -165,15 +222,27 @@ private:
     for (Operation *op : ops) {
       if (isa<func::ReturnOp>(op) || isOptimizerUpdate(op)) {
         for (OpOperand &operand : op->getOpOperands()) {
-          if (!hasElement(operand.get().getType(), low))
-            continue;
           OpBuilder b(op);
-          operand.set(tsr::ConvertOp::create(
-              b, op->getLoc(),
-              RankedTensorType::get(
-                  cast<RankedTensorType>(operand.get().getType()).getShape(),
-                  Float32Type::get(&getContext())),
-              operand.get()));
+          if (hasElement(operand.get().getType(), low))
+            operand.set(tsr::ConvertOp::create(
+                b, op->getLoc(),
+                RankedTensorType::get(
+                    cast<RankedTensorType>(operand.get().getType()).getShape(),
+                    Float32Type::get(&getContext())),
+                operand.get()));
+          // Operand 1 of sgd_update / adamw_update is the gradient: every
+          // gradient is S times too large under loss scaling (also one that
+          // stayed f32), so each is unscaled by a scalar 1/S (one per
+          // step) broadcast to its shape: a transient, not a gradient-sized
+          // constant.
+          if (unscale == 1.0 || !isOptimizerUpdate(op) ||
+              operand.getOperandNumber() != 1)
+            continue;
+          if (!unscaleScalar)
+            unscaleScalar = splatF32(b, op->getLoc(), {}, unscale);
+          Value inv = tsr::BroadcastOp::create(
+              b, op->getLoc(), operand.get().getType(), unscaleScalar);
+          operand.set(tsr::MulOp::create(b, op->getLoc(), operand.get(), inv));
         }
         continue;
       }
@@ -183,7 +252,8 @@ private:
         continue;
       if (op->getDialect() != getContext().getLoadedDialect<tsr::TsrDialect>())
         return op->emitOpError("tsr-mixed-precision: cannot run a non-tsr op "
-                               "in bf16");
+                               "in ")
+               << lowName();
       for (OpOperand &operand : op->getOpOperands())
         if (hasElement(operand.get().getType(),
                        Float32Type::get(&getContext())) &&
@@ -198,6 +268,8 @@ private:
 
   Type low;
   DenseMap<Value, Value> loweredValues;
+  /// fp16: the f32 scalar constant 1/S the gradients are multiplied by.
+  Value unscaleScalar;
 };
 
 } // namespace

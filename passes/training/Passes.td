@@ -131,8 +131,8 @@ def Recompute : Pass<"tsr-recompute", "::mlir::ModuleOp"> {
 }
 
 def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
-  let summary = "bf16 forward/backward with fp32 master weights and "
-                "optimizer state.";
+  let summary = "bf16/fp16 forward/backward with fp32 master weights and "
+                "optimizer state (fp16: static loss scaling).";
   let description = [{
     Mixed-precision training (Micikevicius et al., 2018; Megatron-LM's bf16
     mode) as a rewrite of the f32 `@train_step` of `tsr-build-train-step`.
@@ -180,15 +180,45 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     %dwf = tsr.convert %dw : tensor<64x64xbf16> -> tensor<64x64xf32>
     %w1 = tsr.sgd_update %w, %dwf {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<64x64xf32>
     ```
-    Errors (no crash): an unknown `precision`; `fp16` (not supported yet:
-    it needs loss scaling); no `@train_step` with a body; a `@train_step`
-    that already holds bf16 values; a non-`tsr` op that would have to run
-    in bf16.
+    `precision=fp16` retypes to f16 exactly as bf16 does and adds static
+    loss scaling (Micikevicius et al., 2018), since fp16's range is narrow
+    (largest finite 65504, smallest subnormal 2^-24): the f32 seed of each
+    `tsr.cross_entropy_grad` (the 1 x 1/N cotangent of the loss) is
+    multiplied by `loss-scale` S (an f32 `tsr.mul` by a constant), so the
+    whole backward computes S times the gradients in f16; each gradient is
+    multiplied by 1/S in f32 right after its convert to f32 and before its
+    optimizer update, so the data-parallel all-reduce (inserted before the
+    convert) still carries f16 and the update sees the true gradient:
+    ```mlir
+    %s = tsr.constant dense<1.024000e+03> : tensor<f32>
+    %seed = tsr.mul %c, %s : tensor<f32>
+    %dx = tsr.cross_entropy_grad %logits, %labels, %seed : ...
+    ...
+    %dwf = tsr.convert %dw : tensor<64x64xf16> -> tensor<64x64xf32>
+    %inv = tsr.constant dense<9.765625E-4> : tensor<f32>   // once per step
+    %invb = tsr.broadcast %inv : tensor<f32> -> tensor<64x64xf32>
+    %dwu = tsr.mul %dwf, %invb : tensor<64x64xf32>
+    %w1 = tsr.sgd_update %w, %dwu {...} : tensor<64x64xf32>
+    ```
+    S is a power of two, so both products are exact (barring f16 overflow
+    or underflow). The scale is static: a gradient beyond 65504 / S
+    overflows to inf and the step is not skipped (dynamic loss scaling is
+    not implemented); lower S if that happens.
+
+    Errors (no crash): an unknown `precision`; `loss-scale` that is not a
+    power of two > 0 (with fp16) or that is given with another precision;
+    fp16 on a step with no `tsr.cross_entropy_grad`; no `@train_step` with
+    a body; a `@train_step` that already holds values of the low type; a
+    non-`tsr` op that would have to run in bf16/f16.
   }];
   let options = [
     Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",
-           "Compute type of the forward and backward: fp32 (no change) or "
-           "bf16">,
+           "Compute type of the forward and backward: fp32 (no change), "
+           "bf16 or fp16 (with static loss scaling)">,
+    Option<"lossScale", "loss-scale", "double", /*default=*/"1024.0",
+           "fp16 only: the static loss scale S, a power of two > 0; the "
+           "backward seed is multiplied by S and each gradient by 1/S "
+           "before its optimizer update">,
   ];
   let dependentDialects = ["::tessera::tsr::TsrDialect"];
 }

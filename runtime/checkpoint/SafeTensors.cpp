@@ -33,6 +33,8 @@ const char *stDType(DType d) {
     return "BOOL";
   case DType::BF16:
     return "BF16";
+  case DType::F16:
+    return "F16";
   }
   return "?";
 }
@@ -217,6 +219,8 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
       e.dtype = DType::I1;
     else if (*dt == "BF16")
       e.dtype = DType::BF16;
+    else if (*dt == "F16")
+      e.dtype = DType::F16;
     else
       return bad("unsupported dtype '" + dt->str() + "'");
     const json::Array *shape = obj->getArray("shape");

@@ -606,36 +606,39 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
 }
 
 /// Kernels that move elements without arithmetic: they take any dtype,
-/// bf16 included, natively.
+/// bf16 and f16 included, natively.
 bool movesBytesOnly(StringRef name) {
   return llvm::is_contained({"reshape", "transpose", "slice", "concat",
                              "broadcast", "select", "gather", "convert"},
                             name);
 }
 
-bool hasBF16(ArrayRef<TensorType> ins, ArrayRef<TensorType> outs) {
-  auto isBF16 = [](const TensorType &t) { return t.dtype == DType::BF16; };
-  return llvm::any_of(ins, isBF16) || llvm::any_of(outs, isBF16);
+/// True if an operand or result is a 16-bit float (bf16 or f16).
+bool hasFloat16Bit(ArrayRef<TensorType> ins, ArrayRef<TensorType> outs) {
+  auto is16 = [](const TensorType &t) { return isFloat16Bit(t.dtype); };
+  return llvm::any_of(ins, is16) || llvm::any_of(outs, is16);
 }
 
-/// The bf16 adapter: resolves the f32 kernel `name` on the operand and
-/// result types with bf16 widened to f32, and wraps it: each bf16 operand
+/// The 16-bit float adapter (bf16 and f16 alike): resolves the f32 kernel
+/// `name` on the operand and result types with bf16/f16 widened to f32, and
+/// wraps it: each bf16/f16 operand
 /// is converted to a temporary f32 tensor (exact), the f32 kernel runs
 /// (so every kernel accumulates in f32: matmul, reductions, layer-norm
-/// statistics, softmax, cross-entropy), and each bf16 result is rounded
-/// from a temporary f32 tensor to nearest even. f32/i64/i1 operands and
-/// results pass through unchanged (cross_entropy's f32 loss).
+/// statistics, softmax, cross-entropy), and each bf16/f16 result is rounded
+/// from a temporary f32 tensor to nearest even (f16 overflows to inf).
+/// f32/i64/i1 operands and results pass through unchanged (cross_entropy's f32
+/// loss).
 ///
 /// Memory: the temporaries are heap tensors that live only during the
 /// instruction, so the extra peak over the memory plan is at most the
-/// largest, over adapted instructions, of the f32 bytes of its bf16
+/// largest, over adapted instructions, of the f32 bytes of its bf16/f16
 /// operands and results; a static memory plan can reserve
 /// that as one per-program workspace.
 llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
                            ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
                            const CompileOptions &options, Instruction &inst) {
   auto widen = [](TensorType t) {
-    if (t.dtype == DType::BF16)
+    if (isFloat16Bit(t.dtype))
       t.dtype = DType::F32;
     return t;
   };
@@ -643,17 +646,17 @@ llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
   std::vector<bool> narrowIn, narrowOut;
   for (const TensorType &t : ins) {
     wideIns.push_back(widen(t));
-    narrowIn.push_back(t.dtype == DType::BF16);
+    narrowIn.push_back(isFloat16Bit(t.dtype));
   }
   for (const TensorType &t : outs) {
     wideOuts.push_back(widen(t));
-    narrowOut.push_back(t.dtype == DType::BF16);
+    narrowOut.push_back(isFloat16Bit(t.dtype));
   }
   Instruction inner;
   RETURN_IF_ERROR(
       exec::resolveKernel(name, dict, wideIns, wideOuts, options, inner));
   if (!inner.allocateResults)
-    return fail("kernel has no bf16 form");
+    return fail("kernel has no bf16/f16 form");
   KernelFn fn = std::move(inner.fn);
   inst.allocateResults = true;
   inst.fn = [fn, narrowIn, narrowOut](const ExecContext &ctx, In in,
@@ -696,7 +699,7 @@ llvm::Error exec::resolveKernel(StringRef name, mlir::DictionaryAttr dict,
                                 const CompileOptions &options,
                                 Instruction &inst) {
   inst.allocateResults = true;
-  if (hasBF16(ins, outs) && !movesBytesOnly(name))
+  if (hasFloat16Bit(ins, outs) && !movesBytesOnly(name))
     return resolveWidened(name, dict, ins, outs, options, inst);
   AttrReader attrs(dict);
 
@@ -797,8 +800,8 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
   int64_t rank = rankOf(operand);
   switch (op) {
   case CollectiveOp::AllReduce: {
-    RETURN_IF_ERROR(
-        expectDType(operand, {DType::F32, DType::BF16, DType::I64}, "operand"));
+    RETURN_IF_ERROR(expectDType(
+        operand, {DType::F32, DType::BF16, DType::F16, DType::I64}, "operand"));
     RETURN_IF_ERROR(expectResult(outs, 0, operand));
     mpi::ReduceOp rop = max ? mpi::ReduceOp::Max : mpi::ReduceOp::Sum;
     inst.fn = [commIndex, rop](const ExecContext &ctx, In in, Out out) {
@@ -819,8 +822,8 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
     return llvm::Error::success();
   }
   case CollectiveOp::ReduceScatter: {
-    RETURN_IF_ERROR(
-        expectDType(operand, {DType::F32, DType::BF16, DType::I64}, "operand"));
+    RETURN_IF_ERROR(expectDType(
+        operand, {DType::F32, DType::BF16, DType::F16, DType::I64}, "operand"));
     RETURN_IF_ERROR(normaliseAxis(dim, rank, "dim"));
     if (operand.shape[dim] % n != 0)
       return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "

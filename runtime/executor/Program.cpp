@@ -64,12 +64,14 @@ static llvm::Expected<exec::TensorType> tensorTypeOf(Type type) {
     t.dtype = DType::I1;
   else if (e.isBF16())
     t.dtype = DType::BF16;
+  else if (e.isF16())
+    t.dtype = DType::F16;
   else {
     std::string s;
     llvm::raw_string_ostream os(s);
     type.print(os);
     return fail("unsupported element type in " + s +
-                " (the runtime supports f32, bf16, i64 and i1)");
+                " (the runtime supports f32, bf16, f16, i64 and i1)");
   }
   t.shape.assign(ranked.getShape().begin(), ranked.getShape().end());
   return t;
@@ -105,6 +107,12 @@ static llvm::Expected<Tensor> materialise(Attribute value,
         break;
       for (const llvm::APFloat &v : dense.getValues<llvm::APFloat>())
         t.data<BFloat16>()[i++] = toBFloat16(v.convertToFloat());
+      return t;
+    case DType::F16:
+      if (!dense.getElementType().isF16())
+        break;
+      for (const llvm::APFloat &v : dense.getValues<llvm::APFloat>())
+        t.data<Float16>()[i++] = toFloat16(v.convertToFloat());
       return t;
     }
     return fail("constant value's element type differs from its result");

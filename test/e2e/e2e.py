@@ -30,6 +30,7 @@
 
     e2e.py precision --build DIR --config NAME --optimizer sgd|adamw
                      [--dp N --tp M] [--traffic] [--rtol 2e-2]
+                     [--precision-type bf16|fp16]
         A bf16 run (--precision bf16: bf16 forward/backward and gradient
         all-reduce, fp32 master weights and optimizer state) on the dp x tp
         grid vs the fp32 serial run: every step's loss within rtol. With
@@ -37,6 +38,9 @@
         "bytes_sent" of the bf16 run must be exactly the fp32 run's with
         the gradient all-reduce halved, i.e. L + (fp32 - L) / 2 where L is
         the f32 loss all-reduce, 2(dp-1)/dp * 4 bytes (dp > 1, tp = 1).
+        --precision-type fp16 does the same with --precision fp16 (static
+        loss scale 1024); its --traffic also runs bf16 on the same grid:
+        fp16's bytes_sent must equal bf16's exactly.
 
 Runs use DESIGN.md's data order on examples/data/corpus.u16. Exit status 0
 means the check passed; the output shows every number compared.
@@ -138,6 +142,9 @@ def main():
                    help="recompute: the --recompute modes to check")
     p.add_argument("--traffic", action="store_true",
                    help="precision: check bytes_sent against the fp32 run")
+    p.add_argument("--precision-type", choices=["bf16", "fp16"],
+                   default="bf16",
+                   help="precision: the low-precision type to check")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tessera-e2e-") as work:
@@ -226,13 +233,15 @@ def bytes_sent(metrics):
 
 
 def check_precision(args, work):
-    """bf16 on dp x tp vs fp32 serial (losses); optionally the DP traffic."""
+    """bf16 (or fp16) on dp x tp vs fp32 serial (losses); optionally the DP
+    traffic."""
     rtol = args.rtol or 2e-2
+    low = args.precision_type
     grid = f"dp{args.dp} x tp{args.tp}"
     serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
-    bf16_m, _ = tessera(args, work, args.dp, args.tp, "bf16",
-                        ["--precision", "bf16"])
-    print(f"losses: bf16 {grid} vs fp32 serial (rtol {rtol})")
+    bf16_m, _ = tessera(args, work, args.dp, args.tp, low,
+                        ["--precision", low])
+    print(f"losses: {low} {grid} vs fp32 serial (rtol {rtol})")
     ok = check_losses(bf16_m, serial_m, rtol)
     if not args.traffic:
         return ok
@@ -243,9 +252,16 @@ def check_precision(args, work):
     want = [loss + (b - loss) / 2 for b in full]
     good = len(half) == STEPS and all(
         abs(h - w) <= 1e-9 * w for h, w in zip(half, want))
-    print(f"bytes_sent per rank per step: fp32 {full}, bf16 {half}; expected "
-          f"bf16 = loss all-reduce {loss} + (fp32 - {loss}) / 2 = {want} "
+    print(f"bytes_sent per rank per step: fp32 {full}, {low} {half}; expected "
+          f"{low} = loss all-reduce {loss} + (fp32 - {loss}) / 2 = {want} "
           f"{'ok' if good else 'MISMATCH'}")
+    if low == "fp16":
+        bf16 = bytes_sent(tessera(args, work, args.dp, args.tp, "bf16",
+                                  ["--precision", "bf16"])[0])
+        same = bf16 == half
+        print(f"bytes_sent per rank per step: bf16 {bf16}, fp16 {half} "
+              f"{'equal' if same else 'MISMATCH'}")
+        good = good and same
     return ok and good
 
 

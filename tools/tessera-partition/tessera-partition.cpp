@@ -3,7 +3,8 @@
 // tessera-partition MODEL.onnx -o PLAN.tsr [--dp N] [--tp M] [--pp P]
 //     [--micro-batches M] [--schedule gpipe|1f1b|interleaved]
 //     [--virtual-stages V] [--pp-stages 0,3,6] [--recompute
-//     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16]
+//     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16|fp16]
+//     [--loss-scale S]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
@@ -104,12 +105,21 @@ static cl::opt<std::string> recompute(
     cl::init("none"), cl::cat(category));
 static cl::opt<std::string> precision(
     "precision",
-    cl::desc("Compute type of the forward and backward: fp32, or bf16 (mixed "
-             "precision, Micikevicius et al. 2018: bf16 activations and "
-             "gradients, the data-parallel gradient all-reduce in bf16, fp32 "
-             "master weights and optimizer state; the loss stays fp32). "
-             "fp16 is not supported yet (it needs loss scaling)"),
+    cl::desc("Compute type of the forward and backward: fp32, bf16 or fp16 "
+             "(mixed precision, Micikevicius et al. 2018: bf16/fp16 "
+             "activations and gradients, the data-parallel gradient "
+             "all-reduce in bf16/fp16, fp32 master weights and optimizer "
+             "state; the loss stays fp32). fp16 uses a static loss scale "
+             "(--loss-scale)"),
     cl::init("fp32"), cl::cat(category));
+static cl::opt<double> lossScale(
+    "loss-scale",
+    cl::desc("fp16 only: static loss scale S, a power of two > 0 (default "
+             "1024): the backward's seed is multiplied by S and each "
+             "gradient by 1/S in fp32 before its optimizer update. Static: "
+             "a gradient above 65504/S overflows fp16 to inf and the step "
+             "is NOT skipped (no dynamic loss scaling); lower S then"),
+    cl::init(1024), cl::cat(category));
 static cl::opt<int64_t> zero(
     "zero",
     cl::desc("ZeRO stage over the dp axis (Rajbhandari et al. 2020): 0 off, "
@@ -218,6 +228,8 @@ int main(int argc, char **argv) {
   plan.recompute = recompute;
   plan.bucketMb = bucketMb;
   plan.precision = precision;
+  if (lossScale.getNumOccurrences())
+    plan.lossScale = lossScale;
   plan.zero = zero;
   plan.optimizer.name = optimizer;
   plan.optimizer.lr = lr;
@@ -272,7 +284,8 @@ int main(int argc, char **argv) {
     artifact::explain(*manifest, *module, llvm::outs());
   }
   if (explain || memoryLimit) {
-    FailureOr<llvm::json::Object> memory = artifact::predictMemory(*module, plan);
+    FailureOr<llvm::json::Object> memory =
+        artifact::predictMemory(*module, plan);
     if (failed(memory))
       return 1;
     if (explain)

@@ -162,6 +162,12 @@ void cpu::equal(const Tensor &a, const Tensor &b, Tensor &out) {
       po[i] = toFloat(x[i]) == toFloat(y[i]);
     break;
   }
+  case DType::F16: {
+    const Float16 *x = a.data<Float16>(), *y = b.data<Float16>();
+    for (int64_t i = 0; i < n; ++i)
+      po[i] = toFloat(x[i]) == toFloat(y[i]);
+    break;
+  }
   }
 }
 
@@ -225,10 +231,14 @@ void cpu::gelu(const Tensor &in, GeluApproximate approximate, Tensor &out) {
 }
 
 namespace {
-/// Element conversions; bf16 goes through f32 (exact from bf16; rounded to
-/// nearest even into bf16).
+/// Element conversions; bf16 and f16 go through f32 (exact from them;
+/// rounded to nearest even into them, f16 overflowing to inf).
 template <typename From> float widen(From v) { return static_cast<float>(v); }
 template <> float widen<BFloat16>(BFloat16 v) { return toFloat(v); }
+template <> float widen<Float16>(Float16 v) { return toFloat(v); }
+template <typename T>
+constexpr bool isHalf =
+    std::is_same<T, BFloat16>::value || std::is_same<T, Float16>::value;
 
 template <typename From, typename To>
 void convertLoop(const Tensor &in, Tensor &out) {
@@ -237,13 +247,15 @@ void convertLoop(const Tensor &in, Tensor &out) {
   int64_t n = in.numel();
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same<To, uint8_t>::value) {
-      if constexpr (std::is_same<From, BFloat16>::value)
+      if constexpr (isHalf<From>)
         po[i] = toFloat(pi[i]) != 0.0f;
       else
         po[i] = pi[i] != From(0);
     } else if constexpr (std::is_same<To, BFloat16>::value) {
       po[i] = toBFloat16(widen(pi[i]));
-    } else if constexpr (std::is_same<From, BFloat16>::value) {
+    } else if constexpr (std::is_same<To, Float16>::value) {
+      po[i] = toFloat16(widen(pi[i]));
+    } else if constexpr (isHalf<From>) {
       po[i] = static_cast<To>(toFloat(pi[i]));
     } else {
       po[i] = static_cast<To>(pi[i]);
@@ -263,6 +275,9 @@ template <typename From> void convertFrom(const Tensor &in, Tensor &out) {
     break;
   case DType::BF16:
     convertLoop<From, BFloat16>(in, out);
+    break;
+  case DType::F16:
+    convertLoop<From, Float16>(in, out);
     break;
   }
 }
@@ -287,6 +302,9 @@ void cpu::convert(const Tensor &in, Tensor &out) {
     break;
   case DType::BF16:
     convertFrom<BFloat16>(in, out);
+    break;
+  case DType::F16:
+    convertFrom<Float16>(in, out);
     break;
   }
 }

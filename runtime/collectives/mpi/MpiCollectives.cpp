@@ -58,6 +58,31 @@ void bf16MaxFn(void *in, void *inout, int *len, MPI_Datatype *) {
   mpi::bf16Combine(static_cast<const BFloat16 *>(in),
                    static_cast<BFloat16 *>(inout), *len, mpi::ReduceOp::Max);
 }
+void f16SumFn(void *in, void *inout, int *len, MPI_Datatype *) {
+  mpi::f16Combine(static_cast<const Float16 *>(in),
+                  static_cast<Float16 *>(inout), *len, mpi::ReduceOp::Sum);
+}
+void f16MaxFn(void *in, void *inout, int *len, MPI_Datatype *) {
+  mpi::f16Combine(static_cast<const Float16 *>(in),
+                  static_cast<Float16 *>(inout), *len, mpi::ReduceOp::Max);
+}
+
+/// inout[i] = T(f32(in[i]) op f32(inout[i])), rounded by `narrow`.
+template <typename T, typename Narrow>
+void combine16(const T *in, T *inout, int64_t n, mpi::ReduceOp op,
+               Narrow narrow) {
+  for (int64_t i = 0; i < n; ++i) {
+    float a = toFloat(in[i]), b = toFloat(inout[i]);
+    float r;
+    if (op == mpi::ReduceOp::Sum)
+      r = a + b;
+    else if (std::isnan(a) || std::isnan(b))
+      r = std::numeric_limits<float>::quiet_NaN();
+    else
+      r = a > b ? a : b;
+    inout[i] = narrow(r);
+  }
+}
 
 int64_t product(const std::vector<int64_t> &s, size_t b, size_t e) {
   int64_t n = 1;
@@ -469,6 +494,7 @@ MPI_Datatype mpi::dataType(DType dtype) {
   case DType::I1:
     return MPI_UINT8_T;
   case DType::BF16:
+  case DType::F16:
     return MPI_UINT16_T;
   }
   return MPI_BYTE;
@@ -476,27 +502,25 @@ MPI_Datatype mpi::dataType(DType dtype) {
 
 void mpi::bf16Combine(const BFloat16 *in, BFloat16 *inout, int64_t n,
                       ReduceOp op) {
-  for (int64_t i = 0; i < n; ++i) {
-    float a = toFloat(in[i]), b = toFloat(inout[i]);
-    float r;
-    if (op == ReduceOp::Sum)
-      r = a + b;
-    else if (std::isnan(a) || std::isnan(b))
-      r = std::numeric_limits<float>::quiet_NaN();
-    else
-      r = a > b ? a : b;
-    inout[i] = toBFloat16(r);
-  }
+  combine16(in, inout, n, op, [](float r) { return toBFloat16(r); });
+}
+
+void mpi::f16Combine(const Float16 *in, Float16 *inout, int64_t n,
+                     ReduceOp op) {
+  combine16(in, inout, n, op, [](float r) { return toFloat16(r); });
 }
 
 MPI_Op mpi::reduceOp(DType dtype, ReduceOp op) {
-  if (dtype != DType::BF16)
+  if (!isFloat16Bit(dtype))
     return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
-  static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
-  MPI_Op &o = op == ReduceOp::Sum ? sum : max;
+  static MPI_Op bf16Sum = MPI_OP_NULL, bf16Max = MPI_OP_NULL,
+                f16Sum = MPI_OP_NULL, f16Max = MPI_OP_NULL;
+  bool bf16 = dtype == DType::BF16, sum = op == ReduceOp::Sum;
+  MPI_Op &o = bf16 ? (sum ? bf16Sum : bf16Max) : (sum ? f16Sum : f16Max);
+  MPI_User_function *fn =
+      bf16 ? (sum ? &bf16SumFn : &bf16MaxFn) : (sum ? &f16SumFn : &f16MaxFn);
   if (o == MPI_OP_NULL)
-    MPI_Op_create(op == ReduceOp::Sum ? &bf16SumFn : &bf16MaxFn,
-                  /*commute=*/1, &o);
+    MPI_Op_create(fn, /*commute=*/1, &o);
   return o;
 }
 

@@ -147,9 +147,9 @@ private:
 
 enum class ReduceOp { Sum, Max };
 
-/// In-place all-reduce of `t` (f32, bf16 or i64) over `comm`. bf16 sums
-/// in f32 per combining step and rounds (see reduceOp); bytes are counted
-/// with the 2-byte element size.
+/// In-place all-reduce of `t` (f32, bf16, f16 or i64) over `comm`. bf16
+/// and f16 sum in f32 per combining step and round (see reduceOp); bytes
+/// are counted with the 2-byte element size.
 llvm::Error allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
                       TrafficCounter *counter = nullptr);
 
@@ -160,7 +160,8 @@ llvm::Error allGather(const Tensor &in, int64_t dim, const Communicator &comm,
 
 /// Sums `in` over the ranks and gives rank i the i-th of comm.size() equal
 /// chunks along `dim`: out.shape = in.shape with shape[dim] / comm.size().
-/// f32, bf16 or i64; in.shape[dim] must be divisible (error otherwise).
+/// f32, bf16, f16 or i64; in.shape[dim] must be divisible (error
+/// otherwise).
 llvm::Error reduceScatter(const Tensor &in, int64_t dim,
                           const Communicator &comm, Tensor &out,
                           TrafficCounter *counter = nullptr,
@@ -195,19 +196,25 @@ llvm::Error startAllReduce(const Tensor &in, Tensor &out, ReduceOp op,
 llvm::Error wait(MPI_Request *request);
 
 /// The MPI datatype of one element of `dtype` (F32 -> MPI_FLOAT, I64 ->
-/// MPI_INT64_T, I1 -> MPI_UINT8_T, BF16 -> MPI_UINT16_T).
+/// MPI_INT64_T, I1 -> MPI_UINT8_T, BF16 and F16 -> MPI_UINT16_T).
 MPI_Datatype dataType(DType dtype);
 
 /// The MPI reduction for `op` on elements of `dtype`: MPI_SUM / MPI_MAX for
-/// f32 and i64; for bf16 (which MPI does not know) a user-defined,
-/// commutative MPI_Op over MPI_UINT16_T that widens both operands to f32,
-/// combines them and rounds to nearest even (bf16Combine), created on first
-/// use (after MPI_Init) and kept for the process.
+/// f32 and i64; for bf16 and f16 (which MPI does not know) a user-defined,
+/// commutative MPI_Op over MPI_UINT16_T per type and op that widens both
+/// operands to f32, combines them and rounds to nearest even (bf16Combine,
+/// f16Combine), created on first use (after MPI_Init) and kept for the
+/// process.
 MPI_Op reduceOp(DType dtype, ReduceOp op);
 
 /// The bf16 reduction itself: inout[i] = bf16(f32(in[i]) op f32(inout[i]))
 /// for i < n (max propagates NaN).
 void bf16Combine(const BFloat16 *in, BFloat16 *inout, int64_t n, ReduceOp op);
+/// The f16 reduction: inout[i] = f16(f32(in[i]) op f32(inout[i])) for
+/// i < n, rounded to nearest even; a sum beyond 65504 becomes inf (fp16
+/// mixed precision's static loss scale must leave headroom); max propagates
+/// NaN.
+void f16Combine(const Float16 *in, Float16 *inout, int64_t n, ReduceOp op);
 /// "<what> failed on rank R: <MPI's message for code>", for MPI calls made
 /// outside this library (e.g. the executor's non-blocking sends).
 llvm::Error failure(int code, const llvm::Twine &what);

@@ -16,8 +16,8 @@ func.func @dynamic(%x: tensor<?xf32>) -> tensor<?xf32> {
 
 // -----
 
-func.func @f16(%x: tensor<4xf32>) -> tensor<4xf16> {
-  // expected-error @+1 {{result type 'tensor<4xf16>' is not one the runtime can hold}}
-  %0 = tsrt.kernel "convert"(%x) {attrs = {}} : (tensor<4xf32>) -> tensor<4xf16>
-  return %0 : tensor<4xf16>
+func.func @f64(%x: tensor<4xf32>) -> tensor<4xf64> {
+  // expected-error @+1 {{result type 'tensor<4xf64>' is not one the runtime can hold}}
+  %0 = tsrt.kernel "convert"(%x) {attrs = {}} : (tensor<4xf32>) -> tensor<4xf64>
+  return %0 : tensor<4xf64>
 }

@@ -1,8 +1,6 @@
 // RUN: tessera-opt --tsr-mixed-precision %s -split-input-file -verify-diagnostics
 // RUN: not tessera-opt --tsr-mixed-precision="precision=int8" %s 2>&1 | FileCheck %s --check-prefix=UNKNOWN
-// RUN: not tessera-opt --tsr-mixed-precision="precision=fp16" %s 2>&1 | FileCheck %s --check-prefix=FP16
-// UNKNOWN: error: tsr-mixed-precision: precision must be fp32 or bf16, got 'int8'
-// FP16: error: tsr-mixed-precision: precision 'fp16' is not supported yet (it needs loss scaling); use bf16
+// UNKNOWN: error: tsr-mixed-precision: precision must be fp32, bf16 or fp16, got 'int8'
 
 // No @train_step: tsr-build-train-step has not run.
 // expected-error@below {{tsr-mixed-precision needs a @train_step with a body (run tsr-build-train-step first)}}

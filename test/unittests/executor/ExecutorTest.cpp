@@ -617,7 +617,7 @@ TEST(PlanErrors, ShapesAndDtypesAreChecked) {
       oneOpManifest());
   EXPECT_NE(msg.find("unsupported type tensor<2x3xi64>"), std::string::npos)
       << msg;
-  msg = loadError(oneOp(R"(    %h = tsrt.constant dense<1.0> : tensor<2xf16>)"),
+  msg = loadError(oneOp(R"(    %h = tsrt.constant dense<1.0> : tensor<2xf64>)"),
                   oneOpManifest());
   EXPECT_NE(msg.find("unsupported element type"), std::string::npos) << msg;
   msg = loadError(

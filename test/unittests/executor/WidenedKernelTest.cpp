@@ -15,6 +15,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "gtest/gtest.h"
 
+#include <cmath>
+
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
 
@@ -74,6 +76,32 @@ TEST(WidenedKernels, MatmulEqualsRoundedF32) {
     EXPECT_EQ(out[0].data<BFloat16>()[i].bits,
               toBFloat16(ref.data<float>()[i]).bits)
         << i;
+}
+
+// f16 goes through the same adapter: the f32 kernel on exactly widened
+// values, each result rounded to nearest even (overflowing to inf).
+TEST(WidenedKernels, F16MatmulEqualsRoundedF32) {
+  Tensor a = Tensor::fromVector<float>({2, 3},
+                                       {0.1f, -1.3f, 2.7f, 3.3f, 0.01f, -0.5f});
+  Tensor b =
+      Tensor::fromVector<float>({3, 2}, {1.1f, 0.2f, -0.7f, 5.5f, 3e4f, -2.9f});
+  Tensor ah = Tensor::empty(DType::F16, a.shape());
+  Tensor bh = Tensor::empty(DType::F16, b.shape());
+  cpu::convert(a, ah);
+  cpu::convert(b, bh);
+  Tensor aw = f32Of(ah), bw = f32Of(bh);
+  Tensor ref = Tensor::empty(DType::F32, {2, 2});
+  cpu::matmul(aw, bw, false, false, ref);
+  std::vector<Tensor> out =
+      runKernel("matmul", {&ah, &bh}, {TensorType{DType::F16, {2, 2}}});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].dtype(), DType::F16);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(out[0].data<Float16>()[i].bits,
+              toFloat16(ref.data<float>()[i]).bits)
+        << i;
+  // 2.7 * 3e4 = 81000 (and more) is beyond 65504: inf, as on hardware.
+  EXPECT_TRUE(std::isinf(toFloat(out[0].data<Float16>()[0])));
 }
 
 TEST(WidenedKernels, CrossEntropyKeepsF32Loss) {

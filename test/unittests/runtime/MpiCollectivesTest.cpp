@@ -11,6 +11,8 @@
 
 #include "TestUtil.h"
 
+#include <cmath>
+
 using namespace tessera::runtime;
 using namespace tessera::runtime::mpi;
 using namespace tessera::runtime::test;
@@ -296,6 +298,85 @@ TEST(MpiCollectives, BF16Combine) {
   bf16Combine(in.data(), io.data(), 4, ReduceOp::Max);
   EXPECT_EQ(toFloat(io[2]), -1.5f);
   EXPECT_EQ(toFloat(io[3]), 3.0f);
+}
+
+// f16 (MPI has no f16 either): its own user-defined op on MPI_UINT16_T,
+// summing in f32 and rounding to nearest even; overflow gives inf.
+TEST(MpiCollectives, F16Combine) {
+  std::vector<Float16> in = {toFloat16(1.0f), toFloat16(1.0f), toFloat16(-2.0f),
+                             toFloat16(40000.0f)};
+  std::vector<Float16> io = {toFloat16(0x1p-11f),     // a tie
+                             toFloat16(3 * 0x1p-11f), // a tie, up
+                             toFloat16(0.5f), toFloat16(40000.0f)};
+  f16Combine(in.data(), io.data(), 4, ReduceOp::Sum);
+  EXPECT_EQ(toFloat(io[0]), 1.0f);           // 1 + 2^-11 ties to even
+  EXPECT_EQ(toFloat(io[1]), 1.0f + 0x1p-9f); // 1 + 3 * 2^-11 rounds up
+  EXPECT_EQ(toFloat(io[2]), -1.5f);
+  EXPECT_TRUE(std::isinf(toFloat(io[3]))); // 80000 > 65504
+  f16Combine(in.data(), io.data(), 4, ReduceOp::Max);
+  EXPECT_EQ(toFloat(io[2]), -1.5f);
+  EXPECT_TRUE(std::isinf(toFloat(io[3])));
+}
+
+TEST(MpiCollectives, AllReduceF16) {
+  Communicator w = Communicator::world();
+  int n = w.size(), r = w.rank();
+  // Small integers and fractions (exact in f16 and so are their partial
+  // sums), plus one element whose sum is not an f16 (2048 + 1 + 1 + 1).
+  const int64_t len = 1000;
+  Tensor t = Tensor::empty(DType::F16, {len});
+  for (int64_t i = 0; i < len - 1; ++i)
+    t.data<Float16>()[i] = toFloat16(float((r + 1) * (i % 16)) * 0.125f);
+  t.data<Float16>()[len - 1] = toFloat16(r == 0 ? 2048.0f : 1.0f);
+  TrafficCounter tc;
+  ASSERT_NO_ERR(allReduce(t, ReduceOp::Sum, w, &tc));
+  float ranks = n * (n + 1) / 2.0f;
+  for (int64_t i = 0; i < len - 1; ++i)
+    ASSERT_EQ(toFloat(t.data<Float16>()[i]), ranks * float(i % 16) * 0.125f)
+        << i;
+  // f16 has 11 significant bits: between 2048 and 4096 only even values,
+  // so each combine rounds (2049 ties to 2048, 2051 to 2052).
+  float last = toFloat(t.data<Float16>()[len - 1]);
+  if (n == 1)
+    EXPECT_EQ(last, 2048.0f);
+  else
+    EXPECT_TRUE(last == 2048.0f || last == 2050.0f || last == 2052.0f) << last;
+  // 2 bytes per element, as bf16: 2 (n-1)/n * 2000.
+  EXPECT_EQ(tc.stepBytes(CollectiveKind::AllReduce),
+            2.0 * (n - 1) / n * 2.0 * len);
+  // Every rank holds the same bits.
+  std::vector<uint16_t> mine(len), first(len);
+  for (int64_t i = 0; i < len; ++i)
+    mine[i] = first[i] = t.data<Float16>()[i].bits;
+  MPI_Bcast(first.data(), len, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(mine, first);
+
+  // The f16 op is not the bf16 one: 1 + 2^-9 per rank (and every partial
+  // sum of up to 4) is exact in f16, while bf16 would round it to 1.
+  // Overflow of the sum gives inf.
+  Tensor f = Tensor::empty(DType::F16, {2});
+  f.data<Float16>()[0] = toFloat16(1.0f + 0x1p-9f);
+  f.data<Float16>()[1] = toFloat16(60000.0f);
+  ASSERT_NO_ERR(allReduce(f, ReduceOp::Sum, w));
+  EXPECT_EQ(toFloat(f.data<Float16>()[0]), n * (1.0f + 0x1p-9f));
+  if (n > 1)
+    EXPECT_TRUE(std::isinf(toFloat(f.data<Float16>()[1])));
+
+  Tensor m = Tensor::empty(DType::F16, {4});
+  for (int64_t i = 0; i < 4; ++i)
+    m.data<Float16>()[i] = toFloat16(float(r * 10 + i));
+  ASSERT_NO_ERR(allReduce(m, ReduceOp::Max, w));
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(toFloat(m.data<Float16>()[i]), float((n - 1) * 10 + i));
+
+  // Reduce-scatter over the same op.
+  Tensor in = Tensor::empty(DType::F16, {int64_t(n) * 8});
+  for (int64_t i = 0; i < in.numel(); ++i)
+    in.data<Float16>()[i] = toFloat16(float(i));
+  Tensor out = Tensor::empty(DType::F16, {8});
+  ASSERT_NO_ERR(reduceScatter(in, 0, w, out, &tc));
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_EQ(toFloat(out.data<Float16>()[i]), float(n * (r * 8 + i)));
 }
 
 TEST(MpiCollectives, AllReduceBF16) {

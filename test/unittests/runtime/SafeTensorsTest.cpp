@@ -108,6 +108,20 @@ TEST(SafeTensors, BF16RoundTrip) {
   expectEqualBytes(f->tensors[0], h);
 }
 
+TEST(SafeTensors, F16RoundTrip) {
+  Tensor h = Tensor::empty(DType::F16, {4});
+  for (int i = 0; i < 3; ++i)
+    h.data<Float16>()[i] = toFloat16(0.5f * i - 1.0f);
+  h.data<Float16>()[3] = toFloat16(0x1p-24f); // a subnormal
+  auto buf = serializeSafeTensors({{"h", &h}}, {});
+  ASSERT_TRUE(bool(buf));
+  EXPECT_NE(buf->find("\"F16\""), std::string::npos);
+  auto f = parseSafeTensors(*buf, "embedded");
+  ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+  ASSERT_EQ(f->tensors[0].dtype(), DType::F16);
+  expectEqualBytes(f->tensors[0], h);
+}
+
 TEST(SafeTensors, ForeignHeaderOrder) {
   // As written by the Python package: keys not in offset order, padding.
   std::string header =
@@ -147,7 +161,7 @@ TEST(SafeTensors, CorruptFiles) {
       blob(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data),
       {"'t'", "need"});
   expectParseError(
-      blob(R"({"t":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", data),
+      blob(R"({"t":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", data),
       {"'t'", "unsupported dtype"});
   expectParseError(
       blob(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data),
