@@ -51,21 +51,19 @@ static LogicalResult verifyCollective(Operation *op, ArrayRef<int16_t> axes,
   return success();
 }
 
-LogicalResult AllReduceOp::verify() {
-  if (getReduction() != "sum" && getReduction() != "max")
-    return emitOpError("reduction must be \"sum\" or \"max\"");
-  if (getInput().getType() != getResult().getType())
-    return emitOpError("result type must equal input type");
-  return verifyCollective(*this, getGridAxes(), {});
+/// tsrt.all_reduce and tsrt.all_reduce_start: a known reduction, the
+/// input's type kept, valid grid axes.
+template <typename OpTy> static LogicalResult verifyAllReduce(OpTy op) {
+  if (op.getReduction() != "sum" && op.getReduction() != "max")
+    return op.emitOpError("reduction must be \"sum\" or \"max\"");
+  if (op.getInput().getType() != op.getResult().getType())
+    return op.emitOpError("result type must equal input type");
+  return verifyCollective(op, op.getGridAxes(), {});
 }
 
-LogicalResult AllReduceStartOp::verify() {
-  if (getReduction() != "sum" && getReduction() != "max")
-    return emitOpError("reduction must be \"sum\" or \"max\"");
-  if (getInput().getType() != getResult().getType())
-    return emitOpError("result type must equal input type");
-  return verifyCollective(*this, getGridAxes(), {});
-}
+LogicalResult AllReduceOp::verify() { return verifyAllReduce(*this); }
+
+LogicalResult AllReduceStartOp::verify() { return verifyAllReduce(*this); }
 
 LogicalResult WaitOp::verify() {
   auto start = getPending().getDefiningOp<AllReduceStartOp>();
