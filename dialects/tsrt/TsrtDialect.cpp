@@ -309,3 +309,9 @@ FailureOr<double> tessera::tsrt::simulatedBubble(PipelineScheduleOp op) {
                         static_cast<int64_t>(op.getMicroBatches())};
   return schedule::simulate(actions, *comms, shape, fwd, bwd).bubble();
 }
+
+bool tessera::tsrt::isDataMovementKernel(StringRef kernel) {
+  return llvm::is_contained({"reshape", "transpose", "slice", "concat",
+                             "broadcast", "select", "gather", "convert"},
+                            kernel);
+}

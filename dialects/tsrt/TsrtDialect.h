@@ -18,6 +18,13 @@
 #include "dialects/tsrt/PipelineSchedule.h"
 
 namespace tessera::tsrt {
+/// True for the `tsrt.kernel` names that move elements without arithmetic
+/// (reshape, transpose, slice, concat, broadcast, select, gather, convert):
+/// the runtime runs them natively on 16-bit floats, while every other kernel
+/// on bf16/f16 data computes through f32 copies (a workspace the memory
+/// plan counts).
+bool isDataMovementKernel(llvm::StringRef kernel);
+
 /// Every chunk's `tsrt.send` / `tsrt.recv` in program order, forward and
 /// backward functions apart (index = chunk), as the schedule's verifier sees
 /// them; feeds schedule::verify and schedule::simulate. Fails, with an error

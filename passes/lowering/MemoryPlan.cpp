@@ -90,10 +90,7 @@ int64_t inPlaceOperand(Operation *op, unsigned result) {
 /// natively). 0 for other ops.
 int64_t widenedWorkspaceBytes(Operation *op) {
   auto kernel = dyn_cast<tsrt::KernelOp>(op);
-  if (!kernel ||
-      llvm::is_contained({"reshape", "transpose", "slice", "concat",
-                          "broadcast", "select", "gather", "convert"},
-                         kernel.getKernel()))
+  if (!kernel || tsrt::isDataMovementKernel(kernel.getKernel()))
     return 0;
   int64_t bytes = 0;
   auto add = [&](Type t) {

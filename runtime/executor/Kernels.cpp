@@ -9,6 +9,8 @@
 
 #include "runtime/executor/Kernels.h"
 
+#include "dialects/tsrt/TsrtDialect.h"
+
 #include "runtime/backends/cpu/CpuKernels.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -605,14 +607,6 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
   return fail("unknown kernel");
 }
 
-/// Kernels that move elements without arithmetic: they take any dtype,
-/// bf16 and f16 included, natively.
-bool movesBytesOnly(StringRef name) {
-  return llvm::is_contained({"reshape", "transpose", "slice", "concat",
-                             "broadcast", "select", "gather", "convert"},
-                            name);
-}
-
 /// True if an operand or result is a 16-bit float (bf16 or f16).
 bool hasFloat16Bit(ArrayRef<TensorType> ins, ArrayRef<TensorType> outs) {
   auto is16 = [](const TensorType &t) { return isFloat16Bit(t.dtype); };
@@ -699,7 +693,7 @@ llvm::Error exec::resolveKernel(StringRef name, mlir::DictionaryAttr dict,
                                 const CompileOptions &options,
                                 Instruction &inst) {
   inst.allocateResults = true;
-  if (hasFloat16Bit(ins, outs) && !movesBytesOnly(name))
+  if (hasFloat16Bit(ins, outs) && !tessera::tsrt::isDataMovementKernel(name))
     return resolveWidened(name, dict, ins, outs, options, inst);
   AttrReader attrs(dict);
 
@@ -798,6 +792,18 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
   TensorType ins[] = {operand}, outs[] = {result};
   inst.allocateResults = true;
   int64_t rank = rankOf(operand);
+  // reduce_scatter and all_slice: the result is the operand's block of
+  // dimension `dim` split over the n ranks.
+  auto expectOneBlockPerRank = [&]() -> llvm::Error {
+    RETURN_IF_ERROR(normaliseAxis(dim, rank, "dim"));
+    if (operand.shape[dim] % n != 0)
+      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
+                                "ranks",
+                                dim, typeStr(operand), n));
+    TensorType expected = operand;
+    expected.shape[dim] /= n;
+    return expectResult(outs, 0, expected);
+  };
   switch (op) {
   case CollectiveOp::AllReduce: {
     RETURN_IF_ERROR(expectDType(
@@ -824,14 +830,7 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
   case CollectiveOp::ReduceScatter: {
     RETURN_IF_ERROR(expectDType(
         operand, {DType::F32, DType::BF16, DType::F16, DType::I64}, "operand"));
-    RETURN_IF_ERROR(normaliseAxis(dim, rank, "dim"));
-    if (operand.shape[dim] % n != 0)
-      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
-                                "ranks",
-                                dim, typeStr(operand), n));
-    TensorType expected = operand;
-    expected.shape[dim] /= n;
-    RETURN_IF_ERROR(expectResult(outs, 0, expected));
+    RETURN_IF_ERROR(expectOneBlockPerRank());
     inst.fn = [commIndex, dim](const ExecContext &ctx, In in, Out out) {
       return mpi::reduceScatter(*in[0], dim, ctx.comms[commIndex], out[0],
                                 ctx.traffic);
@@ -839,14 +838,7 @@ llvm::Error exec::resolveCollective(CollectiveOp op, int commIndex, int64_t n,
     return llvm::Error::success();
   }
   case CollectiveOp::AllSlice: {
-    RETURN_IF_ERROR(normaliseAxis(dim, rank, "dim"));
-    if (operand.shape[dim] % n != 0)
-      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
-                                "ranks",
-                                dim, typeStr(operand), n));
-    TensorType expected = operand;
-    expected.shape[dim] /= n;
-    RETURN_IF_ERROR(expectResult(outs, 0, expected));
+    RETURN_IF_ERROR(expectOneBlockPerRank());
     inst.fn = [commIndex, dim](const ExecContext &ctx, In in, Out out) {
       const Tensor &src = *in[0];
       const std::vector<int64_t> &shape = src.shape();

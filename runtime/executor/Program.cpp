@@ -332,6 +332,22 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
     slotOf[v] = p.slots;
     return p.slots++;
   };
+  // Reads the op's memory plan and adds the resolved instruction, with a
+  // slot for each result.
+  auto append = [&](Operation &op, Instruction &inst,
+                    llvm::ArrayRef<exec::TensorType> outTypes,
+                    const std::string &where) -> llvm::Error {
+    if (llvm::Error err = readOffsets(op, inst, outTypes))
+      return err;
+    inst.where = where;
+    inst.resultTypes = outTypes;
+    for (Value v : op.getResults())
+      inst.results.push_back(newSlot(v));
+    p.maxOperands = std::max(p.maxOperands, inst.operands.size());
+    p.maxResults = std::max(p.maxResults, inst.results.size());
+    p.insts.push_back(std::move(inst));
+    return llvm::Error::success();
+  };
 
   for (BlockArgument arg : func.getArguments()) {
     auto t = tensorTypeOf(arg.getType());
@@ -432,15 +448,8 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
         p.recvInsts.push_back(static_cast<int>(p.insts.size()));
       }
       inst.allocateResults = false;
-      if (llvm::Error err = readOffsets(op, inst, outTypes))
+      if (llvm::Error err = append(op, inst, outTypes, where))
         return opError(llvm::toString(std::move(err)));
-      inst.where = where;
-      inst.resultTypes = outTypes;
-      for (Value v : op.getResults())
-        inst.results.push_back(newSlot(v));
-      p.maxOperands = std::max(p.maxOperands, inst.operands.size());
-      p.maxResults = std::max(p.maxResults, inst.results.size());
-      p.insts.push_back(std::move(inst));
       continue;
     }
 
@@ -456,14 +465,8 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       inst.allocateResults = false;
       if (inTypes[0] != outTypes[0])
         return opError("result type must equal the pending value's type");
-      if (llvm::Error err = readOffsets(op, inst, outTypes))
+      if (llvm::Error err = append(op, inst, outTypes, where))
         return opError(llvm::toString(std::move(err)));
-      inst.where = where;
-      inst.resultTypes = outTypes;
-      inst.results.push_back(newSlot(wait.getResult()));
-      p.maxOperands = std::max(p.maxOperands, inst.operands.size());
-      p.maxResults = std::max(p.maxResults, inst.results.size());
-      p.insts.push_back(std::move(inst));
       continue;
     }
 
@@ -538,16 +541,8 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
     }
     if (err)
       return opError(llvm::toString(std::move(err)));
-    if (llvm::Error err = readOffsets(op, inst, outTypes))
+    if (llvm::Error err = append(op, inst, outTypes, where))
       return opError(llvm::toString(std::move(err)));
-
-    inst.where = where;
-    inst.resultTypes = outTypes;
-    for (Value v : op.getResults())
-      inst.results.push_back(newSlot(v));
-    p.maxOperands = std::max(p.maxOperands, inst.operands.size());
-    p.maxResults = std::max(p.maxResults, inst.results.size());
-    p.insts.push_back(std::move(inst));
   }
   if (!returned)
     return fail(source + ": @" + function + " has no return");
