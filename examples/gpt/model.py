@@ -52,6 +52,13 @@ CONFIGS = {
                      batch=16, activation="gelu", norm_first=True,
                      causal=True, seed=0, opset=17,
                      out="test/e2e/models/pipeline_op17.onnx"),
+    # Sequence-parallel and vocab-parallel e2e model (issue 5): a causal
+    # model with S = 256 (the issue's minimum), 8 heads (divisible by
+    # tp2 x sp2 and sp4) and a vocabulary of 512 (divisible by tp4).
+    "sp_long": dict(vocab=512, d_model=64, nhead=8, d_ff=128, layers=2,
+                    seq=256, batch=4, activation="gelu", norm_first=True,
+                    causal=True, seed=0, opset=17,
+                    out="test/e2e/models/sp_long_op17.onnx"),
     # bench/pipeline_bubble.sh: 8 equal layers, heavy enough per micro-batch
     # (about 13 MFLOP forward per layer at M = 16) that compute, not MPI
     # latency, sets the timeline. Exported by the benchmark, not committed.
