@@ -427,6 +427,16 @@ LogicalResult ConvertOp::buildGradient(OpBuilder &builder,
   return success();
 }
 
+LogicalResult
+ShardingConstraintOp::buildGradient(OpBuilder &builder,
+                                    ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  // The cotangent takes the same layout as the value.
+  return unaryRule(*this, resultGrads, operandGrads, [&](Value g) -> Value {
+    return ShardingConstraintOp::create(builder, getLoc(), g, getSharding());
+  });
+}
+
 LogicalResult BroadcastOp::buildGradient(OpBuilder &builder,
                                          ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {

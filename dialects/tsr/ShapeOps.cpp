@@ -6,6 +6,21 @@ using namespace mlir;
 using namespace tessera::tsr;
 
 //===----------------------------------------------------------------------===//
+// ShardingConstraintOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ShardingConstraintOp::verify() {
+  auto type = getInput().getType();
+  ShardingAttr sharding = getSharding();
+  if (sharding.getRank() != type.getRank())
+    return emitOpError("sharding has ")
+           << sharding.getRank() << " dimensions, the tensor " << type.getRank();
+  if (!sharding.getPartialAxes().empty())
+    return emitOpError("sharding must not be partial");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // ReshapeOp
 //===----------------------------------------------------------------------===//
 

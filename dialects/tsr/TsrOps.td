@@ -241,6 +241,35 @@ def Tsr_MatmulOp : Tsr_ContractOp<"matmul",
 // Shape ops
 //===----------------------------------------------------------------------===//
 
+def Tsr_ShardingConstraintOp : Tsr_ContractOp<"sharding_constraint",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Identity that fixes its result's sharding.";
+  let description = [{
+    The value of `input`, laid out as `sharding` (a `#tsr.sharding` of the
+    same rank, without partial axes). `tsr-sharding-propagate` treats the
+    result's sharding as given, like a step argument's: its proposals win
+    over every derived one, so one constraint steers the layout of
+    everything around it. `tsr-sharding-partition` reshards `input` to the
+    constraint and removes the op: no `tsr.sharding_constraint` remains
+    after partition (the lowering rejects one). As JAX's
+    `with_sharding_constraint` and Shardy's `sdy.sharding_constraint`.
+
+    `tsr-sharding-annotate` places them on the residual stream for
+    Megatron-style sequence parallelism (Korthikanti et al., 2022):
+
+    ```mlir
+    %x1 = tsr.sharding_constraint %x
+        {sharding = #tsr.sharding<@grid, [[0], [1], []]>} : tensor<8x256x64xf32>
+    ```
+
+    Errors: a sharding whose rank differs from the tensor's, or that is
+    partial.
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_ShardingAttr:$sharding);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
 def Tsr_ReshapeOp : Tsr_ContractOp<"reshape"> {
   let summary = "Reshape to a shape with the same number of elements.";
   let description = [{

@@ -169,6 +169,9 @@ struct Candidate {
   DimFactors dims;
   int64_t ways;
   bool fromResult;
+  /// From a tensor whose sharding is fixed (a step argument or a
+  /// tsr.sharding_constraint): it wins over every other proposal.
+  bool fixed;
 };
 } // namespace
 
@@ -207,7 +210,7 @@ sharding::resolveFactors(const ShardingRule &rule,
         continue;
       for (auto [j, f] : llvm::enumerate(factors))
         candidates[f].push_back(
-            {(*cut)[j], splitWays((*cut)[j], grid), fromResult});
+            {(*cut)[j], splitWays((*cut)[j], grid), fromResult, t->fixed});
     }
   };
   for (auto [i, dims] : llvm::enumerate(rule.results))
@@ -236,6 +239,9 @@ sharding::resolveFactors(const ShardingRule &rule,
       if (first != candidates[f].end())
         order.insert(order.begin(), *first);
     }
+    // Fixed shardings first (stable: among them, the order above).
+    std::stable_partition(order.begin(), order.end(),
+                          [](const Candidate &c) { return c.fixed; });
     for (const Candidate &c : order) {
       Axes axes = axesOf(c.dims);
       if (llvm::any_of(axes,
@@ -247,17 +253,34 @@ sharding::resolveFactors(const ShardingRule &rule,
     }
     assignment[f] = unsplit;
   };
+  // Factors a fixed sharding splits choose first, so that an activation's
+  // proposal never takes a grid axis a parameter's (or a constraint's)
+  // sharding needs (Megatron-SP: the sequence-sharded input of a
+  // column-parallel matmul yields tp to the weight's columns and is
+  // all-gathered).
+  auto fixedSplit = [&](size_t f) {
+    return llvm::any_of(candidates[f], [](const Candidate &c) {
+      return c.fixed && c.ways > 1;
+    });
+  };
+  SmallVector<size_t> factorOrder;
+  for (size_t f = 0; f < numFactors; ++f)
+    if (fixedSplit(f))
+      factorOrder.push_back(f);
   if (priority == Priority::ResultsFirst) {
     for (size_t f = 0; f < numFactors; ++f)
-      if (inResult[f])
-        choose(f);
+      if (inResult[f] && !fixedSplit(f))
+        factorOrder.push_back(f);
     for (size_t f = 0; f < numFactors; ++f)
-      if (!inResult[f])
-        choose(f);
+      if (!inResult[f] && !fixedSplit(f))
+        factorOrder.push_back(f);
   } else {
     for (size_t f = 0; f < numFactors; ++f)
-      choose(f);
+      if (!fixedSplit(f))
+        factorOrder.push_back(f);
   }
+  for (size_t f : factorOrder)
+    choose(f);
   return assignment;
 }
 

@@ -40,6 +40,9 @@ struct Grid {
 struct TensorSharding {
   std::vector<std::optional<DimFactors>> dims;
   Axes partial;
+  /// The sharding is given, not derived: a step argument's or a
+  /// tsr.sharding_constraint's. Its proposals win in resolveFactors.
+  bool fixed = false;
 
   static TensorSharding unknown(unsigned rank) {
     TensorSharding t;
@@ -101,7 +104,9 @@ enum class Priority {
 /// Resolves the factor shardings of an op from its tensors' (possibly
 /// incomplete) shardings. Factors needing replication are replicated; a grid
 /// axis is used by at most one factor (a later factor that would reuse one
-/// falls back to another proposal or stays unsplit).
+/// falls back to another proposal or stays unsplit). Proposals of fixed
+/// tensors (TensorSharding::fixed) win: factors they split choose first,
+/// and take the fixed proposal when its axes are free.
 FactorAssignment resolveFactors(const tsr::ShardingRule &rule,
                                 llvm::ArrayRef<const TensorSharding *> operands,
                                 llvm::ArrayRef<const TensorSharding *> results,

@@ -58,8 +58,43 @@ struct Partitioner {
     return out;
   }
 
+  /// How one dimension gets from `have` to `want`.
+  struct DimMove {
+    /// Same: nothing to do. Refine: `have` cut at `want`'s sub-factors
+    /// (`cut`) differs from `want` only in pieces that are whole here and
+    /// split in `want`: those are sliced, nothing is gathered. Gather:
+    /// anything else; the dimension is gathered whole, then sliced.
+    enum Kind { Same, Refine, Gather } kind = Same;
+    SmallVector<DimFactors> cut;
+  };
+
+  DimMove planDim(const DimFactors &have, const DimFactors &want) {
+    DimMove m;
+    if (have == want)
+      return m;
+    SmallVector<int64_t> sizes;
+    for (const SubFactor &f : want)
+      sizes.push_back(f.size);
+    auto cut = cutAtFactors(have, sizes, grid);
+    bool refine = bool(cut);
+    if (cut)
+      for (auto [j, piece] : llvm::enumerate(*cut))
+        if (splitWays(piece, grid) != 1 &&
+            piece != canonical(DimFactors{want[j]}, grid))
+          refine = false;
+    m.kind = refine ? DimMove::Refine : DimMove::Gather;
+    if (refine)
+      m.cut = std::move(*cut);
+    return m;
+  }
+
   /// Reshards `v` (global type `global`) from `from` to `to`. Collectives
-  /// are placed right after `v`'s definition.
+  /// are placed right after `v`'s definition. Partial sums are reduced,
+  /// dimensions whose layout `to` does not refine are all-gathered, and the
+  /// rest is all-sliced; a reduction followed by a slice over the same axes
+  /// is one reduce-scatter, and a gather of one dimension with a slice of
+  /// another over the same axes is one all-to-all (Megatron-SP's and
+  /// DeepSpeed-Ulysses' collectives fall out of these two rules).
   FailureOr<Value> reshard(Value v, RankedTensorType global,
                            const TensorSharding &from, const TensorSharding &to,
                            Location loc) {
@@ -78,15 +113,106 @@ struct Partitioner {
     StringRef gridName = grid.symbol.getValue();
     Value cur = v;
     TensorSharding curS = from;
+    size_t rank = curS.dims.size();
 
-    // 1. Partial sums not wanted by `to`.
     Axes reduce, keep;
     for (int16_t a : from.partial)
       (llvm::is_contained(to.partial, a) ? keep : reduce).push_back(a);
     for (int16_t a : to.partial)
       if (!llvm::is_contained(from.partial, a))
         return emitError(loc, "cannot make a value partial over axis ") << a;
-    if (!reduce.empty()) {
+
+    SmallVector<DimMove> moves;
+    for (size_t d = 0; d < rank; ++d)
+      moves.push_back(planDim(*curS.dims[d], *to.dims[d]));
+    // The pieces to slice: (dim, piece) of a Refine dim, or of a Gather dim
+    // after it is whole.
+    auto slicedPieces = [&](size_t d) {
+      SmallVector<size_t> pieces;
+      if (moves[d].kind == DimMove::Same)
+        return pieces;
+      const DimFactors &want = *to.dims[d];
+      for (size_t j = 0; j < want.size(); ++j) {
+        if (want[j].axes.empty())
+          continue;
+        if (moves[d].kind == DimMove::Gather ||
+            splitWays(moves[d].cut[j], grid) == 1)
+          pieces.push_back(j);
+      }
+      return pieces;
+    };
+
+    // All-to-all: one dim gathered over axes X (one split sub-factor, and
+    // wanted whole) and one dim refined by a slice over exactly X.
+    if (reduce.empty()) {
+      SmallVector<size_t> gathered, refined;
+      for (size_t d = 0; d < rank; ++d) {
+        if (moves[d].kind == DimMove::Gather)
+          gathered.push_back(d);
+        else if (moves[d].kind == DimMove::Refine)
+          refined.push_back(d);
+      }
+      if (gathered.size() == 1 && refined.size() == 1) {
+        size_t c = gathered[0], s = refined[0];
+        const DimFactors &have = *curS.dims[c];
+        SmallVector<size_t> splitSubs;
+        for (size_t j = 0; j < have.size(); ++j)
+          if (!have[j].axes.empty())
+            splitSubs.push_back(j);
+        SmallVector<size_t> cuts = slicedPieces(s);
+        if (splitSubs.size() == 1 && splitWays(*to.dims[c], grid) == 1 &&
+            cuts.size() == 1 &&
+            have[splitSubs[0]].axes == (*to.dims[s])[cuts[0]].axes) {
+          // Expanded local shape: dim c as have's sub-factors, dim s as
+          // the cut pieces (before slicing).
+          auto type = cast<RankedTensorType>(cur.getType());
+          SmallVector<int64_t> shape;
+          int64_t concatIdx = -1, splitIdx = -1;
+          for (size_t d = 0; d < rank; ++d) {
+            if (d == c) {
+              for (auto [j, f] : llvm::enumerate(have)) {
+                if (j == splitSubs[0])
+                  concatIdx = shape.size();
+                shape.push_back(f.size / grid.size(f.axes));
+              }
+            } else if (d == s) {
+              for (auto [j, piece] : llvm::enumerate(moves[s].cut)) {
+                if (j == cuts[0])
+                  splitIdx = shape.size();
+                shape.push_back(localExtent(piece, grid));
+              }
+            } else {
+              shape.push_back(type.getDimSize(d));
+            }
+          }
+          cur = reshape(b, loc, cur, shape);
+          ArrayRef<int16_t> axes = have[splitSubs[0]].axes;
+          int64_t n = grid.size(axes);
+          SmallVector<int64_t> out(shape);
+          out[splitIdx] /= n;
+          out[concatIdx] *= n;
+          auto op = shard::AllToAllOp::create(
+              b, loc, RankedTensorType::get(out, type.getElementType()),
+              gridName, axes, cur, APInt(64, splitIdx), APInt(64, concatIdx));
+          created.insert(op);
+          cur = op;
+          cur = reshape(b, loc, cur,
+                        localType(global, to, grid).getShape());
+          cache[{v, key}] = cur;
+          return cur;
+        }
+      }
+    }
+
+    // Reduce-scatter: a pending reduction over exactly the axes of one
+    // slice; otherwise the reduction comes first.
+    bool fuseReduce = false;
+    if (!reduce.empty())
+      for (size_t d = 0; d < rank && !fuseReduce; ++d)
+        for (size_t j : slicedPieces(d))
+          if ((*to.dims[d])[j].axes == reduce)
+            fuseReduce = true;
+    if (!reduce.empty() && !fuseReduce) {
       auto op =
           shard::AllReduceOp::create(b, loc, cur.getType(), gridName, reduce,
                                      cur, shard::ReductionKind::Sum);
@@ -94,11 +220,12 @@ struct Partitioner {
       cur = op;
       curS.partial = keep;
     }
-    // 2. Gather every dim whose layout differs.
-    for (size_t d = 0; d < curS.dims.size(); ++d) {
-      const DimFactors &have = *curS.dims[d];
-      if (have == *to.dims[d] || splitWays(have, grid) == 1)
+
+    // Gather every dim `to` does not refine.
+    for (size_t d = 0; d < rank; ++d) {
+      if (moves[d].kind != DimMove::Gather)
         continue;
+      const DimFactors &have = *curS.dims[d];
       auto type = cast<RankedTensorType>(cur.getType());
       SmallVector<int64_t> pieces;
       for (const SubFactor &f : have)
@@ -120,28 +247,41 @@ struct Partitioner {
       shape[d] = global.getDimSize(d);
       cur = reshape(b, loc, cur, shape);
       curS.dims[d] = DimFactors{SubFactor{global.getDimSize(d), {}}};
+      moves[d].cut.clear();
+      for (const SubFactor &f : *to.dims[d])
+        moves[d].cut.push_back(DimFactors{SubFactor{f.size, {}}});
     }
-    // 3. Slice into the wanted layout.
-    for (size_t d = 0; d < curS.dims.size(); ++d) {
-      const DimFactors &want = *to.dims[d];
-      if (*curS.dims[d] == want)
+
+    // Slice into the wanted layout (the fused reduction on its slice).
+    for (size_t d = 0; d < rank; ++d) {
+      if (moves[d].kind == DimMove::Same)
         continue;
+      const DimFactors &want = *to.dims[d];
       auto type = cast<RankedTensorType>(cur.getType());
       SmallVector<int64_t> pieces;
-      for (const SubFactor &f : want)
-        pieces.push_back(f.size);
+      for (const DimFactors &piece : moves[d].cut)
+        pieces.push_back(localExtent(piece, grid));
       cur = reshape(b, loc, cur, expand(type.getShape(), d, pieces));
-      for (auto [j, f] : llvm::enumerate(want)) {
-        if (f.axes.empty())
-          continue;
+      for (size_t j : slicedPieces(d)) {
+        const SubFactor &f = want[j];
         auto t = cast<RankedTensorType>(cur.getType());
         SmallVector<int64_t> shape(t.getShape());
-        shape[d + j] = f.size / grid.size(f.axes);
-        auto op = shard::AllSliceOp::create(
-            b, loc, RankedTensorType::get(shape, t.getElementType()), gridName,
-            f.axes, cur, APInt(64, d + j));
+        shape[d + j] /= grid.size(f.axes);
+        auto resultType = RankedTensorType::get(shape, t.getElementType());
+        Operation *op;
+        if (fuseReduce && f.axes == reduce) {
+          op = shard::ReduceScatterOp::create(b, loc, resultType, gridName,
+                                              f.axes, cur,
+                                              shard::ReductionKind::Sum,
+                                              APInt(64, d + j));
+          fuseReduce = false;
+          curS.partial = keep;
+        } else {
+          op = shard::AllSliceOp::create(b, loc, resultType, gridName, f.axes,
+                                         cur, APInt(64, d + j));
+        }
         created.insert(op);
-        cur = op;
+        cur = op->getResult(0);
       }
       SmallVector<int64_t> shape(type.getShape());
       shape[d] = localExtent(want, grid);
@@ -177,6 +317,7 @@ struct Partitioner {
       TensorSharding t = TensorSharding::fromAttr(
           func.getArgAttr(arg.getArgNumber(), "tsr.sharding"), type);
       t.canonicalize(grid);
+      t.fixed = true;
       sharding[arg] = t;
     }
     Operation *terminator = nullptr;
@@ -220,6 +361,21 @@ struct Partitioner {
       }
       for (Value v : op->getResults())
         results.push_back(sharding[v]);
+      // A constraint is a reshard of its input; the op goes away.
+      if (auto c = dyn_cast<tsr::ShardingConstraintOp>(op)) {
+        Value in = c.getInput();
+        FailureOr<Value> nv =
+            reshard(in, globalType[in], operands[0], results[0], c.getLoc());
+        if (failed(nv))
+          return failure();
+        globalType[*nv] = globalType[in];
+        TensorSharding fixed = results[0];
+        fixed.fixed = true;
+        sharding[*nv] = fixed;
+        c.getResult().replaceAllUsesWith(*nv);
+        c.erase();
+        continue;
+      }
       OpPlan plan = planOp(rule, operands, results, grid);
       for (auto [o, v] : llvm::enumerate(op->getOperands())) {
         FailureOr<Value> nv = reshard(v, globalType[v], operands[o],

@@ -48,6 +48,7 @@ struct ShardingPropagatePass
       TensorSharding t = TensorSharding::fromAttr(
           func.getArgAttr(arg.getArgNumber(), "tsr.sharding"), type);
       t.canonicalize(grid);
+      t.fixed = true;
       state[arg] = t;
     }
     SmallVector<Operation *> ops;
@@ -68,6 +69,14 @@ struct ShardingPropagatePass
       for (Value r : op->getResults())
         state[r] = TensorSharding::unknown(
             cast<RankedTensorType>(r.getType()).getRank());
+      // A constraint's result is given, like an argument's.
+      if (auto c = dyn_cast<tsr::ShardingConstraintOp>(op)) {
+        TensorSharding t =
+            TensorSharding::fromAttr(c.getSharding(), c.getType());
+        t.canonicalize(grid);
+        t.fixed = true;
+        state[c.getResult()] = t;
+      }
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())

@@ -85,3 +85,19 @@ func.func @gather_grad_shape(%i: tensor<4xi64>, %g: tensor<4x3xf32>) {
   %0 = tsr.gather_grad %i, %g : tensor<4xi64>, tensor<4x3xf32> -> tensor<10x5xf32>
   return
 }
+
+// -----
+
+func.func @sharding_constraint_rank(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{sharding has 1 dimensions, the tensor 2}}
+  %0 = tsr.sharding_constraint %x {sharding = #tsr.sharding<@grid, [[1]]>} : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @sharding_constraint_partial(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{sharding must not be partial}}
+  %0 = tsr.sharding_constraint %x {sharding = #tsr.sharding<@grid, [[1], []] partial = [0]>} : tensor<4x8xf32>
+  return
+}

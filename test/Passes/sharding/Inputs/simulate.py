@@ -230,6 +230,8 @@ def run(ops, env, collective=None):
             r = [f(x[0], x[1])]
         elif name == "tsr.gather":
             r = [x[0][x[1]]]
+        elif name == "tsr.sharding_constraint":
+            r = [x[0]]
         elif name == "tsr.broadcast":
             r = [np.broadcast_to(x[0], outs[0][0]).copy()]
         elif name == "tsr.layer_norm":
@@ -387,6 +389,27 @@ def main():
                     sl = [slice(None)] * vals[c].ndim
                     sl[ax] = slice(i * s // n, (i + 1) * s // n)
                     out = vals[c][tuple(sl)]
+                elif op["name"] == "shard.reduce_scatter":
+                    ax = int(prop(op["props"], "scatter_axis").split(":")[0])
+                    total = sum(vals[g] for g in group)
+                    i, n = block(c, axes, grid)
+                    s = total.shape[ax]
+                    sl = [slice(None)] * total.ndim
+                    sl[ax] = slice(i * s // n, (i + 1) * s // n)
+                    out = total[tuple(sl)]
+                elif op["name"] == "shard.all_to_all":
+                    # Chunk i of every rank's split axis goes to rank i;
+                    # received chunks are concatenated in rank order.
+                    sa = int(prop(op["props"], "split_axis").split(":")[0])
+                    ca = int(prop(op["props"], "concat_axis").split(":")[0])
+                    i, n = block(c, axes, grid)
+                    chunks = []
+                    for g in group:
+                        s = vals[g].shape[sa]
+                        sl = [slice(None)] * vals[g].ndim
+                        sl[sa] = slice(i * s // n, (i + 1) * s // n)
+                        chunks.append(vals[g][tuple(sl)])
+                    out = np.concatenate(chunks, axis=ca)
                 else:
                     raise NotImplementedError(op["name"])
                 state[c][op["res"]] = out
