@@ -366,11 +366,277 @@ struct FoldReshapeChain : OpRewritePattern<tsr::ReshapeOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Attention: matmul(softmax(mask(scale · Q·Kᵀ)), V) → tsr.attention
+//===----------------------------------------------------------------------===//
+
+/// What a mask tensor amounts to.
+enum class MaskKind { None, Causal, Other };
+
+/// Classifies an additive mask [Sq, Sk] given as a constant: all zeros,
+/// 0 on/below the diagonal and -inf above (causal), or anything else.
+MaskKind classifyAdditive(DenseElementsAttr attr, int64_t sq, int64_t sk) {
+  if (!isa<FloatType>(attr.getElementType()))
+    return MaskKind::Other;
+  bool zeros = true, causal = sq == sk;
+  int64_t idx = 0;
+  for (APFloat f : attr.getValues<APFloat>()) {
+    int64_t i = idx / sk, j = idx % sk;
+    ++idx;
+    bool isZero = f.isZero(), isNegInf = f.isInfinity() && f.isNegative();
+    zeros &= isZero;
+    causal &= j <= i ? isZero : isNegInf;
+    if (!zeros && !causal)
+      return MaskKind::Other;
+  }
+  return zeros ? MaskKind::None : causal ? MaskKind::Causal : MaskKind::Other;
+}
+
+/// If `v` (after looking through broadcasts/reshapes) has the shape
+/// [1..., Sq, Sk], returns it, else null.
+Value maskSource(Value v, int64_t sq, int64_t sk) {
+  Value src = stripBroadcast(v);
+  auto t = cast<RankedTensorType>(src.getType());
+  ArrayRef<int64_t> shape = t.getShape();
+  if (shape.size() < 2 || shape.take_back(2) != ArrayRef<int64_t>{sq, sk} ||
+      llvm::any_of(shape.drop_back(2), [](int64_t d) { return d != 1; }))
+    return {};
+  return src;
+}
+
+/// The additive mask and scale collected between the scores matmul and the
+/// softmax.
+struct AttentionMatch {
+  tsr::MatmulOp scores;
+  double scale = 1.0;
+  bool causal = false;
+  Value mask;                     // [1..., Sq, Sk] additive, or null
+  DenseElementsAttr boolMaskKeep; // select form: true where a key is kept
+};
+
+struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(tsr::MatmulOp root,
+                                PatternRewriter &rewriter) const override {
+    if (root.getTransposeLhs() || root.getTransposeRhs())
+      return failure();
+    auto softmax = defOp<tsr::SoftmaxOp>(root.getLhs());
+    auto pType = root.getLhs().getType();
+    int64_t rank = pType.getRank();
+    if (!softmax || rank < 3 || softmax.getAxis() != rank - 1 ||
+        !softmax->hasOneUse() || !isa<FloatType>(pType.getElementType()))
+      return failure();
+    int64_t sq = pType.getDimSize(rank - 2), sk = pType.getDimSize(rank - 1);
+
+    // Walk from the softmax input back to the scores matmul: a scaling met
+    // before the mask in this walk is applied after it in the program.
+    AttentionMatch m;
+    bool masked = false, scaledLater = false, scaledAfterMask = false;
+    Value x = softmax.getInput();
+    while (!m.scores) {
+      Operation *def = x.getDefiningOp();
+      if (!def || !def->hasOneUse() || x.getType() != pType)
+        return failure();
+      if (auto mm = dyn_cast<tsr::MatmulOp>(def)) {
+        if (mm.getTransposeLhs())
+          return failure();
+        m.scores = mm;
+        break;
+      }
+      if (isa<tsr::MulOp, tsr::DivOp>(def)) {
+        std::optional<double> c = splatValue(def->getOperand(1));
+        Value next = def->getOperand(0);
+        if (!c && isa<tsr::MulOp>(def)) {
+          c = splatValue(def->getOperand(0));
+          next = def->getOperand(1);
+        }
+        if (!c || *c == 0.0 || !std::isfinite(*c))
+          return failure();
+        m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
+        scaledLater |= !masked;
+        x = next;
+        continue;
+      }
+      if (auto add = dyn_cast<tsr::AddOp>(def)) {
+        if (masked)
+          return failure();
+        // The mask is the operand that is (a broadcast of) [1..., Sq, Sk].
+        Value maskV, next;
+        for (int k = 0; k < 2 && !maskV; ++k)
+          if (Value src = maskSource(add->getOperand(k), sq, sk);
+              src && src != add->getOperand(k)) {
+            maskV = src;
+            next = add->getOperand(1 - k);
+          }
+        if (!maskV)
+          return failure();
+        masked = true;
+        scaledAfterMask = scaledLater;
+        m.mask = maskV;
+        x = next;
+        continue;
+      }
+      if (auto sel = dyn_cast<tsr::SelectOp>(def)) {
+        if (masked)
+          return failure();
+        // select(cond, -inf, s) or select(cond, s, -inf), cond a constant.
+        std::optional<double> tv = splatValue(sel.getTrueValue());
+        std::optional<double> fv = splatValue(sel.getFalseValue());
+        bool dropTrue = tv && std::isinf(*tv) && *tv < 0;
+        bool dropFalse = fv && std::isinf(*fv) && *fv < 0;
+        if (dropTrue == dropFalse)
+          return failure();
+        Value cond = maskSource(sel.getCondition(), sq, sk);
+        DenseElementsAttr condAttr;
+        if (!cond || !matchPattern(cond, m_Constant(&condAttr)))
+          return failure();
+        // Keep-mask: true where the key is kept.
+        SmallVector<bool> keep;
+        for (bool b : condAttr.getValues<bool>())
+          keep.push_back(dropTrue ? !b : b);
+        auto keepType = RankedTensorType::get({sq, sk}, rewriter.getI1Type());
+        m.boolMaskKeep = DenseElementsAttr::get(keepType, keep);
+        masked = true;
+        scaledAfterMask = scaledLater;
+        x = dropTrue ? sel.getFalseValue() : sel.getTrueValue();
+        continue;
+      }
+      return failure();
+    }
+
+    // Q (with an optional constant scale folded in) and K in [b..., S, D].
+    Location loc = root.getLoc();
+    Value q = m.scores.getLhs();
+    if (isa_and_nonnull<tsr::MulOp, tsr::DivOp>(q.getDefiningOp()) &&
+        q.getDefiningOp()->hasOneUse()) {
+      Operation *def = q.getDefiningOp();
+      std::optional<double> c = splatValue(def->getOperand(1));
+      Value next = def->getOperand(0);
+      if (!c && isa<tsr::MulOp>(def)) {
+        c = splatValue(def->getOperand(0));
+        next = def->getOperand(1);
+      }
+      if (c && *c != 0.0 && std::isfinite(*c) &&
+          next.getType() == q.getType()) {
+        m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
+        q = next;
+      }
+    }
+    auto qType = cast<RankedTensorType>(q.getType());
+    Value v = root.getRhs();
+    auto vType = cast<RankedTensorType>(v.getType());
+    if (qType.getRank() != rank || vType.getRank() != rank ||
+        qType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
+        vType.getShape().drop_back(2) != pType.getShape().drop_back(2))
+      return failure();
+
+    // Decide the mask before building anything.
+    MaskKind kind = MaskKind::None;
+    DenseElementsAttr maskAttr;
+    if (m.boolMaskKeep) {
+      bool causal = sq == sk, all = true;
+      int64_t idx = 0;
+      for (bool b : m.boolMaskKeep.getValues<bool>()) {
+        int64_t i = idx / sk, j = idx % sk;
+        ++idx;
+        causal &= b == (j <= i);
+        all &= b;
+      }
+      kind = all ? MaskKind::None : causal ? MaskKind::Causal : MaskKind::Other;
+    } else if (m.mask) {
+      kind = MaskKind::Other;
+      if (matchPattern(m.mask, m_Constant(&maskAttr)))
+        kind = classifyAdditive(maskAttr, sq, sk);
+      if (cast<RankedTensorType>(m.mask.getType()).getElementType() !=
+          pType.getElementType())
+        return failure();
+    }
+    // A scale applied after the mask would scale the mask too: only a
+    // 0/-inf mask is unchanged by a positive factor.
+    if (scaledAfterMask &&
+        ((kind == MaskKind::Other && !m.boolMaskKeep) || m.scale <= 0))
+      return failure();
+
+    rewriter.setInsertionPoint(root);
+    Value k = m.scores.getRhs();
+    if (!m.scores.getTransposeRhs()) {
+      // The rhs is Kᵀ [b..., Dh, Sk]: undo (or compose with) its transpose.
+      SmallVector<int64_t> perm;
+      for (int64_t d = 0; d < rank; ++d)
+        perm.push_back(d);
+      std::swap(perm[rank - 1], perm[rank - 2]);
+      if (auto t = defOp<tsr::TransposeOp>(k)) {
+        ArrayRef<int64_t> inner = t.getPermutation();
+        SmallVector<int64_t> composed;
+        for (int64_t d = 0; d < rank; ++d)
+          composed.push_back(inner[perm[d]]);
+        perm = composed;
+        k = t.getInput();
+      }
+      bool identity = true;
+      for (int64_t d = 0; d < rank; ++d)
+        identity &= perm[d] == d;
+      if (!identity) {
+        auto kIn = cast<RankedTensorType>(k.getType());
+        SmallVector<int64_t> shape;
+        for (int64_t d : perm)
+          shape.push_back(kIn.getDimSize(d));
+        k = tsr::TransposeOp::create(
+            rewriter, loc, RankedTensorType::get(shape, kIn.getElementType()),
+            k, rewriter.getDenseI64ArrayAttr(perm));
+      }
+    }
+    auto kType = cast<RankedTensorType>(k.getType());
+    if (kType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
+        kType.getDimSize(rank - 2) != sk ||
+        kType.getDimSize(rank - 1) != qType.getDimSize(rank - 1) ||
+        vType.getDimSize(rank - 2) != sk ||
+        kType.getElementType() != qType.getElementType() ||
+        vType.getElementType() != qType.getElementType())
+      return failure();
+
+    Value maskOperand;
+    auto maskType = RankedTensorType::get({sq, sk}, pType.getElementType());
+    if (kind == MaskKind::Other) {
+      if (m.boolMaskKeep) {
+        auto elem = cast<FloatType>(pType.getElementType());
+        APFloat zero = APFloat::getZero(elem.getFloatSemantics());
+        APFloat ninf = APFloat::getInf(elem.getFloatSemantics(), true);
+        SmallVector<APFloat> vals;
+        for (bool b : m.boolMaskKeep.getValues<bool>())
+          vals.push_back(b ? zero : ninf);
+        maskOperand = tsr::ConstantOp::create(
+            rewriter, loc, maskType,
+            cast<ElementsAttr>(DenseElementsAttr::get(maskType, vals)));
+      } else if (maskAttr) {
+        maskOperand = tsr::ConstantOp::create(
+            rewriter, loc, maskType,
+            cast<ElementsAttr>(maskAttr.reshape(maskType)));
+      } else {
+        maskOperand =
+            m.mask.getType() == maskType
+                ? m.mask
+                : tsr::ReshapeOp::create(rewriter, loc, maskType, m.mask)
+                      .getResult();
+      }
+    }
+    SmallVector<int64_t> lseShape(pType.getShape().drop_back());
+    auto lseType = RankedTensorType::get(lseShape, rewriter.getF32Type());
+    auto attn = tsr::AttentionOp::create(
+        rewriter, loc, root.getType(), lseType, q, k, v, maskOperand,
+        rewriter.getF32FloatAttr(static_cast<float>(m.scale)),
+        rewriter.getBoolAttr(kind == MaskKind::Causal));
+    rewriter.replaceOp(root, attn.getOutput());
+    return success();
+  }
+};
+
 } // namespace
 
 void populateRaisePatterns(RewritePatternSet &patterns) {
   patterns.add<FoldMulByOne, RaiseGelu, RaiseLayerNorm, FoldTransposeIntoMatmul,
-               FoldReshapeChain>(patterns.getContext());
+               FoldReshapeChain, RaiseAttention>(patterns.getContext());
 }
 
 LogicalResult raiseTsrPatterns(Operation *op) {

@@ -14,6 +14,15 @@
 //                 → matmul with transpose_lhs/rhs flipped (Linear weights
 //                   are used directly, in PyTorch layout).
 //   * reshape(reshape(x)) → reshape(x) (Squeeze/Unsqueeze/Flatten chains).
+//   * Attention   matmul(softmax(M(c · matmul(Q', Kᵀ))), V) over the last
+//                 axis, where Q' is Q or Q·c / Q÷c and M is + mask
+//                 (broadcast [1..., Sq, Sk]) or select(bool mask, -inf, ·)
+//                 (masked_fill), with any constant scalings c before or
+//                 (for 0/-inf masks) after it               → tsr.attention
+//                 {scale = Πc, causal} [mask]: a 0-below/-inf-above mask or
+//                 a lower-triangular keep-mask becomes causal = true with no
+//                 mask operand; other masks become the [Sq, Sk] operand.
+//                 Only when every intermediate value has a single user.
 //
 //===----------------------------------------------------------------------===//
 

@@ -17,3 +17,36 @@ int64_t MatmulOp::getFlops() {
       lhs.getDimSize(getTransposeLhs() ? lhs.getRank() - 2 : lhs.getRank() - 1);
   return 2 * getResult().getType().getNumElements() * k;
 }
+
+/// b·Sq·Sk, the number of attention scores (b = product of leading dims).
+static int64_t attentionScores(Value query, Value key) {
+  auto q = cast<RankedTensorType>(query.getType());
+  auto k = cast<RankedTensorType>(key.getType());
+  return q.getNumElements() / q.getDimSize(q.getRank() - 1) *
+         k.getDimSize(k.getRank() - 2);
+}
+
+static int64_t lastDim(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return t.getDimSize(t.getRank() - 1);
+}
+
+/// Forward: S = Q·Kᵀ (2·Dh per score) and O = P·V (2·Dv per score), plus
+/// about 5 FLOPs per score for scale, mask, running max, exp and sum:
+/// b·Sq·Sk·(2·Dh + 2·Dv + 5), i.e. ≈ 4·b·Sq·Sk·Dh when Dv = Dh. The causal
+/// variant is counted in full (the CPU kernel skips masked blocks only
+/// partly). Bytes are the operands and results (the default): no S × S
+/// tensor is read or written.
+int64_t AttentionOp::getFlops() {
+  return attentionScores(getQuery(), getKey()) *
+         (2 * lastDim(getQuery()) + 2 * lastDim(getValue()) + 5);
+}
+
+/// Backward: recompute S = Q·Kᵀ (2·Dh), dV = Pᵀ·dO and dP = dO·Vᵀ (2·Dv
+/// each), dQ = dS·K and dK = dSᵀ·Q (2·Dh each), plus about 8 FLOPs per score
+/// for exp(S − lse) and dS = P ∘ (dP − rowsum(dO ∘ O)):
+/// b·Sq·Sk·(6·Dh + 4·Dv + 8) ≈ 2.5 × the forward when Dv = Dh.
+int64_t AttentionGradOp::getFlops() {
+  return attentionScores(getQuery(), getKey()) *
+         (6 * lastDim(getQuery()) + 4 * lastDim(getValue()) + 8);
+}

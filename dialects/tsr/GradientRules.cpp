@@ -696,6 +696,32 @@ LogicalResult SoftmaxOp::buildGradient(OpBuilder &builder,
   });
 }
 
+/// One tsr.attention_grad from the output's cotangent. The lse result is an
+/// internal by-product (it feeds attention_grad, not the loss), so a
+/// cotangent flowing into it is an error rather than silently dropped. The
+/// mask is not differentiated.
+LogicalResult AttentionOp::buildGradient(OpBuilder &builder,
+                                         ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  auto g = singleResultGrad(*this, resultGrads);
+  if (failed(g))
+    return failure();
+  if (resultGrads.size() > 1 && resultGrads[1])
+    return emitOpError("has no gradient rule for its lse result");
+  if (!*g)
+    return noGradient(*this, operandGrads);
+  auto grads = AttentionGradOp::create(
+      builder, getLoc(), getQuery().getType(), getKey().getType(),
+      getValue().getType(), getQuery(), getKey(), getValue(), getOutput(),
+      getLse(), *g, getMask(), getScaleAttr(), getCausalAttr());
+  operandGrads.push_back(grads.getQueryGrad());
+  operandGrads.push_back(grads.getKeyGrad());
+  operandGrads.push_back(grads.getValueGrad());
+  if (getMask())
+    operandGrads.push_back(Value());
+  return success();
+}
+
 LogicalResult
 CrossEntropyOp::buildGradient(OpBuilder &builder, ArrayRef<Value> resultGrads,
                               SmallVectorImpl<Value> &operandGrads) {
@@ -724,6 +750,8 @@ TSR_NO_GRADIENT(GatherGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(LayerNormGradOp,
                 "second-order differentiation is not supported")
 TSR_NO_GRADIENT(SoftmaxGradOp, "second-order differentiation is not supported")
+TSR_NO_GRADIENT(AttentionGradOp,
+                "second-order differentiation is not supported")
 TSR_NO_GRADIENT(ReluGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(GeluGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(CrossEntropyGradOp,

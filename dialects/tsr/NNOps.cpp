@@ -1,4 +1,4 @@
-//===- NNOps.cpp - gather, layer_norm, softmax, losses and their grads ----===//
+//===- NNOps.cpp - gather, layer_norm, softmax, attention, losses, grads -===//
 
 #include "dialects/tsr/TsrOps.h"
 
@@ -114,6 +114,86 @@ LogicalResult GeluGradOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
     return emitOpError("approximate must be \"none\" or \"tanh\"");
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// Checks the shapes and element types shared by tsr.attention and
+/// tsr.attention_grad: Q [b..., Sq, Dh], K [b..., Sk, Dh], V [b..., Sk, Dv],
+/// O [b..., Sq, Dv] (Q's element type), LSE [b..., Sq] f32, mask [Sq, Sk]
+/// (Q's element type); causal needs Sq == Sk.
+static LogicalResult verifyAttention(Operation *op, Value query, Value key,
+                                     Value value, Value mask, Type outputType,
+                                     Type lseType, bool causal) {
+  auto q = cast<RankedTensorType>(query.getType());
+  auto k = cast<RankedTensorType>(key.getType());
+  auto v = cast<RankedTensorType>(value.getType());
+  int64_t rank = q.getRank();
+  if (rank < 3)
+    return op->emitOpError("query must have rank >= 3 ([b..., Sq, Dh]), got ")
+           << q;
+  if (!isa<FloatType>(q.getElementType()))
+    return op->emitOpError("query must have a float element type, got ") << q;
+  if (k.getRank() != rank || v.getRank() != rank)
+    return op->emitOpError("query, key and value must have one rank, got ")
+           << q << ", " << k << " and " << v;
+  if (k.getElementType() != q.getElementType() ||
+      v.getElementType() != q.getElementType())
+    return op->emitOpError(
+               "query, key and value must have one element type, got ")
+           << q << ", " << k << " and " << v;
+  ArrayRef<int64_t> lead = q.getShape().drop_back(2);
+  if (k.getShape().drop_back(2) != lead || v.getShape().drop_back(2) != lead)
+    return op->emitOpError("query, key and value must have the same leading "
+                           "(batch) dims, got ")
+           << q << ", " << k << " and " << v;
+  int64_t sq = q.getDimSize(rank - 2), dh = q.getDimSize(rank - 1);
+  int64_t sk = k.getDimSize(rank - 2);
+  if (k.getDimSize(rank - 1) != dh)
+    return op->emitOpError("key head dim ")
+           << k.getDimSize(rank - 1) << " does not match query head dim " << dh;
+  if (v.getDimSize(rank - 2) != sk)
+    return op->emitOpError("value sequence length ")
+           << v.getDimSize(rank - 2) << " does not match key sequence length "
+           << sk;
+  if (causal && sq != sk)
+    return op->emitOpError("causal attention needs Sq == Sk, got ")
+           << sq << " and " << sk;
+  if (mask) {
+    auto m = cast<RankedTensorType>(mask.getType());
+    if (m.getRank() != 2 || m.getDimSize(0) != sq || m.getDimSize(1) != sk ||
+        m.getElementType() != q.getElementType())
+      return op->emitOpError("mask must be [Sq, Sk] = [")
+             << sq << ", " << sk << "] of the query's element type, got " << m;
+  }
+  SmallVector<int64_t> oShape(lead);
+  oShape.append({sq, v.getDimSize(rank - 1)});
+  auto expectedO = RankedTensorType::get(oShape, q.getElementType());
+  if (outputType != expectedO)
+    return op->emitOpError("output type ")
+           << outputType << " should be " << expectedO;
+  SmallVector<int64_t> lseShape(lead);
+  lseShape.push_back(sq);
+  auto expectedLse =
+      RankedTensorType::get(lseShape, Float32Type::get(op->getContext()));
+  if (lseType != expectedLse)
+    return op->emitOpError("lse type ")
+           << lseType << " should be " << expectedLse;
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  return verifyAttention(*this, getQuery(), getKey(), getValue(), getMask(),
+                         getOutput().getType(), getLse().getType(),
+                         getCausal());
+}
+
+LogicalResult AttentionGradOp::verify() {
+  return verifyAttention(*this, getQuery(), getKey(), getValue(), getMask(),
+                         getOutput().getType(), getLse().getType(),
+                         getCausal());
 }
 
 //===----------------------------------------------------------------------===//

@@ -419,6 +419,48 @@ ShardingRule SoftmaxGradOp::getShardingRule() {
   return softmaxRule(*this, getAxis());
 }
 
+/// attention / attention_grad: the leading (batch) dims are factors shared by
+/// every tensor and split freely; Sq, Sk, Dh and Dv must stay whole (a split
+/// sequence needs the ring/all-gather rules of sequence parallelism, a split
+/// head dim would make the scores partial before the softmax). The mask is
+/// [Sq, Sk].
+static ShardingRule attentionRule(Value query, Value key, Value value,
+                                  Value mask, bool grad) {
+  ShardingRule rule;
+  ArrayRef<int64_t> q = shapeOf(query), k = shapeOf(key), v = shapeOf(value);
+  int64_t r = q.size();
+  TensorFactors batch = addFactors(rule, q.drop_back(2));
+  int64_t sq = rule.addFactor(q[r - 2], true);
+  int64_t sk = rule.addFactor(k[r - 2], true);
+  int64_t dh = rule.addFactor(q[r - 1], true);
+  int64_t dv = rule.addFactor(v[r - 1], true);
+  auto with = [&](std::initializer_list<int64_t> tail) {
+    TensorFactors t = batch;
+    for (int64_t f : tail)
+      t.push_back({f});
+    return t;
+  };
+  TensorFactors tq = with({sq, dh}), tk = with({sk, dh}), tv = with({sk, dv}),
+                to = with({sq, dv}), tlse = with({sq});
+  if (!grad) {
+    rule.operands = {tq, tk, tv};
+    rule.results = {to, tlse};
+  } else {
+    rule.operands = {tq, tk, tv, to, tlse, to};
+    rule.results = {tq, tk, tv};
+  }
+  if (mask)
+    rule.operands.push_back({{sq}, {sk}});
+  return rule;
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  return attentionRule(getQuery(), getKey(), getValue(), getMask(), false);
+}
+ShardingRule AttentionGradOp::getShardingRule() {
+  return attentionRule(getQuery(), getKey(), getValue(), getMask(), true);
+}
+
 /// cross_entropy: N splits into a partial sum, V stays whole.
 ShardingRule CrossEntropyOp::getShardingRule() {
   ShardingRule rule;

@@ -5,8 +5,8 @@
 //                       convert, broadcast, reductions
 //   LinalgOps.cpp       matmul
 //   ShapeOps.cpp        reshape, transpose, slice, concat
-//   NNOps.cpp           gather, layer_norm, softmax, gelu, cross_entropy and
-//                       their gradient ops
+//   NNOps.cpp           gather, layer_norm, softmax, attention, gelu,
+//                       cross_entropy and their gradient ops
 //   OptimizerOps.cpp    sgd_update, adamw_update
 // Gradient rules live in GradientRules.cpp, sharding rules in
 // ShardingRules.cpp and costs in CostRules.cpp, each grouped by family.
@@ -454,6 +454,88 @@ def Tsr_SoftmaxGradOp : Tsr_ContractOp<"softmax_grad",
                        I64Attr:$axis);
   let results = (outs Tsr_StaticTensor:$result);
   let assemblyFormat = "$output `,` $grad attr-dict `:` type($result)";
+}
+
+def Tsr_AttentionOp : Tsr_ContractOp<"attention",
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>]> {
+  let summary = "Fused scaled dot-product attention with its log-sum-exp.";
+  let description = [{
+    `output = softmax(scale · query · keyᵀ + mask) · value` over the last
+    axis of the scores, computed blockwise with an online softmax so that no
+    [Sq, Sk] tensor is materialised (FlashAttention, Dao et al. 2022;
+    memory-efficient attention, Rabe & Staats 2021).
+
+    Shapes: `query` [b..., Sq, Dh], `key` [b..., Sk, Dh], `value`
+    [b..., Sk, Dv] (rank >= 3, the same leading dims b..., one float element
+    type). `mask`, optional, is an additive [Sq, Sk] tensor of the query's
+    element type broadcast over b.... With `causal`, key j is excluded from
+    query row i when j > i (requires Sq == Sk); a mask may be given as well.
+    Results: `output` [b..., Sq, Dv] (the query's type) and `lse` [b..., Sq],
+    always f32: the natural-log log-sum-exp of each row of the masked,
+    scaled scores, which `tsr.attention_grad` uses to recompute the
+    probabilities instead of storing them. A row whose keys are all masked
+    out has lse = -inf and output 0.
+
+    Raised by the importer from the exporter's MatMul → (Div|Mul) → Add mask
+    → Softmax → MatMul chains (PyTorch MultiheadAttention and hand-written
+    causal self-attention); `scale` is the product of the constant factors
+    applied to Q or to the scores. Sharding: the leading dims split freely;
+    Sq, Sk, Dh and Dv stay whole (sequence parallelism is a separate rule).
+
+    ```mlir
+    %o, %lse = tsr.attention %q, %k, %v {causal = true, scale = 0.125 : f32}
+        : tensor<16x16x8xf32>, tensor<16x16x8xf32>, tensor<16x16x8xf32>
+        -> tensor<16x16x8xf32>, tensor<16x16xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$query, Tsr_StaticTensor:$key,
+                       Tsr_StaticTensor:$value,
+                       Optional<Tsr_StaticTensor>:$mask, F32Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$causal);
+  let results = (outs Tsr_StaticTensor:$output, Tsr_StaticTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`,` $mask^)? attr-dict `:` type($query) `,`
+    type($key) `,` type($value) (`,` type($mask)^)? `->` type($output) `,`
+    type($lse)
+  }];
+}
+
+def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>,
+     AllTypesMatch<["query", "query_grad"]>,
+     AllTypesMatch<["output", "grad"]>,
+     AllTypesMatch<["key", "key_grad"]>,
+     AllTypesMatch<["value", "value_grad"]>]> {
+  let summary = "Gradient of `tsr.attention`, recomputing the probabilities.";
+  let description = [{
+    Operands are the forward's `query`, `key`, `value`, its results `output`
+    and `lse`, the output's cotangent `grad` and the forward's `mask` (if
+    any); `scale` and `causal` are the forward's. Results are the cotangents
+    of query, key and value (their types). The probabilities are recomputed
+    blockwise as exp(scale·q·kᵀ + mask − lse), and
+    dS = P ∘ (dP − rowsum(grad ∘ output)), so memory stays O(S) per row
+    rather than O(Sq·Sk) (FlashAttention backward, Dao et al. 2022). The mask
+    is not differentiated. Same shape rules and errors as `tsr.attention`.
+
+    ```mlir
+    %dq, %dk, %dv = tsr.attention_grad %q, %k, %v, %o, %lse, %do
+        {causal = true, scale = 0.125 : f32}
+        : tensor<16x16x8xf32>, tensor<16x16x8xf32>, tensor<16x16x8xf32>,
+          tensor<16x16x8xf32>, tensor<16x16xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$query, Tsr_StaticTensor:$key,
+                       Tsr_StaticTensor:$value, Tsr_StaticTensor:$output,
+                       Tsr_StaticTensor:$lse, Tsr_StaticTensor:$grad,
+                       Optional<Tsr_StaticTensor>:$mask, F32Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$causal);
+  let results = (outs Tsr_StaticTensor:$query_grad, Tsr_StaticTensor:$key_grad,
+                      Tsr_StaticTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $output `,` $lse `,` $grad (`,` $mask^)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
+    type($output) `,` type($lse) (`,` type($mask)^)?
+  }];
 }
 
 def Tsr_ReluGradOp : Tsr_ContractOp<"relu_grad",

@@ -13,6 +13,12 @@ primitive ONNX ops that Tessera's importer understands:
       -> head    (nn.Linear d_model -> vocab, with bias)
     logits float32 [B, S, V]
 
+The ``handwritten`` config (``attention="handwritten"``) instead builds
+``HandwrittenGPT``: the same embeddings, pre-norm blocks, ``ln_f`` and head,
+but each block's causal self-attention is written out in torch ops, GPT-2
+style (fused ``c_attn``, ``masked_fill`` with a registered ``tril`` buffer),
+so that the exporter emits the Where form of the mask.
+
 ``CONFIGS`` holds the named configurations used by the example, the e2e tests
 and the benchmarks; ``build_model(cfg)`` seeds torch with ``cfg['seed']`` so
 the same config always yields bit-identical initial weights (these are the
@@ -21,6 +27,7 @@ starts from).
 """
 
 import copy
+import math
 
 import torch
 from torch import nn
@@ -46,6 +53,14 @@ CONFIGS = {
     "postnorm_gelu_causal_op14": dict(_COMMON_SMALL, activation="gelu",
                                       norm_first=False, causal=True, opset=14,
                                       out="test/e2e/models/postnorm_gelu_causal_op14.onnx"),
+    # Hand-written GPT-2-style causal self-attention (issue 5): the same
+    # pre-norm GELU model, but each block is CausalSelfAttention + MLP
+    # written out in torch ops instead of nn.TransformerEncoderLayer, so the
+    # exporter emits the masked_fill (Where) form of the causal mask and the
+    # scale applied to the scores.
+    "handwritten": dict(_COMMON_SMALL, activation="gelu", norm_first=True,
+                        causal=True, attention="handwritten", opset=17,
+                        out="test/e2e/models/handwritten_op17.onnx"),
     # Pipeline-parallel e2e model: 4 layers so that pp4 has a layer per
     # stage, batch 16 so that dp2 x 8 micro-batches divides it.
     "pipeline": dict(vocab=256, d_model=32, nhead=4, d_ff=64, layers=4, seq=8,
@@ -84,6 +99,79 @@ def get_config(name_or_cfg):
         raise KeyError(f"unknown config {name_or_cfg!r}; known: "
                        f"{', '.join(sorted(CONFIGS))}")
     return copy.deepcopy(CONFIGS[name_or_cfg])
+
+
+class CausalSelfAttention(nn.Module):
+    """GPT-2-style causal self-attention written out in torch ops.
+
+    One fused ``c_attn`` Linear D -> 3D, q/k/v split, [B, S, H, Dh] viewed as
+    [B, H, S, Dh], scores scaled by 1/sqrt(Dh), ``masked_fill`` with a
+    registered lower-triangular buffer, softmax, ``att @ v``, heads merged
+    back and the ``c_proj`` output projection.
+    """
+
+    def __init__(self, d_model, nhead, seq):
+        super().__init__()
+        assert d_model % nhead == 0
+        self.nhead = nhead
+        self.c_attn = nn.Linear(d_model, 3 * d_model)
+        self.c_proj = nn.Linear(d_model, d_model)
+        # Not in the state_dict; the exporter embeds it as a constant.
+        self.register_buffer("bias", torch.tril(torch.ones(seq, seq)),
+                             persistent=False)
+
+    def forward(self, x):
+        B, S, D = x.shape
+        H = self.nhead
+        q, k, v = self.c_attn(x).split(D, dim=2)
+        q = q.view(B, S, H, D // H).transpose(1, 2)
+        k = k.view(B, S, H, D // H).transpose(1, 2)
+        v = v.view(B, S, H, D // H).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:S, :S] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, S, D)
+        return self.c_proj(y)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        D = cfg["d_model"]
+        self.ln_1 = nn.LayerNorm(D)
+        self.attn = CausalSelfAttention(D, cfg["nhead"], cfg["seq"])
+        self.ln_2 = nn.LayerNorm(D)
+        self.c_fc = nn.Linear(D, cfg["d_ff"])
+        self.act = nn.GELU() if cfg["activation"] == "gelu" else nn.ReLU()
+        self.mlp_proj = nn.Linear(cfg["d_ff"], D)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp_proj(self.act(self.c_fc(self.ln_2(x))))
+
+
+class HandwrittenGPT(nn.Module):
+    """Decoder-only LM like GPT, with hand-written blocks (config key
+    ``attention="handwritten"``; always pre-norm and causal)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = dict(cfg)
+        V, D, S = cfg["vocab"], cfg["d_model"], cfg["seq"]
+        self.tok_emb = nn.Embedding(V, D)
+        self.pos_emb = nn.Parameter(torch.randn(S, D) * 0.02)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg["layers"]))
+        self.ln_f = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V, bias=True)
+
+    def forward(self, tokens):
+        x = self.tok_emb(tokens) + self.pos_emb
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
 
 
 class GPT(nn.Module):
@@ -135,4 +223,6 @@ def build_model(cfg):
     """Builds the model of ``cfg`` (a dict or a CONFIGS name) deterministically."""
     cfg = get_config(cfg)
     torch.manual_seed(cfg["seed"])
+    if cfg.get("attention") == "handwritten":
+        return HandwrittenGPT(cfg)
     return GPT(cfg)

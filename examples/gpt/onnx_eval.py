@@ -129,6 +129,16 @@ def _eval_node(node, inputs):
         return [x.to(_ONNX_TO_TORCH_DTYPE[a["to"]])]
     if op == "Where":
         return [torch.where(x, inputs[1], inputs[2])]
+    if op == "Split":
+        axis = a.get("axis", 0)
+        if len(inputs) > 1 and inputs[1] is not None:
+            sizes = [int(s) for s in inputs[1].tolist()]
+        elif "split" in a:
+            sizes = list(a["split"])
+        else:
+            n = len(node.output)
+            sizes = [x.shape[axis] // n] * n
+        return list(torch.split(x, sizes, dim=axis))
     raise NotImplementedError(f"onnx_eval: op {op} (node {node.name!r})")
 
 

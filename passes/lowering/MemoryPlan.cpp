@@ -108,6 +108,36 @@ int64_t widenedWorkspaceBytes(Operation *op) {
   return bytes;
 }
 
+/// Heap bytes of the scratch the CPU attention kernels allocate per call
+/// (runtime/backends/cpu/Attention.h, attentionWorkspaceElems; with
+/// r = min(Sq, 64) query rows per block): forward r·Sk + 2·r floats (scores,
+/// running max and sum), backward 2·r·Sk + r (P/dS, dP, delta). 0 for other
+/// ops. Kept in step with the runtime by Run/memory-plan.test (predicted ==
+/// measured peak).
+int64_t attentionWorkspaceBytes(Operation *op) {
+  auto kernel = dyn_cast<tsrt::KernelOp>(op);
+  if (!kernel ||
+      (kernel.getKernel() != "attention" &&
+       kernel.getKernel() != "attention_grad") ||
+      op->getNumOperands() < 3)
+    return 0;
+  bool backward = kernel.getKernel() == "attention_grad";
+  auto q = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto k = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
+  if (!q || !k || !q.hasStaticShape() || !k.hasStaticShape() ||
+      q.getRank() < 3 || k.getRank() < 3)
+    return 0;
+  int64_t batch = q.getNumElements() / (q.getDimSize(q.getRank() - 2) *
+                                        q.getDimSize(q.getRank() - 1));
+  int64_t sq = q.getDimSize(q.getRank() - 2),
+          sk = k.getDimSize(k.getRank() - 2);
+  if (batch == 0 || sq == 0 || sk == 0)
+    return 0;
+  int64_t rows = std::min<int64_t>(sq, 64);
+  int64_t elems = backward ? 2 * rows * sk + rows : rows * sk + 2 * rows;
+  return lowering::alignedBufferBytes(elems * 4, kAlignment);
+}
+
 /// The prediction for one function, in bytes.
 struct Prediction {
   int64_t parameters = 0, optimizerState = 0, otherArguments = 0;
@@ -360,7 +390,7 @@ LogicalResult planFunction(func::FuncOp func) {
   }
   SmallVector<int64_t> workspaceAt(end + 1, 0);
   for (auto [i, op] : llvm::enumerate(insts))
-    workspaceAt[i] = widenedWorkspaceBytes(op);
+    workspaceAt[i] = widenedWorkspaceBytes(op) + attentionWorkspaceBytes(op);
   for (int64_t i = 0; i <= end; ++i)
     if (batchAt[i] + resultsAt[i] + workspaceAt[i] >
         pred.batchAtPeak + pred.resultsAtPeak + pred.workspaceAtPeak) {

@@ -64,15 +64,20 @@ bool isOptimizerUpdate(Operation *op) {
 /// Precision policy: the f32 values an op in low precision still takes or
 /// produces. The cross-entropy's summed loss is an f32 scalar (its kernel
 /// accumulates in f32) and so is the cotangent seed its gradient reads; the
-/// loss result must stay f32. Every other float operand and result of a
+/// loss result must stay f32. tsr.attention's log-sum-exp is f32 by the
+/// op's contract (rounding it would perturb every recomputed probability in
+/// the backward), so it stays f32 as attention's result 1 and
+/// attention_grad's operand 4. Every other float operand and result of a
 /// retyped op is low precision (kernels whose numerics need f32 internally,
-/// e.g. layer_norm statistics and softmax, compute in f32 and round their
-/// results).
+/// e.g. layer_norm statistics, softmax and attention, compute in f32 and
+/// round their results).
 bool keepsF32Result(Operation *op, unsigned index) {
-  return isa<tsr::CrossEntropyOp>(op) && index == 0;
+  return (isa<tsr::CrossEntropyOp>(op) && index == 0) ||
+         (isa<tsr::AttentionOp>(op) && index == 1);
 }
 bool keepsF32Operand(Operation *op, unsigned index) {
-  return isa<tsr::CrossEntropyGradOp>(op) && index == 2;
+  return (isa<tsr::CrossEntropyGradOp>(op) && index == 2) ||
+         (isa<tsr::AttentionGradOp>(op) && index == 4);
 }
 
 struct MixedPrecisionPass

@@ -102,13 +102,15 @@ def Recompute : Pass<"tsr-recompute", "::mlir::ModuleOp"> {
       the activation entering each layer (the checkpoint) stays live from
       forward to backward.
     - `mode=selective` (Korthikanti et al., 2022, "Reducing Activation
-      Recomputation in Large Transformer Models"): only the ops whose result
-      is larger than every non-constant operand (e.g. attention scores
-      Q·Kᵀ, [B, H, S, S] from [B, H, S, D_h] when S > D_h) and the ops that
-      only carry such data on (same element count, all non-constant
-      operands in the set: masking, scaling, softmax) are recomputed, from
-      their saved inputs. This drops the activations that grow with S² at
-      little FLOP cost.
+      Recomputation in Large Transformer Models"): each fused
+      `tsr.attention` and the ops that only carry its output on (same
+      element count, every non-constant operand in the set: the transpose
+      and reshape back to [B, S, D]) are recomputed from their saved Q, K
+      and V. The attention kernel never materialises the S² scores
+      (FlashAttention), so what selective drops is the attention output,
+      its relayout and its log-sum-exp: the part of the attention block
+      whose recomputation costs one attention forward and no matmul with a
+      weight.
     - `mode=none`: nothing changes.
 
     The clones are tagged `tsr.bwd` with the id of the forward op they copy

@@ -3,7 +3,8 @@
 // See Passes.td (tsr-recompute). The pass finds @train_step's forward ops
 // (not tagged `tsr.bwd`, not reading a backward value, not constant), cuts
 // them into layers (LayerCuts.h), chooses per layer the ops to recompute
-// (every op for `full`, the S²-sized attention core for `selective`) and
+// (every op for `full`, each fused tsr.attention and the relayout of its
+// output for `selective`) and
 // clones the ones the backward reads in front of their first backward
 // reader.
 //
@@ -12,6 +13,7 @@
 #include "passes/training/Passes.h"
 
 #include "dialects/tsr/TsrDialect.h"
+#include "dialects/tsr/TsrOps.h"
 #include "passes/training/LayerCuts.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -104,25 +106,28 @@ struct RecomputePass : training::impl::RecomputeBase<RecomputePass> {
 
     // The ops each layer may recompute.
     SmallVector<SetVector<Operation *>> candidates(numLayers);
-    DenseSet<Operation *> core; // selective: the S²-sized attention core
+    // selective: each tsr.attention and the ops that only reshuffle its
+    // output (transpose/reshape back to [B, S, D]), so neither O, its
+    // relayout nor the log-sum-exp is kept from forward to backward.
+    DenseSet<Operation *> core;
     for (auto [i, op] : llvm::enumerate(forwardOps)) {
       if (layerOf[i] + 1 >= numLayers || op->getNumResults() == 0 ||
           !isMemoryEffectFree(op))
         continue;
       if (mode == "selective") {
-        if (op->getNumResults() != 1)
-          continue;
-        int64_t out = numElements(op->getResult(0)), largest = 0;
-        bool readsArgument = false, allCore = true;
-        for (Value v : op->getOperands()) {
-          if (definedBy(v, constant))
-            continue;
-          readsArgument |= isa<BlockArgument>(v);
-          largest = std::max(largest, numElements(v));
-          allCore &= definedBy(v, core);
+        bool seed = isa<tsr::AttentionOp>(op);
+        bool carries = false;
+        if (!seed && op->getNumResults() == 1) {
+          int64_t out = numElements(op->getResult(0)), largest = 0;
+          bool allCore = true;
+          for (Value v : op->getOperands()) {
+            if (definedBy(v, constant))
+              continue;
+            largest = std::max(largest, numElements(v));
+            allCore &= definedBy(v, core);
+          }
+          carries = allCore && largest > 0 && out == largest;
         }
-        bool seed = !readsArgument && out > largest;
-        bool carries = allCore && largest > 0 && out == largest;
         if (!seed && !carries)
           continue;
         core.insert(op);

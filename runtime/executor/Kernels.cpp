@@ -11,6 +11,7 @@
 
 #include "dialects/tsrt/TsrtDialect.h"
 
+#include "runtime/backends/cpu/Attention.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -430,6 +431,91 @@ llvm::Error resolveShapeOp(StringRef name, AttrReader &attrs,
   return llvm::Error::success();
 }
 
+/// tsr.attention (q, k, v [, mask]) -> (o, lse) and tsr.attention_grad
+/// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv), all f32 (the 16-bit
+/// adapter widens bf16/f16; lse is f32 by contract). Checks the shapes of
+/// runtime/backends/cpu/Attention.h. The kernel's scratch is a Tensor
+/// allocated per call, so the heap accounting sees it; tsr-plan-memory
+/// predicts it as the instruction's workspace (MemoryPlan.cpp).
+llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
+                             ArrayRef<TensorType> ins,
+                             ArrayRef<TensorType> outs, Instruction &inst) {
+  bool grad = name == "attention_grad";
+  size_t nIn = grad ? 6 : 3, nOut = grad ? 3 : 2;
+  if (ins.size() != nIn && ins.size() != nIn + 1)
+    RETURN_IF_ERROR(expectCounts(ins, outs, nIn, nOut));
+  RETURN_IF_ERROR(expectCounts(ins.take_front(nIn), outs, nIn, nOut));
+  bool hasMask = ins.size() == nIn + 1;
+  for (const TensorType &t : ins)
+    RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
+  double scaleAttr = attrs.floating("scale");
+  bool causal = attrs.boolean("causal", false);
+  RETURN_IF_ERROR(attrs.takeError());
+  const TensorType &q = ins[0], &k = ins[1], &v = ins[2];
+  int64_t r = rankOf(q);
+  auto badShapes = [&] {
+    return fail("operand types " + typeStr(q) + ", " + typeStr(k) + ", " +
+                typeStr(v) + " are not Q [b..., Sq, Dh], K [b..., Sk, Dh], " +
+                "V [b..., Sk, Dv]");
+  };
+  if (r < 3 || rankOf(k) != r || rankOf(v) != r)
+    return badShapes();
+  std::vector<int64_t> lead(q.shape.begin(), q.shape.end() - 2);
+  if (!std::equal(lead.begin(), lead.end(), k.shape.begin()) ||
+      !std::equal(lead.begin(), lead.end(), v.shape.begin()) ||
+      k.shape[r - 1] != q.shape[r - 1] || v.shape[r - 2] != k.shape[r - 2])
+    return badShapes();
+  cpu::AttentionDims d{shapeNumel(lead), q.shape[r - 2], k.shape[r - 2],
+                       q.shape[r - 1], v.shape[r - 1]};
+  if (causal && d.sq != d.sk)
+    return fail("causal attention needs Sq == Sk");
+  if (hasMask && ins.back() != TensorType{DType::F32, {d.sq, d.sk}})
+    return fail("mask " + typeStr(ins.back()) + " is not [Sq, Sk]");
+  TensorType oType{DType::F32, lead}, lseType{DType::F32, lead};
+  oType.shape.insert(oType.shape.end(), {d.sq, d.dv});
+  lseType.shape.push_back(d.sq);
+  float scale = static_cast<float>(scaleAttr);
+  int64_t wsElems = cpu::attentionWorkspaceElems(d, grad);
+  auto workspace = [wsElems] {
+    return wsElems > 0 ? Tensor::empty(DType::F32, {wsElems}) : Tensor();
+  };
+  auto wsData = [](Tensor &t) {
+    return t.isNull() ? nullptr : t.data<float>();
+  };
+  if (!grad) {
+    RETURN_IF_ERROR(expectResult(outs, 0, oType));
+    RETURN_IF_ERROR(expectResult(outs, 1, lseType));
+    inst.fn = [=](const ExecContext &, In in, Out out) {
+      Tensor ws = workspace();
+      cpu::attentionForward(
+          d, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(),
+          hasMask ? in[3]->data<float>() : nullptr, scale, causal,
+          out[0].data<float>(), out[1].data<float>(), wsData(ws));
+      return llvm::Error::success();
+    };
+    return llvm::Error::success();
+  }
+  if (ins[3] != oType || ins[4] != lseType || ins[5] != oType)
+    return fail("output, lse and grad " + typeStr(ins[3]) + ", " +
+                typeStr(ins[4]) + ", " + typeStr(ins[5]) + " should be " +
+                typeStr(oType) + ", " + typeStr(lseType) + ", " +
+                typeStr(oType));
+  RETURN_IF_ERROR(expectResult(outs, 0, q));
+  RETURN_IF_ERROR(expectResult(outs, 1, k));
+  RETURN_IF_ERROR(expectResult(outs, 2, v));
+  inst.fn = [=](const ExecContext &, In in, Out out) {
+    Tensor ws = workspace();
+    cpu::attentionBackward(d, in[0]->data<float>(), in[1]->data<float>(),
+                           in[2]->data<float>(), in[3]->data<float>(),
+                           in[4]->data<float>(), in[5]->data<float>(),
+                           hasMask ? in[6]->data<float>() : nullptr, scale,
+                           causal, out[0].data<float>(), out[1].data<float>(),
+                           out[2].data<float>(), wsData(ws));
+    return llvm::Error::success();
+  };
+  return llvm::Error::success();
+}
+
 llvm::Error resolveNN(StringRef name, AttrReader &attrs,
                       ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
                       const CompileOptions &options, Instruction &inst) {
@@ -499,6 +585,8 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
     };
     return llvm::Error::success();
   }
+  if (name == "attention" || name == "attention_grad")
+    return resolveAttention(name, attrs, ins, outs, inst);
   if (name == "softmax") {
     RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
     RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));

@@ -110,10 +110,10 @@ def run_module(text, feeds):
         if line.startswith("return"):
             names = re.findall(r"%[\w]+", line.split(":")[0])
             return [env[n] for n in names]
-        m = re.match(r"(%\w+) = tsr\.(\w+) ?(.*)$", line)
+        m = re.match(r"(%\w+)(?:, (%\w+))? = tsr\.(\w+) ?(.*)$", line)
         if not m:
             continue
-        res, op, rest = m.groups()
+        res, res2, op, rest = m.groups()
         types = re.findall(r"tensor<([^>]*)>", rest)
         attr_m = re.search(r"\{(.*)\}", rest)
         attrs = parse_attrs(attr_m.group(1)) if attr_m else {}
@@ -179,6 +179,22 @@ def run_module(text, feeds):
             x = args[0]
             e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
             val = e / e.sum(axis=attrs["axis"], keepdims=True)
+        elif op == "attention":
+            q, k, v = args[:3]
+            s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(
+                attrs["scale"])
+            if len(args) > 3:
+                s = s + args[3]
+            if attrs.get("causal"):
+                sq, sk = s.shape[-2:]
+                s = np.where(np.tril(np.ones((sq, sk), bool)), s, -np.inf)
+            mx = s.max(axis=-1, keepdims=True)
+            e = np.exp(s - mx)
+            total = e.sum(axis=-1, keepdims=True)
+            o_shape, o_dtype = parse_type(types[-2])
+            env[res2] = (mx + np.log(total))[..., 0].astype(np.float32)
+            val = np.matmul(e / total, v).astype(o_dtype)
+            out_dtype = None
         elif op == "layer_norm":
             x, g, b = args
             axes = tuple(range(attrs["axis"], x.ndim))

@@ -203,8 +203,16 @@ def main():
     return 0 if ok else 1
 
 
+def peak_bytes(metrics):
+    """The largest per-rank measured peak over the run's steps."""
+    with open(metrics) as f:
+        return max(max(json.loads(line)["peak_bytes"]) for line in f)
+
+
 def check_recompute(args, work):
-    """Each --recompute mode vs no recomputation on the same grid: exact."""
+    """Each --recompute mode vs no recomputation on the same grid: exact,
+    and (without pipelining, whose values live on the heap) a lower
+    measured peak, so the rewrite did drop activations."""
     grid = f"dp{args.dp} x tp{args.tp} x pp{args.pp}"
     pipe = ["--pp", str(args.pp), "--micro-batches", "4"] if args.pp > 1 else []
     base_m, base_w = tessera(args, work, args.dp, args.tp, "no-recompute",
@@ -224,6 +232,13 @@ def check_recompute(args, work):
         for err, name, _ in errs[:3]:
             print(f"   {err:.3e}  {name}")
         ok = ok and wok
+        if args.pp == 1:
+            base_peak, peak = peak_bytes(base_m), peak_bytes(m)
+            print(f"peak bytes per rank: --recompute {mode} {peak} vs none "
+                  f"{base_peak}")
+            if not peak < base_peak:
+                print("   problem: recomputation did not lower the peak")
+                ok = False
     return ok
 
 

@@ -97,9 +97,10 @@ static cl::list<int64_t> ppStages(
     cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> recompute(
     "recompute",
-    cl::desc("Activation recomputation per layer: none, selective (the "
-             "attention core whose activations grow with sequence^2, "
-             "Korthikanti et al. 2022) or full (every layer but the last "
+    cl::desc("Activation recomputation per layer: none, selective (each "
+             "fused attention, whose output and log-sum-exp are remade from "
+             "the saved Q, K, V; Korthikanti et al. 2022) or full (every layer "
+             "but the last "
              "recomputes its forward in backward from its input; Chen et al. "
              "2016). Training results are bit-identical"),
     cl::init("none"), cl::cat(category));

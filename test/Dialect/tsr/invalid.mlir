@@ -96,8 +96,128 @@ func.func @sharding_constraint_rank(%x: tensor<4x8xf32>) {
 
 // -----
 
+func.func @attention_rank(%q: tensor<16x8xf32>) {
+  // expected-error @+1 {{query must have rank >= 3}}
+  %o, %l = tsr.attention %q, %q, %q {scale = 1.0 : f32} : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32> -> tensor<16x8xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
 func.func @sharding_constraint_partial(%x: tensor<4x8xf32>) {
   // expected-error @+1 {{sharding must not be partial}}
   %0 = tsr.sharding_constraint %x {sharding = #tsr.sharding<@grid, [[1], []] partial = [0]>} : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_int(%q: tensor<2x4x8xi64>) {
+  // expected-error @+1 {{query must have a float element type}}
+  %o, %l = tsr.attention %q, %q, %q {scale = 1.0 : f32} : tensor<2x4x8xi64>, tensor<2x4x8xi64>, tensor<2x4x8xi64> -> tensor<2x4x8xi64>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_ranks(%q: tensor<2x4x8xf32>, %k: tensor<1x2x4x8xf32>) {
+  // expected-error @+1 {{query, key and value must have one rank}}
+  %o, %l = tsr.attention %q, %k, %q {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_elem(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xbf16>) {
+  // expected-error @+1 {{query, key and value must have one element type}}
+  %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_batch(%q: tensor<2x4x8xf32>, %k: tensor<3x4x8xf32>) {
+  // expected-error @+1 {{must have the same leading (batch) dims}}
+  %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<3x4x8xf32>, tensor<3x4x8xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_head_dim(%q: tensor<2x4x8xf32>, %k: tensor<2x4x6xf32>) {
+  // expected-error @+1 {{key head dim 6 does not match query head dim 8}}
+  %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x6xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_value_len(%q: tensor<2x4x8xf32>, %v: tensor<2x5x8xf32>) {
+  // expected-error @+1 {{value sequence length 5 does not match key sequence length 4}}
+  %o, %l = tsr.attention %q, %q, %v {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x5x8xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_causal(%q: tensor<2x4x8xf32>, %k: tensor<2x6x8xf32>) {
+  // expected-error @+1 {{causal attention needs Sq == Sk, got 4 and 6}}
+  %o, %l = tsr.attention %q, %k, %k {causal = true, scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_mask_shape(%q: tensor<2x4x8xf32>, %m: tensor<4x5xf32>) {
+  // expected-error @+1 {{mask must be [Sq, Sk] = [4, 4] of the query's element type}}
+  %o, %l = tsr.attention %q, %q, %q, %m {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x5xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_mask_type(%q: tensor<2x4x8xf32>, %m: tensor<4x4xbf16>) {
+  // expected-error @+1 {{mask must be [Sq, Sk] = [4, 4] of the query's element type}}
+  %o, %l = tsr.attention %q, %q, %q, %m {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x4xbf16> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_output(%q: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{output type 'tensor<2x4x6xf32>' should be 'tensor<2x4x8xf32>'}}
+  %o, %l = tsr.attention %q, %q, %q {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x6xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_lse_f32(%q: tensor<2x4x8xbf16>) {
+  // expected-error @+1 {{lse type 'tensor<2x4xbf16>' should be 'tensor<2x4xf32>'}}
+  %o, %l = tsr.attention %q, %q, %q {scale = 1.0 : f32} : tensor<2x4x8xbf16>, tensor<2x4x8xbf16>, tensor<2x4x8xbf16> -> tensor<2x4x8xbf16>, tensor<2x4xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_lse_shape(%q: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{lse type 'tensor<2x8xf32>' should be 'tensor<2x4xf32>'}}
+  %o, %l = tsr.attention %q, %q, %q {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>, tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_causal(%q: tensor<2x4x8xf32>, %k: tensor<2x6x8xf32>, %o: tensor<2x4x8xf32>, %l: tensor<2x4xf32>) {
+  // expected-error @+1 {{causal attention needs Sq == Sk, got 4 and 6}}
+  %dq, %dk, %dv = tsr.attention_grad %q, %k, %k, %o, %l, %o {causal = true, scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_lse(%q: tensor<2x4x8xf32>, %l: tensor<2x5xf32>) {
+  // expected-error @+1 {{lse type 'tensor<2x5xf32>' should be 'tensor<2x4xf32>'}}
+  %dq, %dk, %dv = tsr.attention_grad %q, %q, %q, %q, %l, %q {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x5xf32>
   return
 }

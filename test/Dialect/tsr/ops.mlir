@@ -24,3 +24,14 @@ func.func @roundtrip(%x: tensor<8x16x64xf32>, %w: tensor<256x64xf32>, %g: tensor
 func.func @sharding_attr() attributes {a = #tsr.sharding<@grid, [[0], []] partial = [1]>, b = #tsr.sharding<@grid, [[], {3, 64 : [1]}]>} {
   return
 }
+
+// CHECK-LABEL: func.func @attention
+// CHECK: %[[O:.*]], %[[L:.*]] = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 1.250000e-01 : f32} : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32> -> tensor<2x4x16x6xf32>, tensor<2x4x16xf32>
+// CHECK: tsr.attention %arg0, %arg1, %arg2, %arg3 {scale = 1.250000e-01 : f32} : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>, tensor<16x16xf32> -> tensor<2x4x16x6xf32>, tensor<2x4x16xf32>
+// CHECK: tsr.attention_grad %arg0, %arg1, %arg2, %[[O]], %[[L]], %[[O]], %arg3 {causal = true, scale = 1.250000e-01 : f32} : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16xf32>, tensor<16x16xf32>
+func.func @attention(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x6xf32>, %m: tensor<16x16xf32>) -> tensor<2x4x16x8xf32> {
+  %o, %l = tsr.attention %q, %k, %v {causal = true, scale = 0.125 : f32} : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32> -> tensor<2x4x16x6xf32>, tensor<2x4x16xf32>
+  %o2, %l2 = tsr.attention %q, %k, %v, %m {scale = 0.125 : f32} : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>, tensor<16x16xf32> -> tensor<2x4x16x6xf32>, tensor<2x4x16xf32>
+  %dq, %dk, %dv = tsr.attention_grad %q, %k, %v, %o, %l, %o, %m {causal = true, scale = 0.125 : f32} : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16xf32>, tensor<16x16xf32>
+  return %dq : tensor<2x4x16x8xf32>
+}

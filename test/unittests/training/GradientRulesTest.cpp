@@ -608,6 +608,22 @@ TEST_F(GradientRules, Softmax) {
   })");
 }
 
+// One attention_grad; the lse result carries no cotangent and the mask
+// none either. Dv != Dh, causal, an additive mask, and rank 4.
+TEST_F(GradientRules, Attention) {
+  check(
+      R"(func.func @f(%q: tensor<2x3x4xf32>, %k: tensor<2x3x4xf32>, %v: tensor<2x3x2xf32>) -> tensor<2x3x2xf32> {
+    %o, %l = tsr.attention %q, %k, %v {scale = 0.5 : f32} : tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<2x3x2xf32> -> tensor<2x3x2xf32>, tensor<2x3xf32>
+    return %o : tensor<2x3x2xf32>
+  })");
+  check(
+      R"(func.func @f(%q: tensor<1x2x3x2xf32>, %k: tensor<1x2x3x2xf32>, %v: tensor<1x2x3x2xf32>) -> tensor<1x2x3x2xf32> {
+    %m = tsr.constant dense<[[0.5, -1.0, 0.0], [0.25, 0.0, 0xFF800000], [0.0, 1.0, -0.5]]> : tensor<3x3xf32>
+    %o, %l = tsr.attention %q, %k, %v, %m {causal = true, scale = 0.75 : f32} : tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x2xf32>, tensor<3x3xf32> -> tensor<1x2x3x2xf32>, tensor<1x2x3xf32>
+    return %o : tensor<1x2x3x2xf32>
+  })");
+}
+
 TEST_F(GradientRules, CrossEntropy) {
   Inputs in;
   in.lo = -2.0;

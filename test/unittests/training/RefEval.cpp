@@ -43,6 +43,52 @@ bool isIntType(Type t) {
   return isa<IntegerType>(cast<RankedTensorType>(t).getElementType());
 }
 
+/// Probabilities of scaled dot-product attention in double precision (the
+/// reference of tsr.attention / attention_grad).
+struct AttentionRef {
+  const RefTensor &q, &k, &v;
+  const RefTensor *mask;
+  double scale;
+  bool causal;
+  int64_t batch, sq, sk, dh, dv;
+
+  AttentionRef(const RefTensor &q, const RefTensor &k, const RefTensor &v,
+               const RefTensor *mask, double scale, bool causal)
+      : q(q), k(k), v(v), mask(mask), scale(scale), causal(causal) {
+    size_t r = q.shape.size();
+    sq = q.shape[r - 2];
+    dh = q.shape[r - 1];
+    sk = k.shape[r - 2];
+    dv = v.shape[r - 1];
+    batch = q.numel() / (sq * dh);
+  }
+
+  /// Fills p with row i of batch b's probabilities; returns its lse.
+  double probs(int64_t b, int64_t i, std::vector<double> &p) const {
+    p.assign(sk, 0.0);
+    std::vector<double> s(sk, -INFINITY);
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < sk; ++j) {
+      if (causal && j > i)
+        continue;
+      double dot = 0;
+      for (int64_t c = 0; c < dh; ++c)
+        dot += q.data[(b * sq + i) * dh + c] * k.data[(b * sk + j) * dh + c];
+      s[j] = scale * dot + (mask ? mask->data[i * sk + j] : 0.0);
+      mx = std::max(mx, s[j]);
+    }
+    if (mx == -INFINITY)
+      return -INFINITY;
+    double sum = 0;
+    for (int64_t j = 0; j < sk; ++j)
+      sum += s[j] == -INFINITY ? 0.0 : std::exp(s[j] - mx);
+    double lse = mx + std::log(sum);
+    for (int64_t j = 0; j < sk; ++j)
+      p[j] = s[j] == -INFINITY ? 0.0 : std::exp(s[j] - lse);
+    return lse;
+  }
+};
+
 /// Multi-index of flat index `i` in `shape`.
 std::vector<int64_t> unflatten(int64_t i, const std::vector<int64_t> &shape) {
   std::vector<int64_t> idx(shape.size());
@@ -481,6 +527,66 @@ struct Interpreter {
               }
             }
           set(op, 0, std::move(out));
+          return true;
+        })
+        .Case([&](tsr::AttentionOp a) {
+          const RefTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
+          const RefTensor *mask = a.getMask() ? &in(op, 3) : nullptr;
+          AttentionRef ref(q, k, v, mask, a.getScale().convertToDouble(),
+                           a.getCausal());
+          RefTensor o(shapeOf(a.getOutput().getType())),
+              lse(shapeOf(a.getLse().getType()));
+          for (int64_t b = 0; b < ref.batch; ++b)
+            for (int64_t i = 0; i < ref.sq; ++i) {
+              std::vector<double> p;
+              double l = ref.probs(b, i, p);
+              lse.data[b * ref.sq + i] = l;
+              for (int64_t j = 0; j < ref.sk; ++j)
+                for (int64_t c = 0; c < ref.dv; ++c)
+                  o.data[(b * ref.sq + i) * ref.dv + c] +=
+                      p[j] * v.data[(b * ref.sk + j) * ref.dv + c];
+            }
+          set(op, 0, std::move(o));
+          set(op, 1, std::move(lse));
+          return true;
+        })
+        .Case([&](tsr::AttentionGradOp a) {
+          const RefTensor &q = in(op, 0), &k = in(op, 1), &v = in(op, 2);
+          const RefTensor &o = in(op, 3), &dout = in(op, 5);
+          const RefTensor *mask = a.getMask() ? &in(op, 6) : nullptr;
+          double scale = a.getScale().convertToDouble();
+          AttentionRef ref(q, k, v, mask, scale, a.getCausal());
+          RefTensor dq(q.shape), dk(k.shape), dv(v.shape);
+          for (int64_t b = 0; b < ref.batch; ++b)
+            for (int64_t i = 0; i < ref.sq; ++i) {
+              std::vector<double> p;
+              ref.probs(b, i, p);
+              const double *pdo = dout.data.data() + (b * ref.sq + i) * ref.dv;
+              const double *po = o.data.data() + (b * ref.sq + i) * ref.dv;
+              double delta = 0;
+              for (int64_t c = 0; c < ref.dv; ++c)
+                delta += pdo[c] * po[c];
+              for (int64_t j = 0; j < ref.sk; ++j) {
+                if (p[j] == 0)
+                  continue;
+                const double *pv = v.data.data() + (b * ref.sk + j) * ref.dv;
+                double dp = 0;
+                for (int64_t c = 0; c < ref.dv; ++c) {
+                  dp += pdo[c] * pv[c];
+                  dv.data[(b * ref.sk + j) * ref.dv + c] += p[j] * pdo[c];
+                }
+                double ds = p[j] * (dp - delta) * scale;
+                for (int64_t c = 0; c < ref.dh; ++c) {
+                  dq.data[(b * ref.sq + i) * ref.dh + c] +=
+                      ds * k.data[(b * ref.sk + j) * ref.dh + c];
+                  dk.data[(b * ref.sk + j) * ref.dh + c] +=
+                      ds * q.data[(b * ref.sq + i) * ref.dh + c];
+                }
+              }
+            }
+          set(op, 0, std::move(dq));
+          set(op, 1, std::move(dk));
+          set(op, 2, std::move(dv));
           return true;
         })
         .Case([&](tsr::ReluGradOp) {
