@@ -118,11 +118,11 @@ void artifact::explainMemory(const json::Object &report,
       "arena (activations, grads, new state)",
       "batch (tokens + labels)",
       "returned on the heap (loss)",
-      "bf16/f16 kernels' f32 workspace"};
+      "kernel workspace (bf16/f16 f32 copies, vocab-parallel CE stats)"};
   for (auto [key, text] : llvm::zip(kParts, kText)) {
     int64_t bytes = breakdown ? breakdown->getInteger(key).value_or(0) : 0;
     if (bytes == 0 && StringRef(key) == "workspace")
-      continue; // only bf16/f16 plans have one
+      continue; // only bf16/f16 and vocab-parallel plans have one
     os << llvm::formatv("  {0,-34} {1,14}\n", text, bytes);
   }
 }
