@@ -156,6 +156,15 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   manifest["precision"] = plan.precision;
   if (plan.precision == "fp16")
     manifest["loss_scale"] = plan.effectiveLossScale();
+  if (plan.tp > 1) {
+    json::Array split;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (func.getArgAttr(i, "tsr.vocab_parallel"))
+        if (auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name"))
+          split.push_back(name.getValue());
+    manifest["vocab_parallel"] = json::Object{{"enabled", plan.vocabParallel},
+                                              {"params", std::move(split)}};
+  }
   if (plan.zero > 0) {
     json::Array replicated;
     if (auto names = func->getAttrOfType<ArrayAttr>("tsr.zero_replicated"))
@@ -384,6 +393,22 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
                         "{0}, each gradient times 1/{0} in fp32 before its "
                         "update; an fp16 overflow is not skipped)\n",
                         s);
+  }
+  if (const json::Object *vocab = manifest.getObject("vocab_parallel")) {
+    if (!vocab->getBoolean("enabled").value_or(false)) {
+      os << "vocab parallelism: off (embedding and LM head replicated over "
+            "tp: every tp rank computes the full logits)\n";
+    } else {
+      os << "vocab parallelism: on (split over tp along the vocabulary:";
+      const json::Array *params = vocab->getArray("params");
+      if (!params || params->empty())
+        os << " none found";
+      else
+        for (const json::Value &n : *params)
+          os << " " << *n.getAsString();
+      os << "; masked lookup + all-reduce, cross-entropy all-reduces the row "
+            "max and sum-exp, logits never gathered)\n";
+    }
   }
   os << "parameters (global shape -> local shape, sharding per dim):\n";
   int64_t localBytes = 0, globalBytes = 0;

@@ -118,11 +118,12 @@ void artifact::explainMemory(const json::Object &report,
       "arena (activations, grads, new state)",
       "batch (tokens + labels)",
       "returned on the heap (loss)",
-      "kernel workspace (attention, bf16/f16)"};
+      "kernel workspace (attention, bf16/f16, vocab-parallel CE)"};
   for (auto [key, text] : llvm::zip(kParts, kText)) {
     int64_t bytes = breakdown ? breakdown->getInteger(key).value_or(0) : 0;
     if (bytes == 0 && StringRef(key) == "workspace")
-      continue; // only plans with attention or bf16/f16 kernels have one
+      continue; // only plans with attention, bf16/f16 or vocab-parallel
+                // kernels have one
     os << llvm::formatv("  {0,-34} {1,14}\n", text, bytes);
   }
 }

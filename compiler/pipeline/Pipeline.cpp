@@ -54,6 +54,8 @@ pipeline::partitionStages(const planner::Plan &plan) {
   if (plan.pipelined())
     annotate +=
         llvm::formatv(" pp={0} micro-batches={1}", plan.pp, plan.microBatches);
+  if (!plan.vocabParallel)
+    annotate += " vocab-parallel=false";
   annotate += "}";
   std::vector<Stage> stages = {{"build-train-step", train}};
   if (plan.precision != "fp32") {

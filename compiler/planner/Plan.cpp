@@ -104,6 +104,8 @@ llvm::json::Object Plan::toJSON() const {
       {"precision", precision},
       {"zero", zero},
       {"optimizer", std::move(opt)}};
+  if (tp > 1)
+    out["vocab_parallel"] = vocabParallel;
   if (precision == "fp16")
     out["loss_scale"] = effectiveLossScale();
   if (pipelined()) {

@@ -75,6 +75,15 @@ struct Plan {
   /// 2020): 0 off, 1 optimizer state, 2 + gradients, 3 + parameters
   /// sharded. A no-op with dp = 1; not supported with pipelining yet.
   int64_t zero = 0;
+  /// Vocab parallelism on the tp axis (Megatron-LM, Shoeybi et al. 2019):
+  /// with tp > 1 the embedding table is split over its vocabulary rows
+  /// (masked lookup, then an all-reduce) and the LM head with its bias over
+  /// its vocabulary columns, and the cross-entropy all-reduces the row max
+  /// and sums of exponentials instead of gathering the [N, V] logits.
+  /// `--vocab-parallel on|off`; no effect with tp = 1.
+  bool vocabParallel = true;
+  /// True when the plan splits the vocabulary (vocabParallel and tp > 1).
+  bool vocabSplit() const { return vocabParallel && tp > 1; }
   OptimizerConfig optimizer;
 
   bool pipelined() const { return pp > 1 || microBatches > 1; }

@@ -11,7 +11,7 @@ using namespace mlir;
 using namespace tessera::tsr;
 
 bool ShardingRule::isReduction(int64_t f) const {
-  if (factors[f].needReplication)
+  if (factors[f].needReplication || factors[f].reducedByOp)
     return false;
   for (const TensorFactors &result : results)
     for (const DimFactors &dim : result)
@@ -21,7 +21,7 @@ bool ShardingRule::isReduction(int64_t f) const {
 }
 
 bool ShardingRule::isReductionFor(int64_t f, unsigned result) const {
-  if (factors[f].needReplication)
+  if (factors[f].needReplication || factors[f].reducedByOp)
     return false;
   for (const DimFactors &dim : results[result])
     if (llvm::is_contained(dim, f))

@@ -41,6 +41,13 @@ struct ShardingRule {
     /// The factor must not be split (e.g. softmax's axis): an operand split
     /// along it is all-gathered first.
     bool needReplication = false;
+    /// The op reduces over this factor itself when it is split (it calls the
+    /// collectives inside its kernel, e.g. Megatron's vocab-parallel
+    /// cross-entropy all-reduces the row max and sum of exponentials over
+    /// the vocabulary split): a result without the factor is then NOT
+    /// partial over its axes, and the localized op gets the axes as its
+    /// `grid_axes` attribute.
+    bool reducedByOp = false;
   };
   /// Factor indices making up one tensor dimension, major to minor.
   using DimFactors = llvm::SmallVector<int64_t, 2>;
@@ -58,25 +65,32 @@ struct ShardingRule {
   /// reshape/transpose/slice/broadcast/reduce_sum: {{0}}; matmul: {{0}, {1}}.
   llvm::SmallVector<llvm::SmallVector<unsigned, 2>, 2> linearGroups;
 
+  /// Grid axes per factor (major to minor over the factor's sub-factors;
+  /// empty when the factor is not split).
+  using FactorAxes = llvm::ArrayRef<llvm::SmallVector<int16_t, 4>>;
   /// Called by the partitioner after it has given the op local operand and
-  /// result types; `localFactorSizes[f]` is factor f's local extent. Rewrites
-  /// attributes holding sizes or offsets (tsr.slice's bounds). Null when the
-  /// op has none.
+  /// result types; `localFactorSizes[f]` is factor f's local extent and
+  /// `factorAxes[f]` the grid axes it is split over. Rewrites attributes
+  /// holding sizes or offsets (tsr.slice's bounds) and records the axes of
+  /// `reducedByOp` factors or of a masked lookup (`grid_axes` on
+  /// tsr.gather, tsr.cross_entropy). Null when the op has none.
   std::function<mlir::LogicalResult(mlir::Operation *,
-                                    llvm::ArrayRef<int64_t> localFactorSizes)>
+                                    llvm::ArrayRef<int64_t> localFactorSizes,
+                                    FactorAxes factorAxes)>
       localize;
 
   /// Adds a factor and returns its index.
-  int64_t addFactor(int64_t size, bool needReplication = false) {
-    factors.push_back({size, needReplication});
+  int64_t addFactor(int64_t size, bool needReplication = false,
+                    bool reducedByOp = false) {
+    factors.push_back({size, needReplication, reducedByOp});
     return static_cast<int64_t>(factors.size()) - 1;
   }
-  /// True when factor `f` appears in no result (splitting it gives partial
-  /// results).
+  /// True when factor `f` appears in no result and is neither replicated nor
+  /// reduced by the op itself (splitting it gives partial results).
   bool isReduction(int64_t f) const;
   /// True when factor `f` appears in some operand but not in result
-  /// `result` and does not need replication: splitting it makes that result
-  /// partial.
+  /// `result` and neither needs replication nor is reduced by the op
+  /// itself (`reducedByOp`): splitting it makes that result partial.
   bool isReductionFor(int64_t f, unsigned result) const;
   /// Checks internal consistency against `op`'s operand/result shapes: every
   /// dimension equals the product of its factors' sizes. Returns failure with

@@ -276,8 +276,8 @@ ShardingRule SliceOp::getShardingRule() {
   rule.operands = {input};
   rule.results = {result};
   rule.linearGroups = {{0}};
-  rule.localize = [localBounds](Operation *op,
-                                ArrayRef<int64_t> local) -> LogicalResult {
+  rule.localize = [localBounds](Operation *op, ArrayRef<int64_t> local,
+                                ShardingRule::FactorAxes) -> LogicalResult {
     auto slice = cast<SliceOp>(op);
     SmallVector<int64_t> start(slice.getStartIndices()),
         limit(slice.getLimitIndices());
@@ -340,24 +340,47 @@ ShardingRule ConcatOp::getShardingRule() {
 // Neural-network ops
 //===----------------------------------------------------------------------===//
 
-/// gather: table [V, D...], indices [I...] -> [I..., D...]. V stays whole
-/// (vocab parallelism is a separate rewrite).
+/// Records on a localized op the grid axes its vocabulary factor `v` is
+/// split over (`grid_axes`, read by the runtime to get the rank's vocabulary
+/// range and a communicator), or removes the attribute when `v` is whole.
+static LogicalResult recordVocabAxes(Operation *op, int64_t v,
+                                     ShardingRule::FactorAxes axes) {
+  if (v < static_cast<int64_t>(axes.size()) && !axes[v].empty())
+    op->setAttr("grid_axes", DenseI16ArrayAttr::get(op->getContext(), axes[v]));
+  else
+    op->removeAttr("grid_axes");
+  return success();
+}
+
+/// gather: table [V, D...], indices [I...] -> [I..., D...]. V is a reduction:
+/// with V split (Megatron-LM's vocab-parallel embedding, Shoeybi et al.
+/// 2019) each rank looks up only the ids in its row range [r·V/n,
+/// (r+1)·V/n) and writes zero rows for the others, so the result is a
+/// partial sum over V's axes and the partitioner all-reduces it. The local
+/// op carries those axes as `grid_axes`.
 ShardingRule GatherOp::getShardingRule() {
   ShardingRule rule;
   ArrayRef<int64_t> table = shapeOf(getTable());
   TensorFactors indices = addFactors(rule, shapeOf(getIndices()));
   TensorFactors rows = addFactors(rule, table.drop_front());
-  TensorFactors t = {{rule.addFactor(table[0], true)}};
+  int64_t v = rule.addFactor(table[0]);
+  TensorFactors t = {{v}};
   t.append(rows.begin(), rows.end());
   TensorFactors result = indices;
   result.append(rows.begin(), rows.end());
   rule.operands = {t, indices};
   rule.results = {result};
+  rule.localize = [v](Operation *op, ArrayRef<int64_t>,
+                      ShardingRule::FactorAxes axes) {
+    return recordVocabAxes(op, v, axes);
+  };
   return rule;
 }
 
 /// gather_grad: splitting the index dims makes the table gradient partial
-/// (the data-parallel embedding gradient).
+/// (the data-parallel embedding gradient). The table's V may be split (the
+/// vocab-parallel embedding's gradient): each rank scatter-adds only the
+/// ids in its row range, recorded as `grid_axes` on the local op.
 ShardingRule GatherGradOp::getShardingRule() {
   ShardingRule rule;
   ArrayRef<int64_t> table = shapeOf(getResult());
@@ -365,11 +388,16 @@ ShardingRule GatherGradOp::getShardingRule() {
   TensorFactors rows = addFactors(rule, table.drop_front());
   TensorFactors grad = indices;
   grad.append(rows.begin(), rows.end());
-  TensorFactors result = {{rule.addFactor(table[0], true)}};
+  int64_t v = rule.addFactor(table[0]);
+  TensorFactors result = {{v}};
   result.append(rows.begin(), rows.end());
   rule.operands = {indices, grad};
   rule.results = {result};
   rule.linearGroups = {{1}};
+  rule.localize = [v](Operation *op, ArrayRef<int64_t>,
+                      ShardingRule::FactorAxes axes) {
+    return recordVocabAxes(op, v, axes);
+  };
   return rule;
 }
 
@@ -461,24 +489,42 @@ ShardingRule AttentionGradOp::getShardingRule() {
   return attentionRule(getQuery(), getKey(), getValue(), getMask(), true);
 }
 
-/// cross_entropy: N splits into a partial sum, V stays whole.
+/// cross_entropy: N splits into a partial sum. V may be split (Megatron-LM's
+/// vocab-parallel cross-entropy, Shoeybi et al. 2019): the kernel all-reduces
+/// the row max (MAX) and the sums of exponentials and the target logits
+/// (SUM) over V's axes itself, so V is `reducedByOp` and the loss is not
+/// partial over them; the full logits are never gathered. The local op
+/// carries V's axes as `grid_axes`.
 ShardingRule CrossEntropyOp::getShardingRule() {
   ShardingRule rule;
   ArrayRef<int64_t> logits = shapeOf(getLogits());
   int64_t n = rule.addFactor(logits[0]);
-  int64_t v = rule.addFactor(logits[1], true);
+  int64_t v = rule.addFactor(logits[1], /*needReplication=*/false,
+                             /*reducedByOp=*/true);
   rule.operands = {{{n}, {v}}, {{n}}};
   rule.results = {{}};
+  rule.localize = [v](Operation *op, ArrayRef<int64_t>,
+                      ShardingRule::FactorAxes axes) {
+    return recordVocabAxes(op, v, axes);
+  };
   return rule;
 }
 
+/// cross_entropy_grad: as cross_entropy; with V split the kernel recomputes
+/// the row max and sum of exponentials with the same two all-reduces over
+/// V's axes (`grid_axes`) and writes its own columns of the gradient.
 ShardingRule CrossEntropyGradOp::getShardingRule() {
   ShardingRule rule;
   ArrayRef<int64_t> logits = shapeOf(getLogits());
   int64_t n = rule.addFactor(logits[0]);
-  int64_t v = rule.addFactor(logits[1], true);
+  int64_t v = rule.addFactor(logits[1], /*needReplication=*/false,
+                             /*reducedByOp=*/true);
   rule.operands = {{{n}, {v}}, {{n}}, {}};
   rule.results = {{{n}, {v}}};
+  rule.localize = [v](Operation *op, ArrayRef<int64_t>,
+                      ShardingRule::FactorAxes axes) {
+    return recordVocabAxes(op, v, axes);
+  };
   return rule;
 }
 

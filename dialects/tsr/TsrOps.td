@@ -351,6 +351,14 @@ def Tsr_GatherOp : Tsr_ContractOp<"gather",
     `table` is [V, D...], `indices` any shape of i64 in [0, V); the result is
     indices.shape ++ [D...]. An out-of-range id is a runtime error naming it.
 
+    Vocab parallelism (Megatron-LM, Shoeybi et al. 2019): after
+    partitioning, a local op whose table is split over the vocabulary
+    carries `grid_axes` (array<i16>, the split's grid axes). Its table holds
+    rows [r·V_local, (r+1)·V_local) of the V = n·V_local rows, r being the
+    rank along those axes: ids in that range are looked up, the others give
+    zero rows, so the result is a partial sum over the axes (all-reduced by
+    the partitioner). Ids are still checked against [0, V).
+
     ```mlir
     %e = tsr.gather %wte, %tokens
         : tensor<256x64xf32>, tensor<8x16xi64> -> tensor<8x16x64xf32>
@@ -368,7 +376,9 @@ def Tsr_GatherGradOp : Tsr_ContractOp<"gather_grad"> {
   let summary = "Gradient of `tsr.gather`: scatter-add rows into a table.";
   let description = [{
     `result` ([V, D...], zero-initialised) gets `grad[i]` added to row
-    `indices[i]` for every index position i.
+    `indices[i]` for every index position i. With `grid_axes` (vocab
+    parallelism, see `tsr.gather`) the result is the rank's V_local rows and
+    only the ids in its range are added.
 
     ```mlir
     %g = tsr.gather_grad %tokens, %dy
@@ -571,7 +581,12 @@ def Tsr_CrossEntropyOp : Tsr_ContractOp<"cross_entropy"> {
     `logits` is [N, V] f32, `labels` [N] i64; the result is the f32 scalar
     Σ_n −log softmax(logits_n)[labels_n]. The training step divides by the
     global token count to get the mean loss. Sharding: N splits into a
-    partial sum; V must stay whole (vocab parallelism comes later).
+    partial sum. V may be split (Megatron-LM's vocab-parallel cross-entropy,
+    Shoeybi et al. 2019): the local op then carries `grid_axes` and its
+    kernel all-reduces over them the row max (MAX) and the sums of
+    exponentials and target logits (SUM), so the loss is complete over those
+    axes and the [N, V] logits are never gathered. Labels index the full
+    vocabulary.
 
     ```mlir
     %l = tsr.cross_entropy %logits, %labels
@@ -590,6 +605,11 @@ def Tsr_CrossEntropyGradOp : Tsr_ContractOp<"cross_entropy_grad",
     [AllTypesMatch<["logits", "result"]>]> {
   let summary = "Gradient of `tsr.cross_entropy`: (softmax − onehot)·grad.";
   let description = [{
+    With `grid_axes` (vocab parallelism, see `tsr.cross_entropy`) the
+    logits and the result are the rank's vocabulary columns; the kernel
+    recomputes the row max and sum of exponentials with the same
+    all-reduces.
+
     ```mlir
     %d = tsr.cross_entropy_grad %logits, %labels, %dl
         : tensor<128x256xf32>, tensor<128xi64>, tensor<f32>

@@ -29,6 +29,15 @@ LogicalResult KernelOp::verify() {
   for (Type t : getOperation()->getOperandTypes())
     if (!cast<RankedTensorType>(t).hasStaticShape())
       return emitOpError("operands must be statically shaped");
+  if (Attribute a = getAttrs().get("grid_axes")) {
+    auto axes = dyn_cast<DenseI16ArrayAttr>(a);
+    if (!axes || axes.empty())
+      return emitOpError("grid_axes must be a non-empty array<i16>");
+    for (auto [i, axis] : llvm::enumerate(axes.asArrayRef()))
+      if (axis < 0 || llvm::is_contained(axes.asArrayRef().take_front(i), axis))
+        return emitOpError("grid_axes has a negative or repeated axis ")
+               << axis;
+  }
   return success();
 }
 

@@ -25,6 +25,20 @@ namespace tessera::tsrt {
 /// plan counts).
 bool isDataMovementKernel(llvm::StringRef kernel);
 
+/// f64 scratch values per logits row that a vocab-parallel `cross_entropy`
+/// (3: row max, sum of exponentials, target logit) or `cross_entropy_grad`
+/// (2: row max, sum of exponentials) kernel, i.e. one with `grid_axes`,
+/// holds while it runs. The runtime allocates them as one counted heap
+/// tensor (N · k · 8 bytes) and the memory plan counts it as that
+/// instruction's workspace. 0 for every other kernel.
+inline int64_t vocabParallelScratchPerRow(llvm::StringRef kernel) {
+  if (kernel == "cross_entropy")
+    return 3;
+  if (kernel == "cross_entropy_grad")
+    return 2;
+  return 0;
+}
+
 /// Every chunk's `tsrt.send` / `tsrt.recv` in program order, forward and
 /// backward functions apart (index = chunk), as the schedule's verifier sees
 /// them; feeds schedule::verify and schedule::simulate. Fails, with an error

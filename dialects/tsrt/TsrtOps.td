@@ -16,9 +16,26 @@ def Tsrt_KernelOp : Tsrt_Op<"kernel"> {
     The runtime resolves the name to a function once, at load time; an
     unknown name is a load error naming the kernel.
 
+    `attrs` may hold `grid_axes` (array<i16>): the kernel communicates over
+    those grid axes itself. The runtime gives it a communicator over them
+    (registered like a collective's), its rank there tells the kernel its
+    block of a dimension split over them, and the all-reduces it makes are
+    counted in the step's collective traffic. Used by the vocab-parallel
+    kernels (Megatron-LM, Shoeybi et al. 2019): `gather` / `gather_grad`
+    with the table's vocabulary rows split (masked lookup / scatter of the
+    ids in the rank's range; the lookup's partial sum is all-reduced by a
+    separate `tsrt.all_reduce`), and `cross_entropy` / `cross_entropy_grad`
+    with the logits' vocabulary columns split (all-reduce MAX of the row
+    max, all-reduce SUM of the sums of exponentials and of the target
+    logits; the f64 statistics are a per-instruction workspace of the
+    memory plan).
+
     ```mlir
     %y = tsrt.kernel "matmul"(%x, %w) {attrs = {transpose_rhs = true}}
         : (tensor<4x16x64xf32>, tensor<128x64xf32>) -> tensor<4x16x128xf32>
+    %l = tsrt.kernel "cross_entropy"(%logits, %labels)
+        {attrs = {grid_axes = array<i16: 1>}}
+        : (tensor<512x256xf32>, tensor<512xi64>) -> tensor<f32>
     ```
   }];
   let arguments = (ins StrAttr:$kernel, Variadic<AnyRankedTensor>:$args,

@@ -138,6 +138,23 @@ int64_t attentionWorkspaceBytes(Operation *op) {
   return lowering::alignedBufferBytes(elems * 4, kAlignment);
 }
 
+/// Heap bytes of the scratch a vocab-parallel cross-entropy kernel (one with
+/// `grid_axes`) allocates while it runs (runtime/executor/Kernels.cpp): N ·
+/// tsrt::vocabParallelScratchPerRow doubles for logits [N, V_local]. Held
+/// together with the 16-bit adapter's copies. 0 for other ops.
+int64_t vocabScratchBytes(Operation *op) {
+  auto kernel = dyn_cast<tsrt::KernelOp>(op);
+  if (!kernel || !kernel.getAttrs().get("grid_axes") ||
+      op->getNumOperands() == 0)
+    return 0;
+  int64_t perRow = tsrt::vocabParallelScratchPerRow(kernel.getKernel());
+  auto logits = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  if (!perRow || !logits || logits.getRank() != 2 || !logits.hasStaticShape())
+    return 0;
+  return lowering::alignedBufferBytes(logits.getDimSize(0) * perRow * 8,
+                                      kAlignment);
+}
+
 /// The prediction for one function, in bytes.
 struct Prediction {
   int64_t parameters = 0, optimizerState = 0, otherArguments = 0;
@@ -390,7 +407,8 @@ LogicalResult planFunction(func::FuncOp func) {
   }
   SmallVector<int64_t> workspaceAt(end + 1, 0);
   for (auto [i, op] : llvm::enumerate(insts))
-    workspaceAt[i] = widenedWorkspaceBytes(op) + attentionWorkspaceBytes(op);
+    workspaceAt[i] = widenedWorkspaceBytes(op) + attentionWorkspaceBytes(op) +
+                     vocabScratchBytes(op);
   for (int64_t i = 0; i <= end; ++i)
     if (batchAt[i] + resultsAt[i] + workspaceAt[i] >
         pred.batchAtPeak + pred.resultsAtPeak + pred.workspaceAtPeak) {

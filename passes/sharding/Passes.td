@@ -37,8 +37,19 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
         shape-preserving ops only (bias add, GELU, ...) is an MLP: the first
         is column-split (weight and bias), the second row-split (bias
         replicated);
-      * everything else (embeddings, positional embedding, LayerNorms, the LM
-        head, frozen values) is replicated;
+      * with `vocab-parallel` (the default) and tp > 1, vocab parallelism
+        (Megatron-LM, Shoeybi et al. 2019): the table read by a forward
+        `tsr.gather` (the token embedding) is split over tp along its
+        vocabulary rows, and the linear layer whose output reaches the
+        logits of `tsr.cross_entropy` (the LM head, N = vocabulary) is
+        column-split with its bias; both get the argument attribute
+        `tsr.vocab_parallel`. The lookup's result is then partial over tp
+        (all-reduced by the partitioner) and the cross-entropy reduces over
+        the split vocabulary inside its kernel, so the logits are never
+        gathered. Error (naming the parameter) when tp does not divide the
+        vocabulary;
+      * everything else (positional embedding, LayerNorms, frozen values, and
+        the embedding and LM head without vocab parallelism) is replicated;
     - optimizer state `<param>.exp_avg`/`.exp_avg_sq` gets its parameter's
       sharding, `step` is replicated;
     - results named like an argument get that argument's sharding; the loss
@@ -76,6 +87,11 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per step (virtual grid axis 3, `mb`): the batch of "
            "each dp rank is split into this many micro-batches.">,
+    Option<"vocabParallel", "vocab-parallel", "bool", "true",
+           "With tp > 1, split the embedding table and the LM head (with "
+           "its bias) over tp along the vocabulary (Megatron-LM's "
+           "vocab-parallel embedding and cross-entropy); off: both are "
+           "replicated.">,
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
@@ -121,7 +137,11 @@ def ShardingPartition : Pass<"tsr-sharding-partition", "::mlir::ModuleOp"> {
     sharding differs from what the op needs, and rewrites the op to local
     types (local sizes are the row-major product of local sub-factor sizes;
     the rule's `localize` hook rewrites size-bearing attributes, e.g. a
-    `tsr.slice` [D:2D] of a 3-chunk dim split over tp becomes [D/tp:2D/tp]).
+    `tsr.slice` [D:2D] of a 3-chunk dim split over tp becomes [D/tp:2D/tp],
+    and records `grid_axes` on ops whose vocabulary is split: the masked
+    `tsr.gather` / `tsr.gather_grad` and `tsr.cross_entropy(_grad)`, which
+    reduces over its split vocabulary itself (a `reducedByOp` factor), so its
+    logits are not gathered).
     Resharding is
     - `shard.all_reduce ... reduction = sum` for partial sums, placed right
       after the partial value is produced and only on the path to a consumer

@@ -127,6 +127,11 @@ struct Annotator {
       auto traced = traceParam(op->getOperand(w));
       if (!traced || traceParam(op->getOperand(1 - w)))
         continue;
+      // The activation is floating point (an embedding lookup contracts
+      // nothing: its other operand is the integer ids).
+      auto act = dyn_cast<RankedTensorType>(op->getOperand(1 - w).getType());
+      if (!act || !isa<FloatType>(act.getElementType()))
+        continue;
       const auto &wdims = rule.operands[w];
       if (wdims.size() != 2 || wdims[0].size() != 1 || wdims[1].size() != 1)
         continue;
@@ -185,6 +190,28 @@ struct Annotator {
       return l;
     }
     return std::nullopt;
+  }
+
+  /// True when `v` reaches the logits operand of a tsr.cross_entropy
+  /// through forward ops other than linear layers (reshape to [N, V], ...).
+  bool reachesLogits(Value v) {
+    SmallVector<Value> work{v};
+    llvm::DenseSet<Value> seen;
+    while (!work.empty()) {
+      Value cur = work.pop_back_val();
+      if (!seen.insert(cur).second)
+        continue;
+      for (OpOperand &use : cur.getUses()) {
+        Operation *user = use.getOwner();
+        if (isa<tsr::CrossEntropyOp>(user) && use.getOperandNumber() == 0)
+          return true;
+        if (!isForward(user) || linearOf(user))
+          continue;
+        for (Value r : user->getResults())
+          work.push_back(r);
+      }
+    }
+    return false;
   }
 
   Linear *linearOf(Operation *op) {
@@ -472,6 +499,58 @@ struct ShardingAnnotatePass
       }
     }
 
+    // Vocab parallelism (Megatron-LM, Shoeybi et al. 2019): the embedding
+    // table's vocabulary rows and the LM head's vocabulary columns (with its
+    // bias) are split over tp. The lookup then gives partial sums that the
+    // partitioner all-reduces, and tsr.cross_entropy reduces over the split
+    // vocabulary itself, so the [N, V] logits are never gathered.
+    SmallVector<unsigned> vocabSplit;
+    auto markVocab = [&](unsigned arg) {
+      if (!llvm::is_contained(vocabSplit, arg))
+        vocabSplit.push_back(arg);
+    };
+    if (tp > 1 && vocabParallel) {
+      WalkResult walk = func.walk([&](tsr::GatherOp gather) {
+        if (!a.isForward(gather))
+          return WalkResult::advance();
+        auto traced = a.traceParam(gather.getTable());
+        if (!traced)
+          return WalkResult::advance();
+        unsigned arg = traced->first;
+        int64_t dim = traced->second[0];
+        int64_t vocab = types[arg].getDimSize(dim);
+        if (vocab % tp != 0) {
+          gather.emitError("tp=")
+              << tp << " does not divide the vocabulary size " << vocab
+              << " of embedding table '" << a.name(arg) << "' "
+              << shapeOf(types[arg]) << " (use --vocab-parallel off)";
+          return WalkResult::interrupt();
+        }
+        args[arg][dim] = DimFactors{SubFactor{vocab, {kTpAxis}}};
+        markVocab(arg);
+        return WalkResult::advance();
+      });
+      if (walk.wasInterrupted())
+        return failure();
+      for (Linear &l : a.linears) {
+        if (split.count(l.matmul) || !a.reachesLogits(l.output))
+          continue;
+        if (l.sizeN % tp != 0)
+          return l.matmul->emitError("tp=")
+                 << tp << " does not divide the vocabulary size " << l.sizeN
+                 << " of LM head '" << a.name(l.weightArg) << "' "
+                 << shapeOf(types[l.weightArg])
+                 << " (use --vocab-parallel off)";
+        DimFactors dim{SubFactor{l.sizeN, {kTpAxis}}};
+        args[l.weightArg][l.argDimN] = dim;
+        markVocab(l.weightArg);
+        if (l.biasArg) {
+          args[*l.biasArg][0] = dim;
+          markVocab(*l.biasArg);
+        }
+      }
+    }
+
     // Optimizer state follows its parameter; results follow their argument.
     llvm::StringMap<unsigned> byName;
     for (unsigned i = 0; i < numArgs; ++i)
@@ -496,6 +575,8 @@ struct ShardingAnnotatePass
       attrs.push_back(tsr::ShardingAttr::getFactored(ctx, grid.symbol, args[i],
                                                      {}, grid.shape));
       func.setArgAttr(i, "tsr.sharding", attrs.back());
+      if (llvm::is_contained(vocabSplit, i))
+        func.setArgAttr(i, "tsr.vocab_parallel", UnitAttr::get(ctx));
     }
     llvm::StringMap<unsigned> argByName;
     for (unsigned i = 0; i < numArgs; ++i)

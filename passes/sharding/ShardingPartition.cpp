@@ -395,8 +395,18 @@ struct Partitioner {
       }
       for (auto [r, v] : llvm::enumerate(op->getResults()))
         v.setType(localType(globalType[v], plan.results[r], grid));
-      if (rule.localize && failed(rule.localize(op, plan.localFactorSizes)))
-        return failure();
+      if (rule.localize) {
+        SmallVector<SmallVector<int16_t, 4>> factorAxes;
+        for (const std::optional<DimFactors> &f : plan.factors) {
+          SmallVector<int16_t, 4> axes;
+          if (f)
+            for (const SubFactor &sub : *f)
+              axes.append(sub.axes.begin(), sub.axes.end());
+          factorAxes.push_back(std::move(axes));
+        }
+        if (failed(rule.localize(op, plan.localFactorSizes, factorAxes)))
+          return failure();
+      }
       // The op produces plan.results; bring them to the recorded shardings.
       for (auto [r, v] : llvm::enumerate(op->getResults())) {
         if (plan.results[r] == results[r])

@@ -129,6 +129,15 @@ private:
   std::string problem;
 };
 
+/// A kernel with `grid_axes` needs the executor's communicator for them.
+llvm::Error checkComm(const ExecContext &ctx, int comm) {
+  if (comm < 0 || comm >= static_cast<int>(ctx.comms.size()))
+    return fail(llvm::formatv("needs communicator #{0} for its grid_axes but "
+                              "the executor provides {1}",
+                              comm, ctx.comms.size()));
+  return llvm::Error::success();
+}
+
 llvm::Error expectCounts(ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
                          size_t nIn, size_t nOut) {
   if (ins.size() != nIn || outs.size() != nOut)
@@ -528,6 +537,17 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
     expected.shape.insert(expected.shape.end(), ins[0].shape.begin() + 1,
                           ins[0].shape.end());
     RETURN_IF_ERROR(expectResult(outs, 0, expected));
+    if (int comm = inst.commIndex; comm >= 0) {
+      // Vocab-parallel: this rank's rows start at comm rank · V_local.
+      inst.fn = [comm](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+        RETURN_IF_ERROR(checkComm(ctx, comm));
+        const mpi::Communicator &c = ctx.comms[comm];
+        int64_t local = in[0]->dim(0);
+        return cpu::gatherMasked(*in[0], *in[1], c.rank() * local,
+                                 c.size() * local, out[0]);
+      };
+      return llvm::Error::success();
+    }
     inst.fn = [](const ExecContext &, In in, Out out) {
       return cpu::gather(*in[0], *in[1], out[0]);
     };
@@ -545,6 +565,16 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
     if (dy != ins[1].shape)
       return fail("grad " + typeStr(ins[1]) + " does not match indices " +
                   typeStr(ins[0]) + " and result " + typeStr(outs[0]));
+    if (int comm = inst.commIndex; comm >= 0) {
+      inst.fn = [comm](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+        RETURN_IF_ERROR(checkComm(ctx, comm));
+        const mpi::Communicator &c = ctx.comms[comm];
+        int64_t local = out[0].dim(0);
+        return cpu::gatherGradMasked(*in[0], *in[1], c.rank() * local,
+                                     c.size() * local, out[0]);
+      };
+      return llvm::Error::success();
+    }
     inst.fn = [](const ExecContext &, In in, Out out) {
       return cpu::gatherGrad(*in[0], *in[1], out[0]);
     };
@@ -638,6 +668,47 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
         ins[1].shape[0] != ins[0].shape[0])
       return fail("expects logits [N, V] and labels [N], got " +
                   typeStr(ins[0]) + " and " + typeStr(ins[1]));
+    if (int comm = inst.commIndex; comm >= 0) {
+      // Megatron-LM's vocab-parallel cross-entropy: logits hold columns
+      // [rank · V_local, (rank + 1) · V_local); the row max is all-reduced
+      // (MAX), then the sums of exponentials and target logits (SUM), in a
+      // scratch tensor of N · k doubles (tsrt::vocabParallelScratchPerRow,
+      // counted as workspace by the memory plan).
+      if (grad) {
+        RETURN_IF_ERROR(expectDType(ins[2], {DType::F32}, "grad"));
+        if (numelOf(ins[2]) != 1)
+          return fail("grad must have one element, got " + typeStr(ins[2]));
+        RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+      } else {
+        RETURN_IF_ERROR(expectResult(outs, 0, TensorType{DType::F32, {}}));
+      }
+      int64_t k = tessera::tsrt::vocabParallelScratchPerRow(name);
+      inst.fn = [comm, grad, k](const ExecContext &ctx, In in,
+                                Out out) -> llvm::Error {
+        RETURN_IF_ERROR(checkComm(ctx, comm));
+        const mpi::Communicator &c = ctx.comms[comm];
+        const Tensor &logits = *in[0];
+        int64_t n = logits.dim(0), local = logits.dim(1);
+        Tensor scratch = Tensor::empty(DType::I64, {k * n}); // f64 storage
+        double *rowMax = static_cast<double *>(scratch.raw());
+        double *sumExp = rowMax + n, *target = grad ? nullptr : rowMax + 2 * n;
+        cpu::crossEntropyRowMax(logits, rowMax);
+        RETURN_IF_ERROR(
+            mpi::allReduceF64(rowMax, n, mpi::ReduceOp::Max, c, ctx.traffic));
+        RETURN_IF_ERROR(
+            cpu::crossEntropyRowSums(logits, *in[1], c.rank() * local,
+                                     c.size() * local, rowMax, sumExp, target));
+        RETURN_IF_ERROR(mpi::allReduceF64(sumExp, grad ? n : 2 * n,
+                                          mpi::ReduceOp::Sum, c, ctx.traffic));
+        if (grad)
+          cpu::crossEntropyGradFromStats(logits, *in[1], c.rank() * local,
+                                         rowMax, sumExp, *in[2], out[0]);
+        else
+          cpu::crossEntropyFromStats(n, rowMax, sumExp, target, out[0]);
+        return llvm::Error::success();
+      };
+      return llvm::Error::success();
+    }
     if (!grad) {
       RETURN_IF_ERROR(expectResult(outs, 0, TensorType{DType::F32, {}}));
       inst.fn = [](const ExecContext &, In in, Out out) {
@@ -735,6 +806,7 @@ llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
     narrowOut.push_back(isFloat16Bit(t.dtype));
   }
   Instruction inner;
+  inner.commIndex = inst.commIndex; // kernels that communicate themselves
   RETURN_IF_ERROR(
       exec::resolveKernel(name, dict, wideIns, wideOuts, options, inner));
   if (!inner.allocateResults)

@@ -470,9 +470,43 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       continue;
     }
 
+    // The communicator over `grid_axes`: its index in p.axesSets (added on
+    // first use) and its number of ranks.
+    auto commOf = [&](DenseI16ArrayAttr axesAttr, int &commIndex,
+                      int64_t &n) -> llvm::Error {
+      std::vector<int64_t> axes;
+      n = 1;
+      for (int16_t a : axesAttr.asArrayRef()) {
+        if (a < 0 || a >= static_cast<int64_t>(options.gridShape.size()))
+          return fail(llvm::formatv("grid axis {0} is out of range for a "
+                                    "{1}-axis grid",
+                                    a, options.gridShape.size()));
+        if (llvm::is_contained(axes, a))
+          return fail(llvm::formatv("grid axis {0} repeated", a));
+        axes.push_back(a);
+        n *= options.gridShape[a];
+      }
+      auto found = llvm::find(p.axesSets, axes);
+      commIndex = static_cast<int>(found - p.axesSets.begin());
+      if (found == p.axesSets.end())
+        p.axesSets.push_back(axes);
+      return llvm::Error::success();
+    };
+
     llvm::Error err = llvm::Error::success();
     if (auto k = dyn_cast<tessera::tsrt::KernelOp>(op)) {
       inst.kernel = k.getKernel().str();
+      // A kernel that communicates itself (vocab-parallel gather and
+      // cross-entropy) names its grid axes; its closure reads
+      // ctx.comms[inst.commIndex].
+      if (mlir::Attribute a = k.getAttrs().get("grid_axes")) {
+        auto axesAttr = dyn_cast<DenseI16ArrayAttr>(a);
+        if (!axesAttr)
+          return opError("grid_axes must be an array<i16>");
+        int64_t n = 1;
+        if (llvm::Error e = commOf(axesAttr, inst.commIndex, n))
+          return opError(llvm::toString(std::move(e)));
+      }
       err = resolveKernel(k.getKernel(), k.getAttrs(), inTypes, outTypes,
                           options, inst);
     } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
@@ -483,22 +517,10 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       auto axesAttr = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes");
       if (!axesAttr || op.getNumOperands() != 1 || op.getNumResults() != 1)
         return opError("malformed collective");
-      std::vector<int64_t> axes;
+      int commIndex = -1;
       int64_t n = 1;
-      for (int16_t a : axesAttr.asArrayRef()) {
-        if (a < 0 || a >= static_cast<int64_t>(options.gridShape.size()))
-          return opError(llvm::formatv("grid axis {0} is out of range for a "
-                                       "{1}-axis grid",
-                                       a, options.gridShape.size()));
-        if (llvm::is_contained(axes, a))
-          return opError(llvm::formatv("grid axis {0} repeated", a));
-        axes.push_back(a);
-        n *= options.gridShape[a];
-      }
-      auto found = llvm::find(p.axesSets, axes);
-      int commIndex = static_cast<int>(found - p.axesSets.begin());
-      if (found == p.axesSets.end())
-        p.axesSets.push_back(axes);
+      if (llvm::Error e = commOf(axesAttr, commIndex, n))
+        return opError(llvm::toString(std::move(e)));
       auto i64 = [&](llvm::StringRef name) -> int64_t {
         auto a = op.getAttrOfType<IntegerAttr>(name);
         return a ? a.getValue().getSExtValue() : 0;

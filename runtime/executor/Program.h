@@ -6,8 +6,10 @@
 //   - every `tsrt.kernel` is resolved to a closure over the CPU kernel with its
 //     attributes already decoded and its operand/result shapes checked;
 //   - `tsrt.constant` values are materialised once;
-//   - collectives refer to an index into the program's list of distinct
-//     grid-axes sets (`commAxes`), bound to communicators by the executor;
+//   - collectives, and kernels with a `grid_axes` attribute (vocab-parallel
+//     gather and cross-entropy, which call MPI themselves), refer to an
+//     index into the program's list of distinct grid-axes sets
+//     (`commAxes`), bound to communicators by the executor;
 //   - `tsrt.send` / `tsrt.recv` (pipeline plans only) become point-to-point
 //     instructions over the executor's pp communicator (see PointToPoint):
 //     every recv of the program is posted (MPI_Irecv) when `run` starts and
@@ -154,7 +156,9 @@ struct Instruction {
   /// of operand 0.
   enum class Kind { Call, Send, Recv, AllReduceStart, Wait };
   Kind kind = Kind::Call;
-  int commIndex = -1;     ///< AllReduceStart
+  /// AllReduceStart, and a Call whose `tsrt.kernel` has `grid_axes` (it
+  /// communicates over ctx.comms[commIndex] itself); -1 otherwise.
+  int commIndex = -1;
   int asyncIndex = -1;    ///< AllReduceStart, Wait
   bool reduceMax = false; ///< AllReduceStart: max instead of sum
   int64_t peerChunk = -1; ///< Send/Recv: the other chunk

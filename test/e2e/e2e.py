@@ -7,11 +7,23 @@
 
     e2e.py parallel --build DIR --config NAME --optimizer sgd|adamw --dp N --tp M
                     [--zero 0|1|2|3] [--bucket-mb MB] [--rtol 1e-5]
+                    [--vocab-parallel on|off]
         dp*tp-rank run vs the serial run: every step's loss and every final
         parameter (relative L2) must match within rtol. --zero compiles the
         parallel run with that ZeRO stage (its final weights are gathered
         from the dp shards by --save-weights); --bucket-mb with gradient
-        buckets overlapped with backward.
+        buckets overlapped with backward. --vocab-parallel is passed to
+        the parallel run's tessera-partition; with `on` (and tp > 1) the
+        check also fails unless the artifact's manifest lists the embedding
+        and the LM head (weight and bias) as split over the vocabulary.
+        With --traffic (dp = 1, vocab-parallel on) also a --vocab-parallel
+        off run on the same grid: every step's "bytes_sent" of the on run
+        must exceed the off run's by exactly the vocab-parallel all-reduces,
+        2(tp-1)/tp * (2 * N*D*4 + 5 * N*8) bytes with N = B*S tokens: the
+        lookup's [B, S, D] output, the LM head's [N, D] input gradient, and
+        the cross-entropy's own f64 row statistics (max, sum-exp and target
+        forward; max and sum-exp backward). The off run replicates the head,
+        so it gathers nothing: the logits are never all-gathered either way.
 
     e2e.py pipeline --build DIR --config NAME --optimizer sgd|adamw
                     --grid PPxDPxTP --micro-batches 1,4,8
@@ -111,6 +123,44 @@ def drop_key_bias(weights):
     return out
 
 
+def manifest(plan):
+    """The tessera.manifest JSON of a plan.tsr (safetensors metadata)."""
+    import struct
+    with open(plan, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return json.loads(header["__metadata__"]["tessera.manifest"])
+
+
+def check_vocab_split(plan):
+    """The plan splits the token embedding and the LM head over tp."""
+    vocab = manifest(plan).get("vocab_parallel", {})
+    params = sorted(vocab.get("params", []))
+    print(f"vocab-parallel: enabled={vocab.get('enabled')} params={params}")
+    want = {"tok_emb.weight", "head.weight", "head.bias"}
+    if not vocab.get("enabled") or not want <= set(params):
+        print(f"expected {sorted(want)} to be split over the vocabulary")
+        return False
+    return True
+
+
+def check_vocab_traffic(args, work, on_metrics):
+    """bytes_sent of vocab-parallel on minus off = its all-reduces."""
+    if args.dp != 1:
+        raise SystemExit("--traffic with --vocab-parallel needs --dp 1")
+    cfg = get_config(args.config)
+    n, d, tp = cfg["batch"] * cfg["seq"], cfg["d_model"], args.tp
+    off_m, _ = tessera(args, work, 1, tp, "vocab-off",
+                       ["--vocab-parallel", "off"])
+    on, off = bytes_sent(on_metrics), bytes_sent(off_m)
+    extra = 2 * (tp - 1) / tp * (2 * n * d * 4 + 5 * n * 8)
+    good = len(on) == STEPS and len(off) == STEPS and all(
+        abs((a - b) - extra) <= 1e-9 * a for a, b in zip(on, off))
+    print(f"bytes_sent per rank per step: vocab-parallel on {on}, off {off}; "
+          f"expected on - off = {extra} {'ok' if good else 'MISMATCH'}")
+    return good
+
+
 def check_losses(a, b, rtol):
     ok, rows = compare.compare_losses(compare.load_losses(a),
                                       compare.load_losses(b), rtol=rtol)
@@ -136,6 +186,8 @@ def main():
     p.add_argument("--pp", type=int, default=1, help="recompute: stages")
     p.add_argument("--zero", type=int, default=0,
                    help="parallel: ZeRO stage of the parallel run")
+    p.add_argument("--vocab-parallel", choices=["on", "off"], default=None,
+                   help="parallel: vocab parallelism of the parallel run")
     p.add_argument("--bucket-mb", default=None,
                    help="parallel: gradient bucket size of the parallel run")
     p.add_argument("--modes", default="selective,full",
@@ -195,10 +247,17 @@ def main():
             if args.bucket_mb is not None:
                 zero += ["--bucket-mb", args.bucket_mb]
                 what += f" buckets of {args.bucket_mb} MiB"
+            if args.vocab_parallel:
+                zero += ["--vocab-parallel", args.vocab_parallel]
+                what += f" vocab-parallel {args.vocab_parallel}"
             par_m, par_w = tessera(args, work, args.dp, args.tp, "parallel",
                                    zero)
             print(f"losses: {what} vs serial (rtol {rtol})")
             ok = check_run(args, par_m, par_w, serial_m, serial_w, rtol, what)
+            if args.vocab_parallel == "on" and args.tp > 1:
+                ok = check_vocab_split(os.path.join(work, "parallel.tsr")) and ok
+                if args.traffic:
+                    ok = check_vocab_traffic(args, work, par_m) and ok
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

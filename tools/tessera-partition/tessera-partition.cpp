@@ -4,7 +4,7 @@
 //     [--micro-batches M] [--schedule gpipe|1f1b|interleaved]
 //     [--virtual-stages V] [--pp-stages 0,3,6] [--recompute
 //     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16|fp16]
-//     [--loss-scale S]
+//     [--loss-scale S] [--vocab-parallel on|off]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
@@ -58,6 +58,15 @@ static cl::opt<int64_t> dp("dp",
                            cl::desc("Data-parallel degree (grid axis "
                                     "'dp'); must divide the batch"),
                            cl::init(1), cl::cat(category));
+static cl::opt<std::string> vocabParallel(
+    "vocab-parallel",
+    cl::desc("on|off (default on): with --tp > 1, split the token embedding "
+             "over its vocabulary rows (masked lookup, then an all-reduce) "
+             "and the LM head and cross-entropy over the vocabulary "
+             "(Megatron-LM's vocab-parallel cross-entropy: the row max and "
+             "sum-exp are all-reduced, the logits are never gathered); tp "
+             "must divide the vocabulary. off: both are replicated"),
+    cl::init("on"), cl::cat(category));
 static cl::opt<int64_t>
     tp("tp",
        cl::desc("Tensor-parallel degree (grid axis 'tp', Megatron-LM "
@@ -232,6 +241,10 @@ int main(int argc, char **argv) {
   if (lossScale.getNumOccurrences())
     plan.lossScale = lossScale;
   plan.zero = zero;
+  if (vocabParallel != "on" && vocabParallel != "off")
+    return fail("--vocab-parallel must be on or off, got '" + vocabParallel +
+                "'");
+  plan.vocabParallel = vocabParallel == "on";
   plan.optimizer.name = optimizer;
   plan.optimizer.lr = lr;
   plan.optimizer.weightDecay = weightDecay;

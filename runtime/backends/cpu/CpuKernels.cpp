@@ -701,6 +701,55 @@ llvm::Error cpu::gatherGrad(const Tensor &ids, const Tensor &dy, Tensor &out) {
   return llvm::Error::success();
 }
 
+llvm::Error cpu::gatherMasked(const Tensor &table, const Tensor &ids,
+                              int64_t offset, int64_t vocab, Tensor &out) {
+  assert(ids.dtype() == DType::I64 && table.rank() >= 1);
+  assert(out.dtype() == table.dtype());
+  int64_t local = table.dim(0);
+  size_t rowBytes =
+      product(table.shape(), 1, table.rank()) * dtypeSize(table.dtype());
+  const int64_t *id = ids.data<int64_t>();
+  const char *src = static_cast<const char *>(table.raw());
+  char *dst = static_cast<char *>(out.raw());
+  int64_t n = ids.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t k = id[i];
+    if (k < 0 || k >= vocab)
+      return badId("gather", k, i, vocab);
+    if (!rowBytes)
+      continue;
+    if (k >= offset && k < offset + local)
+      std::memcpy(dst + i * rowBytes, src + (k - offset) * rowBytes, rowBytes);
+    else
+      std::memset(dst + i * rowBytes, 0, rowBytes);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error cpu::gatherGradMasked(const Tensor &ids, const Tensor &dy,
+                                  int64_t offset, int64_t vocab, Tensor &out) {
+  assert(ids.dtype() == DType::I64 && out.rank() >= 1);
+  int64_t local = out.dim(0);
+  int64_t row = product(out.shape(), 1, out.rank());
+  float *o = out.data<float>();
+  std::memset(o, 0, out.bytes());
+  const int64_t *id = ids.data<int64_t>();
+  const float *g = dy.data<float>();
+  int64_t n = ids.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t k = id[i];
+    if (k < 0 || k >= vocab)
+      return badId("gather_grad", k, i, vocab);
+    if (k < offset || k >= offset + local)
+      continue;
+    float *dst = o + (k - offset) * row;
+    const float *src = g + i * row;
+    for (int64_t j = 0; j < row; ++j)
+      dst[j] += src[j];
+  }
+  return llvm::Error::success();
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation and activations
 //===----------------------------------------------------------------------===//
@@ -936,6 +985,74 @@ llvm::Error cpu::crossEntropyGrad(const Tensor &logits, const Tensor &labels,
     }
   }
   return llvm::Error::success();
+}
+
+void cpu::crossEntropyRowMax(const Tensor &logits, double *rowMax) {
+  assert(logits.rank() == 2);
+  int64_t n = logits.dim(0), v = logits.dim(1);
+  const float *x = logits.data<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < v; ++j)
+      mx = std::max(mx, x[r * v + j]);
+    rowMax[r] = mx;
+  }
+}
+
+llvm::Error cpu::crossEntropyRowSums(const Tensor &logits, const Tensor &labels,
+                                     int64_t offset, int64_t vocab,
+                                     const double *rowMax, double *sumExp,
+                                     double *target) {
+  assert(logits.rank() == 2 && labels.dtype() == DType::I64);
+  int64_t n = logits.dim(0), v = logits.dim(1);
+  const float *x = logits.data<float>();
+  const int64_t *lab = labels.data<int64_t>();
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t l = lab[r];
+    if (l < 0 || l >= vocab)
+      return badLabel("cross_entropy", l, r, vocab);
+    // The serial kernel subtracts the f32 max; rowMax holds it exactly.
+    float mx = static_cast<float>(rowMax[r]);
+    double s = 0;
+    for (int64_t j = 0; j < v; ++j)
+      s += std::exp((double)x[r * v + j] - mx);
+    sumExp[r] = s;
+    if (target)
+      target[r] = l >= offset && l < offset + v ? x[r * v + (l - offset)] : 0.0;
+  }
+  return llvm::Error::success();
+}
+
+void cpu::crossEntropyFromStats(int64_t rows, const double *rowMax,
+                                const double *sumExp, const double *target,
+                                Tensor &out) {
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float mx = static_cast<float>(rowMax[r]);
+    double lse = std::log(sumExp[r]) + mx;
+    total += lse - target[r];
+  }
+  out.data<float>()[0] = static_cast<float>(total);
+}
+
+void cpu::crossEntropyGradFromStats(const Tensor &logits, const Tensor &labels,
+                                    int64_t offset, const double *rowMax,
+                                    const double *sumExp, const Tensor &dloss,
+                                    Tensor &dlogits) {
+  int64_t n = logits.dim(0), v = logits.dim(1);
+  const float *x = logits.data<float>();
+  const int64_t *lab = labels.data<int64_t>();
+  double scale = dloss.data<float>()[0];
+  float *g = dlogits.data<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t l = lab[r] - offset; // local column of the label, maybe outside
+    float mx = static_cast<float>(rowMax[r]);
+    double lse = std::log(sumExp[r]) + mx;
+    for (int64_t j = 0; j < v; ++j) {
+      double p = std::exp((double)x[r * v + j] - lse);
+      g[r * v + j] = static_cast<float>((p - (j == l ? 1.0 : 0.0)) * scale);
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -136,6 +136,20 @@ llvm::Error gather(const Tensor &table, const Tensor &ids, Tensor &out);
 /// Error as for gather.
 llvm::Error gatherGrad(const Tensor &ids, const Tensor &dy, Tensor &out);
 
+/// Vocab-parallel lookup (Megatron-LM, Shoeybi et al. 2019): `table` holds
+/// rows [offset, offset + V_local) of a `vocab`-row table. Row i of out is
+/// table[ids[i] - offset] for ids in that range and zero otherwise, so the
+/// sum over the ranks holding the other rows is the full lookup. Error if
+/// an id is outside [0, vocab).
+llvm::Error gatherMasked(const Tensor &table, const Tensor &ids, int64_t offset,
+                         int64_t vocab, Tensor &out);
+
+/// Gradient of gatherMasked: out [V_local, ...] f32 is zeroed, then
+/// out[ids[i] - offset] += dy[i] for the ids in [offset, offset + V_local).
+/// Error if an id is outside [0, vocab).
+llvm::Error gatherGradMasked(const Tensor &ids, const Tensor &dy,
+                             int64_t offset, int64_t vocab, Tensor &out);
+
 //===----------------------------------------------------------------------===//
 // Normalisation and activations with their gradients
 //===----------------------------------------------------------------------===//
@@ -183,6 +197,37 @@ llvm::Error crossEntropy(const Tensor &logits, const Tensor &labels,
 /// scalar (any shape with one element). Error as for crossEntropy.
 llvm::Error crossEntropyGrad(const Tensor &logits, const Tensor &labels,
                              const Tensor &dloss, Tensor &dlogits);
+
+/// Vocab-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019) in
+/// phases around the caller's all-reduces. `logits` [N, V_local] f32 holds
+/// columns [offset, offset + V_local) of the [N, vocab] logits; labels [N]
+/// i64 index the full vocabulary.
+///   1. crossEntropyRowMax: rowMax[n] = max over the local columns (to be
+///      all-reduced with MAX);
+///   2. crossEntropyRowSums: with the global rowMax, sumExp[n] = Σ_local
+///      exp(x - rowMax[n]) and target[n] = x[labels[n] - offset] if the
+///      label is local, else 0 (both to be all-reduced with SUM; `target`
+///      may be null when only the gradient is wanted); error
+///      naming the label and row if a label is outside [0, vocab);
+///   3. crossEntropyFromStats: out (f32 scalar) = Σ_n log(sumExp[n]) +
+///      rowMax[n] - target[n];
+///      crossEntropyGradFromStats: dlogits [N, V_local] = (exp(x - lse) -
+///      onehot) · dloss with lse = log(sumExp) + rowMax.
+/// With the statistics reduced over the vocabulary these equal
+/// crossEntropy / crossEntropyGrad on the full logits up to the order of
+/// the f64 sums.
+void crossEntropyRowMax(const Tensor &logits, double *rowMax);
+llvm::Error crossEntropyRowSums(const Tensor &logits, const Tensor &labels,
+                                int64_t offset, int64_t vocab,
+                                const double *rowMax, double *sumExp,
+                                double *target);
+void crossEntropyFromStats(int64_t rows, const double *rowMax,
+                           const double *sumExp, const double *target,
+                           Tensor &out);
+void crossEntropyGradFromStats(const Tensor &logits, const Tensor &labels,
+                               int64_t offset, const double *rowMax,
+                               const double *sumExp, const Tensor &dloss,
+                               Tensor &dlogits);
 
 //===----------------------------------------------------------------------===//
 // Optimizers (exact torch.optim arithmetic, fp32 tensors, scalars given as

@@ -309,6 +309,23 @@ llvm::Error mpi::allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
   return llvm::Error::success();
 }
 
+llvm::Error mpi::allReduceF64(double *data, int64_t count, ReduceOp op,
+                              const Communicator &comm,
+                              TrafficCounter *counter) {
+  if (auto e = checkCount(count, "all_reduce"))
+    return e;
+  if (counter)
+    counter->record(CollectiveKind::AllReduce,
+                    static_cast<double>(count) * sizeof(double), comm.size());
+  if (comm.size() == 1 || count == 0)
+    return llvm::Error::success();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_DOUBLE,
+                          op == ReduceOp::Max ? MPI_MAX : MPI_SUM,
+                          comm.handle()),
+            "all_reduce");
+  return llvm::Error::success();
+}
+
 llvm::Error mpi::startAllReduce(const Tensor &in, Tensor &out, ReduceOp op,
                                 const Communicator &comm, MPI_Request *request,
                                 TrafficCounter *counter) {

@@ -153,6 +153,14 @@ enum class ReduceOp { Sum, Max };
 llvm::Error allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
                       TrafficCounter *counter = nullptr);
 
+/// In-place all-reduce of `count` doubles at `data` over `comm`, for
+/// kernels that reduce over a split dimension themselves (the row max and
+/// sums of exponentials of Megatron-LM's vocab-parallel cross-entropy).
+/// Counted as an all-reduce of count · 8 bytes.
+llvm::Error allReduceF64(double *data, int64_t count, ReduceOp op,
+                         const Communicator &comm,
+                         TrafficCounter *counter = nullptr);
+
 /// Concatenates every rank's `in` along `dim` in comm-rank order:
 /// out.shape = in.shape with shape[dim] * comm.size(). Any dtype.
 llvm::Error allGather(const Tensor &in, int64_t dim, const Communicator &comm,

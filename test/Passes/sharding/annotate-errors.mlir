@@ -39,3 +39,31 @@ func.func @train_step(
 }
 
 // DP: dp=3 does not divide the batch size 4 of 'tokens' [4, 8]
+
+// -----
+
+// Vocab parallelism: tp=3 does not divide the 16-row embedding table.
+func.func @train_step(
+    %wte: tensor<16x8xf32> {tsr.role = "param", tsr.name = "tok_emb.weight"},
+    %tokens: tensor<2x4xi64> {tsr.role = "tokens", tsr.name = "tokens"}) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{tp=3 does not divide the vocabulary size 16 of embedding table 'tok_emb.weight' [16, 8] (use --vocab-parallel off)}}
+  %e = tsr.gather %wte, %tokens : tensor<16x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
+  return %e : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Vocab parallelism: tp=3 does not divide the LM head's 16 vocabulary
+// columns (the embedding table is frozen, so only the head is split).
+func.func @train_step(
+    %wte: tensor<16x12xf32> {tsr.role = "frozen", tsr.name = "tok_emb.weight"},
+    %wh: tensor<16x12xf32> {tsr.role = "param", tsr.name = "head.weight"},
+    %tokens: tensor<2x4xi64> {tsr.role = "tokens", tsr.name = "tokens"},
+    %labels: tensor<8xi64> {tsr.role = "labels", tsr.name = "labels"}) -> tensor<f32> {
+  %e = tsr.gather %wte, %tokens : tensor<16x12xf32>, tensor<2x4xi64> -> tensor<2x4x12xf32>
+  %x = tsr.reshape %e : tensor<2x4x12xf32> -> tensor<8x12xf32>
+  // expected-error @+1 {{tp=3 does not divide the vocabulary size 16 of LM head 'head.weight' [16, 12] (use --vocab-parallel off)}}
+  %logits = tsr.matmul %x, %wh {transpose_rhs = true} : tensor<8x12xf32>, tensor<16x12xf32> -> tensor<8x16xf32>
+  %loss = tsr.cross_entropy %logits, %labels : tensor<8x16xf32>, tensor<8xi64> -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -1,15 +1,19 @@
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=MHA
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=MLP
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2 vocab-parallel=false" %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=OFF
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2 vocab-parallel=false" %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=OFF
 // RUN: tessera-opt --tsr-sharding-annotate %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=SERIAL
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %s | FileCheck %s
 
 // Transformer block: the fused QKV weight/bias are column-split by heads as
 // 3 chunks each split over tp, out_proj row-split (bias replicated), the MLP
-// column/row pair, everything else replicated; the batch split over dp.
+// column/row pair, the token embedding and the LM head split over the
+// vocabulary (vocab parallelism, on by default), everything else
+// replicated; the batch split over dp.
 // MHA: module attributes {tsr.grid_axes = ["dp", "tp"]}
 // MHA: shard.grid @grid(shape = 2x2)
 // MHA-LABEL: func.func @train_step
-// MHA-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MHA-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}
 // MHA-SAME: tsr.name = "pos_emb", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
 // MHA-SAME: tsr.name = "norm1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
 // MHA-SAME: tsr.name = "self_attn.in_proj_weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [{3, 16 : [1]}, []]>
@@ -21,7 +25,7 @@
 // MHA-SAME: tsr.name = "linear1.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1]]>
 // MHA-SAME: tsr.name = "linear2.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
 // MHA-SAME: tsr.name = "linear2.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
-// MHA-SAME: tsr.name = "head.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MHA-SAME: tsr.name = "head.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}
 // MHA-SAME: tsr.name = "tokens", tsr.role = "tokens", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}0], []]>
 // MHA-SAME: tsr.name = "labels", tsr.role = "labels", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}0], []]>
 // Results follow their arguments; the loss is replicated.
@@ -31,12 +35,18 @@
 // MHA-SAME: tsr.name = "self_attn.out_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
 
 // MLP-LABEL: func.func @train_step
-// MLP-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MLP-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}
 // MLP-SAME: tsr.name = "fc1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
 // MLP-SAME: tsr.name = "fc1.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1]]>
 // MLP-SAME: tsr.name = "fc2.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
 // MLP-SAME: tsr.name = "fc2.bias", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}]]>
-// MLP-SAME: tsr.name = "head.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>
+// MLP-SAME: tsr.name = "head.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}
+
+// --vocab-parallel off: the embedding and the LM head stay replicated.
+// OFF-LABEL: func.func @train_step
+// OFF-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>}
+// OFF-SAME: tsr.name = "head.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>}
+// OFF-NOT: tsr.vocab_parallel
 
 // Defaults dp=1 tp=1: a 1x1 grid and nothing split.
 // SERIAL: shard.grid @grid(shape = 1x1)

@@ -32,11 +32,20 @@
 // MHA: tsr.sgd_update %arg4, {{.*}}tsr.shardings = [#tsr.sharding<@grid, [{3, 16 : [1]}, []]>]
 
 // MLP-LABEL: func.func @train_step
+// The vocab-parallel lookup in the tp-split table is partial over tp.
+// MLP: tsr.gather %arg0, %arg6 {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], []] partial = [1]>]}
 // MLP: tsr.matmul %{{.*}}, %arg1 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], [1]]>]}
 // MLP: tsr.broadcast %arg2 {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], [1]]>]}
 // MLP: tsr.gelu {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], [1]]>]}
 // MLP: tsr.matmul %{{.*}}, %arg3 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [], []] partial = [1]>]}
-// MLP: tsr.gather_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], []] partial = [0]>]}
+// Vocab parallelism: the lookup in the tp-split table is partial over tp;
+// the LM head's logits stay split over the vocabulary into the
+// cross-entropy, whose loss is partial over dp only (it reduces over tp
+// itself); the table gradient is split like the table, partial over dp.
+// MLP: tsr.matmul %{{.*}}, %arg5 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
+// MLP: tsr.cross_entropy {{.*}}tsr.shardings = [#tsr.sharding<@grid, [] partial = [0]>]}
+// MLP: tsr.cross_entropy_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
+// MLP: tsr.gather_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}1], []] partial = [0]>]}
 
 // Backward propagation: a constant and a broadcast's new dim take their
 // consumers' split (dim 0); a known replicated dim stays replicated (the

@@ -651,6 +651,23 @@ TEST(PlanErrors, CollectiveAxesAreChecked) {
   EXPECT_NE(msg.find("expected tensor<8x8xf32>"), std::string::npos) << msg;
 }
 
+TEST(PlanErrors, KernelGridAxesAreChecked) {
+  // A kernel that communicates itself (vocab-parallel cross-entropy) names
+  // its grid axes; they are checked like a collective's.
+  std::string msg = loadError(
+      oneOp(
+          R"(    %l = tsrt.kernel "reshape"(%tok) {attrs = {}} : (tensor<2x3xi64>) -> tensor<6xi64>
+    %y = tsrt.kernel "cross_entropy"(%x, %l) {attrs = {grid_axes = array<i16: 3>}} : (tensor<4x8xf32>, tensor<6xi64>) -> tensor<f32>)"),
+      oneOpManifest());
+  EXPECT_NE(msg.find("kernel \"cross_entropy\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("grid axis 3 is out of range"), std::string::npos) << msg;
+  msg = loadError(
+      oneOp(
+          R"(    %y = tsrt.kernel "softmax"(%x) {attrs = {axis = 1 : i64, grid_axes = [1]}} : (tensor<4x8xf32>) -> tensor<4x8xf32>)"),
+      oneOpManifest());
+  EXPECT_NE(msg.find("grid_axes must be"), std::string::npos) << msg;
+}
+
 TEST(PlanErrors, ManifestMustMatchTheProgram) {
   json::Object m = oneOpManifest();
   (*m.getArray("arguments"))[0].getAsObject()->operator[]("local_shape") =

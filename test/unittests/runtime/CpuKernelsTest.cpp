@@ -5,6 +5,7 @@
 #include "TestUtil.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -513,6 +514,106 @@ TEST(CpuKernels, GatherGradReference) {
   ids.data<int64_t>()[4] = 6;
   std::string msg = errorMessage(cpu::gatherGrad(ids, dy, out));
   EXPECT_NE(msg.find("id 6 at index 4"), std::string::npos) << msg;
+}
+
+/// Rows [r·V/n, (r+1)·V/n) of a [V, C] table.
+static Tensor rowBlock(const Tensor &t, int64_t r, int64_t n) {
+  int64_t rows = t.dim(0) / n, cols = t.numel() / t.dim(0);
+  Tensor out = Tensor::empty(t.dtype(), {rows, cols});
+  std::memcpy(out.raw(), t.data<float>() + r * rows * cols,
+              rows * cols * sizeof(float));
+  return out;
+}
+
+TEST(CpuKernels, GatherMaskedSumsToGather) {
+  // Megatron's vocab-parallel embedding: the per-rank masked lookups of a
+  // table split into 4 row blocks sum to the full lookup; the masked
+  // gradients are the row blocks of the full gradient.
+  Tensor table = randomF32({8, 3}, 43);
+  Tensor ids = Tensor::fromVector<int64_t>({2, 3}, {7, 0, 3, 3, 5, 2});
+  Tensor full = Tensor::empty(DType::F32, {2, 3, 3});
+  ASSERT_NO_ERR(cpu::gather(table, ids, full));
+  Tensor dy = randomF32({2, 3, 3}, 44);
+  Tensor fullGrad = Tensor::empty(DType::F32, {8, 3});
+  ASSERT_NO_ERR(cpu::gatherGrad(ids, dy, fullGrad));
+  std::vector<float> sum(18, 0.0f);
+  for (int64_t r = 0; r < 4; ++r) {
+    Tensor local = rowBlock(table, r, 4);
+    Tensor out = Tensor::empty(DType::F32, {2, 3, 3});
+    ASSERT_NO_ERR(cpu::gatherMasked(local, ids, 2 * r, 8, out));
+    for (int k = 0; k < 18; ++k)
+      sum[k] += out.data<float>()[k];
+    Tensor grad = Tensor::empty(DType::F32, {2, 3});
+    ASSERT_NO_ERR(cpu::gatherGradMasked(ids, dy, 2 * r, 8, grad));
+    for (int k = 0; k < 6; ++k)
+      EXPECT_EQ(grad.data<float>()[k], fullGrad.data<float>()[r * 6 + k]);
+  }
+  for (int k = 0; k < 18; ++k)
+    EXPECT_EQ(sum[k], full.data<float>()[k]);
+  // Ids are checked against the whole vocabulary.
+  ids.data<int64_t>()[1] = 8;
+  Tensor out = Tensor::empty(DType::F32, {2, 3, 3});
+  std::string msg =
+      errorMessage(cpu::gatherMasked(rowBlock(table, 0, 4), ids, 0, 8, out));
+  EXPECT_NE(msg.find("id 8"), std::string::npos) << msg;
+}
+
+TEST(CpuKernels, VocabParallelCrossEntropyMatchesFull) {
+  // Logits [N, V] split into 2 column blocks: the statistics reduced over
+  // the blocks (max, then sums) give the full loss and each block's part of
+  // the full gradient.
+  const int64_t n = 5, v = 8, parts = 2, local = v / parts;
+  Tensor logits = randomF32({n, v}, 61, -4, 4);
+  Tensor labels = Tensor::fromVector<int64_t>({n}, {0, 7, 3, 4, 5});
+  Tensor dloss = Tensor::fromVector<float>({}, {0.25f});
+  Tensor loss = Tensor::empty(DType::F32, {});
+  ASSERT_NO_ERR(cpu::crossEntropy(logits, labels, loss));
+  Tensor grad = like(logits);
+  ASSERT_NO_ERR(cpu::crossEntropyGrad(logits, labels, dloss, grad));
+  std::vector<Tensor> blocks;
+  for (int64_t p = 0; p < parts; ++p) {
+    Tensor b = Tensor::empty(DType::F32, {n, local});
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < local; ++j)
+        b.data<float>()[r * local + j] =
+            logits.data<float>()[r * v + p * local + j];
+    blocks.push_back(b);
+  }
+  std::vector<double> mx(n, -1e300), s(n, 0), t(n, 0);
+  for (int64_t p = 0; p < parts; ++p) { // all-reduce MAX
+    std::vector<double> m(n);
+    cpu::crossEntropyRowMax(blocks[p], m.data());
+    for (int64_t r = 0; r < n; ++r)
+      mx[r] = std::max(mx[r], m[r]);
+  }
+  for (int64_t p = 0; p < parts; ++p) { // all-reduce SUM
+    std::vector<double> sp(n), tp(n);
+    ASSERT_NO_ERR(cpu::crossEntropyRowSums(blocks[p], labels, p * local, v,
+                                           mx.data(), sp.data(), tp.data()));
+    for (int64_t r = 0; r < n; ++r) {
+      s[r] += sp[r];
+      t[r] += tp[r];
+    }
+  }
+  Tensor vpLoss = Tensor::empty(DType::F32, {});
+  cpu::crossEntropyFromStats(n, mx.data(), s.data(), t.data(), vpLoss);
+  EXPECT_NEAR(vpLoss.data<float>()[0], loss.data<float>()[0],
+              1e-6 * std::abs(loss.data<float>()[0]));
+  for (int64_t p = 0; p < parts; ++p) {
+    Tensor g = like(blocks[p]);
+    cpu::crossEntropyGradFromStats(blocks[p], labels, p * local, mx.data(),
+                                   s.data(), dloss, g);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < local; ++j)
+        EXPECT_NEAR(g.data<float>()[r * local + j],
+                    grad.data<float>()[r * v + p * local + j], 1e-7);
+  }
+  // Labels are checked against the whole vocabulary.
+  labels.data<int64_t>()[2] = 8;
+  std::vector<double> sp(n), tp(n);
+  std::string msg = errorMessage(cpu::crossEntropyRowSums(
+      blocks[0], labels, 0, v, mx.data(), sp.data(), tp.data()));
+  EXPECT_NE(msg.find("label 8 in row 2"), std::string::npos) << msg;
 }
 
 //===----------------------------------------------------------------------===//

@@ -153,4 +153,143 @@ TEST_F(FactorShardingTest, PartialPassesThroughLinearOps) {
   EXPECT_TRUE(plan.operands[1].partial.empty());
 }
 
+TEST_F(FactorShardingTest, ReducedByOpFactorIsNotAReduction) {
+  // [N, V] -> scalar: N is an ordinary reduction, V is reduced by the op.
+  tsr::ShardingRule rule;
+  int64_t n = rule.addFactor(8);
+  int64_t v = rule.addFactor(16, /*needReplication=*/false,
+                             /*reducedByOp=*/true);
+  rule.operands = {{{n}, {v}}};
+  rule.results = {{}};
+  EXPECT_TRUE(rule.isReduction(n));
+  EXPECT_TRUE(rule.isReductionFor(n, 0));
+  EXPECT_FALSE(rule.isReduction(v));
+  EXPECT_FALSE(rule.isReductionFor(v, 0));
+}
+
+/// Plans the first op of `ir` and calls its rule's localize hook with the
+/// plan's factor axes; returns the op.
+static Operation *planAndLocalize(MLIRContext &ctx, StringRef ir,
+                                  ArrayRef<TensorSharding> operands,
+                                  const Grid &grid,
+                                  OwningOpRef<ModuleOp> &module, OpPlan &plan) {
+  plan = planFirstOp(ctx, ir, operands, grid, module);
+  Operation *op = nullptr;
+  module->walk([&](tsr::ShardingRuleOpInterface i) {
+    if (!op)
+      op = i;
+  });
+  auto rule = cast<tsr::ShardingRuleOpInterface>(op).getShardingRule();
+  SmallVector<SmallVector<int16_t, 4>> axes;
+  for (const auto &f : plan.factors) {
+    SmallVector<int16_t, 4> a;
+    for (const SubFactor &sub : *f)
+      a.append(sub.axes.begin(), sub.axes.end());
+    axes.push_back(a);
+  }
+  if (rule.localize)
+    EXPECT_TRUE(succeeded(rule.localize(op, plan.localFactorSizes, axes)));
+  return op;
+}
+
+static SmallVector<int16_t> gridAxesOf(Operation *op) {
+  auto a = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+  if (!a)
+    return {};
+  return SmallVector<int16_t>(a.asArrayRef());
+}
+
+TEST_F(FactorShardingTest, VocabSplitGatherIsPartialAndMasked) {
+  // Megatron's vocab-parallel embedding: table rows over tp (axis 1), ids
+  // over dp. Each rank looks up only its rows: the result is partial over
+  // tp and keeps the ids' dp split; the local op records grid_axes = [1].
+  OwningOpRef<ModuleOp> m;
+  const char *ir = R"(
+    func.func @f(%t: tensor<16x8xf32>, %ids: tensor<4x4xi64>) -> tensor<4x4x8xf32> {
+      %y = tsr.gather %t, %ids : tensor<16x8xf32>, tensor<4x4xi64> -> tensor<4x4x8xf32>
+      return %y : tensor<4x4x8xf32>
+    })";
+  TensorSharding t, ids;
+  t.dims = {dim({{16, {1}}}), dim({{8, {}}})};
+  ids.dims = {dim({{4, {0}}}), dim({{4, {}}})};
+  OpPlan plan;
+  Operation *op = planAndLocalize(ctx, ir, {t, ids}, grid, m, plan);
+  EXPECT_EQ(plan.operands[0], t); // no all-gather of the table
+  EXPECT_EQ(plan.results[0].partial, Axes({1}));
+  EXPECT_EQ(*plan.results[0].dims[0], dim({{4, {0}}}));
+  EXPECT_EQ(gridAxesOf(op), SmallVector<int16_t>({1}));
+
+  // Unsplit table: plain lookup, not partial, no grid_axes.
+  t.dims = {dim({{16, {}}}), dim({{8, {}}})};
+  op = planAndLocalize(ctx, ir, {t, ids}, grid, m, plan);
+  EXPECT_TRUE(plan.results[0].partial.empty());
+  EXPECT_TRUE(gridAxesOf(op).empty());
+}
+
+TEST_F(FactorShardingTest, VocabSplitGatherGradScattersLocalRows) {
+  OwningOpRef<ModuleOp> m;
+  const char *ir = R"(
+    func.func @f(%ids: tensor<4x4xi64>, %dy: tensor<4x4x8xf32>) -> tensor<16x8xf32> {
+      %g = tsr.gather_grad %ids, %dy : tensor<4x4xi64>, tensor<4x4x8xf32> -> tensor<16x8xf32>
+      return %g : tensor<16x8xf32>
+    })";
+  TensorSharding ids, dy;
+  ids.dims = {dim({{4, {0}}}), dim({{4, {}}})};
+  dy.dims = {dim({{4, {0}}}), dim({{4, {}}}), dim({{8, {}}})};
+  // The result's vocabulary split comes from its (recorded) sharding.
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir, &ctx);
+  Operation *op = nullptr;
+  module->walk([&](tsr::ShardingRuleOpInterface i) {
+    if (!op)
+      op = i;
+  });
+  auto rule = cast<tsr::ShardingRuleOpInterface>(op).getShardingRule();
+  TensorSharding result;
+  result.dims = {dim({{16, {1}}}), dim({{8, {}}})};
+  OpPlan plan = planOp(rule, {ids, dy}, {result}, grid);
+  EXPECT_EQ(*plan.results[0].dims[0], dim({{16, {1}}}));
+  EXPECT_EQ(plan.results[0].partial, Axes({0})); // dp gradient, not tp
+  SmallVector<SmallVector<int16_t, 4>> axes;
+  for (const auto &f : plan.factors) {
+    SmallVector<int16_t, 4> a;
+    for (const SubFactor &sub : *f)
+      a.append(sub.axes.begin(), sub.axes.end());
+    axes.push_back(a);
+  }
+  ASSERT_TRUE(succeeded(rule.localize(op, plan.localFactorSizes, axes)));
+  EXPECT_EQ(gridAxesOf(op), SmallVector<int16_t>({1}));
+}
+
+TEST_F(FactorShardingTest, VocabParallelCrossEntropyReducesItself) {
+  // Logits [N, V] with N over dp and V over tp: the loss is partial over
+  // dp only (the op all-reduces max and sum-exp over tp), the logits are
+  // not gathered, and the op records grid_axes = [1].
+  OwningOpRef<ModuleOp> m;
+  const char *ir = R"(
+    func.func @f(%x: tensor<8x16xf32>, %l: tensor<8xi64>) -> tensor<f32> {
+      %y = tsr.cross_entropy %x, %l : tensor<8x16xf32>, tensor<8xi64> -> tensor<f32>
+      return %y : tensor<f32>
+    })";
+  TensorSharding x, l;
+  x.dims = {dim({{8, {0}}}), dim({{16, {1}}})};
+  l.dims = {dim({{8, {0}}})};
+  OpPlan plan;
+  Operation *op = planAndLocalize(ctx, ir, {x, l}, grid, m, plan);
+  EXPECT_EQ(plan.operands[0], x);
+  EXPECT_EQ(plan.results[0].partial, Axes({0}));
+  EXPECT_EQ(gridAxesOf(op), SmallVector<int16_t>({1}));
+
+  const char *gradIr = R"(
+    func.func @f(%x: tensor<8x16xf32>, %l: tensor<8xi64>, %g: tensor<f32>) -> tensor<8x16xf32> {
+      %y = tsr.cross_entropy_grad %x, %l, %g : tensor<8x16xf32>, tensor<8xi64>, tensor<f32>
+      return %y : tensor<8x16xf32>
+    })";
+  TensorSharding g;
+  op = planAndLocalize(ctx, gradIr, {x, l, g}, grid, m, plan);
+  EXPECT_EQ(plan.operands[0], x);
+  EXPECT_TRUE(plan.results[0].partial.empty());
+  EXPECT_EQ(*plan.results[0].dims[1], dim({{16, {1}}}));
+  EXPECT_EQ(gridAxesOf(op), SmallVector<int16_t>({1}));
+}
+
 } // namespace

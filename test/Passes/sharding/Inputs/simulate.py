@@ -110,13 +110,16 @@ def parse_func(path):
         line = line.strip()
         if not line or line.startswith("})"):
             continue
-        m = re.match(r'(?:(%[\w#]+)(?::(\d+))? = )?"([\w.]+)"\((.*?)\)(?: <\{(.*)\}>)? : \((.*)\) -> (.*)$', line)
+        # Properties <{...}>, then discardable attributes {...} (e.g. the
+        # vocab-parallel ops' grid_axes), read alike.
+        m = re.match(r'(?:(%[\w#]+)(?::(\d+))? = )?"([\w.]+)"\((.*?)\)(?: <\{(.*)\}>)?(?: \{(.*)\})? : \((.*)\) -> (.*)$', line)
         if not m:
             raise ValueError("cannot parse: " + line)
-        res, nres, name, operands, props, intypes, outtypes = m.groups()
+        res, nres, name, operands, props, attrs, intypes, outtypes = m.groups()
+        props = ", ".join(x for x in (props, attrs) if x)
         ops.append(dict(res=res, nres=int(nres or 1), name=name,
                         operands=[o.strip() for o in operands.split(",") if o.strip()],
-                        props=props or "", outtypes=outtypes))
+                        props=props or "", intypes=intypes, outtypes=outtypes))
     return grid, args, arg_attrs, res_attrs, ops
 
 
@@ -337,6 +340,50 @@ def local_piece(value, sharding, coord, grid):
     return v
 
 
+VOCAB_OPS = ("tsr.gather", "tsr.gather_grad", "tsr.cross_entropy",
+             "tsr.cross_entropy_grad")
+
+
+def vocab_parallel(op, state, ranks, grid):
+    """A local op with `grid_axes`: its vocabulary dim is split over them
+    (Megatron-LM's vocab-parallel embedding and cross-entropy). gather looks
+    up only the rank's rows (zero elsewhere), gather_grad scatters only
+    them; cross_entropy(_grad) equal the op on the full logits (the kernel's
+    all-reduces), of which the gradient keeps the rank's columns."""
+    axes = arr_prop(op["props"], "grid_axes")
+    name = op["name"]
+    outs = out_types(op["outtypes"])
+    vals = {c: [state[c][o] for o in op["operands"]] for c in ranks}
+    for c in ranks:
+        i, n = block(c, axes, grid)
+        x = vals[c]
+        if name == "tsr.gather":
+            table, ids = x
+            rows = table.shape[0]
+            local = ids - i * rows
+            mask = (local >= 0) & (local < rows)
+            out = table[np.clip(local, 0, rows - 1)]
+            out = out * mask.reshape(mask.shape + (1,) * (out.ndim - mask.ndim))
+        elif name == "tsr.gather_grad":
+            ids, grad = x
+            rows = outs[0][0][0]
+            local = ids - i * rows
+            mask = (local >= 0) & (local < rows)
+            out = np.zeros((rows,) + grad.shape[ids.ndim:])
+            np.add.at(out, local[mask], grad[mask])
+        else:
+            group = [g for g in ranks if all(g[a] == c[a] for a in range(len(grid)) if a not in axes)]
+            group.sort(key=lambda g: block(g, axes, grid)[0])
+            full = np.concatenate([vals[g][0] for g in group], axis=1)
+            if name == "tsr.cross_entropy":
+                out = cross_entropy(full, x[1])
+            else:
+                cols = x[0].shape[1]
+                out = cross_entropy_grad(full, x[1], x[2])[:, i * cols:(i + 1) * cols]
+        assert list(np.shape(out)) == list(outs[0][0]), (name, np.shape(out))
+        state[c][op["res"]] = out
+
+
 def main():
     serial_path, part_path = sys.argv[1], sys.argv[2]
     _, sargs, sattrs, _, sops = parse_func(serial_path)
@@ -345,11 +392,24 @@ def main():
     # Global arguments from the serial function's types.
     m = re.search(r"function_type = \((.*?)\) ->", open(serial_path).read())
     types = [parse_tensor_type(t) for t in split_top(m.group(1))]
+    # Vocabulary: the smallest embedding table / logits width (8 if none).
+    vocab = None
+    for op in sops:
+        ins = [parse_tensor_type(t)[0] for t in split_top(op["intypes"])] if op["intypes"] else []
+        if op["name"] == "tsr.gather":
+            v = ins[0][0]
+        elif op["name"] in ("tsr.cross_entropy", "tsr.cross_entropy_grad"):
+            v = ins[0][1]
+        else:
+            continue
+        vocab = v if vocab is None else min(vocab, v)
+    vocab = vocab or 8
     globals_ = {}
     for a, (name, _), (shape, dt) in zip(sargs, sattrs, types):
         if dt == "i64":
-            # token ids / labels: below the smallest table size in the test
-            globals_[a] = rng.integers(0, 8, size=shape)
+            # token ids / labels over the whole (smallest) vocabulary, so
+            # that every rank of a vocab-parallel split owns some of them
+            globals_[a] = rng.integers(0, vocab, size=shape)
         elif name == "step":
             globals_[a] = np.full(shape, 3.0)
         else:
@@ -371,6 +431,9 @@ def main():
             for c in ranks:
                 results[c] = [state[c][o] for o in op["operands"]]
             break
+        if op["name"] in VOCAB_OPS and prop(op["props"], "grid_axes"):
+            vocab_parallel(op, state, ranks, grid)
+            continue
         if op["name"].startswith("shard."):
             axes = arr_prop(op["props"], "grid_axes")
             vals = {c: state[c][op["operands"][0]] for c in ranks}
