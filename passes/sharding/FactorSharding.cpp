@@ -105,8 +105,8 @@ DimFactors sharding::canonical(DimFactors dim, const Grid &grid) {
 
 /// Splits sub-factor `f` into a major part of size `major` and the rest, so
 /// that the layout is unchanged. std::nullopt when it is not possible.
-static std::optional<std::pair<SubFactor, SubFactor>>
-splitSubFactor(const SubFactor &f, int64_t major, const Grid &grid) {
+std::optional<std::pair<SubFactor, SubFactor>>
+sharding::splitSubFactor(const SubFactor &f, int64_t major, const Grid &grid) {
   if (major <= 0 || f.size % major != 0)
     return std::nullopt;
   int64_t minor = f.size / major;
@@ -162,6 +162,58 @@ sharding::cutAtFactors(const DimFactors &dim, ArrayRef<int64_t> factorSizes,
     if (subs[idx].size != 1)
       return std::nullopt;
   return result;
+}
+
+static Axes toAxes(ArrayRef<int16_t> axes) {
+  return Axes(axes.begin(), axes.end());
+}
+
+std::optional<SmallVector<RefinedPiece>>
+sharding::commonRefinement(const DimFactors &have, const DimFactors &want,
+                           const Grid &grid) {
+  auto significant = [](const DimFactors &dim) {
+    SmallVector<SubFactor> subs;
+    for (const SubFactor &f : dim)
+      if (f.size != 1 || !f.axes.empty())
+        subs.push_back(f);
+    return subs;
+  };
+  SmallVector<SubFactor> hs = significant(have), ws = significant(want);
+  SmallVector<RefinedPiece> pieces;
+  size_t i = 0, j = 0;
+  while (i < hs.size() && j < ws.size()) {
+    SubFactor &h = hs[i], &w = ws[j];
+    if (h.size == w.size) {
+      pieces.push_back({h.size, toAxes(h.axes), toAxes(w.axes)});
+      ++i;
+      ++j;
+    } else if (h.size % w.size == 0) {
+      auto split = splitSubFactor(h, w.size, grid);
+      if (!split)
+        return std::nullopt;
+      pieces.push_back({w.size, toAxes(split->first.axes), toAxes(w.axes)});
+      h = split->second;
+      ++j;
+    } else if (w.size % h.size == 0) {
+      auto split = splitSubFactor(w, h.size, grid);
+      if (!split)
+        return std::nullopt;
+      pieces.push_back({h.size, toAxes(h.axes), toAxes(split->first.axes)});
+      w = split->second;
+      ++i;
+    } else {
+      return std::nullopt;
+    }
+  }
+  for (; i < hs.size(); ++i)
+    if (hs[i].size != 1)
+      return std::nullopt;
+  for (; j < ws.size(); ++j)
+    if (ws[j].size != 1)
+      return std::nullopt;
+  if (pieces.empty())
+    pieces.push_back({1, {}, {}});
+  return pieces;
 }
 
 namespace {

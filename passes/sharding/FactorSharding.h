@@ -89,6 +89,27 @@ std::optional<llvm::SmallVector<DimFactors>>
 cutAtFactors(const DimFactors &dim, llvm::ArrayRef<int64_t> factorSizes,
              const Grid &grid);
 
+/// Splits sub-factor `f` into a major part of size `major` and the rest with
+/// the same layout ({a·b : [x]} = {a : [x], b} when |x| divides a; = {a :
+/// [x'], b : [x'']} when |x'| = a). std::nullopt when impossible.
+std::optional<std::pair<SubFactor, SubFactor>>
+splitSubFactor(const SubFactor &f, int64_t major, const Grid &grid);
+
+/// One piece of the common refinement of two layouts of a dimension: its
+/// size and the grid axes splitting it in each.
+struct RefinedPiece {
+  int64_t size;
+  Axes have, want;
+};
+/// The coarsest list of pieces (major to minor) that both `have` and `want`
+/// are products of, each piece split by a single axis list in each layout,
+/// e.g. have {8 : [tp]}, want {8 : [tp, sp]} gives (tp-sized piece: [tp] /
+/// [tp]) and (8/tp: [] / [sp]): only the second needs a slice.
+/// std::nullopt when the layouts cut the dimension incompatibly.
+std::optional<llvm::SmallVector<RefinedPiece>>
+commonRefinement(const DimFactors &have, const DimFactors &want,
+                 const Grid &grid);
+
 /// One sub-factor list per rule factor (std::nullopt: unknown).
 using FactorAssignment = llvm::SmallVector<std::optional<DimFactors>>;
 

@@ -58,43 +58,19 @@ struct Partitioner {
     return out;
   }
 
-  /// How one dimension gets from `have` to `want`.
-  struct DimMove {
-    /// Same: nothing to do. Refine: `have` cut at `want`'s sub-factors
-    /// (`cut`) differs from `want` only in pieces that are whole here and
-    /// split in `want`: those are sliced, nothing is gathered. Gather:
-    /// anything else; the dimension is gathered whole, then sliced.
-    enum Kind { Same, Refine, Gather } kind = Same;
-    SmallVector<DimFactors> cut;
-  };
-
-  DimMove planDim(const DimFactors &have, const DimFactors &want) {
-    DimMove m;
-    if (have == want)
-      return m;
-    SmallVector<int64_t> sizes;
-    for (const SubFactor &f : want)
-      sizes.push_back(f.size);
-    auto cut = cutAtFactors(have, sizes, grid);
-    bool refine = bool(cut);
-    if (cut)
-      for (auto [j, piece] : llvm::enumerate(*cut))
-        if (splitWays(piece, grid) != 1 &&
-            piece != canonical(DimFactors{want[j]}, grid))
-          refine = false;
-    m.kind = refine ? DimMove::Refine : DimMove::Gather;
-    if (refine)
-      m.cut = std::move(*cut);
-    return m;
-  }
-
   /// Reshards `v` (global type `global`) from `from` to `to`. Collectives
-  /// are placed right after `v`'s definition. Partial sums are reduced,
-  /// dimensions whose layout `to` does not refine are all-gathered, and the
-  /// rest is all-sliced; a reduction followed by a slice over the same axes
-  /// is one reduce-scatter, and a gather of one dimension with a slice of
-  /// another over the same axes is one all-to-all (Megatron-SP's and
-  /// DeepSpeed-Ulysses' collectives fall out of these two rules).
+  /// are placed right after `v`'s definition.
+  ///
+  /// Every dimension is cut into the common refinement of its two layouts
+  /// (commonRefinement), so the value is one tensor of pieces, each split
+  /// by one axis list before and one after. Partial sums are reduced,
+  /// pieces split differently before are all-gathered and pieces split
+  /// differently after are all-sliced, on that expanded tensor. A reduction
+  /// and a slice over the same axes are one reduce-scatter, and one gathered
+  /// piece with one sliced piece over the same axes is one all-to-all:
+  /// Megatron-SP's and DeepSpeed-Ulysses' collectives fall out of these two
+  /// rules. Dimensions whose layouts cut incompatibly are gathered whole
+  /// first.
   FailureOr<Value> reshard(Value v, RankedTensorType global,
                            const TensorSharding &from, const TensorSharding &to,
                            Location loc) {
@@ -122,174 +98,138 @@ struct Partitioner {
       if (!llvm::is_contained(from.partial, a))
         return emitError(loc, "cannot make a value partial over axis ") << a;
 
-    SmallVector<DimMove> moves;
-    for (size_t d = 0; d < rank; ++d)
-      moves.push_back(planDim(*curS.dims[d], *to.dims[d]));
-    // The pieces to slice: (dim, piece) of a Refine dim, or of a Gather dim
-    // after it is whole.
-    auto slicedPieces = [&](size_t d) {
-      SmallVector<size_t> pieces;
-      if (moves[d].kind == DimMove::Same)
-        return pieces;
-      const DimFactors &want = *to.dims[d];
-      for (size_t j = 0; j < want.size(); ++j) {
-        if (want[j].axes.empty())
-          continue;
-        if (moves[d].kind == DimMove::Gather ||
-            splitWays(moves[d].cut[j], grid) == 1)
-          pieces.push_back(j);
+    // Incompatible cuts: gather the dimension whole (after any reduction,
+    // which is then not fused).
+    SmallVector<SmallVector<RefinedPiece>> pieces(rank);
+    SmallVector<size_t> wholeGather;
+    for (size_t d = 0; d < rank; ++d) {
+      auto refined = commonRefinement(*curS.dims[d], *to.dims[d], grid);
+      if (refined)
+        pieces[d] = std::move(*refined);
+      else
+        wholeGather.push_back(d);
+    }
+    if (!wholeGather.empty()) {
+      if (!reduce.empty()) {
+        cur = allReduce(b, loc, cur, reduce);
+        reduce.clear();
+        curS.partial = keep;
       }
-      return pieces;
-    };
-
-    // All-to-all: one dim gathered over axes X (one split sub-factor, and
-    // wanted whole) and one dim refined by a slice over exactly X.
-    if (reduce.empty()) {
-      SmallVector<size_t> gathered, refined;
-      for (size_t d = 0; d < rank; ++d) {
-        if (moves[d].kind == DimMove::Gather)
-          gathered.push_back(d);
-        else if (moves[d].kind == DimMove::Refine)
-          refined.push_back(d);
-      }
-      if (gathered.size() == 1 && refined.size() == 1) {
-        size_t c = gathered[0], s = refined[0];
-        const DimFactors &have = *curS.dims[c];
-        SmallVector<size_t> splitSubs;
-        for (size_t j = 0; j < have.size(); ++j)
-          if (!have[j].axes.empty())
-            splitSubs.push_back(j);
-        SmallVector<size_t> cuts = slicedPieces(s);
-        if (splitSubs.size() == 1 && splitWays(*to.dims[c], grid) == 1 &&
-            cuts.size() == 1 &&
-            have[splitSubs[0]].axes == (*to.dims[s])[cuts[0]].axes) {
-          // Expanded local shape: dim c as have's sub-factors, dim s as
-          // the cut pieces (before slicing).
-          auto type = cast<RankedTensorType>(cur.getType());
-          SmallVector<int64_t> shape;
-          int64_t concatIdx = -1, splitIdx = -1;
-          for (size_t d = 0; d < rank; ++d) {
-            if (d == c) {
-              for (auto [j, f] : llvm::enumerate(have)) {
-                if (j == splitSubs[0])
-                  concatIdx = shape.size();
-                shape.push_back(f.size / grid.size(f.axes));
-              }
-            } else if (d == s) {
-              for (auto [j, piece] : llvm::enumerate(moves[s].cut)) {
-                if (j == cuts[0])
-                  splitIdx = shape.size();
-                shape.push_back(localExtent(piece, grid));
-              }
-            } else {
-              shape.push_back(type.getDimSize(d));
-            }
-          }
-          cur = reshape(b, loc, cur, shape);
-          ArrayRef<int16_t> axes = have[splitSubs[0]].axes;
-          int64_t n = grid.size(axes);
-          SmallVector<int64_t> out(shape);
-          out[splitIdx] /= n;
-          out[concatIdx] *= n;
-          auto op = shard::AllToAllOp::create(
-              b, loc, RankedTensorType::get(out, type.getElementType()),
-              gridName, axes, cur, APInt(64, splitIdx), APInt(64, concatIdx));
-          created.insert(op);
-          cur = op;
-          cur = reshape(b, loc, cur,
-                        localType(global, to, grid).getShape());
-          cache[{v, key}] = cur;
-          return cur;
-        }
+      for (size_t d : wholeGather) {
+        cur = gatherDim(b, loc, cur, *curS.dims[d], d, global.getDimSize(d));
+        curS.dims[d] = DimFactors{SubFactor{global.getDimSize(d), {}}};
+        pieces[d] = *commonRefinement(*curS.dims[d], *to.dims[d], grid);
       }
     }
 
-    // Reduce-scatter: a pending reduction over exactly the axes of one
-    // slice; otherwise the reduction comes first.
-    bool fuseReduce = false;
-    if (!reduce.empty())
-      for (size_t d = 0; d < rank && !fuseReduce; ++d)
-        for (size_t j : slicedPieces(d))
-          if ((*to.dims[d])[j].axes == reduce)
-            fuseReduce = true;
+    // The expanded tensor: one dimension per piece.
+    SmallVector<int64_t> shape;
+    struct At {
+      size_t index;
+      const RefinedPiece *piece;
+    };
+    SmallVector<At> gathers, slices;
+    for (size_t d = 0; d < rank; ++d)
+      for (const RefinedPiece &p : pieces[d]) {
+        if (p.have != p.want && !p.have.empty())
+          gathers.push_back({shape.size(), &p});
+        if (p.have != p.want && !p.want.empty())
+          slices.push_back({shape.size(), &p});
+        shape.push_back(p.size / grid.size(p.have));
+      }
+    Type element = cast<RankedTensorType>(cur.getType()).getElementType();
+    // A reduction not fused into a slice comes first, on the unexpanded
+    // value (tsr-zero-sharding finds gradients by that all-reduce).
+    bool fuseReduce = llvm::any_of(slices, [&](const At &s) {
+      return !reduce.empty() && s.piece->want == reduce;
+    });
     if (!reduce.empty() && !fuseReduce) {
-      auto op =
-          shard::AllReduceOp::create(b, loc, cur.getType(), gridName, reduce,
-                                     cur, shard::ReductionKind::Sum);
+      cur = allReduce(b, loc, cur, reduce);
+      reduce.clear();
+    }
+    if (gathers.empty() && slices.empty()) {
+      cache[{v, key}] = cur;
+      return cur;
+    }
+    cur = reshape(b, loc, cur, shape);
+
+    bool allToAll = reduce.empty() && gathers.size() == 1 &&
+                    slices.size() == 1 && gathers[0].index != slices[0].index &&
+                    gathers[0].piece->want.empty() &&
+                    slices[0].piece->have.empty() &&
+                    gathers[0].piece->have == slices[0].piece->want;
+    if (allToAll) {
+      ArrayRef<int16_t> axes = gathers[0].piece->have;
+      int64_t n = grid.size(axes);
+      shape[slices[0].index] /= n;
+      shape[gathers[0].index] *= n;
+      auto op = shard::AllToAllOp::create(
+          b, loc, RankedTensorType::get(shape, element), gridName, axes, cur,
+          APInt(64, slices[0].index), APInt(64, gathers[0].index));
       created.insert(op);
       cur = op;
-      curS.partial = keep;
-    }
-
-    // Gather every dim `to` does not refine.
-    for (size_t d = 0; d < rank; ++d) {
-      if (moves[d].kind != DimMove::Gather)
-        continue;
-      const DimFactors &have = *curS.dims[d];
-      auto type = cast<RankedTensorType>(cur.getType());
-      SmallVector<int64_t> pieces;
-      for (const SubFactor &f : have)
-        pieces.push_back(f.size / grid.size(f.axes));
-      cur = reshape(b, loc, cur, expand(type.getShape(), d, pieces));
-      for (auto [j, f] : llvm::enumerate(have)) {
-        if (f.axes.empty())
-          continue;
-        auto t = cast<RankedTensorType>(cur.getType());
-        SmallVector<int64_t> shape(t.getShape());
-        shape[d + j] = f.size;
+    } else {
+      for (const At &g : gathers) {
+        shape[g.index] = g.piece->size;
         auto op = shard::AllGatherOp::create(
-            b, loc, RankedTensorType::get(shape, t.getElementType()), gridName,
-            f.axes, cur, APInt(64, d + j));
+            b, loc, RankedTensorType::get(shape, element), gridName,
+            g.piece->have, cur, APInt(64, g.index));
         created.insert(op);
         cur = op;
       }
-      SmallVector<int64_t> shape(type.getShape());
-      shape[d] = global.getDimSize(d);
-      cur = reshape(b, loc, cur, shape);
-      curS.dims[d] = DimFactors{SubFactor{global.getDimSize(d), {}}};
-      moves[d].cut.clear();
-      for (const SubFactor &f : *to.dims[d])
-        moves[d].cut.push_back(DimFactors{SubFactor{f.size, {}}});
-    }
-
-    // Slice into the wanted layout (the fused reduction on its slice).
-    for (size_t d = 0; d < rank; ++d) {
-      if (moves[d].kind == DimMove::Same)
-        continue;
-      const DimFactors &want = *to.dims[d];
-      auto type = cast<RankedTensorType>(cur.getType());
-      SmallVector<int64_t> pieces;
-      for (const DimFactors &piece : moves[d].cut)
-        pieces.push_back(localExtent(piece, grid));
-      cur = reshape(b, loc, cur, expand(type.getShape(), d, pieces));
-      for (size_t j : slicedPieces(d)) {
-        const SubFactor &f = want[j];
-        auto t = cast<RankedTensorType>(cur.getType());
-        SmallVector<int64_t> shape(t.getShape());
-        shape[d + j] /= grid.size(f.axes);
-        auto resultType = RankedTensorType::get(shape, t.getElementType());
+      for (const At &s : slices) {
+        shape[s.index] /= grid.size(s.piece->want);
+        auto type = RankedTensorType::get(shape, element);
         Operation *op;
-        if (fuseReduce && f.axes == reduce) {
-          op = shard::ReduceScatterOp::create(b, loc, resultType, gridName,
-                                              f.axes, cur,
-                                              shard::ReductionKind::Sum,
-                                              APInt(64, d + j));
+        if (fuseReduce && s.piece->want == reduce) {
+          op = shard::ReduceScatterOp::create(
+              b, loc, type, gridName, s.piece->want, cur,
+              shard::ReductionKind::Sum, APInt(64, s.index));
           fuseReduce = false;
-          curS.partial = keep;
         } else {
-          op = shard::AllSliceOp::create(b, loc, resultType, gridName, f.axes,
-                                         cur, APInt(64, d + j));
+          op = shard::AllSliceOp::create(b, loc, type, gridName, s.piece->want,
+                                         cur, APInt(64, s.index));
         }
         created.insert(op);
         cur = op->getResult(0);
       }
-      SmallVector<int64_t> shape(type.getShape());
-      shape[d] = localExtent(want, grid);
-      cur = reshape(b, loc, cur, shape);
-      curS.dims[d] = want;
     }
+    cur = reshape(b, loc, cur, localType(global, to, grid).getShape());
     cache[{v, key}] = cur;
     return cur;
+  }
+
+  Value allReduce(OpBuilder &b, Location loc, Value v, ArrayRef<int16_t> axes) {
+    auto op =
+        shard::AllReduceOp::create(b, loc, v.getType(), grid.symbol.getValue(),
+                                   axes, v, shard::ReductionKind::Sum);
+    created.insert(op);
+    return op;
+  }
+
+  /// All-gathers dimension `d` (layout `have`) of `v` to its global size.
+  Value gatherDim(OpBuilder &b, Location loc, Value v, const DimFactors &have,
+                  size_t d, int64_t globalSize) {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> pieces;
+    for (const SubFactor &f : have)
+      pieces.push_back(f.size / grid.size(f.axes));
+    Value cur = reshape(b, loc, v, expand(type.getShape(), d, pieces));
+    for (auto [j, f] : llvm::enumerate(have)) {
+      if (f.axes.empty())
+        continue;
+      auto t = cast<RankedTensorType>(cur.getType());
+      SmallVector<int64_t> shape(t.getShape());
+      shape[d + j] = f.size;
+      auto op = shard::AllGatherOp::create(
+          b, loc, RankedTensorType::get(shape, t.getElementType()),
+          grid.symbol.getValue(), f.axes, cur, APInt(64, d + j));
+      created.insert(op);
+      cur = op;
+    }
+    SmallVector<int64_t> shape(type.getShape());
+    shape[d] = globalSize;
+    return reshape(b, loc, cur, shape);
   }
 
   FailureOr<TensorSharding> recorded(Operation *op, unsigned r) {
