@@ -56,6 +56,8 @@ pipeline::partitionStages(const planner::Plan &plan) {
         llvm::formatv(" pp={0} micro-batches={1}", plan.pp, plan.microBatches);
   if (!plan.vocabParallel)
     annotate += " vocab-parallel=false";
+  if (plan.sp != "none")
+    annotate += llvm::formatv(" sp={0} sp-size={1}", plan.sp, plan.spSize);
   annotate += "}";
   std::vector<Stage> stages = {{"build-train-step", train}};
   if (plan.precision != "fp32") {

@@ -66,6 +66,23 @@ llvm::Error Plan::validate() const {
   if (zero > 0 && pipelined())
     return fail("--zero with pipeline parallelism (--pp or --micro-batches) "
                 "is not supported yet");
+  if (sp != "none" && sp != "megatron" && sp != "ulysses" && sp != "ring")
+    return fail("--sp must be none, megatron, ulysses or ring, got '" + sp +
+                "'");
+  if (sp == "megatron" && tp < 2)
+    return fail("--sp megatron shards the sequence over the tensor-parallel "
+                "axis and needs --tp > 1");
+  if (sp == "megatron" && spSize != 1 && spSize != tp)
+    return fail("--sp megatron uses the tp axis: --sp-size must be unset or "
+                "equal to --tp");
+  if (hasSpAxis() && spSize < 2)
+    return fail("--sp " + sp + " needs --sp-size >= 2, got " +
+                llvm::Twine(spSize));
+  if (sp == "none" && spSize != 1)
+    return fail("--sp-size needs --sp ulysses or ring");
+  if (sp != "none" && pipelined())
+    return fail("--sp with pipeline parallelism (--pp or --micro-batches) is "
+                "not supported yet");
   if (!ppStages.empty() && !pipelined())
     return fail("--pp-stages needs --pp > 1");
   if (optimizer.name != "sgd" && optimizer.name != "adamw")
@@ -106,6 +123,9 @@ llvm::json::Object Plan::toJSON() const {
       {"optimizer", std::move(opt)}};
   if (tp > 1)
     out["vocab_parallel"] = vocabParallel;
+  if (sp != "none")
+    out["sequence_parallel"] = llvm::json::Object{
+        {"kind", sp}, {"size", sp == "megatron" ? tp : spSize}};
   if (precision == "fp16")
     out["loss_scale"] = effectiveLossScale();
   if (pipelined()) {

@@ -86,19 +86,40 @@ struct Plan {
   bool vocabSplit() const { return vocabParallel && tp > 1; }
   OptimizerConfig optimizer;
 
+  /// Sequence parallelism (tsr-sharding-annotate's `sp`): "none";
+  /// "megatron" (Korthikanti et al. 2022: the residual stream, LayerNorm
+  /// and dropout sequence-sharded over the tp axis; TP's all-reduces become
+  /// reduce-scatter + all-gather); "ulysses" (DeepSpeed-Ulysses, Jacobs et
+  /// al. 2023: the sequence over a new `sp` axis of `spSize` ranks,
+  /// all-to-all to head shards around attention); "ring" (ring attention,
+  /// Liu et al. 2023, over `sp`: K/V blocks rotate, the sequence striped
+  /// for causal balance, Brandon et al. 2023).
+  std::string sp = "none";
+  int64_t spSize = 1;
+  /// Whether the grid has the `sp` axis (ulysses, ring).
+  bool hasSpAxis() const { return sp == "ulysses" || sp == "ring"; }
+
   bool pipelined() const { return pp > 1 || microBatches > 1; }
   std::vector<std::string> gridAxisNames() const {
+    std::vector<std::string> names = {"dp", "tp"};
     if (pipelined())
-      return {"dp", "tp", "pp", "mb"};
-    return {"dp", "tp"};
+      names.insert(names.end(), {"pp", "mb"});
+    if (hasSpAxis())
+      names.push_back("sp");
+    return names;
   }
   std::vector<int64_t> gridShape() const {
+    std::vector<int64_t> shape = {dp, tp};
     if (pipelined())
-      return {dp, tp, pp, microBatches};
-    return {dp, tp};
+      shape.insert(shape.end(), {pp, microBatches});
+    if (hasSpAxis())
+      shape.push_back(spSize);
+    return shape;
   }
-  /// MPI ranks: dp · tp · pp (micro-batches are not ranks).
-  int64_t numRanks() const { return dp * tp * pp; }
+  /// MPI ranks: dp · tp · pp · sp (micro-batches are not ranks).
+  int64_t numRanks() const {
+    return dp * tp * pp * (hasSpAxis() ? spSize : 1);
+  }
 
   /// Checks the degrees, the schedule and the optimizer settings; the error
   /// names the flag.

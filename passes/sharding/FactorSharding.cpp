@@ -221,9 +221,8 @@ struct Candidate {
   DimFactors dims;
   int64_t ways;
   bool fromResult;
-  /// From a tensor whose sharding is fixed (a step argument or a
-  /// tsr.sharding_constraint): it wins over every other proposal.
-  bool fixed;
+  /// TensorSharding::fixed of the proposing tensor: firmer wins.
+  uint8_t fixed;
 };
 } // namespace
 
@@ -292,8 +291,10 @@ sharding::resolveFactors(const ShardingRule &rule,
         order.insert(order.begin(), *first);
     }
     // Fixed shardings first (stable: among them, the order above).
-    std::stable_partition(order.begin(), order.end(),
-                          [](const Candidate &c) { return c.fixed; });
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Candidate &a, const Candidate &b) {
+                       return a.fixed > b.fixed;
+                     });
     for (const Candidate &c : order) {
       Axes axes = axesOf(c.dims);
       if (llvm::any_of(axes,
@@ -310,25 +311,29 @@ sharding::resolveFactors(const ShardingRule &rule,
   // sharding needs (Megatron-SP: the sequence-sharded input of a
   // column-parallel matmul yields tp to the weight's columns and is
   // all-gathered).
-  auto fixedSplit = [&](size_t f) {
-    return llvm::any_of(candidates[f], [](const Candidate &c) {
-      return c.fixed && c.ways > 1;
-    });
+  auto firmness = [&](size_t f) {
+    uint8_t most = TensorSharding::kDerived;
+    for (const Candidate &c : candidates[f])
+      if (c.ways > 1)
+        most = std::max(most, c.fixed);
+    return most;
   };
   SmallVector<size_t> factorOrder;
-  for (size_t f = 0; f < numFactors; ++f)
-    if (fixedSplit(f))
-      factorOrder.push_back(f);
+  for (uint8_t level :
+       {TensorSharding::kArgument, TensorSharding::kConstraint})
+    for (size_t f = 0; f < numFactors; ++f)
+      if (firmness(f) == level)
+        factorOrder.push_back(f);
   if (priority == Priority::ResultsFirst) {
     for (size_t f = 0; f < numFactors; ++f)
-      if (inResult[f] && !fixedSplit(f))
+      if (inResult[f] && firmness(f) == TensorSharding::kDerived)
         factorOrder.push_back(f);
     for (size_t f = 0; f < numFactors; ++f)
-      if (!inResult[f] && !fixedSplit(f))
+      if (!inResult[f] && firmness(f) == TensorSharding::kDerived)
         factorOrder.push_back(f);
   } else {
     for (size_t f = 0; f < numFactors; ++f)
-      if (!fixedSplit(f))
+      if (firmness(f) == TensorSharding::kDerived)
         factorOrder.push_back(f);
   }
   for (size_t f : factorOrder)

@@ -40,9 +40,13 @@ struct Grid {
 struct TensorSharding {
   std::vector<std::optional<DimFactors>> dims;
   Axes partial;
-  /// The sharding is given, not derived: a step argument's or a
-  /// tsr.sharding_constraint's. Its proposals win in resolveFactors.
-  bool fixed = false;
+  /// How firmly the sharding is given: kDerived (propagated), kConstraint
+  /// (a tsr.sharding_constraint's result) or kArgument (a step argument's,
+  /// i.e. the plan's parameter and batch layouts). Higher wins in
+  /// resolveFactors, so a constraint on an activation never takes an axis a
+  /// parameter's layout needs.
+  enum Firmness : uint8_t { kDerived = 0, kConstraint = 1, kArgument = 2 };
+  uint8_t fixed = kDerived;
 
   static TensorSharding unknown(unsigned rank) {
     TensorSharding t;
@@ -126,8 +130,9 @@ enum class Priority {
 /// incomplete) shardings. Factors needing replication are replicated; a grid
 /// axis is used by at most one factor (a later factor that would reuse one
 /// falls back to another proposal or stays unsplit). Proposals of fixed
-/// tensors (TensorSharding::fixed) win: factors they split choose first,
-/// and take the fixed proposal when its axes are free.
+/// tensors (TensorSharding::fixed: arguments, then constraints) win:
+/// factors they split choose first, firmest first, and take the firmest
+/// proposal whose axes are free.
 FactorAssignment resolveFactors(const tsr::ShardingRule &rule,
                                 llvm::ArrayRef<const TensorSharding *> operands,
                                 llvm::ArrayRef<const TensorSharding *> results,

@@ -92,6 +92,18 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
            "its bias) over tp along the vocabulary (Megatron-LM's "
            "vocab-parallel embedding and cross-entropy); off: both are "
            "replicated.">,
+    Option<"sp", "sp", "std::string", "\"none\"",
+           "Sequence parallelism: none; megatron (Korthikanti et al. 2022: "
+           "the residual stream, LayerNorms and dropout sharded along the "
+           "sequence over tp, by tsr.sharding_constraint on every layer "
+           "boundary); ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023: the "
+           "sequence over a new `sp` axis, attention head-sharded over it "
+           "by constraints on its Q, K and V, so the partitioner inserts "
+           "the all-to-alls); ring (Liu et al. 2023: the sequence striped "
+           "over `sp`, every tsr.attention given ring_size = sp-size).">,
+    Option<"spSize", "sp-size", "int64_t", "1",
+           "Ranks of the `sp` grid axis (ulysses, ring); the axis follows "
+           "dp and tp (and pp, mb).">,
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

@@ -10,6 +10,7 @@
 
 #include "passes/sharding/FactorSharding.h"
 #include "passes/sharding/Passes.h"
+#include "passes/training/LayerCuts.h"
 
 #include "dialects/tsr/TsrOps.h"
 
@@ -334,6 +335,22 @@ struct ShardingAnnotatePass
       shape.append({pp, microBatches});
       names.append({"pp", "mb"});
     }
+    if (sp != "none" && sp != "megatron" && sp != "ulysses" && sp != "ring") {
+      module.emitError("sp must be none, megatron, ulysses or ring, got '")
+          << sp << "'";
+      return signalPassFailure();
+    }
+    // Ulysses and ring attention add the `sp` axis (sequence) last.
+    spAxis = -1;
+    if (sp == "ulysses" || sp == "ring") {
+      if (spSize < 1) {
+        module.emitError("sp-size must be positive");
+        return signalPassFailure();
+      }
+      spAxis = static_cast<int16_t>(shape.size());
+      shape.push_back(spSize);
+      names.push_back("sp");
+    }
     OpBuilder b(ctx);
     auto existing = module.lookupSymbol<shard::GridOp>("grid");
     if (existing) {
@@ -421,6 +438,26 @@ struct ShardingAnnotatePass
         axes.push_back(kMbAxis);
       if (!axes.empty())
         args[i][0] = DimFactors{SubFactor{batch, {axes.begin(), axes.end()}}};
+    }
+
+    // Sequence parallelism over `sp`: the sequence dim of tokens and
+    // labels, block-split (Ulysses) or striped (ring: local position i of
+    // sp rank r is i·K + r, which balances causal attention's work).
+    for (unsigned i = 0; i < numArgs && spAxis >= 0; ++i) {
+      StringRef r = a.role(i);
+      if (r != "tokens" && r != "labels")
+        continue;
+      if (types[i].getRank() < 2)
+        return func.emitError("'") << a.name(i) << "' has no sequence dimension";
+      int64_t seq = types[i].getDimSize(1);
+      if (seq % spSize != 0)
+        return func.emitError("sp-size=")
+               << spSize << " does not divide the sequence length " << seq
+               << " of '" << a.name(i) << "' " << shapeOf(types[i]);
+      args[i][1] = sp == "ring"
+                       ? DimFactors{SubFactor{seq / spSize, {}},
+                                    SubFactor{spSize, {spAxis}}}
+                       : DimFactors{SubFactor{seq, {spAxis}}};
     }
 
     // Tensor parallelism: Megatron's column/row pairs.
@@ -596,7 +633,168 @@ struct ShardingAnnotatePass
       }
       func.setResultAttr(r, "tsr.sharding", attr);
     }
+    if (sp == "megatron")
+      return constrainResidualStream(func, grid, args, types);
+    if (sp == "ulysses")
+      return constrainAttentionHeads(func, grid, args, types);
+    if (sp == "ring")
+      func.walk([&](Operation *op) {
+        if (isa<tsr::AttentionOp, tsr::AttentionGradOp>(op))
+          op->setAttr("ring_size",
+                      IntegerAttr::get(IntegerType::get(ctx, 64), spSize));
+      });
     return success();
   }
+
+  /// The batch and sequence sizes and the tokens' batch-dim layout.
+  struct TokenLayout {
+    int64_t batch = 0, seq = 0;
+    DimFactors batchDim;
+  };
+  std::optional<TokenLayout>
+  tokenLayout(func::FuncOp func, ArrayRef<SmallVector<DimFactors>> args,
+              ArrayRef<RankedTensorType> types) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
+      if (!role || role.getValue() != "tokens" || types[i].getRank() != 2)
+        continue;
+      return TokenLayout{types[i].getDimSize(0), types[i].getDimSize(1),
+                         args[i][0]};
+    }
+    return std::nullopt;
+  }
+
+  /// Megatron-SP (Korthikanti et al., 2022): every layer boundary of the
+  /// forward (the residual stream [B, S, ...] between blocks, see
+  /// training::assignLayers) is constrained to the sequence split over tp.
+  /// Propagation then runs LayerNorm, dropout and the residual adds on
+  /// sequence shards, and the partitioner turns TP's all-reduces into
+  /// reduce-scatters into, and all-gathers out of, that layout.
+  LogicalResult constrainResidualStream(func::FuncOp func, const Grid &grid,
+                                        ArrayRef<SmallVector<DimFactors>> args,
+                                        ArrayRef<RankedTensorType> types) {
+    if (tp < 2)
+      return func.emitError("sp=megatron shards the sequence over the tp "
+                            "axis and needs tp > 1");
+    auto tokens = tokenLayout(func, args, types);
+    if (!tokens)
+      return func.emitError("sp=megatron needs a [batch, sequence] tokens "
+                            "argument");
+    if (tokens->seq % tp != 0)
+      return func.emitError("sp=megatron: tp=")
+             << tp << " does not divide the sequence length " << tokens->seq;
+    SmallVector<Operation *> forward = training::forwardOpsOf(func.front());
+    SmallVector<int64_t> layerOf;
+    training::assignLayers(forward, layerOf);
+    SmallVector<Value> boundaries =
+        training::layerBoundaryValues(forward, layerOf);
+    // The residual stream's type: the first boundary shaped [B, S, ...].
+    Type stream;
+    for (Value v : boundaries) {
+      auto t = dyn_cast_or_null<RankedTensorType>(v ? v.getType() : Type());
+      if (t && t.getRank() >= 3 && t.getDimSize(0) == tokens->batch &&
+          t.getDimSize(1) == tokens->seq && t.getElementType().isIntOrFloat() &&
+          !t.getElementType().isInteger()) {
+        stream = t;
+        break;
+      }
+    }
+    if (!stream)
+      return func.emitError("sp=megatron: no layer boundary carries a "
+                            "[batch, sequence, ...] activation");
+    auto type = cast<RankedTensorType>(stream);
+    SmallVector<DimFactors> dims;
+    dims.push_back(tokens->batchDim);
+    dims.push_back(DimFactors{SubFactor{tokens->seq, {kTpAxis}}});
+    for (int64_t d = 2; d < type.getRank(); ++d)
+      dims.push_back(DimFactors{SubFactor{type.getDimSize(d), {}}});
+    auto sharding = tsr::ShardingAttr::getFactored(func.getContext(),
+                                                   grid.symbol, dims, {},
+                                                   grid.shape);
+    for (Value v : boundaries)
+      if (v && v.getType() == stream)
+        constrain(v, sharding);
+    return success();
+  }
+
+  /// DeepSpeed-Ulysses (Jacobs et al., 2023): the Q, K and V of every
+  /// tsr.attention (and attention_grad) are constrained to their heads
+  /// split over [tp, sp] with the whole sequence, so the partitioner
+  /// switches the sequence-sharded activations to head shards with one
+  /// all-to-all each, and back after attention. Q is [B·H, S, Dh] (PyTorch's
+  /// MultiheadAttention) or [B, H, S, Dh].
+  LogicalResult constrainAttentionHeads(func::FuncOp func, const Grid &grid,
+                                        ArrayRef<SmallVector<DimFactors>> args,
+                                        ArrayRef<RankedTensorType> types) {
+    auto tokens = tokenLayout(func, args, types);
+    if (!tokens)
+      return func.emitError("sp=ulysses needs a [batch, sequence] tokens "
+                            "argument");
+    SmallVector<int16_t, 2> headAxes;
+    if (tp > 1)
+      headAxes.push_back(kTpAxis);
+    headAxes.push_back(spAxis);
+    DenseMap<Value, tsr::ShardingAttr> wanted;
+    WalkResult walk = func.walk([&](Operation *op) {
+      if (!isa<tsr::AttentionOp, tsr::AttentionGradOp>(op))
+        return WalkResult::advance();
+      for (unsigned o = 0; o < 3; ++o) {
+        Value v = op->getOperand(o);
+        auto type = cast<RankedTensorType>(v.getType());
+        int64_t lead = 1;
+        for (int64_t d = 0; d + 2 < type.getRank(); ++d)
+          lead *= type.getDimSize(d);
+        int64_t heads = lead / tokens->batch;
+        if (lead % tokens->batch != 0 ||
+            (type.getRank() == 4 && type.getDimSize(0) != tokens->batch) ||
+            (type.getRank() != 3 && type.getRank() != 4)) {
+          op->emitOpError("sp=ulysses: cannot find the heads of ")
+              << type << " (expected [B·H, S, d] or [B, H, S, d] with B = "
+              << tokens->batch << ")";
+          return WalkResult::interrupt();
+        }
+        if (heads % (tp * spSize) != 0) {
+          op->emitOpError("sp=ulysses: ")
+              << (tp > 1 ? "tp x sp-size = " : "sp-size = ") << tp * spSize
+              << " does not divide the " << heads << " attention heads";
+          return WalkResult::interrupt();
+        }
+        SmallVector<DimFactors> dims;
+        DimFactors headDim{SubFactor{heads, headAxes}};
+        if (type.getRank() == 3) {
+          DimFactors lead = tokens->batchDim;
+          lead.append(headDim.begin(), headDim.end());
+          dims.push_back(lead);
+        } else {
+          dims.push_back(tokens->batchDim);
+          dims.push_back(headDim);
+        }
+        for (int64_t d = type.getRank() - 2; d < type.getRank(); ++d)
+          dims.push_back(DimFactors{SubFactor{type.getDimSize(d), {}}});
+        wanted[v] = tsr::ShardingAttr::getFactored(
+            func.getContext(), grid.symbol, dims, {}, grid.shape);
+      }
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+    for (auto &[v, sharding] : wanted)
+      constrain(v, sharding);
+    return success();
+  }
+
+  /// Inserts `tsr.sharding_constraint` after `v`'s definition and makes
+  /// every other use read it.
+  static void constrain(Value v, tsr::ShardingAttr sharding) {
+    OpBuilder b(v.getContext());
+    if (Operation *def = v.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+    auto c = tsr::ShardingConstraintOp::create(b, v.getLoc(), v, sharding);
+    v.replaceAllUsesExcept(c.getResult(), c);
+  }
+
+  int16_t spAxis = -1;
 };
 } // namespace

@@ -80,6 +80,29 @@ struct Partitioner {
     auto it = cache.find({v, key});
     if (it != cache.end())
       return it->second;
+    // Gathering a reshape (a view) is a reshape of its gathered input: one
+    // all-gather serves every view of a value (the backward's flattened
+    // [B·S, D] reads and the forward's [B, S, D] ones alike).
+    if (from.partial.empty() && to.partial.empty() &&
+        llvm::all_of(to.dims,
+                     [&](const auto &d) { return splitWays(*d, grid) == 1; }))
+      if (auto view = v.getDefiningOp<tsr::ReshapeOp>()) {
+        Value u = view.getInput();
+        auto su = sharding.find(u);
+        if (su != sharding.end() && su->second.partial.empty() &&
+            globalType.count(u)) {
+          RankedTensorType ut = globalType[u];
+          FailureOr<Value> full = reshard(u, ut, su->second,
+                                          TensorSharding::replicated(ut), loc);
+          if (failed(full))
+            return failure();
+          OpBuilder b(view);
+          b.setInsertionPointAfter(view);
+          Value r = reshape(b, loc, *full, global.getShape());
+          cache[{v, key}] = r;
+          return r;
+        }
+      }
     OpBuilder b(func.getContext());
     if (Operation *def = v.getDefiningOp())
       b.setInsertionPointAfter(def);
@@ -257,7 +280,7 @@ struct Partitioner {
       TensorSharding t = TensorSharding::fromAttr(
           func.getArgAttr(arg.getArgNumber(), "tsr.sharding"), type);
       t.canonicalize(grid);
-      t.fixed = true;
+      t.fixed = TensorSharding::kArgument;
       sharding[arg] = t;
     }
     Operation *terminator = nullptr;
@@ -310,7 +333,7 @@ struct Partitioner {
           return failure();
         globalType[*nv] = globalType[in];
         TensorSharding fixed = results[0];
-        fixed.fixed = true;
+        fixed.fixed = TensorSharding::kConstraint;
         sharding[*nv] = fixed;
         c.getResult().replaceAllUsesWith(*nv);
         c.erase();

@@ -48,7 +48,7 @@ struct ShardingPropagatePass
       TensorSharding t = TensorSharding::fromAttr(
           func.getArgAttr(arg.getArgNumber(), "tsr.sharding"), type);
       t.canonicalize(grid);
-      t.fixed = true;
+      t.fixed = TensorSharding::kArgument;
       state[arg] = t;
     }
     SmallVector<Operation *> ops;
@@ -74,7 +74,7 @@ struct ShardingPropagatePass
         TensorSharding t =
             TensorSharding::fromAttr(c.getSharding(), c.getType());
         t.canonicalize(grid);
-        t.fixed = true;
+        t.fixed = TensorSharding::kConstraint;
         state[c.getResult()] = t;
       }
       return WalkResult::advance();
@@ -93,14 +93,39 @@ struct ShardingPropagatePass
       FactorAssignment assignment =
           resolveFactors(rule, operands, results, grid, Priority::MostSplit);
       bool changed = false;
+      // A dim takes the projection when it is unknown, or when the
+      // projection splits it more ways over axes no other dim of the value
+      // uses (splits only grow, so this terminates): a layout reached late
+      // (Megatron-SP's sequence split arriving at a row-parallel matmul's
+      // output from the residual add after it) still wins over an unsplit
+      // one reached first.
       auto merge = [&](Value v, const tsr::ShardingRule::TensorFactors &dims) {
         TensorSharding proj = project(rule, dims, assignment, grid);
         TensorSharding &cur = state[v];
-        for (auto [d, dim] : llvm::enumerate(proj.dims))
-          if (dim && !cur.dims[d]) {
+        if (cur.fixed)
+          return;
+        for (auto [d, dim] : llvm::enumerate(proj.dims)) {
+          if (!dim)
+            continue;
+          if (!cur.dims[d]) {
             cur.dims[d] = dim;
             changed = true;
+            continue;
           }
+          if (splitWays(*dim, grid) <= splitWays(*cur.dims[d], grid))
+            continue;
+          bool clash = false;
+          for (auto [e, other] : llvm::enumerate(cur.dims))
+            if (e != d && other)
+              for (const SubFactor &f : *other)
+                for (const SubFactor &g : *dim)
+                  for (int16_t a : g.axes)
+                    clash |= llvm::is_contained(f.axes, a);
+          if (clash)
+            continue;
+          cur.dims[d] = dim;
+          changed = true;
+        }
       };
       for (auto [r, v] : llvm::enumerate(op->getResults()))
         merge(v, rule.results[r]);
@@ -134,7 +159,12 @@ struct ShardingPropagatePass
       OpPlan plan = planOp(rules[i], operands, results, grid);
       SmallVector<Attribute> attrs;
       for (auto [r, v] : llvm::enumerate(op->getResults())) {
-        state[v].partial = plan.results[r].partial;
+        // The op's output stays partial only where it is stored as the op
+        // computes it; a value laid out otherwise is resharded after the
+        // op, and that reshard reduces (a reduce-scatter where it can).
+        state[v].partial = plan.results[r].dims == state[v].dims
+                               ? plan.results[r].partial
+                               : Axes();
         attrs.push_back(state[v].toAttr(grid));
       }
       op->setAttr("tsr.shardings", ArrayAttr::get(ctx, attrs));

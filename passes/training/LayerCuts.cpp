@@ -2,7 +2,9 @@
 
 #include "passes/training/LayerCuts.h"
 
+#include "mlir/IR/Block.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 
@@ -33,4 +35,53 @@ int64_t tessera::training::assignLayers(ArrayRef<Operation *> forwardOps,
       ++layer;
   }
   return n ? layer + 1 : 0;
+}
+
+SmallVector<Value>
+tessera::training::layerBoundaryValues(ArrayRef<Operation *> forwardOps,
+                                       ArrayRef<int64_t> layerOf) {
+  llvm::DenseMap<Operation *, int64_t> position;
+  for (auto [i, op] : llvm::enumerate(forwardOps))
+    position[op] = i;
+  SmallVector<Value> values;
+  for (int64_t end = 0; end + 1 < static_cast<int64_t>(forwardOps.size());
+       ++end) {
+    if (layerOf[end] == layerOf[end + 1])
+      continue;
+    Value crossing;
+    for (int64_t i = 0; i <= end && !crossing; ++i)
+      for (Value r : forwardOps[i]->getResults())
+        if (llvm::any_of(r.getUsers(), [&](Operation *user) {
+              auto it = position.find(user);
+              return it != position.end() && it->second > end;
+            })) {
+          crossing = r;
+          break;
+        }
+    values.push_back(crossing);
+  }
+  return values;
+}
+
+SmallVector<Operation *> tessera::training::forwardOpsOf(Block &body) {
+  llvm::DenseSet<Operation *> constant, backward;
+  SmallVector<Operation *> forward;
+  auto definedBy = [](Value v, const llvm::DenseSet<Operation *> &set) {
+    Operation *d = v.getDefiningOp();
+    return d && set.contains(d);
+  };
+  for (Operation &op : body.without_terminator()) {
+    if (llvm::all_of(op.getOperands(),
+                     [&](Value v) { return definedBy(v, constant); })) {
+      constant.insert(&op);
+      continue;
+    }
+    if (op.hasAttr("tsr.bwd") ||
+        llvm::any_of(op.getOperands(),
+                     [&](Value v) { return definedBy(v, backward); }))
+      backward.insert(&op);
+    else
+      forward.push_back(&op);
+  }
+  return forward;
 }

@@ -26,6 +26,19 @@ namespace tessera::training {
 int64_t assignLayers(llvm::ArrayRef<mlir::Operation *> forwardOps,
                      llvm::SmallVectorImpl<int64_t> &layerOf);
 
+/// The activation crossing each layer boundary of `forwardOps` laid out by
+/// assignLayers: entry l is the value made in layers 0..l and read by a
+/// forward op of a later layer (the residual stream after layer l), for
+/// 0 <= l < number of layers - 1.
+llvm::SmallVector<mlir::Value>
+layerBoundaryValues(llvm::ArrayRef<mlir::Operation *> forwardOps,
+                    llvm::ArrayRef<int64_t> layerOf);
+
+/// The forward ops of a training step's body in program order: ops that
+/// are neither constants (all operands made by constants) nor backward
+/// (tagged `tsr.bwd` by autodiff, or reading a backward value).
+llvm::SmallVector<mlir::Operation *> forwardOpsOf(mlir::Block &body);
+
 } // namespace tessera::training
 
 #endif // TESSERA_PASSES_TRAINING_LAYERCUTS_H

@@ -5,6 +5,7 @@
 //     [--virtual-stages V] [--pp-stages 0,3,6] [--recompute
 //     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16|fp16]
 //     [--loss-scale S] [--vocab-parallel on|off]
+//     [--sp none|megatron|ulysses|ring] [--sp-size K]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
@@ -67,6 +68,28 @@ static cl::opt<std::string> vocabParallel(
              "sum-exp are all-reduced, the logits are never gathered); tp "
              "must divide the vocabulary. off: both are replicated"),
     cl::init("on"), cl::cat(category));
+static cl::opt<std::string> sequenceParallel(
+    "sp",
+    cl::desc("Sequence parallelism: none (default); megatron: LayerNorm, "
+             "dropout and the residual stream sharded along the sequence "
+             "over the tp axis, TP's all-reduces become reduce-scatter + "
+             "all-gather (Korthikanti et al. 2022; needs --tp > 1 dividing "
+             "the sequence); ulysses: the sequence split over a new 'sp' "
+             "axis of --sp-size ranks, one all-to-all into and one out of "
+             "head shards around each attention (DeepSpeed-Ulysses, Jacobs "
+             "et al. 2023; tp x sp-size must divide the heads); ring: the "
+             "sequence striped over 'sp', K/V blocks rotate around the ring "
+             "with send/recv and softmax is online, so no rank holds S x S "
+             "scores (ring attention, Liu et al. 2023; striped for causal "
+             "balance, Brandon et al. 2023). Grid order (dp, tp, sp), sp "
+             "fastest; not with --pp yet"),
+    cl::init("none"), cl::cat(category));
+static cl::opt<int64_t>
+    spSize("sp-size",
+           cl::desc("Ranks of the 'sp' axis for --sp ulysses|ring (>= 2, "
+                    "must divide the sequence length); ranks = dp x tp x "
+                    "sp-size"),
+           cl::init(1), cl::cat(category));
 static cl::opt<int64_t>
     tp("tp",
        cl::desc("Tensor-parallel degree (grid axis 'tp', Megatron-LM "
@@ -245,6 +268,8 @@ int main(int argc, char **argv) {
     return fail("--vocab-parallel must be on or off, got '" + vocabParallel +
                 "'");
   plan.vocabParallel = vocabParallel == "on";
+  plan.sp = sequenceParallel;
+  plan.spSize = spSize;
   plan.optimizer.name = optimizer;
   plan.optimizer.lr = lr;
   plan.optimizer.weightDecay = weightDecay;

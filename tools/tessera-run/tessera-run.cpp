@@ -104,7 +104,9 @@ static cl::opt<std::string> metricsPath(
     cl::desc("Write one JSON object per step (rank 0): {\"step\" (0-based), "
              "\"loss\" (global mean cross-entropy, nats), \"step_time_s\" "
              "(wall-clock seconds), \"tokens_per_s\" (global B*S / "
-             "step_time_s), \"bytes_sent\" (rank 0's collective and "
+             "step_time_s), \"bytes_sent\" and per kind \"bytes_all_reduce\", "
+             "\"bytes_all_gather\", \"bytes_reduce_scatter\", "
+             "\"bytes_all_to_all\", \"bytes_send\" (rank 0's collective and "
              "pipeline-send bytes, ring model), and for pipeline plans "
              "\"peak_activation_sets\" (per rank, world-rank order: the most "
              "micro-batch activation sets held at once), and \"peak_bytes\" "
@@ -491,6 +493,13 @@ int main(int argc, char **argv) {
       rec.stepTimeS = seconds;
       rec.tokensPerS = tokensPerS;
       rec.extra.emplace_back("bytes_sent", executor->traffic().stepBytes());
+      // Per kind, e.g. "bytes_reduce_scatter" (ring volumes, rank 0).
+      for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
+        auto kind = static_cast<mpi::CollectiveKind>(k);
+        rec.extra.emplace_back(
+            std::string("bytes_") + mpi::collectiveKindName(kind),
+            executor->traffic().stepBytes(kind));
+      }
       if (gatherPeaks)
         rec.intLists.emplace_back("peak_activation_sets", peaks);
       std::vector<int64_t> peakBytes;

@@ -48,19 +48,20 @@
 // MLP: tsr.gather_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}1], []] partial = [0]>]}
 
 // Backward propagation: a constant and a broadcast's new dim take their
-// consumers' split (dim 0); a known replicated dim stays replicated (the
-// broadcast bias's dim 1), and the conflict at the add keeps the split.
+// consumers' split (dim 0), and a dim first reached unsplit (the broadcast
+// bias's dim 1, from the replicated %b) takes the split that reaches it
+// later from the add (splits only grow), so the mul runs on local pieces.
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x2)
   // CHECK-LABEL: func.func @backward
   func.func @backward(%x: tensor<4x8xf32> {tsr.sharding = #tsr.sharding<@grid, [[0], [1]]>},
                       %r: tensor<4x8xf32> {tsr.sharding = #tsr.sharding<@grid, [[], []]>},
                       %b: tensor<8xf32> {tsr.sharding = #tsr.sharding<@grid, [[]]>}) -> tensor<4x8xf32> {
-    // CHECK: tsr.constant {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
+    // CHECK: tsr.constant {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
     %c = tsr.constant dense<2.0> : tensor<4x8xf32>
-    // CHECK: tsr.broadcast %arg2 {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
+    // CHECK: tsr.broadcast %arg2 {tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
     %bb = tsr.broadcast %b : tensor<8xf32> -> tensor<4x8xf32>
-    // CHECK: tsr.mul {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
+    // CHECK: tsr.mul {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
     %m = tsr.mul %c, %bb : tensor<4x8xf32>
     // CHECK: tsr.add %arg1, {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], [1]]>]}
     %a = tsr.add %r, %x : tensor<4x8xf32>
