@@ -165,6 +165,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
     manifest["vocab_parallel"] = json::Object{{"enabled", plan.vocabParallel},
                                               {"params", std::move(split)}};
   }
+  if (json::Value *sp = planJson.get("sequence_parallel"))
+    manifest["sequence_parallel"] = std::move(*sp);
   if (plan.zero > 0) {
     json::Array replicated;
     if (auto names = func->getAttrOfType<ArrayAttr>("tsr.zero_replicated"))
@@ -393,6 +395,28 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
                         "{0}, each gradient times 1/{0} in fp32 before its "
                         "update; an fp16 overflow is not skipped)\n",
                         s);
+  }
+  if (const json::Object *sp = manifest.getObject("sequence_parallel")) {
+    StringRef kind = sp->getString("kind").value_or("");
+    int64_t size = sp->getInteger("size").value_or(1);
+    if (kind == "megatron")
+      os << llvm::formatv(
+          "sequence parallelism: megatron over tp ({0}): LayerNorm, dropout "
+          "and the residual stream hold S/{0} positions; TP's all-reduces "
+          "are reduce-scatter + all-gather (Korthikanti et al. 2022)\n",
+          size);
+    else if (kind == "ulysses")
+      os << llvm::formatv(
+          "sequence parallelism: ulysses over sp ({0}): S/{0} positions per "
+          "rank, all-to-all to heads/{0} around attention (DeepSpeed-Ulysses)"
+          "\n",
+          size);
+    else if (kind == "ring")
+      os << llvm::formatv(
+          "sequence parallelism: ring attention over sp ({0}): S/{0} "
+          "positions per rank, striped (position i*{0} + rank); K/V blocks "
+          "rotate {0} - 1 times forward, softmax online, no S x S scores\n",
+          size);
   }
   if (const json::Object *vocab = manifest.getObject("vocab_parallel")) {
     if (!vocab->getBoolean("enabled").value_or(false)) {

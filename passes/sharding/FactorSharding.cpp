@@ -184,6 +184,23 @@ sharding::commonRefinement(const DimFactors &have, const DimFactors &want,
   while (i < hs.size() && j < ws.size()) {
     SubFactor &h = hs[i], &w = ws[j];
     if (h.size == w.size) {
+      // Axis lists sharing a prefix ([tp] and [tp, sp]) split apart at it,
+      // so that only the rest differs.
+      size_t k = 0;
+      while (k < h.axes.size() && k < w.axes.size() && h.axes[k] == w.axes[k])
+        ++k;
+      if (k > 0 && (k < h.axes.size() || k < w.axes.size())) {
+        int64_t major = grid.size(ArrayRef<int16_t>(h.axes).take_front(k));
+        auto hs2 = splitSubFactor(h, major, grid);
+        auto ws2 = splitSubFactor(w, major, grid);
+        if (hs2 && ws2 && hs2->first.axes == ws2->first.axes) {
+          pieces.push_back(
+              {major, toAxes(hs2->first.axes), toAxes(ws2->first.axes)});
+          h = hs2->second;
+          w = ws2->second;
+          continue;
+        }
+      }
       pieces.push_back({h.size, toAxes(h.axes), toAxes(w.axes)});
       ++i;
       ++j;

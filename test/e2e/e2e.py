@@ -8,7 +8,8 @@
     e2e.py parallel --build DIR --config NAME --optimizer sgd|adamw --dp N --tp M
                     [--zero 0|1|2|3] [--bucket-mb MB] [--rtol 1e-5]
                     [--vocab-parallel on|off]
-        dp*tp-rank run vs the serial run: every step's loss and every final
+                    [--sp megatron|ulysses|ring [--sp-size K]] [--traffic]
+        dp*tp(*K)-rank run vs the serial run: every step's loss and every final
         parameter (relative L2) must match within rtol. --zero compiles the
         parallel run with that ZeRO stage (its final weights are gathered
         from the dp shards by --save-weights); --bucket-mb with gradient
@@ -16,6 +17,10 @@
         the parallel run's tessera-partition; with `on` (and tp > 1) the
         check also fails unless the artifact's manifest lists the embedding
         and the LM head (weight and bias) as split over the vocabulary.
+        --sp adds sequence parallelism (ulysses and ring on an sp axis of
+        --sp-size ranks); with --traffic, check_sp_traffic's exact volumes
+        (megatron: bytes_sent vs the same grid without --sp; ulysses: the
+        all-to-all bytes of the paper).
         With --traffic (dp = 1, vocab-parallel on) also a --vocab-parallel
         off run on the same grid: every step's "bytes_sent" of the on run
         must exceed the off run's by exactly the vocab-parallel all-reduces,
@@ -106,7 +111,11 @@ def tessera(args, workdir, dp, tp, tag, extra=(), pp=1):
          model_path(args.config), "-o", plan, "--dp", str(dp), "--tp", str(tp),
          "--optimizer", args.optimizer, "--lr", str(LR[args.optimizer])]
         + list(extra))
-    run(["mpirun", "-np", str(dp * tp * pp),
+    sp = 1
+    if "--sp" in extra and extra[list(extra).index("--sp") + 1] in ("ulysses",
+                                                                     "ring"):
+        sp = int(extra[list(extra).index("--sp-size") + 1])
+    run(["mpirun", "-np", str(dp * tp * pp * sp),
          os.path.join(args.build, "tools", "tessera-run", "tessera-run"), plan,
          "--data", CORPUS, "--steps", str(STEPS), "--metrics", metrics,
          "--save-weights", weights])
@@ -161,6 +170,73 @@ def check_vocab_traffic(args, work, on_metrics):
     return good
 
 
+def step_metric(metrics, key):
+    with open(metrics) as f:
+        return [json.loads(line)[key] for line in f]
+
+
+def check_sp_traffic(args, work, sp_metrics):
+    """Sequence parallelism's collective volumes, exactly.
+
+    megatron: the same plan without --sp on the same tp grid; Megatron-SP
+    replaces each activation all-reduce of TP (2(n-1)/n X) by a
+    reduce-scatter and an all-gather ((n-1)/n X each), so bytes_sent may
+    differ only by the gradients of the parameters that now see sequence
+    shards: an all-reduce of every 1-D tp-replicated parameter (LayerNorm
+    scales and biases, row-parallel biases) and an all-gather of the
+    position embedding [S, D].
+    ulysses: the all-to-all volume is the paper's (Jacobs et al. 2023): per
+    layer, 4 all-to-alls forward (Q, K, V in, O out) and 4 backward, each
+    moving (P-1)/P of a rank's [B/dp, S/P, D/tp] activation.
+    """
+    cfg = get_config(args.config)
+    B, S, D, L = cfg["batch"], cfg["seq"], cfg["d_model"], cfg["layers"]
+    ok = True
+    if args.sp == "megatron":
+        n = args.tp
+        tp_m, _ = tessera(args, work, args.dp, args.tp, "no-sp",
+                          vocab_flags(args))
+        plan = manifest(os.path.join(work, "parallel.tsr"))
+        extra = 0.0
+        for a in plan["arguments"]:
+            if a["role"] != "param":
+                continue
+            split = any(f["axes"] for dim in a["layout"] for f in dim)
+            numel = int(np.prod(a["shape"]))
+            if split:
+                continue
+            if len(a["shape"]) == 1:
+                extra += 2 * (n - 1) / n * 4 * numel
+            elif a["shape"][0] == S:
+                extra += (n - 1) / n * 4 * numel
+        on, off = step_metric(sp_metrics, "bytes_sent"), step_metric(
+            tp_m, "bytes_sent")
+        ag = step_metric(sp_metrics, "bytes_all_gather")[0]
+        rs = step_metric(sp_metrics, "bytes_reduce_scatter")[0]
+        ar_tp = step_metric(tp_m, "bytes_all_reduce")[0]
+        ok = all(abs((a - b) - extra) <= 1e-9 * a for a, b in zip(on, off))
+        print(f"bytes_sent per rank per step: megatron-sp {on[0]:.0f} "
+              f"(all-gather {ag:.0f} + reduce-scatter {rs:.0f}), tp {off[0]:.0f} "
+              f"(all-reduce {ar_tp:.0f}); expected difference = sequence-"
+              f"sharded parameter gradients {extra:.0f}: "
+              f"{'ok' if ok else 'MISMATCH'}")
+    elif args.sp == "ulysses":
+        P = args.sp_size
+        want = (2 * 4 * L * (P - 1) / P * (B // args.dp) * (S // P) *
+                (D // args.tp) * 4)
+        got = step_metric(sp_metrics, "bytes_all_to_all")
+        ok = all(abs(g - want) <= 1e-9 * want for g in got)
+        print(f"all-to-all bytes per rank per step: {got[0]:.0f}, the paper's "
+              f"8 L (P-1)/P (B/dp)(S/P)(D/tp) x 4 bytes = {want:.0f}: "
+              f"{'ok' if ok else 'MISMATCH'}")
+    return ok
+
+
+def vocab_flags(args):
+    return ["--vocab-parallel", args.vocab_parallel] if args.vocab_parallel \
+        else []
+
+
 def check_losses(a, b, rtol):
     ok, rows = compare.compare_losses(compare.load_losses(a),
                                       compare.load_losses(b), rtol=rtol)
@@ -186,6 +262,9 @@ def main():
     p.add_argument("--pp", type=int, default=1, help="recompute: stages")
     p.add_argument("--zero", type=int, default=0,
                    help="parallel: ZeRO stage of the parallel run")
+    p.add_argument("--sp", choices=["megatron", "ulysses", "ring"],
+                   default=None, help="parallel: sequence parallelism")
+    p.add_argument("--sp-size", type=int, default=1)
     p.add_argument("--vocab-parallel", choices=["on", "off"], default=None,
                    help="parallel: vocab parallelism of the parallel run")
     p.add_argument("--bucket-mb", default=None,
@@ -250,14 +329,22 @@ def main():
             if args.vocab_parallel:
                 zero += ["--vocab-parallel", args.vocab_parallel]
                 what += f" vocab-parallel {args.vocab_parallel}"
+            if args.sp:
+                zero += ["--sp", args.sp]
+                what += f" sp {args.sp}"
+                if args.sp != "megatron":
+                    zero += ["--sp-size", str(args.sp_size)]
+                    what += f" x{args.sp_size}"
             par_m, par_w = tessera(args, work, args.dp, args.tp, "parallel",
                                    zero)
             print(f"losses: {what} vs serial (rtol {rtol})")
             ok = check_run(args, par_m, par_w, serial_m, serial_w, rtol, what)
             if args.vocab_parallel == "on" and args.tp > 1:
                 ok = check_vocab_split(os.path.join(work, "parallel.tsr")) and ok
-                if args.traffic:
+                if args.traffic and not args.sp:
                     ok = check_vocab_traffic(args, work, par_m) and ok
+            if args.sp and args.traffic:
+                ok = check_sp_traffic(args, work, par_m) and ok
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
