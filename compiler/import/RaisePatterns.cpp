@@ -626,7 +626,8 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     auto attn = tsr::AttentionOp::create(
         rewriter, loc, root.getType(), lseType, q, k, v, maskOperand,
         rewriter.getF32FloatAttr(static_cast<float>(m.scale)),
-        rewriter.getBoolAttr(kind == MaskKind::Causal));
+        rewriter.getBoolAttr(kind == MaskKind::Causal),
+        /*ring_size=*/IntegerAttr());
     rewriter.replaceOp(root, attn.getOutput());
     return success();
   }

@@ -19,11 +19,18 @@ int64_t MatmulOp::getFlops() {
 }
 
 /// b·Sq·Sk, the number of attention scores (b = product of leading dims).
-static int64_t attentionScores(Value query, Value key) {
+/// A partitioned ring attention (`grid_axes` with `ring_size` K) scores its
+/// local queries against all K key blocks that pass through it: K times its
+/// local Sk.
+static int64_t attentionScores(Operation *op, Value query, Value key) {
   auto q = cast<RankedTensorType>(query.getType());
   auto k = cast<RankedTensorType>(key.getType());
+  int64_t ring = 1;
+  if (op->hasAttr("grid_axes"))
+    if (auto r = op->getAttrOfType<IntegerAttr>("ring_size"))
+      ring = std::max<int64_t>(1, r.getInt());
   return q.getNumElements() / q.getDimSize(q.getRank() - 1) *
-         k.getDimSize(k.getRank() - 2);
+         k.getDimSize(k.getRank() - 2) * ring;
 }
 
 static int64_t lastDim(Value v) {
@@ -38,7 +45,7 @@ static int64_t lastDim(Value v) {
 /// partly). Bytes are the operands and results (the default): no S × S
 /// tensor is read or written.
 int64_t AttentionOp::getFlops() {
-  return attentionScores(getQuery(), getKey()) *
+  return attentionScores(*this, getQuery(), getKey()) *
          (2 * lastDim(getQuery()) + 2 * lastDim(getValue()) + 5);
 }
 
@@ -47,6 +54,6 @@ int64_t AttentionOp::getFlops() {
 /// for exp(S − lse) and dS = P ∘ (dP − rowsum(dO ∘ O)):
 /// b·Sq·Sk·(6·Dh + 4·Dv + 8) ≈ 2.5 × the forward when Dv = Dh.
 int64_t AttentionGradOp::getFlops() {
-  return attentionScores(getQuery(), getKey()) *
+  return attentionScores(*this, getQuery(), getKey()) *
          (6 * lastDim(getQuery()) + 4 * lastDim(getValue()) + 8);
 }

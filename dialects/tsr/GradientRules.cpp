@@ -713,7 +713,11 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &builder,
   auto grads = AttentionGradOp::create(
       builder, getLoc(), getQuery().getType(), getKey().getType(),
       getValue().getType(), getQuery(), getKey(), getValue(), getOutput(),
-      getLse(), *g, getMask(), getScaleAttr(), getCausalAttr());
+      getLse(), *g, getMask(), getScaleAttr(), getCausalAttr(),
+      getRingSizeAttr());
+  // A partitioned ring op's communicator axes go to its gradient as well.
+  if (Attribute axes = (*this)->getAttr("grid_axes"))
+    grads->setAttr("grid_axes", axes);
   operandGrads.push_back(grads.getQueryGrad());
   operandGrads.push_back(grads.getKeyGrad());
   operandGrads.push_back(grads.getValueGrad());

@@ -184,16 +184,48 @@ static LogicalResult verifyAttention(Operation *op, Value query, Value key,
   return success();
 }
 
+/// Ring attention (`ring_size` = K > 1): no mask and Sq == Sk. Before
+/// partitioning (no `grid_axes`) the sequence is global and must split into
+/// K stripes; the partitioned op (with `grid_axes`) holds one stripe, whose
+/// length need not be a multiple of K.
+static LogicalResult verifyRing(Operation *op, Value query, Value key,
+                                Value mask, std::optional<int64_t> ringSize) {
+  if (!ringSize)
+    return success();
+  if (*ringSize < 1)
+    return op->emitOpError("ring_size must be >= 1, got ") << *ringSize;
+  if (*ringSize == 1)
+    return success();
+  if (mask)
+    return op->emitOpError("ring attention (ring_size ")
+           << *ringSize << ") takes no mask operand";
+  auto q = cast<RankedTensorType>(query.getType());
+  auto k = cast<RankedTensorType>(key.getType());
+  int64_t sq = q.getDimSize(q.getRank() - 2);
+  int64_t sk = k.getDimSize(k.getRank() - 2);
+  if (sq != sk)
+    return op->emitOpError("ring attention needs Sq == Sk, got ")
+           << sq << " and " << sk;
+  if (!op->hasAttr("grid_axes") && sq % *ringSize != 0)
+    return op->emitOpError("ring attention needs the sequence length ")
+           << sq << " to be divisible by ring_size " << *ringSize;
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
-  return verifyAttention(*this, getQuery(), getKey(), getValue(), getMask(),
-                         getOutput().getType(), getLse().getType(),
-                         getCausal());
+  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getMask(),
+                             getOutput().getType(), getLse().getType(),
+                             getCausal())))
+    return failure();
+  return verifyRing(*this, getQuery(), getKey(), getMask(), getRingSize());
 }
 
 LogicalResult AttentionGradOp::verify() {
-  return verifyAttention(*this, getQuery(), getKey(), getValue(), getMask(),
-                         getOutput().getType(), getLse().getType(),
-                         getCausal());
+  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getMask(),
+                             getOutput().getType(), getLse().getType(),
+                             getCausal())))
+    return failure();
+  return verifyRing(*this, getQuery(), getKey(), getMask(), getRingSize());
 }
 
 //===----------------------------------------------------------------------===//

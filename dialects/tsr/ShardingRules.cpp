@@ -452,24 +452,66 @@ ShardingRule SoftmaxGradOp::getShardingRule() {
 /// sequence needs the ring/all-gather rules of sequence parallelism, a split
 /// head dim would make the scores partial before the softmax). The mask is
 /// [Sq, Sk].
-static ShardingRule attentionRule(Value query, Value key, Value value,
-                                  Value mask, bool grad) {
+///
+/// Ring attention (`ring_size` = K > 1, Liu et al. 2023; striped layout,
+/// Brandon et al. 2023): queries and keys share ONE sequence, modelled as
+/// two factors `so` (S/K, major, needs replication) and `si` (K, minor),
+/// and every sequence dim is [so, si]. A dim sharded `{S/K, K : [axes]}`
+/// splits `si`: each rank holds the stripe i·K + r of Q, K and V and the
+/// kernel rotates K/V around the ring itself, so `si` is `reducedByOp`; as
+/// it is in every result nothing is partial. `si` must be split over axes
+/// of exactly K ranks (local extent 1), which the local op records as
+/// `grid_axes`; when it is not split the local op is plain attention on the
+/// whole sequence (no `grid_axes`).
+static ShardingRule attentionRule(Operation *op, Value query, Value key,
+                                  Value value, Value mask, bool grad,
+                                  std::optional<int64_t> ringSize) {
   ShardingRule rule;
   ArrayRef<int64_t> q = shapeOf(query), k = shapeOf(key), v = shapeOf(value);
   int64_t r = q.size();
   TensorFactors batch = addFactors(rule, q.drop_back(2));
-  int64_t sq = rule.addFactor(q[r - 2], true);
-  int64_t sk = rule.addFactor(k[r - 2], true);
+  int64_t ring = ringSize.value_or(1);
+  // Ring attention needs no mask and one sequence split into K stripes (the
+  // verifier's conditions; a partitioned op keeps today's whole-dims rule).
+  bool isRing = ring > 1 && !mask && q[r - 2] == k[r - 2] &&
+                q[r - 2] % ring == 0 && !op->hasAttr("grid_axes");
+  ShardingRule::DimFactors sq, sk;
+  int64_t si = -1;
+  if (isRing) {
+    int64_t so = rule.addFactor(q[r - 2] / ring, /*needReplication=*/true);
+    si = rule.addFactor(ring, /*needReplication=*/false,
+                        /*reducedByOp=*/true);
+    sq = sk = {so, si};
+  } else {
+    sq = {rule.addFactor(q[r - 2], true)};
+    sk = {rule.addFactor(k[r - 2], true)};
+  }
   int64_t dh = rule.addFactor(q[r - 1], true);
   int64_t dv = rule.addFactor(v[r - 1], true);
-  auto with = [&](std::initializer_list<int64_t> tail) {
+  auto with = [&](std::initializer_list<ShardingRule::DimFactors> tail) {
     TensorFactors t = batch;
-    for (int64_t f : tail)
-      t.push_back({f});
+    for (const ShardingRule::DimFactors &f : tail)
+      t.push_back(f);
     return t;
   };
-  TensorFactors tq = with({sq, dh}), tk = with({sk, dh}), tv = with({sk, dv}),
-                to = with({sq, dv}), tlse = with({sq});
+  TensorFactors tq = with({sq, {dh}}), tk = with({sk, {dh}}),
+                tv = with({sk, {dv}}), to = with({sq, {dv}}), tlse = with({sq});
+  if (isRing)
+    rule.localize = [si, ring](Operation *op, ArrayRef<int64_t> localSizes,
+                               ShardingRule::FactorAxes axes) -> LogicalResult {
+      if (si >= static_cast<int64_t>(axes.size()) || axes[si].empty()) {
+        op->removeAttr("grid_axes");
+        return success();
+      }
+      if (localSizes[si] != 1)
+        return op->emitOpError("ring attention's ring factor (")
+               << ring << ") must be split over grid axes of exactly " << ring
+               << " ranks, but each rank keeps " << localSizes[si]
+               << " stripes";
+      op->setAttr("grid_axes",
+                  DenseI16ArrayAttr::get(op->getContext(), axes[si]));
+      return success();
+    };
   if (!grad) {
     rule.operands = {tq, tk, tv};
     rule.results = {to, tlse};
@@ -478,15 +520,17 @@ static ShardingRule attentionRule(Value query, Value key, Value value,
     rule.results = {tq, tk, tv};
   }
   if (mask)
-    rule.operands.push_back({{sq}, {sk}});
+    rule.operands.push_back({sq, sk});
   return rule;
 }
 
 ShardingRule AttentionOp::getShardingRule() {
-  return attentionRule(getQuery(), getKey(), getValue(), getMask(), false);
+  return attentionRule(*this, getQuery(), getKey(), getValue(), getMask(),
+                       false, getRingSize());
 }
 ShardingRule AttentionGradOp::getShardingRule() {
-  return attentionRule(getQuery(), getKey(), getValue(), getMask(), true);
+  return attentionRule(*this, getQuery(), getKey(), getValue(), getMask(), true,
+                       getRingSize());
 }
 
 /// cross_entropy: N splits into a partial sum. V may be split (Megatron-LM's

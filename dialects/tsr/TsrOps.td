@@ -490,18 +490,47 @@ def Tsr_AttentionOp : Tsr_ContractOp<"attention",
     → Softmax → MatMul chains (PyTorch MultiheadAttention and hand-written
     causal self-attention); `scale` is the product of the constant factors
     applied to Q or to the scores. Sharding: the leading dims split freely;
-    Sq, Sk, Dh and Dv stay whole (sequence parallelism is a separate rule).
+    without `ring_size`, Sq, Sk, Dh and Dv stay whole.
+
+    Ring attention (context parallelism): `ring_size` = K > 1 (absent means
+    1) lets the sequence be split over K ranks (Liu et al. 2023, "Ring
+    Attention with Blockwise Transformers", arXiv:2310.01889). It needs no
+    mask, Sq == Sk = S and, before partitioning (no `grid_axes`), S
+    divisible by K. The sharding rule then models
+    the sequence dim of every operand and result as two factors shared by
+    queries and keys: `S/K` (major, never split) times `K` (minor, the ring
+    factor). Splitting the ring factor over grid axes of K ranks in all,
+    i.e. the sequence dim sharded `{S/K, K : [axes]}`, is the striped layout
+    (Brandon et al. 2023, "Striped Attention", arXiv:2311.09431): local row
+    i of ring rank r is global position i·K + r, so with `causal` every
+    rank has the same share of unmasked scores. (Megatron-LM's context
+    parallelism balances causal work with a zig-zag split into 2·K chunks;
+    the striped split balances it too and keeps every local block the same
+    shape.) The partitioned op has local Q, K, V [b..., S/K, Dh], keeps
+    `ring_size` and carries the ring's grid axes as `grid_axes`; its kernel
+    keeps Q and rotates the K/V blocks around the ring with send/recv
+    (K − 1 rotations), folding each into an online softmax, so no rank
+    holds the S × S scores and the results are complete (not partial) on
+    every rank. With the ring factor not split (no `grid_axes`) the op is
+    plain attention over the whole sequence in natural order.
 
     ```mlir
     %o, %lse = tsr.attention %q, %k, %v {causal = true, scale = 0.125 : f32}
         : tensor<16x16x8xf32>, tensor<16x16x8xf32>, tensor<16x16x8xf32>
         -> tensor<16x16x8xf32>, tensor<16x16xf32>
+    // Ring attention over 2 ranks, as partitioned: the local stripe.
+    %o2, %lse2 = tsr.attention %q2, %k2, %v2
+        {causal = true, ring_size = 2 : i64, scale = 0.125 : f32,
+         grid_axes = array<i16: 2>}
+        : tensor<16x8x8xf32>, tensor<16x8x8xf32>, tensor<16x8x8xf32>
+        -> tensor<16x8x8xf32>, tensor<16x8xf32>
     ```
   }];
   let arguments = (ins Tsr_StaticTensor:$query, Tsr_StaticTensor:$key,
                        Tsr_StaticTensor:$value,
                        Optional<Tsr_StaticTensor>:$mask, F32Attr:$scale,
-                       DefaultValuedAttr<BoolAttr, "false">:$causal);
+                       DefaultValuedAttr<BoolAttr, "false">:$causal,
+                       OptionalAttr<I64Attr>:$ring_size);
   let results = (outs Tsr_StaticTensor:$output, Tsr_StaticTensor:$lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`,` $mask^)? attr-dict `:` type($query) `,`
@@ -526,6 +555,10 @@ def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
     dS = P ∘ (dP − rowsum(grad ∘ output)), so memory stays O(S) per row
     rather than O(Sq·Sk) (FlashAttention backward, Dao et al. 2022). The mask
     is not differentiated. Same shape rules and errors as `tsr.attention`.
+    `ring_size` (and, once partitioned, `grid_axes`) is the forward's: the
+    ring backward rotates each K/V block together with its dK/dV
+    accumulators (K rotations in all) so that every block's gradients end
+    on its owner; dQ, dK and dV are complete on every rank.
 
     ```mlir
     %dq, %dk, %dv = tsr.attention_grad %q, %k, %v, %o, %lse, %do
@@ -538,7 +571,8 @@ def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
                        Tsr_StaticTensor:$value, Tsr_StaticTensor:$output,
                        Tsr_StaticTensor:$lse, Tsr_StaticTensor:$grad,
                        Optional<Tsr_StaticTensor>:$mask, F32Attr:$scale,
-                       DefaultValuedAttr<BoolAttr, "false">:$causal);
+                       DefaultValuedAttr<BoolAttr, "false">:$causal,
+                       OptionalAttr<I64Attr>:$ring_size);
   let results = (outs Tsr_StaticTensor:$query_grad, Tsr_StaticTensor:$key_grad,
                       Tsr_StaticTensor:$value_grad);
   let assemblyFormat = [{

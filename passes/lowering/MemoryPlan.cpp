@@ -15,6 +15,7 @@
 #include "passes/lowering/OffsetAllocator.h"
 #include "passes/lowering/Passes.h"
 
+#include "dialects/tsrt/AttentionWorkspace.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -108,11 +109,11 @@ int64_t widenedWorkspaceBytes(Operation *op) {
   return bytes;
 }
 
-/// Heap bytes of the scratch the CPU attention kernels allocate per call
-/// (runtime/backends/cpu/Attention.h, attentionWorkspaceElems; with
-/// r = min(Sq, 64) query rows per block): forward r·Sk + 2·r floats (scores,
-/// running max and sum), backward 2·r·Sk + r (P/dS, dP, delta). 0 for other
-/// ops. Kept in step with the runtime by Run/memory-plan.test (predicted ==
+/// Heap bytes of the scratch the CPU attention kernels allocate per call:
+/// tsrt::attentionWorkspaceElems floats (dialects/tsrt/AttentionWorkspace.h,
+/// the formula the runtime allocates by), in its ring form for a ring
+/// attention kernel (`grid_axes` and `ring_size` > 1). 0 for other ops.
+/// Kept in step with the runtime by Run/memory-plan.test (predicted ==
 /// measured peak).
 int64_t attentionWorkspaceBytes(Operation *op) {
   auto kernel = dyn_cast<tsrt::KernelOp>(op);
@@ -124,17 +125,26 @@ int64_t attentionWorkspaceBytes(Operation *op) {
   bool backward = kernel.getKernel() == "attention_grad";
   auto q = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
   auto k = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
-  if (!q || !k || !q.hasStaticShape() || !k.hasStaticShape() ||
-      q.getRank() < 3 || k.getRank() < 3)
+  auto v = dyn_cast<RankedTensorType>(op->getOperand(2).getType());
+  if (!q || !k || !v || !q.hasStaticShape() || !k.hasStaticShape() ||
+      !v.hasStaticShape() || q.getRank() < 3 || k.getRank() < 3 ||
+      v.getRank() < 3)
     return 0;
-  int64_t batch = q.getNumElements() / (q.getDimSize(q.getRank() - 2) *
-                                        q.getDimSize(q.getRank() - 1));
   int64_t sq = q.getDimSize(q.getRank() - 2),
-          sk = k.getDimSize(k.getRank() - 2);
-  if (batch == 0 || sq == 0 || sk == 0)
+          dh = q.getDimSize(q.getRank() - 1),
+          sk = k.getDimSize(k.getRank() - 2),
+          dv = v.getDimSize(v.getRank() - 1);
+  if (sq == 0 || dh == 0 || sk == 0)
     return 0;
-  int64_t rows = std::min<int64_t>(sq, 64);
-  int64_t elems = backward ? 2 * rows * sk + rows : rows * sk + 2 * rows;
+  int64_t batch = q.getNumElements() / (sq * dh);
+  if (batch == 0)
+    return 0;
+  bool ring = false;
+  if (kernel.getAttrs().get("grid_axes"))
+    if (auto r = kernel.getAttrs().getAs<IntegerAttr>("ring_size"))
+      ring = r.getInt() > 1;
+  int64_t elems =
+      tsrt::attentionWorkspaceElems(batch, sq, sk, dh, dv, backward, ring);
   return lowering::alignedBufferBytes(elems * 4, kAlignment);
 }
 

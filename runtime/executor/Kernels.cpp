@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 using namespace tessera::runtime;
@@ -96,6 +97,9 @@ public:
     }
     return bad(name, "an array<i64: ...>"), std::vector<int64_t>{};
   }
+
+  /// True when the attribute is present.
+  bool has(StringRef name) const { return dict && dict.get(name); }
 
   std::string string(StringRef name, std::optional<StringRef> dflt) {
     mlir::Attribute a = get(name, dflt.has_value());
@@ -440,12 +444,61 @@ llvm::Error resolveShapeOp(StringRef name, AttrReader &attrs,
   return llvm::Error::success();
 }
 
+/// MPI tag of ring attention's K/V rotations (on the ring's own
+/// communicator, so it cannot match any other message).
+constexpr int kRingAttentionTag = 7100;
+
+/// ring attention's `rotate`: sends buf[0, n) to the next rank of the ring
+/// and overwrites it with the previous rank's (MPI_Sendrecv_replace), and
+/// records the n·4 bytes sent as Send traffic. The first MPI error is kept
+/// in `err` (later rotations are skipped) and named after `kernel`.
+std::function<void(float *, int64_t)> ringRotate(const ExecContext &ctx,
+                                                 const mpi::Communicator &c,
+                                                 StringRef kernel,
+                                                 std::string &err) {
+  int size = c.size(), rank = c.rank();
+  int next = (rank + 1) % size, prev = (rank - 1 + size) % size;
+  return [&ctx, &c, kernel, &err, next, prev](float *buf, int64_t n) {
+    if (!err.empty())
+      return;
+    if (n > std::numeric_limits<int>::max()) {
+      err = llvm::formatv("kernel \"{0}\": ring block of {1} floats exceeds "
+                          "MPI's int count",
+                          kernel, n)
+                .str();
+      return;
+    }
+    int rc = MPI_Sendrecv_replace(buf, static_cast<int>(n), MPI_FLOAT, next,
+                                  kRingAttentionTag, prev, kRingAttentionTag,
+                                  c.handle(), MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      err = llvm::formatv("kernel \"{0}\": MPI_Sendrecv_replace of the ring "
+                          "block failed: {1}",
+                          kernel, StringRef(msg, len))
+                .str();
+      return;
+    }
+    if (ctx.traffic)
+      ctx.traffic->record(mpi::CollectiveKind::Send, static_cast<double>(n) * 4,
+                          c.size());
+  };
+}
+
 /// tsr.attention (q, k, v [, mask]) -> (o, lse) and tsr.attention_grad
 /// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv), all f32 (the 16-bit
 /// adapter widens bf16/f16; lse is f32 by contract). Checks the shapes of
 /// runtime/backends/cpu/Attention.h. The kernel's scratch is a Tensor
 /// allocated per call, so the heap accounting sees it; tsr-plan-memory
-/// predicts it as the instruction's workspace (MemoryPlan.cpp).
+/// predicts it as the instruction's workspace (MemoryPlan.cpp, both from
+/// tsrt::attentionWorkspaceElems).
+///
+/// Ring attention: with `grid_axes` (a communicator, `inst.commIndex`) the
+/// operands are this rank's stripe of a striped sequence and the kernel is
+/// ringAttentionForward/Backward over the communicator, whose size must be
+/// `ring_size`; it takes no mask and needs Sq == Sk.
 llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
                              ArrayRef<TensorType> ins,
                              ArrayRef<TensorType> outs, Instruction &inst) {
@@ -459,7 +512,22 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
     RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
   double scaleAttr = attrs.floating("scale");
   bool causal = attrs.boolean("causal", false);
+  int64_t ringSize = attrs.has("ring_size") ? attrs.integer("ring_size") : 1;
   RETURN_IF_ERROR(attrs.takeError());
+  if (ringSize < 1)
+    return fail(llvm::formatv("ring_size must be >= 1, got {0}", ringSize));
+  int comm = inst.commIndex;
+  bool ring = comm >= 0;
+  if (ring) {
+    if (ringSize < 2)
+      return fail("grid_axes (ring attention) needs ring_size > 1");
+    if (inst.commSize > 0 && inst.commSize != ringSize)
+      return fail(llvm::formatv("ring_size {0} does not match the {1} ranks "
+                                "of its grid_axes",
+                                ringSize, inst.commSize));
+    if (hasMask)
+      return fail("ring attention takes no mask operand");
+  }
   const TensorType &q = ins[0], &k = ins[1], &v = ins[2];
   int64_t r = rankOf(q);
   auto badShapes = [&] {
@@ -478,13 +546,16 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
                        q.shape[r - 1], v.shape[r - 1]};
   if (causal && d.sq != d.sk)
     return fail("causal attention needs Sq == Sk");
+  if (ring && d.sq != d.sk)
+    return fail("ring attention needs Sq == Sk");
   if (hasMask && ins.back() != TensorType{DType::F32, {d.sq, d.sk}})
     return fail("mask " + typeStr(ins.back()) + " is not [Sq, Sk]");
   TensorType oType{DType::F32, lead}, lseType{DType::F32, lead};
   oType.shape.insert(oType.shape.end(), {d.sq, d.dv});
   lseType.shape.push_back(d.sq);
   float scale = static_cast<float>(scaleAttr);
-  int64_t wsElems = cpu::attentionWorkspaceElems(d, grad);
+  int64_t wsElems = ring ? cpu::ringAttentionWorkspaceElems(d, grad)
+                         : cpu::attentionWorkspaceElems(d, grad);
   auto workspace = [wsElems] {
     return wsElems > 0 ? Tensor::empty(DType::F32, {wsElems}) : Tensor();
   };
@@ -494,6 +565,26 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   if (!grad) {
     RETURN_IF_ERROR(expectResult(outs, 0, oType));
     RETURN_IF_ERROR(expectResult(outs, 1, lseType));
+    if (ring) {
+      std::string kernel = name.str();
+      inst.fn = [=](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+        RETURN_IF_ERROR(checkComm(ctx, comm));
+        const mpi::Communicator &c = ctx.comms[comm];
+        if (c.size() != ringSize)
+          return fail(llvm::formatv("ring_size {0} does not match the {1} "
+                                    "ranks of its communicator",
+                                    ringSize, c.size()));
+        Tensor ws = workspace();
+        std::string err;
+        cpu::ringAttentionForward(
+            d, c.rank(), ringSize, in[0]->data<float>(), in[1]->data<float>(),
+            in[2]->data<float>(), scale, causal,
+            ringRotate(ctx, c, kernel, err), out[0].data<float>(),
+            out[1].data<float>(), wsData(ws));
+        return err.empty() ? llvm::Error::success() : fail(err);
+      };
+      return llvm::Error::success();
+    }
     inst.fn = [=](const ExecContext &, In in, Out out) {
       Tensor ws = workspace();
       cpu::attentionForward(
@@ -512,6 +603,27 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   RETURN_IF_ERROR(expectResult(outs, 0, q));
   RETURN_IF_ERROR(expectResult(outs, 1, k));
   RETURN_IF_ERROR(expectResult(outs, 2, v));
+  if (ring) {
+    std::string kernel = name.str();
+    inst.fn = [=](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+      RETURN_IF_ERROR(checkComm(ctx, comm));
+      const mpi::Communicator &c = ctx.comms[comm];
+      if (c.size() != ringSize)
+        return fail(llvm::formatv("ring_size {0} does not match the {1} "
+                                  "ranks of its communicator",
+                                  ringSize, c.size()));
+      Tensor ws = workspace();
+      std::string err;
+      cpu::ringAttentionBackward(
+          d, c.rank(), ringSize, in[0]->data<float>(), in[1]->data<float>(),
+          in[2]->data<float>(), in[3]->data<float>(), in[4]->data<float>(),
+          in[5]->data<float>(), scale, causal, ringRotate(ctx, c, kernel, err),
+          out[0].data<float>(), out[1].data<float>(), out[2].data<float>(),
+          wsData(ws));
+      return err.empty() ? llvm::Error::success() : fail(err);
+    };
+    return llvm::Error::success();
+  }
   inst.fn = [=](const ExecContext &, In in, Out out) {
     Tensor ws = workspace();
     cpu::attentionBackward(d, in[0]->data<float>(), in[1]->data<float>(),
@@ -807,6 +919,7 @@ llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
   }
   Instruction inner;
   inner.commIndex = inst.commIndex; // kernels that communicate themselves
+  inner.commSize = inst.commSize;
   RETURN_IF_ERROR(
       exec::resolveKernel(name, dict, wideIns, wideOuts, options, inner));
   if (!inner.allocateResults)

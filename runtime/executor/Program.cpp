@@ -506,6 +506,7 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
         int64_t n = 1;
         if (llvm::Error e = commOf(axesAttr, inst.commIndex, n))
           return opError(llvm::toString(std::move(e)));
+        inst.commSize = n;
       }
       err = resolveKernel(k.getKernel(), k.getAttrs(), inTypes, outTypes,
                           options, inst);

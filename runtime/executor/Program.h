@@ -159,6 +159,9 @@ struct Instruction {
   /// AllReduceStart, and a Call whose `tsrt.kernel` has `grid_axes` (it
   /// communicates over ctx.comms[commIndex] itself); -1 otherwise.
   int commIndex = -1;
+  /// Ranks of communicator `commIndex` (known at load from the grid shape);
+  /// 0 when there is none.
+  int64_t commSize = 0;
   int asyncIndex = -1;    ///< AllReduceStart, Wait
   bool reduceMax = false; ///< AllReduceStart: max instead of sum
   int64_t peerChunk = -1; ///< Send/Recv: the other chunk

@@ -6,6 +6,8 @@
 
 #include "runtime/backends/cpu/Attention.h"
 
+#include "dialects/tsrt/AttentionWorkspace.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -59,22 +61,24 @@ void computeScores(int64_t rows, int64_t nc, int64_t dh, int64_t sk,
 // Workspace sizes.
 //===----------------------------------------------------------------------===//
 
+// One definition shared with the executor and the memory plan
+// (dialects/tsrt/AttentionWorkspace.h).
+
 int64_t tessera::runtime::cpu::attentionBlockWorkspaceElems(
     const AttentionDims &d, bool backward) {
-  return (backward ? 2 : 1) * blockRows(d.sq) * d.sk;
+  return tessera::tsrt::attentionBlockWorkspaceElems(d.sq, d.sk, backward);
 }
 
 int64_t tessera::runtime::cpu::attentionWorkspaceElems(const AttentionDims &d,
                                                        bool backward) {
-  int64_t r = blockRows(d.sq);
-  return attentionBlockWorkspaceElems(d, backward) + (backward ? 1 : 2) * r;
+  return tessera::tsrt::attentionWorkspaceElems(d.batch, d.sq, d.sk, d.dh, d.dv,
+                                                backward, /*ring=*/false);
 }
 
 int64_t tessera::runtime::cpu::ringAttentionWorkspaceElems(
     const AttentionDims &d, bool backward) {
-  int64_t kv = d.batch * d.sk * (d.dh + d.dv);
-  return (backward ? 2 : 1) * kv + d.batch * d.sq +
-         attentionBlockWorkspaceElems(d, backward);
+  return tessera::tsrt::attentionWorkspaceElems(d.batch, d.sq, d.sk, d.dh, d.dv,
+                                                backward, /*ring=*/true);
 }
 
 //===----------------------------------------------------------------------===//

@@ -45,6 +45,8 @@
 #ifndef TESSERA_RUNTIME_BACKENDS_CPU_ATTENTION_H
 #define TESSERA_RUNTIME_BACKENDS_CPU_ATTENTION_H
 
+#include "dialects/tsrt/AttentionWorkspace.h"
+
 #include <cstdint>
 #include <functional>
 
@@ -52,8 +54,9 @@ namespace tessera {
 namespace runtime {
 namespace cpu {
 
-/// Query rows per row block (bounds the score scratch to blockRows x sk).
-constexpr int64_t kAttentionBlockRows = 64;
+/// Query rows per row block (bounds the score scratch to blockRows x sk);
+/// defined with the workspace formulas in dialects/tsrt/AttentionWorkspace.h.
+constexpr int64_t kAttentionBlockRows = tsrt::kAttentionBlockRows;
 
 /// Shapes: `batch` = product of the leading dims (e.g. B*H); Q [batch, sq, dh],
 /// K [batch, sk, dh], V [batch, sk, dv], O [batch, sq, dv], LSE [batch, sq].

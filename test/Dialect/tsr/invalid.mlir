@@ -221,3 +221,51 @@ func.func @attention_grad_lse(%q: tensor<2x4x8xf32>, %l: tensor<2x5xf32>) {
   %dq, %dk, %dv = tsr.attention_grad %q, %q, %q, %q, %l, %q {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x5xf32>
   return
 }
+
+// -----
+
+func.func @attention_ring_size(%q: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{ring_size must be >= 1, got 0}}
+  %o, %l = tsr.attention %q, %q, %q {ring_size = 0 : i64, scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_ring_mask(%q: tensor<2x4x8xf32>, %m: tensor<4x4xf32>) {
+  // expected-error @+1 {{ring attention (ring_size 2) takes no mask operand}}
+  %o, %l = tsr.attention %q, %q, %q, %m {ring_size = 2 : i64, scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<4x4xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_ring_sq_sk(%q: tensor<2x4x8xf32>, %k: tensor<2x6x8xf32>) {
+  // expected-error @+1 {{ring attention needs Sq == Sk, got 4 and 6}}
+  %o, %l = tsr.attention %q, %k, %k {ring_size = 2 : i64, scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_ring_divisible(%q: tensor<2x6x8xf32>) {
+  // expected-error @+1 {{ring attention needs the sequence length 6 to be divisible by ring_size 4}}
+  %o, %l = tsr.attention %q, %q, %q {causal = true, ring_size = 4 : i64, scale = 1.0 : f32} : tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32> -> tensor<2x6x8xf32>, tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_ring_size(%q: tensor<2x4x8xf32>, %l: tensor<2x4xf32>) {
+  // expected-error @+1 {{ring_size must be >= 1, got -1}}
+  %dq, %dk, %dv = tsr.attention_grad %q, %q, %q, %q, %l, %q {ring_size = -1 : i64, scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_ring_divisible(%q: tensor<2x6x8xf32>, %l: tensor<2x6xf32>) {
+  // expected-error @+1 {{ring attention needs the sequence length 6 to be divisible by ring_size 4}}
+  %dq, %dk, %dv = tsr.attention_grad %q, %q, %q, %q, %l, %q {ring_size = 4 : i64, scale = 1.0 : f32} : tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x6xf32>
+  return
+}

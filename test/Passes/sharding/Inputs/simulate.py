@@ -209,6 +209,43 @@ def gather_grad(idx, grad, rows):
     return out
 
 
+def attention_scores(q, k, mask, scale, causal):
+    s = scale * np.matmul(q, np.swapaxes(k, -1, -2))
+    if mask is not None:
+        s = s + mask
+    if causal:
+        sq, sk = s.shape[-2:]
+        s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    return s
+
+
+def attention(q, k, v, mask, scale, causal):
+    """Returns (output, lse), lse the natural-log log-sum-exp per row."""
+    s = attention_scores(q, k, mask, scale, causal)
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    l = np.sum(e, axis=-1, keepdims=True)
+    return np.matmul(e / l, v), (m + np.log(l))[..., 0]
+
+
+def attention_grad(q, k, v, o, lse, do, mask, scale, causal):
+    p = np.exp(attention_scores(q, k, mask, scale, causal) - lse[..., None])
+    dv = np.matmul(np.swapaxes(p, -1, -2), do)
+    dp = np.matmul(do, np.swapaxes(v, -1, -2))
+    ds = p * (dp - np.sum(do * o, axis=-1, keepdims=True))
+    dq = scale * np.matmul(ds, k)
+    dk = scale * np.matmul(np.swapaxes(ds, -1, -2), q)
+    return dq, dk, dv
+
+
+def attention_op(name, x, props):
+    scale = float(prop(props, "scale").split(":")[0])
+    causal = prop(props, "causal") == "true"
+    if name == "tsr.attention":
+        return list(attention(x[0], x[1], x[2], x[3] if len(x) > 3 else None, scale, causal))
+    return list(attention_grad(*x[:6], x[6] if len(x) > 6 else None, scale, causal))
+
+
 UNARY = {"tsr.relu": lambda a: np.maximum(a, 0.0), "tsr.neg": np.negative,
          "tsr.exp": np.exp, "tsr.log": np.log, "tsr.sqrt": np.sqrt,
          "tsr.rsqrt": lambda a: 1 / np.sqrt(a), "tsr.tanh": np.tanh,
@@ -277,6 +314,8 @@ def run(ops, env, collective=None):
         elif name == "tsr.reduce_sum":
             ax = tuple(arr_prop(p, "axes"))
             r = [np.sum(x[0], axis=ax, keepdims=prop(p, "keepdim") == "true")]
+        elif name in ("tsr.attention", "tsr.attention_grad"):
+            r = attention_op(name, x, p)
         elif name == "tsr.cross_entropy":
             r = [cross_entropy(x[0], x[1])]
         elif name == "tsr.cross_entropy_grad":
@@ -384,6 +423,40 @@ def vocab_parallel(op, state, ranks, grid):
         state[c][op["res"]] = out
 
 
+RING_OPS = ("tsr.attention", "tsr.attention_grad")
+
+
+def ring_attention(op, state, ranks, grid):
+    """A local ring attention (`grid_axes`, `ring_size` K): each rank of the
+    ring holds the stripe of global rows i*K + r of every operand and result
+    (sequence dim -2, the log-sum-exp's -1). The results equal the op on the
+    interleaved (gathered) sequence, of which each rank keeps its stripe."""
+    axes = arr_prop(op["props"], "grid_axes")
+    outs = out_types(op["outtypes"])
+    vals = {c: [state[c][o] for o in op["operands"]] for c in ranks}
+    for c in ranks:
+        i, n = block(c, axes, grid)
+        group = [g for g in ranks if all(g[a] == c[a] for a in range(len(grid)) if a not in axes)]
+        group.sort(key=lambda g: block(g, axes, grid)[0])
+
+        def gather(j):
+            pieces = [vals[g][j] for g in group]
+            seq = -2 if pieces[0].ndim == vals[c][0].ndim else -1  # lse: -1
+            full = np.stack(pieces, axis=seq if seq == -1 else -2)
+            if seq == -1:
+                return full.reshape(full.shape[:-2] + (-1,))
+            return full.reshape(full.shape[:-3] + (-1, full.shape[-1]))
+
+        full = attention_op(op["name"], [gather(j) for j in range(len(vals[c]))], op["props"])
+        for r, (v, (shape, _)) in enumerate(zip(full, outs)):
+            if v.ndim == vals[c][0].ndim:
+                v = v.reshape(v.shape[:-2] + (-1, n, v.shape[-1]))[..., i, :]
+            else:
+                v = v.reshape(v.shape[:-1] + (-1, n))[..., i]
+            assert list(v.shape) == list(shape), (op["name"], v.shape, shape)
+            state[c][f"{op['res']}#{r}"] = v
+
+
 def main():
     serial_path, part_path = sys.argv[1], sys.argv[2]
     _, sargs, sattrs, _, sops = parse_func(serial_path)
@@ -433,6 +506,9 @@ def main():
             break
         if op["name"] in VOCAB_OPS and prop(op["props"], "grid_axes"):
             vocab_parallel(op, state, ranks, grid)
+            continue
+        if op["name"] in RING_OPS and prop(op["props"], "grid_axes"):
+            ring_attention(op, state, ranks, grid)
             continue
         if op["name"].startswith("shard."):
             axes = arr_prop(op["props"], "grid_axes")
