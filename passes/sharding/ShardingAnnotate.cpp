@@ -452,7 +452,7 @@ struct ShardingAnnotatePass
       int64_t seq = types[i].getDimSize(1);
       if (seq % spSize != 0)
         return func.emitError("sp-size=")
-               << spSize << " does not divide the sequence length " << seq
+               << static_cast<int64_t>(spSize) << " does not divide the sequence length " << seq
                << " of '" << a.name(i) << "' " << shapeOf(types[i]);
       args[i][1] = sp == "ring"
                        ? DimFactors{SubFactor{seq / spSize, {}},
@@ -734,6 +734,28 @@ struct ShardingAnnotatePass
     if (tp > 1)
       headAxes.push_back(kTpAxis);
     headAxes.push_back(spAxis);
+    // The layout of a [B·H, S, d] or [B, H, S, d] attention tensor with the
+    // heads split over `heads` and the sequence over `seq`.
+    auto layout = [&](RankedTensorType type, int64_t numHeads,
+                      ArrayRef<int16_t> heads, ArrayRef<int16_t> seq) {
+      SmallVector<DimFactors> dims;
+      DimFactors headDim{SubFactor{numHeads, {heads.begin(), heads.end()}}};
+      if (type.getRank() == 3) {
+        DimFactors lead = tokens->batchDim;
+        lead.append(headDim.begin(), headDim.end());
+        dims.push_back(lead);
+      } else {
+        dims.push_back(tokens->batchDim);
+        dims.push_back(headDim);
+      }
+      dims.push_back(DimFactors{
+          SubFactor{type.getDimSize(type.getRank() - 2), {seq.begin(), seq.end()}}});
+      dims.push_back(DimFactors{SubFactor{type.getDimSize(type.getRank() - 1), {}}});
+      return tsr::ShardingAttr::getFactored(func.getContext(), grid.symbol,
+                                            dims, {}, grid.shape);
+    };
+    SmallVector<int16_t, 2> tpAxes(headAxes.begin(), headAxes.end() - 1);
+    SmallVector<int16_t, 1> spAxes{spAxis};
     DenseMap<Value, tsr::ShardingAttr> wanted;
     WalkResult walk = func.walk([&](Operation *op) {
       if (!isa<tsr::AttentionOp, tsr::AttentionGradOp>(op))
@@ -755,24 +777,17 @@ struct ShardingAnnotatePass
         }
         if (heads % (tp * spSize) != 0) {
           op->emitOpError("sp=ulysses: ")
-              << (tp > 1 ? "tp x sp-size = " : "sp-size = ") << tp * spSize
+              << (tp > 1 ? "tp x sp-size = " : "sp-size = ") << tp * static_cast<int64_t>(spSize)
               << " does not divide the " << heads << " attention heads";
           return WalkResult::interrupt();
         }
-        SmallVector<DimFactors> dims;
-        DimFactors headDim{SubFactor{heads, headAxes}};
-        if (type.getRank() == 3) {
-          DimFactors lead = tokens->batchDim;
-          lead.append(headDim.begin(), headDim.end());
-          dims.push_back(lead);
-        } else {
-          dims.push_back(tokens->batchDim);
-          dims.push_back(headDim);
-        }
-        for (int64_t d = type.getRank() - 2; d < type.getRank(); ++d)
-          dims.push_back(DimFactors{SubFactor{type.getDimSize(d), {}}});
-        wanted[v] = tsr::ShardingAttr::getFactored(
-            func.getContext(), grid.symbol, dims, {}, grid.shape);
+        // Q, K and V (of the forward, read again by the backward) on head
+        // shards; the backward's dQ, dK and dV back on sequence shards, so
+        // each direction is one all-to-all per tensor (Jacobs et al.,
+        // 2023) and the rest of the backward stays sequence-local.
+        wanted[v] = layout(type, heads, headAxes, {});
+        if (isa<tsr::AttentionGradOp>(op))
+          wanted[op->getResult(o)] = layout(type, heads, tpAxes, spAxes);
       }
       return WalkResult::advance();
     });

@@ -77,6 +77,7 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
                 shapeToString(grid.axisSizes()));
   std::unique_ptr<Executor> ex(new Executor(plan, grid));
   ex->ctx.traffic = &ex->counter;
+  ex->ctx.stats = &ex->stats;
 
   if (plan.pipeline()) {
     // The pp communicator and every chunk's sub-communicators.

@@ -127,6 +127,8 @@ public:
   /// Collective and send volumes of this rank (ring model), per step and
   /// total.
   mpi::TrafficCounter &traffic() { return counter; }
+  /// Kernels' own measurements since the executor was created.
+  const ExecContext::KernelStats &kernelStats() const { return stats; }
   const Plan &plan() const { return planRef; }
   /// This rank's grid coordinates (rank axes only).
   const std::vector<int64_t> &coords() const { return gridRef.coords(); }
@@ -170,6 +172,7 @@ private:
   mpi::Grid &gridRef;
   ExecContext ctx;
   mpi::TrafficCounter counter;
+  ExecContext::KernelStats stats;
   std::vector<Tensor> state; ///< one per argument (tokens/labels: null)
   int64_t tokensArg = -1, labelsArg = -1, lossResult = -1;
   int64_t steps = 0;

@@ -9,6 +9,8 @@
 
 #include "runtime/executor/Kernels.h"
 
+#include "dialects/tsrt/AttentionWorkspace.h"
+
 #include "dialects/tsrt/TsrtDialect.h"
 
 #include "runtime/backends/cpu/Attention.h"
@@ -556,8 +558,16 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   float scale = static_cast<float>(scaleAttr);
   int64_t wsElems = ring ? cpu::ringAttentionWorkspaceElems(d, grad)
                          : cpu::attentionWorkspaceElems(d, grad);
+  // The score-block part of the workspace, reported to ctx.stats.
+  int64_t scoresBytes =
+      tessera::tsrt::attentionBlockWorkspaceElems(d.sq, d.sk, grad) * 4;
   auto workspace = [wsElems] {
     return wsElems > 0 ? Tensor::empty(DType::F32, {wsElems}) : Tensor();
+  };
+  auto record = [scoresBytes](const ExecContext &ctx) {
+    if (ctx.stats)
+      ctx.stats->attentionScoresBytes =
+          std::max(ctx.stats->attentionScoresBytes, scoresBytes);
   };
   auto wsData = [](Tensor &t) {
     return t.isNull() ? nullptr : t.data<float>();
@@ -574,6 +584,7 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
           return fail(llvm::formatv("ring_size {0} does not match the {1} "
                                     "ranks of its communicator",
                                     ringSize, c.size()));
+        record(ctx);
         Tensor ws = workspace();
         std::string err;
         cpu::ringAttentionForward(
@@ -585,7 +596,8 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
       };
       return llvm::Error::success();
     }
-    inst.fn = [=](const ExecContext &, In in, Out out) {
+    inst.fn = [=](const ExecContext &ctx, In in, Out out) {
+      record(ctx);
       Tensor ws = workspace();
       cpu::attentionForward(
           d, in[0]->data<float>(), in[1]->data<float>(), in[2]->data<float>(),
@@ -612,6 +624,7 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
         return fail(llvm::formatv("ring_size {0} does not match the {1} "
                                   "ranks of its communicator",
                                   ringSize, c.size()));
+      record(ctx);
       Tensor ws = workspace();
       std::string err;
       cpu::ringAttentionBackward(
@@ -624,7 +637,8 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
     };
     return llvm::Error::success();
   }
-  inst.fn = [=](const ExecContext &, In in, Out out) {
+  inst.fn = [=](const ExecContext &ctx, In in, Out out) {
+    record(ctx);
     Tensor ws = workspace();
     cpu::attentionBackward(d, in[0]->data<float>(), in[1]->data<float>(),
                            in[2]->data<float>(), in[3]->data<float>(),

@@ -78,6 +78,7 @@ llvm::Error Executor::initPipeline() {
         fc.comms.push_back(*comm);
       }
       fc.traffic = &counter;
+      fc.stats = &stats;
       fc.p2p = p2p.get();
     }
     if (chunk.stage == myStage)

@@ -126,6 +126,14 @@ struct ExecContext {
   std::vector<mpi::Communicator> comms;
   /// Collective and send volumes are recorded here when set.
   mpi::TrafficCounter *traffic = nullptr;
+  /// What kernels measure about themselves while they run, when set.
+  struct KernelStats {
+    /// Largest attention score block allocated by an attention kernel
+    /// (bytes): a row block of scale·QKᵀ (and of dP in the backward),
+    /// never the full S x S (ring attention: of the local K/V block).
+    int64_t attentionScoresBytes = 0;
+  };
+  KernelStats *stats = nullptr;
   /// Pipeline plans: the transport of tsrt.send / tsrt.recv (null otherwise;
   /// a program with send/recv then fails to run).
   PointToPoint *p2p = nullptr;

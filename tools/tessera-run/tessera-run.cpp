@@ -107,7 +107,9 @@ static cl::opt<std::string> metricsPath(
              "step_time_s), \"bytes_sent\" and per kind \"bytes_all_reduce\", "
              "\"bytes_all_gather\", \"bytes_reduce_scatter\", "
              "\"bytes_all_to_all\", \"bytes_send\" (rank 0's collective and "
-             "pipeline-send bytes, ring model), and for pipeline plans "
+             "pipeline-send bytes, ring model), \"attention_scores_bytes\" "
+             "(the largest score block an attention kernel allocated, "
+             "rank 0; plans with attention), and for pipeline plans "
              "\"peak_activation_sets\" (per rank, world-rank order: the most "
              "micro-batch activation sets held at once), and \"peak_bytes\" "
              "(per rank, world-rank order: the bytes the rank held at its "
@@ -500,6 +502,10 @@ int main(int argc, char **argv) {
             std::string("bytes_") + mpi::collectiveKindName(kind),
             executor->traffic().stepBytes(kind));
       }
+      // The largest attention score block a kernel allocated (rank 0).
+      if (int64_t scores = executor->kernelStats().attentionScoresBytes)
+        rec.extra.emplace_back("attention_scores_bytes",
+                               static_cast<double>(scores));
       if (gatherPeaks)
         rec.intLists.emplace_back("peak_activation_sets", peaks);
       std::vector<int64_t> peakBytes;
