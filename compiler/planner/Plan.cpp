@@ -80,6 +80,11 @@ llvm::Error Plan::validate() const {
                 llvm::Twine(spSize));
   if (sp == "none" && spSize != 1)
     return fail("--sp-size needs --sp ulysses or ring");
+  if (sp != "none" && zero > 0)
+    return fail("--zero with --sp is not supported yet (tsr-zero-sharding "
+                "needs every gradient as one all-reduce over dp; a "
+                "sequence-sharded parameter's gradient, e.g. the position "
+                "embedding's, is all-gathered over the sequence axis)");
   if (sp != "none" && pipelined())
     return fail("--sp with pipeline parallelism (--pp or --micro-batches) is "
                 "not supported yet");

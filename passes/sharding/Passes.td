@@ -117,14 +117,20 @@ def ShardingPropagate : Pass<"tsr-sharding-propagate", "::mlir::ModuleOp"> {
     each op's factors take the proposals of its operands' and results'
     known dimensions (cut at the factor boundaries, so a [S, B, D] -> [S, B*H,
     Dh] reshape carries a head split from D to the merged B*H dim); on a
-    conflict the most split proposal wins (ties: results, then operands in
-    order) so parameter and activation splits are kept rather than
-    replicated; factors that need replication stay whole. Dimensions still
-    unknown at the end are replicated. A final pass in program order computes
-    partial sums: a result is partial over the axes of the split factors it
-    reduces (a row-parallel matmul's output over tp, a weight gradient
-    contracting the batch over dp, the loss over dp), and partial sums pass
-    through ops that are linear in them (rule's `linearGroups`).
+    conflict fixed layouts win first (step arguments, then
+    `tsr.sharding_constraint` results: a parameter's split is never given
+    up for an activation's), then the most split proposal (ties: results,
+    then operands in order), so parameter and activation splits are kept
+    rather than replicated; factors that need replication stay whole. A
+    dimension takes a proposal when it is unknown, or when the proposal
+    splits it more ways over axes its other dimensions do not use (splits
+    only grow, so the fixpoint exists). Dimensions still unknown at the end
+    are replicated. A final pass in program order computes partial sums: a
+    result is partial over the axes of the split factors it reduces (a
+    row-parallel matmul's output over tp, a weight gradient contracting the
+    batch over dp, the loss over dp), recorded only where the value is
+    stored as the op computes it, and partial sums pass through ops that are
+    linear in them (rule's `linearGroups`).
 
     Every op gets `tsr.shardings = [...]`, one `#tsr.sharding` per result.
     Arguments keep their `tsr.sharding`.
@@ -160,7 +166,15 @@ def ShardingPartition : Pass<"tsr-sharding-partition", "::mlir::ModuleOp"> {
       that cannot take a partial sum (partial sums flow through linear ops);
     - `shard.all_gather` / `shard.all_slice` along the (sub-)factor that is
       split differently, through local `tsr.reshape`s when the dim has
-      sub-factors;
+      sub-factors: every dim is cut into the common refinement of its two
+      layouts, so {H : [tp]} -> {H : [tp, sp]} is only a slice;
+    - `shard.reduce_scatter` where a partial sum is then sliced over the
+      same axes (Megatron-SP's row-parallel outputs), `shard.all_to_all`
+      where one piece is gathered and another sliced over the same axes
+      (Ulysses' sequence <-> head switch); a gather of a `tsr.reshape` is a
+      reshape of its input's gather, so every view shares one all-gather;
+    - `tsr.sharding_constraint` becomes the reshard of its input to its
+      layout, and the op is removed (none remains after partition).
     Splat constants are re-splatted at the local shape; other split
     constants are all-sliced. Arguments and results take local types and
     keep `tsr.sharding` (the global -> local mapping the runtime uses to
