@@ -572,18 +572,27 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   auto wsData = [](Tensor &t) {
     return t.isNull() ? nullptr : t.data<float>();
   };
+  // Ring attention: its communicator, checked against ring_size.
+  auto ringComm = [comm, ringSize](const ExecContext &ctx)
+      -> llvm::Expected<const mpi::Communicator *> {
+    RETURN_IF_ERROR(checkComm(ctx, comm));
+    const mpi::Communicator &c = ctx.comms[comm];
+    if (c.size() != ringSize)
+      return fail(llvm::formatv("ring_size {0} does not match the {1} ranks "
+                                "of its communicator",
+                                ringSize, c.size()));
+    return &c;
+  };
   if (!grad) {
     RETURN_IF_ERROR(expectResult(outs, 0, oType));
     RETURN_IF_ERROR(expectResult(outs, 1, lseType));
     if (ring) {
       std::string kernel = name.str();
       inst.fn = [=](const ExecContext &ctx, In in, Out out) -> llvm::Error {
-        RETURN_IF_ERROR(checkComm(ctx, comm));
-        const mpi::Communicator &c = ctx.comms[comm];
-        if (c.size() != ringSize)
-          return fail(llvm::formatv("ring_size {0} does not match the {1} "
-                                    "ranks of its communicator",
-                                    ringSize, c.size()));
+        auto ring = ringComm(ctx);
+        if (!ring)
+          return ring.takeError();
+        const mpi::Communicator &c = **ring;
         record(ctx);
         Tensor ws = workspace();
         std::string err;
@@ -618,12 +627,10 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   if (ring) {
     std::string kernel = name.str();
     inst.fn = [=](const ExecContext &ctx, In in, Out out) -> llvm::Error {
-      RETURN_IF_ERROR(checkComm(ctx, comm));
-      const mpi::Communicator &c = ctx.comms[comm];
-      if (c.size() != ringSize)
-        return fail(llvm::formatv("ring_size {0} does not match the {1} "
-                                  "ranks of its communicator",
-                                  ringSize, c.size()));
+      auto ring = ringComm(ctx);
+      if (!ring)
+        return ring.takeError();
+      const mpi::Communicator &c = **ring;
       record(ctx);
       Tensor ws = workspace();
       std::string err;
