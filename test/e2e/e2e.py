@@ -399,9 +399,15 @@ def check_precision(args, work):
     rtol = args.rtol or 2e-2
     low = args.precision_type
     grid = f"dp{args.dp} x tp{args.tp}"
+    sp = []
+    if args.sp:
+        sp = ["--sp", args.sp] + (["--sp-size", str(args.sp_size)]
+                                  if args.sp != "megatron" else [])
+        grid += f" sp {args.sp}" + (f" x{args.sp_size}"
+                                    if args.sp != "megatron" else "")
     serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
     bf16_m, _ = tessera(args, work, args.dp, args.tp, low,
-                        ["--precision", low])
+                        ["--precision", low] + sp)
     print(f"losses: {low} {grid} vs fp32 serial (rtol {rtol})")
     ok = check_losses(bf16_m, serial_m, rtol)
     if not args.traffic:
