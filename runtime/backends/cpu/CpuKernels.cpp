@@ -661,44 +661,12 @@ llvm::Error badId(const char *op, int64_t id, int64_t index, int64_t v) {
 } // namespace
 
 llvm::Error cpu::gather(const Tensor &table, const Tensor &ids, Tensor &out) {
-  assert(ids.dtype() == DType::I64 && table.rank() >= 1);
-  assert(out.dtype() == table.dtype());
-  int64_t v = table.dim(0);
-  size_t rowBytes =
-      product(table.shape(), 1, table.rank()) * dtypeSize(table.dtype());
-  const int64_t *id = ids.data<int64_t>();
-  const char *src = static_cast<const char *>(table.raw());
-  char *dst = static_cast<char *>(out.raw());
-  int64_t n = ids.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t k = id[i];
-    if (k < 0 || k >= v)
-      return badId("gather", k, i, v);
-    if (rowBytes)
-      std::memcpy(dst + i * rowBytes, src + k * rowBytes, rowBytes);
-  }
-  return llvm::Error::success();
+  // The whole vocabulary is local: offset 0, every valid id in range.
+  return gatherMasked(table, ids, /*offset=*/0, table.dim(0), out);
 }
 
 llvm::Error cpu::gatherGrad(const Tensor &ids, const Tensor &dy, Tensor &out) {
-  assert(ids.dtype() == DType::I64 && out.rank() >= 1);
-  int64_t v = out.dim(0);
-  int64_t row = product(out.shape(), 1, out.rank());
-  float *o = out.data<float>();
-  std::memset(o, 0, out.bytes());
-  const int64_t *id = ids.data<int64_t>();
-  const float *g = dy.data<float>();
-  int64_t n = ids.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t k = id[i];
-    if (k < 0 || k >= v)
-      return badId("gather_grad", k, i, v);
-    float *dst = o + k * row;
-    const float *src = g + i * row;
-    for (int64_t j = 0; j < row; ++j)
-      dst[j] += src[j];
-  }
-  return llvm::Error::success();
+  return gatherGradMasked(ids, dy, /*offset=*/0, out.dim(0), out);
 }
 
 llvm::Error cpu::gatherMasked(const Tensor &table, const Tensor &ids,
