@@ -1,0 +1,278 @@
+//===- Cluster.cpp - the machine the planner plans for --------------------===//
+
+#include "compiler/planner/Cluster.h"
+
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+using namespace tessera::planner;
+using llvm::StringRef;
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+//===----------------------------------------------------------------------===//
+// JSON
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Reads required fields of one JSON object; errors name the field by its
+/// dotted path from the cluster object ("intra_node.bandwidth").
+struct FieldReader {
+  const llvm::json::Object &obj;
+  std::string prefix; // "" or "intra_node."
+
+  llvm::Error missing(StringRef key) const {
+    return fail("cluster: missing field '" + prefix + key + "'");
+  }
+  llvm::Error bad(StringRef key, const llvm::Twine &what) const {
+    return fail("cluster: field '" + prefix + key + "' " + what);
+  }
+
+  llvm::Expected<int64_t> positiveInt(StringRef key) const {
+    const llvm::json::Value *v = obj.get(key);
+    if (!v)
+      return missing(key);
+    std::optional<int64_t> i = v->getAsInteger();
+    if (!i || *i < 1)
+      return bad(key, "must be an integer >= 1");
+    return *i;
+  }
+  /// A number > 0 (or >= 0 when `allowZero`).
+  llvm::Expected<double> number(StringRef key, bool allowZero = false) const {
+    const llvm::json::Value *v = obj.get(key);
+    if (!v)
+      return missing(key);
+    std::optional<double> d = v->getAsNumber();
+    if (!d || !(allowZero ? *d >= 0 : *d > 0))
+      return bad(key,
+                 allowZero ? "must be a number >= 0" : "must be a number > 0");
+    return *d;
+  }
+  llvm::Expected<const llvm::json::Object *> object(StringRef key) const {
+    const llvm::json::Value *v = obj.get(key);
+    if (!v)
+      return missing(key);
+    const llvm::json::Object *o = v->getAsObject();
+    if (!o)
+      return bad(key, "must be an object");
+    return o;
+  }
+};
+} // namespace
+
+static llvm::Expected<Cluster::Link> parseLink(const FieldReader &parent,
+                                               StringRef key) {
+  auto obj = parent.object(key);
+  if (!obj)
+    return obj.takeError();
+  FieldReader r{**obj, parent.prefix + key.str() + "."};
+  Cluster::Link link;
+  auto bw = r.number("bandwidth");
+  if (!bw)
+    return bw.takeError();
+  auto lat = r.number("latency", /*allowZero=*/true);
+  if (!lat)
+    return lat.takeError();
+  link.bandwidth = *bw;
+  link.latency = *lat;
+  return link;
+}
+
+llvm::Expected<Cluster>
+tessera::planner::parseCluster(const llvm::json::Value &value) {
+  const llvm::json::Object *obj = value.getAsObject();
+  if (!obj)
+    return fail("cluster: expected a JSON object");
+  FieldReader r{*obj, ""};
+  Cluster c;
+
+  if (const llvm::json::Value *v = obj->get("name")) {
+    std::optional<StringRef> s = v->getAsString();
+    if (!s)
+      return r.bad("name", "must be a string");
+    c.name = s->str();
+  }
+  if (const llvm::json::Value *v = obj->get("source")) {
+    std::optional<StringRef> s = v->getAsString();
+    if (!s)
+      return r.bad("source", "must be a string");
+    c.source = s->str();
+  }
+
+  auto nodes = r.positiveInt("nodes");
+  if (!nodes)
+    return nodes.takeError();
+  c.nodes = *nodes;
+  auto dpn = r.positiveInt("devices_per_node");
+  if (!dpn)
+    return dpn.takeError();
+  c.devicesPerNode = *dpn;
+
+  auto flops = r.object("peak_flops");
+  if (!flops)
+    return flops.takeError();
+  if ((*flops)->empty())
+    return r.bad("peak_flops", "must name at least one dtype");
+  FieldReader fr{**flops, "peak_flops."};
+  for (const auto &kv : **flops) {
+    auto f = fr.number(kv.first);
+    if (!f)
+      return f.takeError();
+    c.peakFlops[kv.first.str()] = *f;
+  }
+
+  auto mem = r.number("memory_bytes");
+  if (!mem)
+    return mem.takeError();
+  c.memoryBytes = *mem;
+
+  auto intra = parseLink(r, "intra_node");
+  if (!intra)
+    return intra.takeError();
+  c.intraNode = *intra;
+  auto inter = parseLink(r, "inter_node");
+  if (!inter)
+    return inter.takeError();
+  c.interNode = *inter;
+  return c;
+}
+
+llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
+  llvm::json::Object flops;
+  for (const auto &[dtype, f] : c.peakFlops)
+    flops[dtype] = f;
+  auto link = [](const Cluster::Link &l) {
+    return llvm::json::Object{{"bandwidth", l.bandwidth},
+                              {"latency", l.latency}};
+  };
+  return llvm::json::Object{{"name", c.name},
+                            {"nodes", c.nodes},
+                            {"devices_per_node", c.devicesPerNode},
+                            {"peak_flops", std::move(flops)},
+                            {"memory_bytes", c.memoryBytes},
+                            {"intra_node", link(c.intraNode)},
+                            {"inter_node", link(c.interNode)},
+                            {"source", c.source}};
+}
+
+//===----------------------------------------------------------------------===//
+// Presets
+//===----------------------------------------------------------------------===//
+//
+// Bandwidths are stored per device and per direction. NVIDIA quotes NVLink
+// as the total of both directions ("600 GB/s" = 300 GB/s each way), and
+// InfiniBand per adapter and per direction (HDR 200 Gb/s = 25 GB/s each
+// way). A DGX node has one compute adapter per GPU, so a GPU's share of
+// the network is one adapter. FLOP/s are dense (the datasheets' "with
+// sparsity" figures are halved). "GB" of memory is taken as 10^9 bytes,
+// which is below the GiB the parts really have, so the estimate is safe.
+//
+// Latencies are NOT from datasheets: they are typical NCCL small-message
+// times (a few µs over NVLink/NVSwitch inside a node, 5-10 µs across
+// InfiniBand), estimates to be replaced by `tessera-run --calibrate`.
+
+static Cluster dgxA100(int64_t nodes) {
+  Cluster c;
+  c.name = "dgx-a100:" + std::to_string(nodes);
+  c.nodes = nodes;
+  c.devicesPerNode = 8; // DGX A100 User Guide: 8x A100 SXM4.
+  // NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column):
+  // BF16/FP16 Tensor Core 312 TFLOP/s (624 with sparsity), FP32 19.5
+  // TFLOP/s, TF32 Tensor Core 156 TFLOP/s (312 with sparsity).
+  c.peakFlops = {
+      {"bf16", 312e12}, {"fp16", 312e12}, {"fp32", 19.5e12}, {"tf32", 156e12}};
+  c.memoryBytes = 80e9; // datasheet: 80 GB HBM2e
+  // Datasheet: third-generation NVLink 600 GB/s per GPU (both directions
+  // together) -> 300 GB/s per direction.
+  c.intraNode = {300e9, 3e-6};
+  // DGX A100 User Guide: 8x single-port ConnectX-6 HDR InfiniBand 200 Gb/s
+  // for the compute fabric, one per GPU -> 25 GB/s per GPU per direction.
+  c.interNode = {25e9, 8e-6};
+  c.source =
+      "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM): 312 TFLOP/s "
+      "bf16/fp16 dense, 19.5 TFLOP/s fp32, 156 TFLOP/s tf32, 80 GB HBM2e, "
+      "NVLink 3 600 GB/s total (300 GB/s per direction); NVIDIA DGX A100 "
+      "User Guide: 8 GPUs per node, 8x ConnectX-6 HDR InfiniBand 200 Gb/s "
+      "(25 GB/s per GPU per direction); latencies 3 us intra-node / 8 us "
+      "inter-node are typical NCCL estimates, to be replaced by calibration";
+  return c;
+}
+
+static Cluster dgxH100(int64_t nodes) {
+  Cluster c;
+  c.name = "dgx-h100:" + std::to_string(nodes);
+  c.nodes = nodes;
+  c.devicesPerNode = 8; // DGX H100 User Guide: 8x H100 SXM5.
+  // NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16/FP16
+  // Tensor Core 1,979 TFLOP/s with sparsity -> 989 dense; FP32 67 TFLOP/s;
+  // TF32 Tensor Core 989 with sparsity -> 494.5 dense.
+  c.peakFlops = {
+      {"bf16", 989e12}, {"fp16", 989e12}, {"fp32", 67e12}, {"tf32", 494.5e12}};
+  c.memoryBytes = 80e9; // datasheet: 80 GB HBM3
+  // Datasheet: fourth-generation NVLink 900 GB/s per GPU (both directions
+  // together) -> 450 GB/s per direction.
+  c.intraNode = {450e9, 3e-6};
+  // DGX H100 User Guide: 8x ConnectX-7 NDR InfiniBand 400 Gb/s for the
+  // compute fabric, one per GPU -> 50 GB/s per GPU per direction.
+  c.interNode = {50e9, 8e-6};
+  c.source =
+      "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): 989 TFLOP/s "
+      "bf16/fp16 dense (1,979 with sparsity), 67 TFLOP/s fp32, 494.5 TFLOP/s "
+      "tf32 dense, 80 GB HBM3, NVLink 4 900 GB/s total (450 GB/s per "
+      "direction); NVIDIA DGX H100 User Guide: 8 GPUs per node, 8x "
+      "ConnectX-7 NDR InfiniBand 400 Gb/s (50 GB/s per GPU per direction); "
+      "latencies 3 us intra-node / 8 us inter-node are typical NCCL "
+      "estimates, to be replaced by calibration";
+  return c;
+}
+
+static constexpr StringRef kPresetHelp =
+    "expected dgx-a100:N, dgx-h100:N, cpu:N or a cluster JSON file";
+
+llvm::Expected<Cluster> tessera::planner::clusterPreset(StringRef spec) {
+  auto [kind, count] = spec.split(':');
+  if (kind != "dgx-a100" && kind != "dgx-h100" && kind != "cpu")
+    return fail("unknown cluster preset '" + kind + "' in '" + spec + "' (" +
+                kPresetHelp + ")");
+  int64_t n = 0;
+  if (count.empty() || count.getAsInteger(10, n) || n < 1)
+    return fail("cluster preset '" + spec + "': N must be an integer >= 1" +
+                " (" + kind + ":N), got '" + count + "'");
+  if (kind == "cpu")
+    return fail("cluster preset '" + spec +
+                "': cpu clusters are measured, not preset; run "
+                "`tessera-run --calibrate` and pass the JSON file it writes "
+                "to --cluster");
+  return kind == "dgx-a100" ? dgxA100(n) : dgxH100(n);
+}
+
+/// True when `spec` looks like a preset rather than a file path.
+static bool looksLikePreset(StringRef spec) {
+  StringRef kind = spec.split(':').first;
+  if (kind == "dgx-a100" || kind == "dgx-h100" || kind == "cpu")
+    return true;
+  // "name:N" without a path separator or a .json suffix: a mistyped preset.
+  return spec.contains(':') && !spec.contains('/') && !spec.contains('\\') &&
+         !spec.ends_with(".json");
+}
+
+llvm::Expected<Cluster> tessera::planner::loadCluster(StringRef specOrPath) {
+  if (looksLikePreset(specOrPath))
+    return clusterPreset(specOrPath);
+  auto buf = llvm::MemoryBuffer::getFile(specOrPath, /*IsText=*/true);
+  if (!buf)
+    return fail("cannot read cluster file '" + specOrPath +
+                "': " + buf.getError().message() + " (" + kPresetHelp + ")");
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*buf)->getBuffer());
+  if (!json)
+    return fail("cluster file '" + specOrPath +
+                "': " + llvm::toString(json.takeError()));
+  llvm::Expected<Cluster> cluster = parseCluster(*json);
+  if (!cluster)
+    return fail("cluster file '" + specOrPath +
+                "': " + llvm::toString(cluster.takeError()));
+  return cluster;
+}

@@ -1,0 +1,79 @@
+//===- Cluster.h - the machine the planner plans for ------------*- C++ -*-===//
+//
+// A cluster description (issue 6, `--cluster`): how many nodes, devices per
+// node, each device's peak FLOP/s per dtype and memory, and the α-β figures
+// of the links inside a node and across nodes. It is read from a JSON file
+// (the format `tessera-run --calibrate` will write) or built from a preset
+// (`dgx-a100:N`, `dgx-h100:N`). Every preset figure names its source.
+//
+// JSON format (all numbers in SI units: FLOP/s, bytes, bytes/s, seconds):
+//
+//   {
+//     "name": "dgx-h100:2",
+//     "nodes": 2,
+//     "devices_per_node": 8,
+//     "peak_flops": {"bf16": 9.89e14, "fp16": 9.89e14, "fp32": 6.69e13},
+//     "memory_bytes": 8.0e10,
+//     "intra_node": {"bandwidth": 4.5e11, "latency": 3e-6},
+//     "inter_node": {"bandwidth": 5.0e10, "latency": 8e-6},
+//     "source": "free text: where the figures come from"
+//   }
+//
+// `name` and `source` are optional; everything else is required.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_COMPILER_PLANNER_CLUSTER_H
+#define TESSERA_COMPILER_PLANNER_CLUSTER_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace tessera::planner {
+
+struct Cluster {
+  std::string name;
+  int64_t nodes = 1, devicesPerNode = 1;
+  /// Peak FLOP/s of one device per compute dtype ("fp32", "bf16", "fp16"),
+  /// dense (no structured sparsity).
+  std::map<std::string, double> peakFlops;
+  /// Memory of one device, bytes.
+  double memoryBytes = 0;
+  /// One link class for the α-β model: `bandwidth` is bytes/s that ONE
+  /// device can send (and, at the same time, receive) in one direction;
+  /// `latency` is the per-message start-up time α in seconds.
+  struct Link {
+    double bandwidth = 0;
+    double latency = 0;
+  };
+  /// Device to device inside a node (NVLink/NVSwitch on DGX) and device to
+  /// device across nodes (the network adapter(s) serving one device).
+  Link intraNode, interNode;
+  /// Where the figures come from (datasheets, papers, or calibration).
+  std::string source;
+
+  int64_t devices() const { return nodes * devicesPerNode; }
+};
+
+/// Reads the JSON format above. Errors name the missing or bad field, e.g.
+/// "cluster: missing field 'intra_node.bandwidth'".
+llvm::Expected<Cluster> parseCluster(const llvm::json::Value &value);
+
+/// Writes the JSON format above; parseCluster(toJSON(c)) == c.
+llvm::json::Value toJSON(const Cluster &cluster);
+
+/// A preset `dgx-a100:N` or `dgx-h100:N` (N nodes of 8 GPUs). `cpu:N` is
+/// refused (calibration is not built yet). Errors name the preset.
+llvm::Expected<Cluster> clusterPreset(llvm::StringRef spec);
+
+/// `--cluster` argument: a preset (see clusterPreset) or the path of a JSON
+/// file in the format above.
+llvm::Expected<Cluster> loadCluster(llvm::StringRef specOrPath);
+
+} // namespace tessera::planner
+
+#endif // TESSERA_COMPILER_PLANNER_CLUSTER_H

@@ -1,0 +1,102 @@
+//===- CostModel.h - α-β collective costs on a cluster ----------*- C++ -*-===//
+//
+// The communication half of the planner's cost model (issue 6): the time of
+// one collective over a grid axis, with the α-β model and the ring
+// algorithm's bus-bandwidth factors of nccl-tests (doc/PERFORMANCE.md),
+// placed on the topology: an axis whose groups stay inside a node uses the
+// intra-node link (NVLink), one that spans nodes uses the network. Also the
+// pipeline bubble of a schedule.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_COMPILER_PLANNER_COSTMODEL_H
+#define TESSERA_COMPILER_PLANNER_COSTMODEL_H
+
+#include "compiler/planner/Cluster.h"
+
+#include "llvm/ADT/StringRef.h"
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::planner {
+
+enum class Collective {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  SendRecv
+};
+
+/// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv".
+llvm::StringRef collectiveName(Collective kind);
+
+/// nccl-tests' bus-bandwidth factor busbw / algbw for `n` ranks (ring):
+///   all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all (n−1)/n;
+///   send/recv 1. 0 for n < 2, except send/recv.
+double busBandwidthFactor(Collective kind, int64_t n);
+
+/// Latency-bound steps of the ring algorithm for `n` ranks:
+///   all-reduce 2(n−1) (reduce-scatter then all-gather); all-gather,
+///   reduce-scatter, all-to-all n−1; send/recv 1. 0 for n < 2, except
+///   send/recv.
+int64_t ringSteps(Collective kind, int64_t n);
+
+/// Seconds for one collective over `n` ranks on `link`:
+///
+///   t = α · ringSteps(kind, n) + busBandwidthFactor(kind, n) · S / β
+///
+/// with α = link.latency (s), β = link.bandwidth (bytes/s per device, one
+/// direction) and S = `bytes`, the size nccl-tests counts: the full
+/// (unsharded) tensor for all-reduce; the gathered output for all-gather;
+/// the input before scattering for reduce-scatter; one rank's send buffer
+/// (all n chunks) for all-to-all; the message for send/recv. Since busbw ≈ β
+/// at large sizes, S / algbw = factor · S / β is the bandwidth term.
+/// A collective over one rank (n < 2) costs 0; send/recv ignores `n`.
+double collectiveSeconds(Collective kind, double bytes, int64_t n,
+                         const Cluster::Link &link);
+
+/// A device grid: axis names and sizes. Ranks are linearised row-major,
+/// the LAST axis fastest (as the runtime grid), and rank r runs on node
+/// r / devicesPerNode.
+struct AxisPlacement {
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+
+  /// Index of the axis called `name`, or -1.
+  int64_t axisIndex(llvm::StringRef name) const;
+  int64_t numRanks() const;
+};
+
+/// True when every group of ranks along `axis` (the other coordinates
+/// fixed) lies inside one node, so its collectives run over the intra-node
+/// link. E.g. grid (dp=16, tp=8) on 8-GPU nodes: tp is inside a node, dp
+/// spans nodes; grid (dp=8, tp=16): tp spans nodes. An axis of size 1 is
+/// always inside a node. Requires axis < gridShape.size().
+bool axisWithinNode(const Cluster &cluster,
+                    const std::vector<int64_t> &gridShape, size_t axis);
+
+/// The link that collectives along `axis` use: intraNode when
+/// axisWithinNode, else interNode.
+const Cluster::Link &linkFor(const Cluster &cluster,
+                             const std::vector<int64_t> &gridShape,
+                             size_t axis);
+
+/// collectiveSeconds of `kind` over grid axis `axis` (n = its size, the
+/// link from linkFor).
+double collectiveSecondsOnAxis(Collective kind, double bytes,
+                               const Cluster &cluster,
+                               const std::vector<int64_t> &gridShape,
+                               size_t axis);
+
+/// Idle fraction of a pipelined step with `stages` P, `microBatches` M and
+/// `virtualStages` V chunks per stage: (P − 1) / (V·M + P − 1) (Narayanan
+/// et al. 2021; GPipe and 1F1B: V = 1). The same formula as
+/// tsrt::schedule::bubbleFraction, which it calls.
+double pipelineBubbleFraction(int64_t stages, int64_t microBatches,
+                              int64_t virtualStages = 1);
+
+} // namespace tessera::planner
+
+#endif // TESSERA_COMPILER_PLANNER_COSTMODEL_H

@@ -1,0 +1,162 @@
+//===- ClusterTest.cpp - cluster presets, JSON and errors -----------------===//
+
+#include "compiler/planner/Cluster.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <gtest/gtest.h>
+
+using namespace tessera::planner;
+
+namespace {
+
+/// The error message of `e`, which must be an error.
+template <typename T> std::string errorOf(llvm::Expected<T> e) {
+  EXPECT_FALSE(static_cast<bool>(e));
+  if (e)
+    return "";
+  return llvm::toString(e.takeError());
+}
+
+TEST(ClusterPreset, DgxA100) {
+  llvm::Expected<Cluster> c = loadCluster("dgx-a100:4");
+  ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->name, "dgx-a100:4");
+  EXPECT_EQ(c->nodes, 4);
+  EXPECT_EQ(c->devicesPerNode, 8);
+  EXPECT_EQ(c->devices(), 32);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("bf16"), 312e12);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("fp16"), 312e12);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("fp32"), 19.5e12);
+  EXPECT_DOUBLE_EQ(c->memoryBytes, 80e9);
+  EXPECT_DOUBLE_EQ(c->intraNode.bandwidth, 300e9); // 600 GB/s total / 2
+  EXPECT_DOUBLE_EQ(c->interNode.bandwidth, 25e9);  // HDR 200 Gb/s
+  EXPECT_GT(c->intraNode.latency, 0);
+  EXPECT_GT(c->interNode.latency, c->intraNode.latency);
+  EXPECT_NE(c->source.find("A100"), std::string::npos);
+  EXPECT_NE(c->source.find("datasheet"), std::string::npos);
+  EXPECT_NE(c->source.find("DGX A100 User Guide"), std::string::npos);
+}
+
+TEST(ClusterPreset, DgxH100) {
+  llvm::Expected<Cluster> c = loadCluster("dgx-h100:16");
+  ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->nodes, 16);
+  EXPECT_EQ(c->devices(), 128);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("bf16"), 989e12);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("fp32"), 67e12);
+  EXPECT_DOUBLE_EQ(c->memoryBytes, 80e9);
+  EXPECT_DOUBLE_EQ(c->intraNode.bandwidth, 450e9); // 900 GB/s total / 2
+  EXPECT_DOUBLE_EQ(c->interNode.bandwidth, 50e9);  // NDR 400 Gb/s
+  EXPECT_NE(c->source.find("H100"), std::string::npos);
+  EXPECT_NE(c->source.find("DGX H100 User Guide"), std::string::npos);
+}
+
+TEST(ClusterPreset, Errors) {
+  EXPECT_NE(errorOf(loadCluster("dgx-b200:4"))
+                .find("unknown cluster preset 'dgx-b200'"),
+            std::string::npos);
+  EXPECT_NE(
+      errorOf(loadCluster("dgx-a100:0")).find("N must be an integer >= 1"),
+      std::string::npos);
+  EXPECT_NE(errorOf(loadCluster("dgx-h100:-2")).find("'dgx-h100:-2'"),
+            std::string::npos);
+  EXPECT_NE(errorOf(loadCluster("dgx-h100:x")).find("got 'x'"),
+            std::string::npos);
+  EXPECT_NE(errorOf(loadCluster("dgx-h100")).find("dgx-h100:N"),
+            std::string::npos);
+  std::string cpu = errorOf(loadCluster("cpu:2"));
+  EXPECT_NE(cpu.find("tessera-run --calibrate"), std::string::npos) << cpu;
+  std::string file = errorOf(loadCluster("/nonexistent/cluster.json"));
+  EXPECT_NE(file.find("cannot read cluster file '/nonexistent/cluster.json'"),
+            std::string::npos)
+      << file;
+}
+
+TEST(ClusterJSON, RoundTrip) {
+  Cluster c = *clusterPreset("dgx-h100:2");
+  llvm::json::Value v = toJSON(c);
+  llvm::Expected<Cluster> back = parseCluster(v);
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->name, c.name);
+  EXPECT_EQ(back->nodes, c.nodes);
+  EXPECT_EQ(back->devicesPerNode, c.devicesPerNode);
+  EXPECT_EQ(back->peakFlops, c.peakFlops);
+  EXPECT_DOUBLE_EQ(back->memoryBytes, c.memoryBytes);
+  EXPECT_DOUBLE_EQ(back->intraNode.bandwidth, c.intraNode.bandwidth);
+  EXPECT_DOUBLE_EQ(back->intraNode.latency, c.intraNode.latency);
+  EXPECT_DOUBLE_EQ(back->interNode.bandwidth, c.interNode.bandwidth);
+  EXPECT_DOUBLE_EQ(back->interNode.latency, c.interNode.latency);
+  EXPECT_EQ(back->source, c.source);
+  // And through text, as a file would hold it.
+  std::string text;
+  llvm::raw_string_ostream(text) << v;
+  llvm::Expected<llvm::json::Value> reparsed = llvm::json::parse(text);
+  ASSERT_TRUE(static_cast<bool>(reparsed));
+  EXPECT_EQ(*reparsed, v);
+}
+
+TEST(ClusterJSON, LoadFile) {
+  llvm::SmallString<128> path;
+  ASSERT_FALSE(llvm::sys::fs::createTemporaryFile("cluster", "json", path));
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    ASSERT_FALSE(ec);
+    os << R"({"name": "two-box", "nodes": 2, "devices_per_node": 4,
+              "peak_flops": {"fp32": 1e12},
+              "memory_bytes": 16e9,
+              "intra_node": {"bandwidth": 10e9, "latency": 1e-6},
+              "inter_node": {"bandwidth": 1e9, "latency": 0}})";
+  }
+  llvm::Expected<Cluster> c = loadCluster(path);
+  llvm::sys::fs::remove(path);
+  ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->name, "two-box");
+  EXPECT_EQ(c->devices(), 8);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("fp32"), 1e12);
+  EXPECT_DOUBLE_EQ(c->interNode.latency, 0);
+  EXPECT_EQ(c->source, "");
+}
+
+TEST(ClusterJSON, ErrorsNameTheField) {
+  llvm::json::Value good = toJSON(*clusterPreset("dgx-a100:1"));
+  auto without = [&](llvm::StringRef key) {
+    llvm::json::Value v = good;
+    v.getAsObject()->erase(key);
+    return errorOf(parseCluster(v));
+  };
+  EXPECT_NE(without("nodes").find("missing field 'nodes'"), std::string::npos);
+  EXPECT_NE(without("devices_per_node").find("'devices_per_node'"),
+            std::string::npos);
+  EXPECT_NE(without("peak_flops").find("'peak_flops'"), std::string::npos);
+  EXPECT_NE(without("memory_bytes").find("'memory_bytes'"), std::string::npos);
+  EXPECT_NE(without("inter_node").find("'inter_node'"), std::string::npos);
+
+  llvm::json::Value v = good;
+  v.getAsObject()->getObject("intra_node")->erase("bandwidth");
+  EXPECT_NE(
+      errorOf(parseCluster(v)).find("missing field 'intra_node.bandwidth'"),
+      std::string::npos);
+
+  v = good;
+  (*v.getAsObject())["nodes"] = 0;
+  EXPECT_NE(errorOf(parseCluster(v)).find("'nodes' must be an integer >= 1"),
+            std::string::npos);
+
+  v = good;
+  (*v.getAsObject()->getObject("peak_flops"))["bf16"] = "fast";
+  EXPECT_NE(errorOf(parseCluster(v)).find("'peak_flops.bf16' must be a number"),
+            std::string::npos);
+
+  v = good;
+  (*v.getAsObject()->getObject("inter_node"))["latency"] = -1.0;
+  EXPECT_NE(errorOf(parseCluster(v)).find("'inter_node.latency'"),
+            std::string::npos);
+
+  EXPECT_NE(errorOf(parseCluster(llvm::json::Value(3))).find("JSON object"),
+            std::string::npos);
+}
+
+} // namespace

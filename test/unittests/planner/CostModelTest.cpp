@@ -1,0 +1,127 @@
+//===- CostModelTest.cpp - α-β collective costs, placement, bubble --------===//
+
+#include "compiler/planner/CostModel.h"
+
+#include <gtest/gtest.h>
+
+using namespace tessera::planner;
+
+namespace {
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+TEST(CostModel, BusBandwidthFactors) {
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::AllReduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::AllGather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::ReduceScatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::AllToAll, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::SendRecv, 2), 1.0);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::AllReduce, 1), 0.0);
+  EXPECT_EQ(ringSteps(Collective::AllReduce, 8), 14);
+  EXPECT_EQ(ringSteps(Collective::AllGather, 8), 7);
+  EXPECT_EQ(ringSteps(Collective::ReduceScatter, 8), 7);
+  EXPECT_EQ(ringSteps(Collective::AllToAll, 8), 7);
+  EXPECT_EQ(ringSteps(Collective::SendRecv, 8), 1);
+  EXPECT_EQ(collectiveName(Collective::ReduceScatter), "reduce_scatter");
+}
+
+TEST(CostModel, CollectiveSecondsHandComputed) {
+  // 1 GiB all-reduce over 8 ranks at 150 GB/s, α = 5 µs:
+  //   14 · 5e-6 + 1.75 · 1073741824 / 150e9
+  //   = 7e-5 + 1879048192 / 150e9 = 7e-5 + 0.01252698795 s.
+  Cluster::Link link{150e9, 5e-6};
+  EXPECT_NEAR(collectiveSeconds(Collective::AllReduce, GiB, 8, link),
+              0.01259698795, 1e-10);
+  // Pure bandwidth (α = 0): all-gather of 1 GiB over 8 ranks is half the
+  // all-reduce, 0.875 · 2^30 / 150e9 = 0.006263493973 s.
+  Cluster::Link noLatency{150e9, 0};
+  EXPECT_NEAR(collectiveSeconds(Collective::AllGather, GiB, 8, noLatency),
+              0.006263493973, 1e-11);
+  EXPECT_DOUBLE_EQ(
+      collectiveSeconds(Collective::ReduceScatter, GiB, 8, noLatency),
+      collectiveSeconds(Collective::AllGather, GiB, 8, noLatency));
+  EXPECT_DOUBLE_EQ(
+      collectiveSeconds(Collective::AllReduce, GiB, 8, noLatency),
+      2 * collectiveSeconds(Collective::AllGather, GiB, 8, noLatency));
+  // Send/recv of 1 MB at 25 GB/s, α = 8 µs: 8e-6 + 1e6 / 25e9 = 4.8e-5 s.
+  EXPECT_NEAR(collectiveSeconds(Collective::SendRecv, 1e6, 2, {25e9, 8e-6}),
+              4.8e-5, 1e-15);
+  // All-to-all of 64 MiB over 4 ranks at 50 GB/s, α = 8 µs:
+  //   3 · 8e-6 + 0.75 · 67108864 / 50e9 = 2.4e-5 + 1.00663296e-3 s.
+  EXPECT_NEAR(collectiveSeconds(Collective::AllToAll, 64.0 * 1024 * 1024, 4,
+                                {50e9, 8e-6}),
+              1.03063296e-3, 1e-14);
+  // One rank: nothing to communicate.
+  EXPECT_EQ(collectiveSeconds(Collective::AllReduce, GiB, 1, link), 0.0);
+  // Tiny messages are latency bound.
+  EXPECT_NEAR(collectiveSeconds(Collective::AllReduce, 8, 8, link), 14 * 5e-6,
+              1e-9);
+}
+
+TEST(CostModel, AxisPlacementOnDgxH100) {
+  Cluster c = *clusterPreset("dgx-h100:16"); // 16 nodes × 8 GPUs
+  // dp = 16, tp = 8 (tp fastest): tp groups are the 8 GPUs of one node.
+  std::vector<int64_t> dpTp = {16, 8};
+  EXPECT_TRUE(axisWithinNode(c, dpTp, 1));
+  EXPECT_FALSE(axisWithinNode(c, dpTp, 0));
+  EXPECT_EQ(&linkFor(c, dpTp, 1), &c.intraNode);
+  EXPECT_EQ(&linkFor(c, dpTp, 0), &c.interNode);
+  // tp = 16 spans two nodes.
+  std::vector<int64_t> wideTp = {8, 16};
+  EXPECT_FALSE(axisWithinNode(c, wideTp, 1));
+  EXPECT_FALSE(axisWithinNode(c, wideTp, 0));
+  // dp = 4, pp = 4, tp = 8: only tp inside a node.
+  std::vector<int64_t> dpPpTp = {4, 4, 8};
+  EXPECT_FALSE(axisWithinNode(c, dpPpTp, 0));
+  EXPECT_FALSE(axisWithinNode(c, dpPpTp, 1));
+  EXPECT_TRUE(axisWithinNode(c, dpPpTp, 2));
+  // dp = 32, pp = 2, tp = 2: tp (stride 1) and pp (stride 2, span 4) both
+  // stay in a node.
+  std::vector<int64_t> small = {32, 2, 2};
+  EXPECT_TRUE(axisWithinNode(c, small, 2));
+  EXPECT_TRUE(axisWithinNode(c, small, 1));
+  EXPECT_FALSE(axisWithinNode(c, small, 0));
+  // Size-1 axes never leave a node.
+  std::vector<int64_t> withOne = {128, 1};
+  EXPECT_TRUE(axisWithinNode(c, withOne, 1));
+  EXPECT_FALSE(axisWithinNode(c, withOne, 0));
+
+  // The cost on an axis uses the axis's link.
+  double onTp = collectiveSecondsOnAxis(Collective::AllReduce, GiB, c, dpTp, 1);
+  EXPECT_DOUBLE_EQ(
+      onTp, collectiveSeconds(Collective::AllReduce, GiB, 8, c.intraNode));
+  double onDp = collectiveSecondsOnAxis(Collective::AllReduce, GiB, c, dpTp, 0);
+  EXPECT_DOUBLE_EQ(
+      onDp, collectiveSeconds(Collective::AllReduce, GiB, 16, c.interNode));
+  EXPECT_GT(onDp, onTp);
+}
+
+TEST(CostModel, AxisPlacementUnalignedNodes) {
+  // 6 devices per node, grid (3, 4): tp group {4..7} straddles nodes 0 and 1.
+  Cluster c;
+  c.nodes = 2;
+  c.devicesPerNode = 6;
+  EXPECT_FALSE(axisWithinNode(c, {3, 4}, 1));
+  // Grid (4, 3): tp groups {0,1,2}, {3,4,5}, {6,7,8}, {9,10,11} all fit.
+  EXPECT_TRUE(axisWithinNode(c, {4, 3}, 1));
+  // Grid (2, 2, 3): the middle axis spans 6 ranks from a multiple of 6.
+  EXPECT_TRUE(axisWithinNode(c, {2, 2, 3}, 1));
+  EXPECT_FALSE(axisWithinNode(c, {2, 2, 3}, 0));
+}
+
+TEST(CostModel, AxisPlacementNames) {
+  AxisPlacement grid{{"dp", "pp", "tp"}, {4, 2, 8}};
+  EXPECT_EQ(grid.axisIndex("tp"), 2);
+  EXPECT_EQ(grid.axisIndex("dp"), 0);
+  EXPECT_EQ(grid.axisIndex("sp"), -1);
+  EXPECT_EQ(grid.numRanks(), 64);
+}
+
+TEST(CostModel, PipelineBubble) {
+  EXPECT_DOUBLE_EQ(pipelineBubbleFraction(4, 8), 3.0 / 11.0);
+  EXPECT_DOUBLE_EQ(pipelineBubbleFraction(4, 8, 2), 3.0 / 19.0);
+  EXPECT_DOUBLE_EQ(pipelineBubbleFraction(1, 8), 0.0);
+  EXPECT_DOUBLE_EQ(pipelineBubbleFraction(8, 1), 7.0 / 8.0);
+}
+
+} // namespace
