@@ -9,6 +9,7 @@
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
+//     [--cluster SPEC] [--gemm-efficiency X]
 //
 // Imports the ONNX model into the tsr dialect, builds the training step
 // (mean cross-entropy over next tokens, reverse-mode autodiff, SGD/AdamW with
@@ -24,7 +25,9 @@
 #include "compiler/artifact/Memory.h"
 #include "compiler/import/OnnxImporter.h"
 #include "compiler/pipeline/Pipeline.h"
+#include "compiler/planner/Cluster.h"
 #include "compiler/planner/Plan.h"
+#include "compiler/planner/StepCost.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
@@ -36,8 +39,10 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -225,6 +230,22 @@ static cl::opt<std::string> memoryPerDevice(
              "Pipeline plans are not memory-planned and not checked"),
     cl::value_desc("SIZE"), cl::init(""), cl::cat(category));
 
+static cl::opt<std::string> clusterSpec(
+    "cluster",
+    cl::desc("The machine to predict the step on: a preset dgx-a100:N or "
+             "dgx-h100:N (N nodes of 8 GPUs) or a cluster JSON file "
+             "(compiler/planner/Cluster.h). Fails when the plan needs more "
+             "ranks than the cluster has devices. With --explain, prints the "
+             "predicted step time (compute + communication, no overlap) and "
+             "MFU, and the collectives with their link"),
+    cl::value_desc("SPEC"), cl::init(""), cl::cat(category));
+static cl::opt<double> gemmEfficiency(
+    "gemm-efficiency",
+    cl::desc("Fraction of peak FLOP/s every op reaches in the --cluster "
+             "prediction, in (0, 1] (default 0.5; a placeholder for a "
+             "GEMM-shape efficiency table)"),
+    cl::init(planner::kDefaultGemmEfficiency), cl::cat(category));
+
 static int fail(const llvm::Twine &msg) {
   llvm::errs() << "tessera-partition: error: " << msg << "\n";
   return 1;
@@ -240,6 +261,61 @@ static LogicalResult printModule(ModuleOp module) {
   module.print(out->os(), OpPrintingFlags().elideLargeResourceString(64));
   out->keep();
   return success();
+}
+
+/// The --explain lines of the --cluster prediction.
+static void explainStepCost(const planner::StepCost &cost,
+                            const planner::Cluster &cluster,
+                            const planner::Plan &plan, llvm::raw_ostream &os) {
+  os << "predicted step on " << cluster.name << " (" << cluster.devices()
+     << " devices, the plan uses " << cost.ranks << ", " << plan.precision
+     << " at " << llvm::format("%.2f", gemmEfficiency.getValue())
+     << " of peak): compute " << llvm::format("%.4g", cost.computeSeconds * 1e3)
+     << " ms + communication "
+     << llvm::format("%.4g", cost.communicationSeconds * 1e3)
+     << " ms = " << llvm::format("%.4g", cost.stepSeconds * 1e3) << " ms, MFU "
+     << llvm::format("%.3g", cost.mfu * 100) << "%\n";
+  os << "  (compute and communication added, no overlap; "
+     << llvm::format("%.4g", cost.flopsPerRank) << " FLOP per rank)\n";
+  if (cost.collectives.empty())
+    return;
+  // One row per (kind, axes, link): count, total bytes, total ms.
+  struct Row {
+    std::string kind, axes;
+    bool withinNode;
+    int64_t count = 0;
+    double bytes = 0, seconds = 0;
+  };
+  std::vector<Row> rows;
+  for (const planner::CollectiveCost &c : cost.collectives) {
+    std::string axes;
+    for (int16_t axis : c.axes) {
+      if (!axes.empty())
+        axes += ",";
+      axes += static_cast<size_t>(axis) < cost.axisNames.size()
+                  ? cost.axisNames[axis]
+                  : std::to_string(axis);
+    }
+    auto it = llvm::find_if(rows, [&](const Row &r) {
+      return r.kind == c.kind && r.axes == axes && r.withinNode == c.withinNode;
+    });
+    if (it == rows.end()) {
+      rows.push_back({c.kind, axes, c.withinNode});
+      it = std::prev(rows.end());
+    }
+    ++it->count;
+    it->bytes += c.bytes;
+    it->seconds += c.seconds;
+  }
+  os << "predicted collectives per step (nccl-tests sizes, ring alpha-beta; "
+        "bytes and ms summed):\n";
+  os << llvm::format("  %-15s %-10s %6s %14s %12s  %s\n", "kind", "axes",
+                     "count", "bytes", "ms", "link");
+  for (const Row &r : rows)
+    os << llvm::format(
+        "  %-15s %-10s %6lld %14.0f %12.4g  %s\n", r.kind.c_str(),
+        r.axes.c_str(), static_cast<long long>(r.count), r.bytes,
+        r.seconds * 1e3, r.withinNode ? "node-local" : "network");
 }
 
 int main(int argc, char **argv) {
@@ -285,6 +361,16 @@ int main(int argc, char **argv) {
       return fail("--memory-per-device: " + llvm::toString(limit.takeError()));
     memoryLimit = *limit;
   }
+  std::optional<planner::Cluster> cluster;
+  if (!clusterSpec.empty()) {
+    llvm::Expected<planner::Cluster> loaded = planner::loadCluster(clusterSpec);
+    if (!loaded)
+      return fail("--cluster: " + llvm::toString(loaded.takeError()));
+    cluster = std::move(*loaded);
+  }
+  if (!(gemmEfficiency > 0 && gemmEfficiency <= 1))
+    return fail("--gemm-efficiency must be in (0, 1], got " +
+                llvm::Twine(std::to_string(gemmEfficiency.getValue())));
   if (outputPath != "-" && llvm::sys::fs::equivalent(inputPath, outputPath))
     return fail("output '" + outputPath + "' would overwrite the input model");
 
@@ -316,6 +402,18 @@ int main(int argc, char **argv) {
   if (emit == Emit::Train || emit == Emit::Sharded)
     return failed(printModule(*module));
 
+  // The step prediction reads the partitioned tsr module (local shapes, ops
+  // answering CostOpInterface), before lowering to tsrt.
+  std::optional<planner::StepCost> stepCost;
+  if (cluster) {
+    llvm::Expected<planner::StepCost> predicted = planner::predictStepCost(
+        *module, *cluster, plan.precision, gemmEfficiency);
+    if (!predicted)
+      return fail("--cluster " + clusterSpec + ": " +
+                  llvm::toString(predicted.takeError()));
+    stepCost = std::move(*predicted);
+  }
+
   if (explain) {
     auto manifest = artifact::buildManifest(*module, plan);
     if (failed(manifest))
@@ -329,6 +427,8 @@ int main(int argc, char **argv) {
       return 1;
     if (explain)
       artifact::explainMemory(*memory, llvm::outs());
+    if (explain && stepCost)
+      explainStepCost(*stepCost, *cluster, plan, llvm::outs());
     std::optional<int64_t> peak = artifact::predictedPeak(*memory);
     if (memoryLimit && !peak)
       llvm::errs() << "tessera-partition: warning: --memory-per-device is not "
