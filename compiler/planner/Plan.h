@@ -117,9 +117,7 @@ struct Plan {
     return shape;
   }
   /// MPI ranks: dp · tp · pp · sp (micro-batches are not ranks).
-  int64_t numRanks() const {
-    return dp * tp * pp * (hasSpAxis() ? spSize : 1);
-  }
+  int64_t numRanks() const { return dp * tp * pp * (hasSpAxis() ? spSize : 1); }
 
   /// Checks the degrees, the schedule and the optimizer settings; the error
   /// names the flag.

@@ -14,7 +14,8 @@ LogicalResult ShardingConstraintOp::verify() {
   ShardingAttr sharding = getSharding();
   if (sharding.getRank() != type.getRank())
     return emitOpError("sharding has ")
-           << sharding.getRank() << " dimensions, the tensor " << type.getRank();
+           << sharding.getRank() << " dimensions, the tensor "
+           << type.getRank();
   if (!sharding.getPartialAxes().empty())
     return emitOpError("sharding must not be partial");
   return success();

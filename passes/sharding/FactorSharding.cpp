@@ -336,8 +336,7 @@ sharding::resolveFactors(const ShardingRule &rule,
     return most;
   };
   SmallVector<size_t> factorOrder;
-  for (uint8_t level :
-       {TensorSharding::kArgument, TensorSharding::kConstraint})
+  for (uint8_t level : {TensorSharding::kArgument, TensorSharding::kConstraint})
     for (size_t f = 0; f < numFactors; ++f)
       if (firmness(f) == level)
         factorOrder.push_back(f);

@@ -448,16 +448,17 @@ struct ShardingAnnotatePass
       if (r != "tokens" && r != "labels")
         continue;
       if (types[i].getRank() < 2)
-        return func.emitError("'") << a.name(i) << "' has no sequence dimension";
+        return func.emitError("'")
+               << a.name(i) << "' has no sequence dimension";
       int64_t seq = types[i].getDimSize(1);
       if (seq % spSize != 0)
         return func.emitError("sp-size=")
-               << static_cast<int64_t>(spSize) << " does not divide the sequence length " << seq
-               << " of '" << a.name(i) << "' " << shapeOf(types[i]);
-      args[i][1] = sp == "ring"
-                       ? DimFactors{SubFactor{seq / spSize, {}},
-                                    SubFactor{spSize, {spAxis}}}
-                       : DimFactors{SubFactor{seq, {spAxis}}};
+               << static_cast<int64_t>(spSize)
+               << " does not divide the sequence length " << seq << " of '"
+               << a.name(i) << "' " << shapeOf(types[i]);
+      args[i][1] = sp == "ring" ? DimFactors{SubFactor{seq / spSize, {}},
+                                             SubFactor{spSize, {spAxis}}}
+                                : DimFactors{SubFactor{seq, {spAxis}}};
     }
 
     // Tensor parallelism: Megatron's column/row pairs.
@@ -651,9 +652,9 @@ struct ShardingAnnotatePass
     int64_t batch = 0, seq = 0;
     DimFactors batchDim;
   };
-  std::optional<TokenLayout>
-  tokenLayout(func::FuncOp func, ArrayRef<SmallVector<DimFactors>> args,
-              ArrayRef<RankedTensorType> types) {
+  std::optional<TokenLayout> tokenLayout(func::FuncOp func,
+                                         ArrayRef<SmallVector<DimFactors>> args,
+                                         ArrayRef<RankedTensorType> types) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
       if (!role || role.getValue() != "tokens" || types[i].getRank() != 2)
@@ -682,7 +683,8 @@ struct ShardingAnnotatePass
                             "argument");
     if (tokens->seq % tp != 0)
       return func.emitError("sp=megatron: tp=")
-             << tp << " does not divide the sequence length " << tokens->seq;
+             << static_cast<int64_t>(tp)
+             << " does not divide the sequence length " << tokens->seq;
     SmallVector<Operation *> forward = training::forwardOpsOf(func.front());
     SmallVector<int64_t> layerOf;
     training::assignLayers(forward, layerOf);
@@ -708,9 +710,8 @@ struct ShardingAnnotatePass
     dims.push_back(DimFactors{SubFactor{tokens->seq, {kTpAxis}}});
     for (int64_t d = 2; d < type.getRank(); ++d)
       dims.push_back(DimFactors{SubFactor{type.getDimSize(d), {}}});
-    auto sharding = tsr::ShardingAttr::getFactored(func.getContext(),
-                                                   grid.symbol, dims, {},
-                                                   grid.shape);
+    auto sharding = tsr::ShardingAttr::getFactored(
+        func.getContext(), grid.symbol, dims, {}, grid.shape);
     for (Value v : boundaries)
       if (v && v.getType() == stream)
         constrain(v, sharding);
@@ -748,9 +749,10 @@ struct ShardingAnnotatePass
         dims.push_back(tokens->batchDim);
         dims.push_back(headDim);
       }
-      dims.push_back(DimFactors{
-          SubFactor{type.getDimSize(type.getRank() - 2), {seq.begin(), seq.end()}}});
-      dims.push_back(DimFactors{SubFactor{type.getDimSize(type.getRank() - 1), {}}});
+      dims.push_back(DimFactors{SubFactor{type.getDimSize(type.getRank() - 2),
+                                          {seq.begin(), seq.end()}}});
+      dims.push_back(
+          DimFactors{SubFactor{type.getDimSize(type.getRank() - 1), {}}});
       return tsr::ShardingAttr::getFactored(func.getContext(), grid.symbol,
                                             dims, {}, grid.shape);
     };
@@ -777,8 +779,9 @@ struct ShardingAnnotatePass
         }
         if (heads % (tp * spSize) != 0) {
           op->emitOpError("sp=ulysses: ")
-              << (tp > 1 ? "tp x sp-size = " : "sp-size = ") << tp * static_cast<int64_t>(spSize)
-              << " does not divide the " << heads << " attention heads";
+              << (tp > 1 ? "tp x sp-size = " : "sp-size = ")
+              << tp * static_cast<int64_t>(spSize) << " does not divide the "
+              << heads << " attention heads";
           return WalkResult::interrupt();
         }
         // Q, K and V (of the forward, read again by the backward) on head

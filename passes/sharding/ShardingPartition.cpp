@@ -92,8 +92,8 @@ struct Partitioner {
         if (su != sharding.end() && su->second.partial.empty() &&
             globalType.count(u)) {
           RankedTensorType ut = globalType[u];
-          FailureOr<Value> full = reshard(u, ut, su->second,
-                                          TensorSharding::replicated(ut), loc);
+          FailureOr<Value> full =
+              reshard(u, ut, su->second, TensorSharding::replicated(ut), loc);
           if (failed(full))
             return failure();
           OpBuilder b(view);

@@ -76,9 +76,9 @@ SmallVector<Operation *> tessera::training::forwardOpsOf(Block &body) {
       constant.insert(&op);
       continue;
     }
-    if (op.hasAttr("tsr.bwd") ||
-        llvm::any_of(op.getOperands(),
-                     [&](Value v) { return definedBy(v, backward); }))
+    if (op.hasAttr("tsr.bwd") || llvm::any_of(op.getOperands(), [&](Value v) {
+          return definedBy(v, backward);
+        }))
       backward.insert(&op);
     else
       forward.push_back(&op);

@@ -573,8 +573,9 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
     return t.isNull() ? nullptr : t.data<float>();
   };
   // Ring attention: its communicator, checked against ring_size.
-  auto ringComm = [comm, ringSize](const ExecContext &ctx)
-      -> llvm::Expected<const mpi::Communicator *> {
+  auto ringComm =
+      [comm, ringSize](
+          const ExecContext &ctx) -> llvm::Expected<const mpi::Communicator *> {
     RETURN_IF_ERROR(checkComm(ctx, comm));
     const mpi::Communicator &c = ctx.comms[comm];
     if (c.size() != ringSize)

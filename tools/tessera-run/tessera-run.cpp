@@ -498,9 +498,9 @@ int main(int argc, char **argv) {
       // Per kind, e.g. "bytes_reduce_scatter" (ring volumes, rank 0).
       for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
         auto kind = static_cast<mpi::CollectiveKind>(k);
-        rec.extra.emplace_back(
-            std::string("bytes_") + mpi::collectiveKindName(kind),
-            executor->traffic().stepBytes(kind));
+        rec.extra.emplace_back(std::string("bytes_") +
+                                   mpi::collectiveKindName(kind),
+                               executor->traffic().stepBytes(kind));
       }
       // The largest attention score block a kernel allocated (rank 0).
       if (int64_t scores = executor->kernelStats().attentionScoresBytes)

@@ -64,8 +64,9 @@ void computeScores(int64_t rows, int64_t nc, int64_t dh, int64_t sk,
 // One definition shared with the executor and the memory plan
 // (dialects/tsrt/AttentionWorkspace.h).
 
-int64_t tessera::runtime::cpu::attentionBlockWorkspaceElems(
-    const AttentionDims &d, bool backward) {
+int64_t
+tessera::runtime::cpu::attentionBlockWorkspaceElems(const AttentionDims &d,
+                                                    bool backward) {
   return tessera::tsrt::attentionBlockWorkspaceElems(d.sq, d.sk, backward);
 }
 
@@ -75,8 +76,9 @@ int64_t tessera::runtime::cpu::attentionWorkspaceElems(const AttentionDims &d,
                                                 backward, /*ring=*/false);
 }
 
-int64_t tessera::runtime::cpu::ringAttentionWorkspaceElems(
-    const AttentionDims &d, bool backward) {
+int64_t
+tessera::runtime::cpu::ringAttentionWorkspaceElems(const AttentionDims &d,
+                                                   bool backward) {
   return tessera::tsrt::attentionWorkspaceElems(d.batch, d.sq, d.sk, d.dh, d.dv,
                                                 backward, /*ring=*/true);
 }
@@ -181,7 +183,7 @@ void tessera::runtime::cpu::attentionBlockBackward(
     float *dk, float *dv, float *workspace) {
   assert(qPos.stride >= 1 && kPos.stride >= 1 && "positions must increase");
   const int64_t R = blockRows(d.sq);
-  float *p = workspace;            // P, then dS      [rows x nc]
+  float *p = workspace;             // P, then dS      [rows x nc]
   float *dp = workspace + R * d.sk; // dP             [rows x nc]
   for (int64_t b = 0; b < d.batch; ++b) {
     const float *kb = k + b * d.sk * d.dh;
@@ -211,11 +213,11 @@ void tessera::runtime::cpu::attentionBlockBackward(
           prow[j] = std::exp(prow[j] - l);
       }
       // dV[0:nc] += P^T dO
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, d.dv, rows,
-                  1.0f, p, nc, doBlk, d.dv, 1.0f, dvb, d.dv);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, d.dv, rows, 1.0f,
+                  p, nc, doBlk, d.dv, 1.0f, dvb, d.dv);
       // dP = dO V[0:nc]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nc, d.dv,
-                  1.0f, doBlk, d.dv, vb, d.dv, 0.0f, dp, nc);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nc, d.dv, 1.0f,
+                  doBlk, d.dv, vb, d.dv, 0.0f, dp, nc);
       // dS = P * (dP - delta)   (in place over P)
       for (int64_t ii = 0; ii < rows; ++ii) {
         float *prow = p + ii * nc;
@@ -256,11 +258,10 @@ void tessera::runtime::cpu::attentionForward(const AttentionDims &d,
       std::fill(oBlk, oBlk + rows * d.dv, 0.0f);
       std::fill(rowMax, rowMax + rows, kNegInf);
       std::fill(rowSum, rowSum + rows, 0.0f);
-      attentionBlockForward(sub, q + row0 * d.dh, k + b * d.sk * d.dh,
-                            v + b * d.sk * d.dv,
-                            mask ? mask + i0 * d.sk : nullptr, scale, causal,
-                            SeqPositions{i0, 1}, SeqPositions{0, 1}, oBlk,
-                            rowMax, rowSum, workspace);
+      attentionBlockForward(
+          sub, q + row0 * d.dh, k + b * d.sk * d.dh, v + b * d.sk * d.dv,
+          mask ? mask + i0 * d.sk : nullptr, scale, causal, SeqPositions{i0, 1},
+          SeqPositions{0, 1}, oBlk, rowMax, rowSum, workspace);
       attentionBlockFinalize(rows, d.dv, oBlk, rowMax, rowSum, lse + row0);
     }
   }
@@ -286,9 +287,9 @@ void tessera::runtime::cpu::attentionBackward(
       attentionBlockBackward(
           sub, q + row0 * d.dh, k + b * d.sk * d.dh, v + b * d.sk * d.dv,
           dout + row0 * d.dv, lse + row0, delta,
-          mask ? mask + i0 * d.sk : nullptr, scale, causal,
-          SeqPositions{i0, 1}, SeqPositions{0, 1}, dq + row0 * d.dh,
-          dk + b * d.sk * d.dh, dv + b * d.sk * d.dv, workspace);
+          mask ? mask + i0 * d.sk : nullptr, scale, causal, SeqPositions{i0, 1},
+          SeqPositions{0, 1}, dq + row0 * d.dh, dk + b * d.sk * d.dh,
+          dv + b * d.sk * d.dv, workspace);
     }
   }
 }

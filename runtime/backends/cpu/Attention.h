@@ -175,8 +175,8 @@ void attentionBlockFinalize(int64_t rows, int64_t dv, float *oAcc,
 
 /// delta[r] = sum_c dout[r, c] * o[r, c] (accumulated in double), rows =
 /// batch*sq.
-void attentionDelta(int64_t rows, int64_t dv, const float *dout,
-                    const float *o, float *delta);
+void attentionDelta(int64_t rows, int64_t dv, const float *dout, const float *o,
+                    float *delta);
 
 /// Gradient contributions of one K/V block, ACCUMULATED into dq [batch, sq,
 /// dh], dk [batch, sk, dh], dv [batch, sk, dv]. lse and delta [batch, sq]

@@ -132,7 +132,8 @@ Reference naiveAttention(const AttentionDims &d, const std::vector<float> &q,
       for (int64_t j = 0; j < d.sk; ++j) {
         double acc = 0;
         for (int64_t c = 0; c < d.dv; ++c) {
-          r.dv[(b * d.sk + j) * d.dv + c] += P[i * d.sk + j] * dob[i * d.dv + c];
+          r.dv[(b * d.sk + j) * d.dv + c] +=
+              P[i * d.sk + j] * dob[i * d.dv + c];
           acc += double(dob[i * d.dv + c]) * vb[j * d.dv + c];
         }
         dP[i * d.sk + j] = acc;
@@ -336,8 +337,8 @@ struct Ring {
 };
 
 /// global [batch, S, dim] -> rank r's [batch, S/K, dim] (rows r, r+K, ...).
-std::vector<float> stripe(const std::vector<float> &g, int64_t batch,
-                          int64_t S, int64_t dim, int64_t K, int64_t r) {
+std::vector<float> stripe(const std::vector<float> &g, int64_t batch, int64_t S,
+                          int64_t dim, int64_t K, int64_t r) {
   int64_t n = S / K;
   std::vector<float> out(batch * n * dim);
   for (int64_t b = 0; b < batch; ++b)
@@ -363,7 +364,8 @@ void checkRing(int64_t batch, int64_t S, int64_t dh, int64_t dv, int K,
   ASSERT_EQ(S % K, 0);
   AttentionDims gd{batch, S, S, dh, dv};
   auto q = randomVec(batch * S * dh, 101), k = randomVec(batch * S * dh, 102),
-       v = randomVec(batch * S * dv, 103), dout = randomVec(batch * S * dv, 104);
+       v = randomVec(batch * S * dv, 103),
+       dout = randomVec(batch * S * dv, 104);
   const float scale = 1.5f / std::sqrt(float(dh));
   Result want = runPlain(gd, q, k, v, nullptr, scale, causal, dout);
   Reference exact = naiveAttention(gd, q, k, v, nullptr, scale, causal, dout);
