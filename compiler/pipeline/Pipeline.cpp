@@ -93,7 +93,8 @@ pipeline::partitionStages(const planner::Plan &plan) {
 }
 
 LogicalResult pipeline::dumpModule(ModuleOp module, StringRef dir,
-                                   unsigned index, StringRef name) {
+                                   unsigned index, StringRef name,
+                                   bool generic) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return module.emitError("cannot create dump directory '")
            << dir << "': " << ec.message();
@@ -105,7 +106,11 @@ LogicalResult pipeline::dumpModule(ModuleOp module, StringRef dir,
   llvm::raw_fd_ostream os(path, ec);
   if (ec)
     return module.emitError("cannot write '") << path << "': " << ec.message();
-  module.print(os, OpPrintingFlags().elideLargeResourceString(64));
+  OpPrintingFlags flags;
+  flags.elideLargeResourceString(64);
+  if (generic)
+    flags.printGenericOpForm().assumeVerified();
+  module.print(os, flags);
   return success();
 }
 
@@ -121,8 +126,14 @@ LogicalResult pipeline::runStages(ModuleOp module, ArrayRef<Stage> stages,
     if (failed(parsePassPipeline(stage.pipeline, pm, errs)))
       return module.emitError("bad pass pipeline '")
              << stage.pipeline << "': " << errors;
-    if (failed(pm.run(module)))
+    if (failed(pm.run(module))) {
+      // The IR that failed is what one needs to debug the pass: dump it in the
+      // generic form, which prints even when the verifier rejects it.
+      if (!dumpDir.empty())
+        (void)dumpModule(module, dumpDir, index, stage.name + ".failed",
+                         /*generic=*/true);
       return failure();
+    }
     if (!dumpDir.empty() &&
         failed(dumpModule(module, dumpDir, index, stage.name)))
       return failure();

@@ -29,13 +29,16 @@ struct Stage {
 /// The stages that turn @forward into the partitioned @train_step for `plan`.
 std::vector<Stage> partitionStages(const planner::Plan &plan);
 
-/// Writes `module` to `dir/NN-name.mlir` (creating `dir`).
+/// Writes `module` to `dir/NN-name.mlir` (creating `dir`). `generic` prints
+/// the generic op form without verifying, for IR that a pass left invalid.
 mlir::LogicalResult dumpModule(mlir::ModuleOp module, llvm::StringRef dir,
-                               unsigned index, llvm::StringRef name);
+                               unsigned index, llvm::StringRef name,
+                               bool generic = false);
 
 /// Runs `stages` in order on `module`. Stops at the first failing pass (its
 /// diagnostics have been emitted) and returns failure. When `dumpDir` is not
-/// empty, writes the IR after each stage, numbered from `firstIndex`.
+/// empty, writes the IR after each stage, numbered from `firstIndex`, and
+/// the IR a failing stage left as `NN-name.failed.mlir` (generic form).
 mlir::LogicalResult runStages(mlir::ModuleOp module,
                               llvm::ArrayRef<Stage> stages,
                               llvm::StringRef dumpDir, unsigned firstIndex = 1);

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
 namespace tessera::sharding {
@@ -758,7 +759,9 @@ struct ShardingAnnotatePass
     };
     SmallVector<int16_t, 2> tpAxes(headAxes.begin(), headAxes.end() - 1);
     SmallVector<int16_t, 1> spAxes{spAxis};
-    DenseMap<Value, tsr::ShardingAttr> wanted;
+    // In walk order, so the constraints (and the IR) do not depend on
+    // pointer values.
+    llvm::MapVector<Value, tsr::ShardingAttr> wanted;
     WalkResult walk = func.walk([&](Operation *op) {
       if (!isa<tsr::AttentionOp, tsr::AttentionGradOp>(op))
         return WalkResult::advance();

@@ -38,6 +38,10 @@ struct Partitioner {
   DenseMap<std::pair<Value, Attribute>, Value> cache;
   /// Ops created by the current reshard.
   SmallPtrSet<Operation *, 8> created;
+  /// Ops replaced during the rewrite, erased when it ends. The maps above
+  /// are keyed by Value: erasing an op mid-rewrite would let a new op be
+  /// allocated at its address and inherit its stale entries.
+  SmallVector<Operation *> dead;
 
   Value reshape(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
     auto type = cast<RankedTensorType>(v.getType());
@@ -336,7 +340,7 @@ struct Partitioner {
         fixed.fixed = TensorSharding::kConstraint;
         sharding[*nv] = fixed;
         c.getResult().replaceAllUsesWith(*nv);
-        c.erase();
+        dead.push_back(c);
         continue;
       }
       OpPlan plan = planOp(rule, operands, results, grid);
@@ -409,6 +413,9 @@ struct Partitioner {
     }
     func.setFunctionType(FunctionType::get(
         func.getContext(), func.getBody().getArgumentTypes(), resultTypes));
+    for (Operation *op : llvm::reverse(dead))
+      op->erase();
+    dead.clear();
     return success();
   }
 
@@ -431,7 +438,7 @@ struct Partitioner {
       result.replaceAllUsesWith(c->getResult(0));
       globalType[c->getResult(0)] = global;
       sharding[c->getResult(0)] = want;
-      op->erase();
+      dead.push_back(op);
       return success();
     }
     FailureOr<Value> nv = reshard(
