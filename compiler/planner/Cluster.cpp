@@ -2,6 +2,7 @@
 
 #include "compiler/planner/Cluster.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -136,6 +137,86 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
   if (!inter)
     return inter.takeError();
   c.interNode = *inter;
+
+  // Optional, measured by calibration.
+  for (auto [key, field] : {std::pair{"memory_bandwidth", &c.memoryBandwidth},
+                            std::pair{"op_overhead", &c.opOverhead}})
+    if (obj->get(key)) {
+      auto v = r.number(key, /*allowZero=*/true);
+      if (!v)
+        return v.takeError();
+      *field = *v;
+    }
+  if (obj->get("gemm_peak_fraction")) {
+    auto v = r.number("gemm_peak_fraction");
+    if (!v)
+      return v.takeError();
+    if (*v > 1)
+      return r.bad("gemm_peak_fraction", "must be in (0, 1]");
+    c.gemmPeakFraction = *v;
+  }
+  if (const llvm::json::Value *v = obj->get("gemm")) {
+    const llvm::json::Array *points = v->getAsArray();
+    if (!points)
+      return r.bad("gemm", "must be an array");
+    for (auto [i, p] : llvm::enumerate(*points)) {
+      const llvm::json::Object *po = p.getAsObject();
+      std::string prefix = "gemm[" + std::to_string(i) + "].";
+      if (!po)
+        return fail("cluster: field '" + prefix.substr(0, prefix.size() - 1) +
+                    "' must be an object");
+      FieldReader pr{*po, prefix};
+      Cluster::GemmPoint g;
+      std::optional<StringRef> dtype = po->getString("dtype");
+      if (!dtype)
+        return pr.missing("dtype");
+      g.dtype = dtype->str();
+      for (auto [key, field] :
+           {std::pair{"m", &g.m}, std::pair{"n", &g.n}, std::pair{"k", &g.k}}) {
+        auto d = pr.positiveInt(key);
+        if (!d)
+          return d.takeError();
+        *field = *d;
+      }
+      auto f = pr.number("flops");
+      if (!f)
+        return f.takeError();
+      g.flops = *f;
+      c.gemm.push_back(std::move(g));
+    }
+  }
+  if (obj->get("collectives")) {
+    auto kinds = r.object("collectives");
+    if (!kinds)
+      return kinds.takeError();
+    FieldReader kr{**kinds, "collectives."};
+    for (const auto &kv : **kinds) {
+      StringRef kind = kv.first;
+      if (!llvm::is_contained({"all_reduce", "all_gather", "reduce_scatter",
+                               "all_to_all", "send_recv"},
+                              kind))
+        return kr.bad(kind, "is not a collective (all_reduce, all_gather, "
+                            "reduce_scatter, all_to_all, send_recv)");
+      auto links = kr.object(kind);
+      if (!links)
+        return links.takeError();
+      FieldReader lr{**links, "collectives." + kind.str() + "."};
+      Cluster::LinkPair pair;
+      if ((*links)->get("intra_node")) {
+        auto l = parseLink(lr, "intra_node");
+        if (!l)
+          return l.takeError();
+        pair.intraNode = *l;
+      }
+      if ((*links)->get("inter_node")) {
+        auto l = parseLink(lr, "inter_node");
+        if (!l)
+          return l.takeError();
+        pair.interNode = *l;
+      }
+      c.collectiveLinks[kind.str()] = pair;
+    }
+  }
   return c;
 }
 
@@ -147,14 +228,40 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
     return llvm::json::Object{{"bandwidth", l.bandwidth},
                               {"latency", l.latency}};
   };
-  return llvm::json::Object{{"name", c.name},
-                            {"nodes", c.nodes},
-                            {"devices_per_node", c.devicesPerNode},
-                            {"peak_flops", std::move(flops)},
-                            {"memory_bytes", c.memoryBytes},
-                            {"intra_node", link(c.intraNode)},
-                            {"inter_node", link(c.interNode)},
-                            {"source", c.source}};
+  llvm::json::Object out{{"name", c.name},
+                         {"nodes", c.nodes},
+                         {"devices_per_node", c.devicesPerNode},
+                         {"peak_flops", std::move(flops)},
+                         {"memory_bytes", c.memoryBytes},
+                         {"intra_node", link(c.intraNode)},
+                         {"inter_node", link(c.interNode)},
+                         {"source", c.source},
+                         {"memory_bandwidth", c.memoryBandwidth},
+                         {"op_overhead", c.opOverhead},
+                         {"gemm_peak_fraction", c.gemmPeakFraction}};
+  if (!c.gemm.empty()) {
+    llvm::json::Array points;
+    for (const Cluster::GemmPoint &g : c.gemm)
+      points.push_back(llvm::json::Object{{"dtype", g.dtype},
+                                          {"m", g.m},
+                                          {"n", g.n},
+                                          {"k", g.k},
+                                          {"flops", g.flops}});
+    out["gemm"] = std::move(points);
+  }
+  if (!c.collectiveLinks.empty()) {
+    llvm::json::Object kinds;
+    for (const auto &[kind, pair] : c.collectiveLinks) {
+      llvm::json::Object links;
+      if (pair.intraNode)
+        links["intra_node"] = link(*pair.intraNode);
+      if (pair.interNode)
+        links["inter_node"] = link(*pair.interNode);
+      kinds[kind] = std::move(links);
+    }
+    out["collectives"] = std::move(kinds);
+  }
+  return out;
 }
 
 //===----------------------------------------------------------------------===//
@@ -168,6 +275,11 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
 // the network is one adapter. FLOP/s are dense (the datasheets' "with
 // sparsity" figures are halved). "GB" of memory is taken as 10^9 bytes,
 // which is below the GiB the parts really have, so the estimate is safe.
+//
+// gemm_peak_fraction 0.8 is NOT from a datasheet either: it is the usual
+// ceiling of cuBLAS on large bf16/fp16 GEMMs (about 250 of 312 TFLOP/s on
+// A100), an estimate that `tessera-run --calibrate` replaces by a measured
+// GEMM table.
 //
 // Latencies are NOT from datasheets: they are typical NCCL small-message
 // times (a few µs over NVLink/NVSwitch inside a node, 5-10 µs across
@@ -183,7 +295,9 @@ static Cluster dgxA100(int64_t nodes) {
   // TFLOP/s, TF32 Tensor Core 156 TFLOP/s (312 with sparsity).
   c.peakFlops = {
       {"bf16", 312e12}, {"fp16", 312e12}, {"fp32", 19.5e12}, {"tf32", 156e12}};
-  c.memoryBytes = 80e9; // datasheet: 80 GB HBM2e
+  c.memoryBytes = 80e9;         // datasheet: 80 GB HBM2e
+  c.memoryBandwidth = 2.039e12; // datasheet: 2,039 GB/s (80GB SXM)
+  c.gemmPeakFraction = 0.8;     // estimate, see above
   // Datasheet: third-generation NVLink 600 GB/s per GPU (both directions
   // together) -> 300 GB/s per direction.
   c.intraNode = {300e9, 3e-6};
@@ -192,7 +306,8 @@ static Cluster dgxA100(int64_t nodes) {
   c.interNode = {25e9, 8e-6};
   c.source =
       "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM): 312 TFLOP/s "
-      "bf16/fp16 dense, 19.5 TFLOP/s fp32, 156 TFLOP/s tf32, 80 GB HBM2e, "
+      "bf16/fp16 dense, 19.5 TFLOP/s fp32, 156 TFLOP/s tf32, 80 GB HBM2e at "
+      "2,039 GB/s, "
       "NVLink 3 600 GB/s total (300 GB/s per direction); NVIDIA DGX A100 "
       "User Guide: 8 GPUs per node, 8x ConnectX-6 HDR InfiniBand 200 Gb/s "
       "(25 GB/s per GPU per direction); latencies 3 us intra-node / 8 us "
@@ -210,7 +325,9 @@ static Cluster dgxH100(int64_t nodes) {
   // TF32 Tensor Core 989 with sparsity -> 494.5 dense.
   c.peakFlops = {
       {"bf16", 989e12}, {"fp16", 989e12}, {"fp32", 67e12}, {"tf32", 494.5e12}};
-  c.memoryBytes = 80e9; // datasheet: 80 GB HBM3
+  c.memoryBytes = 80e9;        // datasheet: 80 GB HBM3
+  c.memoryBandwidth = 3.35e12; // datasheet: 3.35 TB/s (SXM)
+  c.gemmPeakFraction = 0.8;    // estimate, see above
   // Datasheet: fourth-generation NVLink 900 GB/s per GPU (both directions
   // together) -> 450 GB/s per direction.
   c.intraNode = {450e9, 3e-6};
@@ -220,11 +337,13 @@ static Cluster dgxH100(int64_t nodes) {
   c.source =
       "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): 989 TFLOP/s "
       "bf16/fp16 dense (1,979 with sparsity), 67 TFLOP/s fp32, 494.5 TFLOP/s "
-      "tf32 dense, 80 GB HBM3, NVLink 4 900 GB/s total (450 GB/s per "
+      "tf32 dense, 80 GB HBM3 at 3.35 TB/s, NVLink 4 900 GB/s total (450 "
+      "GB/s per "
       "direction); NVIDIA DGX H100 User Guide: 8 GPUs per node, 8x "
       "ConnectX-7 NDR InfiniBand 400 Gb/s (50 GB/s per GPU per direction); "
       "latencies 3 us intra-node / 8 us inter-node are typical NCCL "
-      "estimates, to be replaced by calibration";
+      "estimates and gemm_peak_fraction 0.8 a typical cuBLAS ceiling, to be "
+      "replaced by calibration";
   return c;
 }
 

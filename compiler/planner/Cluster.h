@@ -19,7 +19,23 @@
 //     "source": "free text: where the figures come from"
 //   }
 //
-// `name` and `source` are optional; everything else is required.
+// `name` and `source` are optional; so are these, which calibration
+// (`tessera-run --calibrate`) measures and presets partly give:
+//
+//     "memory_bandwidth": 2.0e12,      // device memory, bytes/s (streaming)
+//     "op_overhead": 5e-6,             // seconds of fixed cost per kernel
+//     "gemm_peak_fraction": 0.8,       // best fraction of peak a GEMM reaches
+//     "gemm": [                        // measured GEMMs C[m,n] = A[m,k]·B[k,n]
+//       {"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops": 4.1e10}, ...
+//     ],
+//     "collectives": {                 // per-kind α-β, overriding the links
+//       "all_reduce": {"intra_node": {"bandwidth": 3e9, "latency": 2e-5}},
+//       ...                            // also all_gather, reduce_scatter,
+//     }                                // all_to_all, send_recv; inter_node
+//
+// Absent, memory_bandwidth and op_overhead are 0 (not modelled),
+// gemm_peak_fraction is 1, gemm is empty and every collective uses the
+// `intra_node` / `inter_node` link.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,7 +47,9 @@
 #include "llvm/Support/JSON.h"
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace tessera::planner {
 
@@ -55,6 +73,41 @@ struct Cluster {
   Link intraNode, interNode;
   /// Where the figures come from (datasheets, papers, or calibration).
   std::string source;
+
+  /// Streaming bandwidth of device memory, bytes/s; 0 = not modelled.
+  double memoryBandwidth = 0;
+  /// Fixed cost of one kernel (launch, dispatch), seconds; 0 = none.
+  double opOverhead = 0;
+  /// The largest fraction of peakFlops a GEMM reaches (cuBLAS on large
+  /// shapes); the GEMM model's ceiling when `gemm` has no measurement.
+  double gemmPeakFraction = 1.0;
+  /// One measured GEMM C[m, n] = A[m, k] · B[k, n]: achieved FLOP/s.
+  struct GemmPoint {
+    std::string dtype;
+    int64_t m = 0, n = 0, k = 0;
+    double flops = 0;
+  };
+  std::vector<GemmPoint> gemm;
+  /// Per-collective links ("all_reduce", "all_gather", "reduce_scatter",
+  /// "all_to_all", "send_recv"), measured by calibration with nccl-tests'
+  /// bus-bandwidth definitions; a kind not listed uses intraNode/interNode.
+  struct LinkPair {
+    std::optional<Link> intraNode, interNode;
+  };
+  std::map<std::string, LinkPair> collectiveLinks;
+
+  /// The link collectives of `kind` use inside a node (`withinNode`) or
+  /// across nodes.
+  const Link &link(llvm::StringRef kind, bool withinNode) const {
+    auto it = collectiveLinks.find(kind.str());
+    if (it != collectiveLinks.end()) {
+      const std::optional<Link> &l =
+          withinNode ? it->second.intraNode : it->second.interNode;
+      if (l)
+        return *l;
+    }
+    return withinNode ? intraNode : interNode;
+  }
 
   int64_t devices() const { return nodes * devicesPerNode; }
 };

@@ -160,3 +160,58 @@ TEST(ClusterJSON, ErrorsNameTheField) {
 }
 
 } // namespace
+
+TEST(ClusterJSON, CalibratedFields) {
+  llvm::Expected<llvm::json::Value> v = llvm::json::parse(R"({
+    "nodes": 1, "devices_per_node": 4,
+    "peak_flops": {"fp32": 5e10}, "memory_bytes": 6e9,
+    "intra_node": {"bandwidth": 4e9, "latency": 1e-5},
+    "inter_node": {"bandwidth": 4e9, "latency": 1e-5},
+    "memory_bandwidth": 1.5e10, "op_overhead": 3e-6,
+    "gemm_peak_fraction": 0.9,
+    "gemm": [{"dtype": "fp32", "m": 64, "n": 128, "k": 256, "flops": 2e10}],
+    "collectives": {"all_to_all": {"intra_node": {"bandwidth": 1e9,
+                                                  "latency": 4e-5}}}})");
+  ASSERT_TRUE(static_cast<bool>(v));
+  llvm::Expected<Cluster> c = parseCluster(*v);
+  ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+  EXPECT_DOUBLE_EQ(c->memoryBandwidth, 1.5e10);
+  EXPECT_DOUBLE_EQ(c->opOverhead, 3e-6);
+  EXPECT_DOUBLE_EQ(c->gemmPeakFraction, 0.9);
+  ASSERT_EQ(c->gemm.size(), 1u);
+  EXPECT_EQ(c->gemm[0].dtype, "fp32");
+  EXPECT_EQ(c->gemm[0].n, 128);
+  EXPECT_DOUBLE_EQ(c->gemm[0].flops, 2e10);
+  // The measured all-to-all link overrides the node link; others fall back.
+  EXPECT_DOUBLE_EQ(c->link("all_to_all", true).bandwidth, 1e9);
+  EXPECT_DOUBLE_EQ(c->link("all_to_all", false).bandwidth, 4e9);
+  EXPECT_DOUBLE_EQ(c->link("all_reduce", true).latency, 1e-5);
+
+  llvm::Expected<Cluster> back = parseCluster(toJSON(*c));
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(toJSON(*back), toJSON(*c));
+
+  // Presets leave the measured fields absent except what datasheets give.
+  Cluster a100 = *clusterPreset("dgx-a100:1");
+  EXPECT_DOUBLE_EQ(a100.memoryBandwidth, 2.039e12);
+  EXPECT_TRUE(a100.gemm.empty());
+  EXPECT_TRUE(a100.collectiveLinks.empty());
+
+  auto errorWith = [&](llvm::StringRef key, llvm::json::Value value) {
+    llvm::json::Value w = *v;
+    (*w.getAsObject())[key] = std::move(value);
+    return errorOf(parseCluster(w));
+  };
+  EXPECT_NE(errorWith("gemm_peak_fraction", 1.5).find("must be in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(errorWith("gemm", llvm::json::Array{llvm::json::Object{
+                                  {"dtype", "fp32"}, {"m", 1}, {"n", 1}}})
+                .find("missing field 'gemm[0].k'"),
+            std::string::npos);
+  EXPECT_NE(errorWith("collectives",
+                      llvm::json::Object{{"broadcast", llvm::json::Object{}}})
+                .find("'collectives.broadcast' is not a collective"),
+            std::string::npos);
+  EXPECT_NE(errorWith("op_overhead", -1.0).find("'op_overhead'"),
+            std::string::npos);
+}
