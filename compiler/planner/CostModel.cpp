@@ -79,18 +79,15 @@ bool tessera::planner::axisWithinNode(const Cluster &cluster,
   for (size_t i = 0; i <= axis; ++i)
     total *= gridShape[i];
   int64_t perNode = cluster.devicesPerNode;
-  // A group is {base + k·stride : 0 <= k < size} for every base whose
-  // coordinate on `axis` is 0; ranks grow with k, so it lies in one node
-  // iff its first and last rank do. Checking every group is exact for any
-  // grid and node size (and cheap: one check per group).
-  int64_t span = (size - 1) * stride;
-  for (int64_t base = 0; base < total; ++base) {
-    if ((base / stride) % size != 0)
-      continue;
-    if (base / perNode != (base + span) / perNode)
-      return false;
-  }
-  return true;
+  // A group is {base + k·stride : 0 <= k < size}; the `stride` groups with
+  // the same slower coordinates tile a block of stride·size consecutive
+  // ranks. If a node boundary falls strictly inside a block, the group
+  // whose elements straddle it crosses nodes; otherwise every group lies
+  // in one node. So: all groups stay inside a node iff the ranks fit in
+  // one node or the block size divides the node size.
+  if (total <= perNode)
+    return true;
+  return perNode % (stride * size) == 0;
 }
 
 const Cluster::Link &

@@ -109,6 +109,46 @@ TEST(CostModel, AxisPlacementUnalignedNodes) {
   EXPECT_FALSE(axisWithinNode(c, {2, 2, 3}, 0));
 }
 
+/// Every group checked one by one: the definition axisWithinNode's closed
+/// form must agree with.
+static bool withinNodeByGroups(int64_t perNode,
+                               const std::vector<int64_t> &shape,
+                               size_t axis) {
+  int64_t stride = 1, total = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    total *= shape[i];
+    if (i > axis)
+      stride *= shape[i];
+  }
+  for (int64_t r = 0; r < total; ++r) {
+    if ((r / stride) % shape[axis] != 0)
+      continue;
+    for (int64_t k = 1; k < shape[axis]; ++k)
+      if ((r + k * stride) / perNode != r / perNode)
+        return false;
+  }
+  return true;
+}
+
+TEST(CostModel, AxisPlacementClosedFormMatchesEveryGroup) {
+  int64_t checked = 0;
+  for (int64_t perNode : {1, 2, 3, 4, 6, 8})
+    for (int64_t a : {1, 2, 3, 4, 8})
+      for (int64_t b : {1, 2, 3, 4})
+        for (int64_t c : {1, 2, 4, 6}) {
+          std::vector<int64_t> shape = {a, b, c};
+          Cluster cl;
+          cl.devicesPerNode = perNode;
+          cl.nodes = (a * b * c + perNode - 1) / perNode;
+          for (size_t axis = 0; axis < 3; ++axis, ++checked)
+            EXPECT_EQ(axisWithinNode(cl, shape, axis),
+                      withinNodeByGroups(perNode, shape, axis))
+                << "perNode " << perNode << " shape " << a << "x" << b << "x"
+                << c << " axis " << axis;
+        }
+  EXPECT_EQ(checked, 6 * 5 * 4 * 4 * 3);
+}
+
 TEST(CostModel, AxisPlacementNames) {
   AxisPlacement grid{{"dp", "pp", "tp"}, {4, 2, 8}};
   EXPECT_EQ(grid.axisIndex("tp"), 2);

@@ -1,0 +1,234 @@
+//===- Search.cpp - the parallel-plan search ------------------------------===//
+
+#include "compiler/planner/Search.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+using namespace tessera::planner;
+
+static llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+std::string tessera::planner::formatGB(double bytes) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::format("%.1f GB", bytes / 1e9);
+  return out;
+}
+
+/// Divisors of n in increasing order.
+static std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      out.push_back(i);
+      if (i != n / i)
+        out.push_back(n / i);
+    }
+  llvm::sort(out);
+  return out;
+}
+
+/// `all` restricted to the pinned value (which must be in it, else empty).
+static std::vector<int64_t> pinned(std::vector<int64_t> all,
+                                   const std::optional<int64_t> &pin) {
+  if (!pin)
+    return all;
+  return llvm::is_contained(all, *pin) ? std::vector<int64_t>{*pin}
+                                       : std::vector<int64_t>{};
+}
+
+namespace {
+struct Collector {
+  std::map<std::string, RejectedRegion> regions;
+
+  void add(llvm::StringRef kind, const std::string &region,
+           const std::string &reason, double excess = 0) {
+    std::string key = (kind + "|" + region).str();
+    auto [it, inserted] = regions.try_emplace(key);
+    RejectedRegion &r = it->second;
+    if (inserted) {
+      r.kind = kind.str();
+      r.region = region;
+      r.reason = reason;
+      r.excessBytes = excess;
+    } else if (kind == "memory" && excess < r.excessBytes) {
+      r.reason = reason;
+      r.excessBytes = excess;
+    }
+    ++r.count;
+  }
+};
+} // namespace
+
+llvm::Expected<SearchResult>
+tessera::planner::searchPlans(const TransformerShape &shape,
+                              const Cluster &cluster,
+                              const SearchOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  if (llvm::Error err = shape.validate())
+    return std::move(err);
+  int64_t n = options.devices;
+  if (n < 1)
+    return fail("--devices must be >= 1, got " + llvm::Twine(n));
+  if (n > cluster.devices())
+    return fail("--devices " + llvm::Twine(n) + " is more than cluster '" +
+                cluster.name + "' has (" + llvm::Twine(cluster.devices()) +
+                ")");
+  if (!cluster.peakFlops.count(options.cost.precision))
+    return fail("cluster '" + cluster.name + "' has no peak FLOP/s for " +
+                options.cost.precision);
+  const Pins &pin = options.pins;
+  for (auto [name, v] :
+       {std::pair{"dp", pin.dp}, std::pair{"tp", pin.tp},
+        std::pair{"pp", pin.pp}, std::pair{"sp-size", pin.spSize},
+        std::pair{"micro-batch size", pin.microBatchSize},
+        std::pair{"virtual stages", pin.virtualStages}})
+    if (v && *v < 1)
+      return fail(llvm::Twine("pinned ") + name + " must be >= 1, got " +
+                  llvm::Twine(*v));
+  if (pin.zero && (*pin.zero < 0 || *pin.zero > 3))
+    return fail("pinned ZeRO stage must be 0..3, got " +
+                llvm::Twine(*pin.zero));
+  if (pin.sp &&
+      !llvm::is_contained({"none", "megatron", "ulysses", "ring"}, *pin.sp))
+    return fail("pinned sp must be none, megatron, ulysses or ring, got '" +
+                *pin.sp + "'");
+  if (pin.recompute &&
+      !llvm::is_contained({"none", "selective", "full"}, *pin.recompute))
+    return fail("pinned recompute must be none, selective or full, got '" +
+                *pin.recompute + "'");
+  if (pin.schedule && !llvm::is_contained({"gpipe", "1f1b"}, *pin.schedule))
+    return fail("pinned schedule must be gpipe or 1f1b, got '" +
+                *pin.schedule + "'");
+  double memoryLimit =
+      options.memoryBytes > 0 ? options.memoryBytes : cluster.memoryBytes;
+
+  std::vector<std::string> spKinds = {"none", "megatron", "ulysses", "ring"};
+  if (pin.sp)
+    spKinds = {*pin.sp};
+  std::vector<std::string> recomputes = {"none", "selective", "full"};
+  if (pin.recompute)
+    recomputes = {*pin.recompute};
+  std::vector<int64_t> zeros = pinned({0, 1, 2, 3}, pin.zero);
+
+  SearchResult result;
+  Collector rejected;
+  std::vector<ScoredPlan> feasible;
+  auto consider = [&](Candidate c) {
+    ++result.considered;
+    if (std::string why = divisibilityProblem(shape, c); !why.empty()) {
+      rejected.add("divisibility", why, why);
+      return;
+    }
+    if (options.unsupported)
+      if (std::string why = options.unsupported(c); !why.empty()) {
+        rejected.add("unsupported", why, why);
+        return;
+      }
+    double need = predictMemory(shape, c, options.cost).total();
+    if (need > memoryLimit) {
+      std::string region;
+      llvm::raw_string_ostream os(region);
+      os << "tp=" << c.tp << " pp=" << c.pp;
+      if (c.sp != "none")
+        os << " sp=" << c.sp;
+      if (c.seqRanks() > 1)
+        os << " sp-size=" << c.spSize;
+      os << " zero=" << c.zero;
+      std::string reason = "out of memory by " +
+                           formatGB(need - memoryLimit) + ": needs " +
+                           formatGB(need) + " of " + formatGB(memoryLimit) +
+                           " (best: " + c.str() + ")";
+      rejected.add("memory", region, reason, need - memoryLimit);
+      return;
+    }
+    llvm::Expected<Prediction> pred =
+        predict(shape, c, cluster, options.cost);
+    if (!pred) {
+      std::string why = llvm::toString(pred.takeError());
+      rejected.add("unsupported", why, why);
+      return;
+    }
+    ++result.feasible;
+    feasible.push_back({std::move(c), std::move(*pred)});
+  };
+
+  for (int64_t tp : pinned(divisors(n), pin.tp))
+    for (int64_t pp : pinned(divisors(n / tp), pin.pp))
+      for (const std::string &sp : spKinds) {
+        if (sp == "megatron" && tp < 2)
+          continue;
+        std::vector<int64_t> spSizes = {1};
+        if (sp == "ulysses" || sp == "ring") {
+          spSizes.clear();
+          for (int64_t k : divisors(n / (tp * pp)))
+            if (k > 1)
+              spSizes.push_back(k);
+        }
+        for (int64_t k : pinned(spSizes, pin.spSize)) {
+          int64_t dp = n / (tp * pp * k);
+          if (pin.dp && *pin.dp != dp)
+            continue;
+          // Micro-batch sizes: divisors of the per-rank batch.
+          if (shape.globalBatch % dp != 0) {
+            Candidate c;
+            c.dp = dp;
+            c.tp = tp;
+            c.pp = pp;
+            consider(c);
+            continue;
+          }
+          std::vector<int64_t> vs = {1};
+          if (pp > 1)
+            vs = divisors(std::max<int64_t>(1, shape.layers / pp));
+          for (int64_t mbs :
+               pinned(divisors(shape.globalBatch / dp), pin.microBatchSize))
+            for (int64_t v : pinned(vs, pin.virtualStages))
+              for (int64_t zero : zeros)
+                for (const std::string &rc : recomputes) {
+                  if (zero > 0 && dp == 1 && !pin.zero)
+                    continue; // ZeRO without dp is plain dp
+                  Candidate c;
+                  c.dp = dp;
+                  c.tp = tp;
+                  c.pp = pp;
+                  c.sp = sp;
+                  c.spSize = k;
+                  c.zero = zero;
+                  c.microBatchSize = mbs;
+                  c.virtualStages = v;
+                  c.recompute = rc;
+                  c.schedule = pin.schedule.value_or("1f1b");
+                  consider(std::move(c));
+                }
+        }
+      }
+
+  llvm::sort(feasible, [](const ScoredPlan &a, const ScoredPlan &b) {
+    if (a.prediction.stepSeconds != b.prediction.stepSeconds)
+      return a.prediction.stepSeconds < b.prediction.stepSeconds;
+    // Ties: less memory, then fewer moving parts.
+    return a.prediction.memory.total() < b.prediction.memory.total();
+  });
+  if (feasible.size() > options.keep)
+    feasible.resize(options.keep);
+  result.best = std::move(feasible);
+  for (auto &[key, region] : rejected.regions)
+    result.rejected.push_back(region);
+  llvm::sort(result.rejected,
+             [](const RejectedRegion &a, const RejectedRegion &b) {
+               return a.count > b.count;
+             });
+  result.seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  return result;
+}
