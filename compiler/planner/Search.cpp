@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
+#include <set>
+#include <tuple>
 
 using namespace tessera::planner;
 
@@ -19,7 +22,14 @@ static llvm::Error fail(const llvm::Twine &msg) {
 std::string tessera::planner::formatGB(double bytes) {
   std::string out;
   llvm::raw_string_ostream os(out);
-  os << llvm::format("%.1f GB", bytes / 1e9);
+  if (bytes >= 1e9 || bytes == 0)
+    os << llvm::format("%.1f GB", bytes / 1e9);
+  else if (bytes >= 1e6)
+    os << llvm::format("%.1f MB", bytes / 1e6);
+  else if (bytes >= 1e3)
+    os << llvm::format("%.1f kB", bytes / 1e3);
+  else
+    os << llvm::format("%.0f B", bytes);
   return out;
 }
 
@@ -48,9 +58,12 @@ static std::vector<int64_t> pinned(std::vector<int64_t> all,
 namespace {
 struct Collector {
   std::map<std::string, RejectedRegion> regions;
+  /// Memory regions where some plan fits: not rejected as a whole.
+  std::set<std::string> fitting;
 
   void add(llvm::StringRef kind, const std::string &region,
-           const std::string &reason, double excess = 0) {
+           const std::string &reason, double excess = 0,
+           int64_t modelParallel = 0) {
     std::string key = (kind + "|" + region).str();
     auto [it, inserted] = regions.try_emplace(key);
     RejectedRegion &r = it->second;
@@ -59,6 +72,7 @@ struct Collector {
       r.region = region;
       r.reason = reason;
       r.excessBytes = excess;
+      r.modelParallel = modelParallel;
     } else if (kind == "memory" && excess < r.excessBytes) {
       r.reason = reason;
       r.excessBytes = excess;
@@ -90,6 +104,7 @@ tessera::planner::searchPlans(const TransformerShape &shape,
        {std::pair{"dp", pin.dp}, std::pair{"tp", pin.tp},
         std::pair{"pp", pin.pp}, std::pair{"sp-size", pin.spSize},
         std::pair{"micro-batch size", pin.microBatchSize},
+        std::pair{"micro-batches", pin.microBatches},
         std::pair{"virtual stages", pin.virtualStages}})
     if (v && *v < 1)
       return fail(llvm::Twine("pinned ") + name + " must be >= 1, got " +
@@ -106,8 +121,8 @@ tessera::planner::searchPlans(const TransformerShape &shape,
     return fail("pinned recompute must be none, selective or full, got '" +
                 *pin.recompute + "'");
   if (pin.schedule && !llvm::is_contained({"gpipe", "1f1b"}, *pin.schedule))
-    return fail("pinned schedule must be gpipe or 1f1b, got '" +
-                *pin.schedule + "'");
+    return fail("pinned schedule must be gpipe or 1f1b, got '" + *pin.schedule +
+                "'");
   double memoryLimit =
       options.memoryBytes > 0 ? options.memoryBytes : cluster.memoryBytes;
 
@@ -134,24 +149,25 @@ tessera::planner::searchPlans(const TransformerShape &shape,
         return;
       }
     double need = predictMemory(shape, c, options.cost).total();
+    std::string region;
+    llvm::raw_string_ostream os(region);
+    os << "tp=" << c.tp << " pp=" << c.pp;
+    if (c.sp != "none")
+      os << " sp=" << c.sp;
+    if (c.seqRanks() > 1)
+      os << " sp-size=" << c.spSize;
+    os << " zero=" << c.zero;
+    if (need <= memoryLimit)
+      rejected.fitting.insert(region);
     if (need > memoryLimit) {
-      std::string region;
-      llvm::raw_string_ostream os(region);
-      os << "tp=" << c.tp << " pp=" << c.pp;
-      if (c.sp != "none")
-        os << " sp=" << c.sp;
-      if (c.seqRanks() > 1)
-        os << " sp-size=" << c.spSize;
-      os << " zero=" << c.zero;
-      std::string reason = "out of memory by " +
-                           formatGB(need - memoryLimit) + ": needs " +
-                           formatGB(need) + " of " + formatGB(memoryLimit) +
-                           " (best: " + c.str() + ")";
-      rejected.add("memory", region, reason, need - memoryLimit);
+      std::string reason = "out of memory by " + formatGB(need - memoryLimit) +
+                           ": needs " + formatGB(need) + " of " +
+                           formatGB(memoryLimit) + " (best: " + c.str() + ")";
+      rejected.add("memory", region, reason, need - memoryLimit,
+                   c.tp * c.pp * c.seqRanks() * 4 + c.zero);
       return;
     }
-    llvm::Expected<Prediction> pred =
-        predict(shape, c, cluster, options.cost);
+    llvm::Expected<Prediction> pred = predict(shape, c, cluster, options.cost);
     if (!pred) {
       std::string why = llvm::toString(pred.takeError());
       rejected.add("unsupported", why, why);
@@ -161,11 +177,37 @@ tessera::planner::searchPlans(const TransformerShape &shape,
     feasible.push_back({std::move(c), std::move(*pred)});
   };
 
-  for (int64_t tp : pinned(divisors(n), pin.tp))
-    for (int64_t pp : pinned(divisors(n / tp), pin.pp))
+  // Whole subtrees that cannot divide the shapes are rejected once, as one
+  // region, where their first knob is chosen.
+  auto reject = [&](const std::string &why) {
+    rejected.add("divisibility", why, why);
+  };
+  for (int64_t tp : pinned(divisors(n), pin.tp)) {
+    if (shape.heads % tp != 0) {
+      reject("tp=" + std::to_string(tp) + " does not divide the " +
+             std::to_string(shape.heads) + " heads");
+      continue;
+    }
+    if (shape.ffn % tp != 0) {
+      reject("tp=" + std::to_string(tp) + " does not divide the FFN width " +
+             std::to_string(shape.ffn));
+      continue;
+    }
+    for (int64_t pp : pinned(divisors(n / tp), pin.pp)) {
+      if (shape.layers % pp != 0) {
+        reject("pp=" + std::to_string(pp) + " does not divide the " +
+               std::to_string(shape.layers) + " layers");
+        continue;
+      }
       for (const std::string &sp : spKinds) {
         if (sp == "megatron" && tp < 2)
           continue;
+        if (sp == "megatron" && shape.seq % tp != 0) {
+          reject("sp=megatron: tp=" + std::to_string(tp) +
+                 " does not divide the sequence length " +
+                 std::to_string(shape.seq));
+          continue;
+        }
         std::vector<int64_t> spSizes = {1};
         if (sp == "ulysses" || sp == "ring") {
           spSizes.clear();
@@ -174,24 +216,39 @@ tessera::planner::searchPlans(const TransformerShape &shape,
               spSizes.push_back(k);
         }
         for (int64_t k : pinned(spSizes, pin.spSize)) {
+          if (shape.seq % k != 0) {
+            reject("sp-size=" + std::to_string(k) +
+                   " does not divide the sequence length " +
+                   std::to_string(shape.seq));
+            continue;
+          }
+          if (sp == "ulysses" && shape.heads % (tp * k) != 0) {
+            reject("sp=ulysses: tp x sp-size = " + std::to_string(tp * k) +
+                   " does not divide the " + std::to_string(shape.heads) +
+                   " heads");
+            continue;
+          }
           int64_t dp = n / (tp * pp * k);
           if (pin.dp && *pin.dp != dp)
             continue;
-          // Micro-batch sizes: divisors of the per-rank batch.
           if (shape.globalBatch % dp != 0) {
-            Candidate c;
-            c.dp = dp;
-            c.tp = tp;
-            c.pp = pp;
-            consider(c);
+            reject("dp=" + std::to_string(dp) +
+                   " does not divide the global batch " +
+                   std::to_string(shape.globalBatch));
             continue;
           }
           std::vector<int64_t> vs = {1};
           if (pp > 1)
-            vs = divisors(std::max<int64_t>(1, shape.layers / pp));
+            vs = divisors(shape.layers / pp);
           for (int64_t mbs :
                pinned(divisors(shape.globalBatch / dp), pin.microBatchSize))
-            for (int64_t v : pinned(vs, pin.virtualStages))
+            for (int64_t v : pinned(vs, pin.virtualStages)) {
+              int64_t m = shape.globalBatch / (dp * mbs);
+              if (pin.microBatches && m != *pin.microBatches)
+                continue;
+              // Megatron-LM's interleaved schedule needs M a multiple of pp.
+              if (v > 1 && m % pp != 0)
+                continue;
               for (int64_t zero : zeros)
                 for (const std::string &rc : recomputes) {
                   if (zero > 0 && dp == 1 && !pin.zero)
@@ -209,26 +266,65 @@ tessera::planner::searchPlans(const TransformerShape &shape,
                   c.schedule = pin.schedule.value_or("1f1b");
                   consider(std::move(c));
                 }
+            }
         }
       }
+    }
+  }
 
-  llvm::sort(feasible, [](const ScoredPlan &a, const ScoredPlan &b) {
-    if (a.prediction.stepSeconds != b.prediction.stepSeconds)
-      return a.prediction.stepSeconds < b.prediction.stepSeconds;
-    // Ties: less memory, then fewer moving parts.
-    return a.prediction.memory.total() < b.prediction.memory.total();
+  // Fastest first. Step times within 0.1% of each other are a tie (below
+  // the model's resolution), broken by fewer moving parts, then memory.
+  auto bucket = [](const ScoredPlan &p) {
+    return int64_t(
+        std::floor(std::log(p.prediction.stepSeconds) / std::log(1.001)));
+  };
+  auto moving = [](const Candidate &c) {
+    return (c.recompute == "none"        ? 0
+            : c.recompute == "selective" ? 1
+                                         : 2) +
+           (c.sp != "none") + c.zero + (c.pp > 1) + (c.virtualStages > 1);
+  };
+  llvm::stable_sort(feasible, [&](const ScoredPlan &a, const ScoredPlan &b) {
+    return std::tuple(bucket(a), moving(a.candidate),
+                      a.prediction.memory.total()) <
+           std::tuple(bucket(b), moving(b.candidate),
+                      b.prediction.memory.total());
   });
   if (feasible.size() > options.keep)
     feasible.resize(options.keep);
   result.best = std::move(feasible);
   for (auto &[key, region] : rejected.regions)
-    result.rejected.push_back(region);
-  llvm::sort(result.rejected,
-             [](const RejectedRegion &a, const RejectedRegion &b) {
-               return a.count > b.count;
-             });
-  result.seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+    if (region.kind != "memory" || !rejected.fitting.count(region.region))
+      result.rejected.push_back(region);
+  // Memory regions first, the simplest (least model parallelism, lowest
+  // ZeRO stage) first: they answer "why not plain data parallelism?". Then
+  // the rest, largest first.
+  llvm::stable_sort(result.rejected,
+                    [](const RejectedRegion &a, const RejectedRegion &b) {
+                      if ((a.kind == "memory") != (b.kind == "memory"))
+                        return a.kind == "memory";
+                      if (a.kind == "memory")
+                        return std::pair(a.modelParallel, a.excessBytes) <
+                               std::pair(b.modelParallel, b.excessBytes);
+                      return a.count > b.count;
+                    });
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   return result;
+}
+
+Plan tessera::planner::planOf(const Candidate &c, const TransformerShape &shape,
+                              Plan base) {
+  base.dp = c.dp;
+  base.tp = c.tp;
+  base.pp = c.pp;
+  base.microBatches = c.microBatches(shape);
+  base.virtualStages = c.virtualStages;
+  base.schedule = c.virtualStages > 1 ? "interleaved" : c.schedule;
+  base.sp = c.sp;
+  base.spSize = c.seqRanks() > 1 ? c.spSize : 1;
+  base.zero = c.zero;
+  base.recompute = c.recompute;
+  return base;
 }

@@ -23,6 +23,7 @@
 #ifndef TESSERA_COMPILER_PLANNER_SEARCH_H
 #define TESSERA_COMPILER_PLANNER_SEARCH_H
 
+#include "compiler/planner/Plan.h"
 #include "compiler/planner/TransformerCost.h"
 
 #include <functional>
@@ -32,7 +33,7 @@ namespace tessera::planner {
 
 /// Knobs fixed by the user; unset ones are searched.
 struct Pins {
-  std::optional<int64_t> dp, tp, pp, spSize, zero, microBatchSize,
+  std::optional<int64_t> dp, tp, pp, spSize, zero, microBatchSize, microBatches,
       virtualStages;
   std::optional<std::string> sp, recompute, schedule;
 };
@@ -56,7 +57,10 @@ struct ScoredPlan {
   Prediction prediction;
 };
 
-/// Candidates rejected for one reason, summarised.
+/// Candidates rejected for one reason, summarised. A memory region is the
+/// plans sharing (tp, pp, sp, sp-size, zero) when NONE of them fits (any
+/// micro-batch size, interleaving or recomputation); divisibility and
+/// unsupported regions are the plans sharing one reason.
 struct RejectedRegion {
   /// The reason's kind: "divisibility", "memory" or "unsupported".
   std::string kind;
@@ -70,6 +74,8 @@ struct RejectedRegion {
   int64_t count = 0;
   /// For memory: the smallest excess in the region, bytes.
   double excessBytes = 0;
+  /// For memory: tp·pp·sp-size·4 + ZeRO stage, to list simple plans first.
+  int64_t modelParallel = 0;
 };
 
 struct SearchResult {
@@ -90,7 +96,12 @@ llvm::Expected<SearchResult> searchPlans(const TransformerShape &shape,
                                          const Cluster &cluster,
                                          const SearchOptions &options);
 
-/// Human-readable bytes: "12.3 GB" (10^9).
+/// The Plan that runs `c` for `shape`: `base` (optimizer, precision,
+/// vocab parallelism, ...) with the candidate's degrees, micro-batches,
+/// schedule, sequence parallelism, ZeRO stage and recomputation.
+Plan planOf(const Candidate &c, const TransformerShape &shape, Plan base);
+
+/// Human-readable bytes in powers of 1000: "12.3 GB", "4.1 MB", "512 B".
 std::string formatGB(double bytes);
 
 } // namespace tessera::planner

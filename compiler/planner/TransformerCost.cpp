@@ -54,8 +54,8 @@ std::string Candidate::str() const {
   llvm::raw_string_ostream os(out);
   os << "dp=" << dp << " tp=" << tp << " pp=" << pp;
   if (pp > 1)
-    os << " v=" << virtualStages << " schedule="
-       << (virtualStages > 1 ? "interleaved" : schedule);
+    os << " v=" << virtualStages
+       << " schedule=" << (virtualStages > 1 ? "interleaved" : schedule);
   os << " mbs=" << microBatchSize;
   if (sp != "none")
     os << " sp=" << sp;
@@ -98,9 +98,8 @@ static double tableRate(const Cluster &cluster, StringRef dtype, double m,
 
 /// Seconds of `flops` FLOP of GEMM work shaped like (m, n, k) that moves
 /// `bytes`: the table's rate, else the roofline.
-static double gemmLikeSeconds(const Cluster &cluster, StringRef dtype,
-                              double m, double n, double k, double flops,
-                              double bytes) {
+static double gemmLikeSeconds(const Cluster &cluster, StringRef dtype, double m,
+                              double n, double k, double flops, double bytes) {
   if (double rate = tableRate(cluster, dtype, m, n, k); rate > 0)
     return flops / rate;
   auto it = cluster.peakFlops.find(dtype.str());
@@ -134,8 +133,8 @@ std::string tessera::planner::divisibilityProblem(const TransformerShape &s,
   int64_t cs = c.seqRanks();
   if (s.heads % (c.tp * (c.sp == "ulysses" ? cs : 1)) != 0) {
     if (c.sp == "ulysses")
-      os << "tp x sp-size = " << c.tp * cs << " does not divide the "
-         << s.heads << " heads";
+      os << "tp x sp-size = " << c.tp * cs << " does not divide the " << s.heads
+         << " heads";
     else
       os << "tp=" << c.tp << " does not divide the " << s.heads << " heads";
   } else if (s.ffn % c.tp != 0) {
@@ -261,10 +260,10 @@ struct StepModel {
              cluster.opOverhead;
     }
     double scores = heads * sq * sk;
-    double softmax = 2 * scores * e + (opt.dropout ? 2 * scores * e + scores
-                                                   : 0);
-    return gemm(sq, sk, dh, heads) + gemm(sq, dh, sk, heads) +
-           memory(softmax) + cluster.opOverhead * (opt.dropout ? 2 : 1);
+    double softmax =
+        2 * scores * e + (opt.dropout ? 2 * scores * e + scores : 0);
+    return gemm(sq, sk, dh, heads) + gemm(sq, dh, sk, heads) + memory(softmax) +
+           cluster.opOverhead * (opt.dropout ? 2 : 1);
   }
   double attentionBackward() const {
     double heads = b * a / t / (ulysses ? cs : 1);
@@ -277,12 +276,12 @@ struct StepModel {
              cluster.opOverhead;
     }
     double scores = heads * sq * sk;
-    double softmax = 3 * scores * e + (opt.dropout ? 2 * scores * e + scores
-                                                   : 0);
+    double softmax =
+        3 * scores * e + (opt.dropout ? 2 * scores * e + scores : 0);
     // dS = dP·V^T style: two GEMMs per forward GEMM.
     return gemm(sq, dh, sk, heads) + gemm(sk, dh, sq, heads) +
-           gemm(sq, sk, dh, heads) + gemm(sk, sq, dh, heads) +
-           memory(softmax) + cluster.opOverhead * (opt.dropout ? 2 : 1);
+           gemm(sq, sk, dh, heads) + gemm(sk, sq, dh, heads) + memory(softmax) +
+           cluster.opOverhead * (opt.dropout ? 2 : 1);
   }
 
   llvm::Error run() {
@@ -325,7 +324,7 @@ struct StepModel {
     }
 
     // ---- One layer, one micro-batch, one rank. ----
-    double tokens = b * s / cs;                       // rows of the GEMMs
+    double tokens = b * s / cs;                        // rows of the GEMMs
     double tokensEW = megatronSP ? b * s / t : tokens; // rows elsewhere
     struct G {
       double m, n, k, batch;
@@ -342,10 +341,10 @@ struct StepModel {
     double attnF = attentionForward(), attnB = attentionBackward();
     // Memory-bound kernels: 2 LayerNorms, 2 residual adds (+ dropout and
     // its mask), the GeLU.
-    double ewBytes = 2 * 2 * tokensEW * h * e + 2 * 3 * tokensEW * h * e +
-                     (opt.dropout ? 2 * (2 * tokensEW * h * e + tokensEW * h)
-                                  : 0) +
-                     2 * tokens * (f / t) * e;
+    double ewBytes =
+        2 * 2 * tokensEW * h * e + 2 * 3 * tokensEW * h * e +
+        (opt.dropout ? 2 * (2 * tokensEW * h * e + tokensEW * h) : 0) +
+        2 * tokens * (f / t) * e;
     double ewKernels = opt.dropout ? 7 : 5;
     double ewF = memory(ewBytes) + ewKernels * cluster.opOverhead;
     double ewB = memory(2 * ewBytes) + ewKernels * cluster.opOverhead;
@@ -372,8 +371,8 @@ struct StepModel {
     auto ringExposed = [&](double tensors, double attnSeconds) {
       if (!ring)
         return 0.0;
-      double total = collective(Collective::SendRecv, "sp",
-                                tensors * headShard, cs - 1);
+      double total =
+          collective(Collective::SendRecv, "sp", tensors * headShard, cs - 1);
       double hidden = std::min(total, attnSeconds * (cs - 1) / cs);
       hide(Collective::SendRecv, "sp", hidden);
       return total - hidden;
@@ -390,8 +389,8 @@ struct StepModel {
       layerB += attnF;
 
     // Embedding (first stage) and LM head + cross-entropy (last stage).
-    double headF = gemm(tokens, V / t, h) +
-                   memory(3 * tokens * (V / t) * 4) + 3 * cluster.opOverhead;
+    double headF = gemm(tokens, V / t, h) + memory(3 * tokens * (V / t) * 4) +
+                   3 * cluster.opOverhead;
     double headB = gemm(tokens, h, V / t) + gemm(h, V / t, tokens) +
                    memory(2 * tokens * (V / t) * 4) + 2 * cluster.opOverhead;
     double embedF = memory(2 * tokens * h * e) + cluster.opOverhead;
@@ -459,9 +458,9 @@ struct StepModel {
 
     // ---- Optimizer update: stream state once. ----
     bool mixed = dtype != "fp32";
-    double stateBytesPerParam =
-        (opt.optimizer == "adamw" ? 8.0 : 0.0) + 4 /*master*/ + e /*grad*/ +
-        (mixed ? 2.0 : 0.0) /*low-precision copy*/;
+    double stateBytesPerParam = (opt.optimizer == "adamw" ? 8.0 : 0.0) +
+                                4 /*master*/ + e /*grad*/ +
+                                (mixed ? 2.0 : 0.0) /*low-precision copy*/;
     double updated = paramsRank / (c.zero >= 1 ? double(c.dp) : 1.0);
     double optimizerSeconds =
         memory(updated * stateBytesPerParam * 2) + 4 * cluster.opOverhead;
@@ -474,13 +473,11 @@ struct StepModel {
     out.bubbleSeconds = bubble;
     out.optimizerSeconds = optimizerSeconds;
     out.communicationSeconds = commExposed;
-    out.computeSeconds =
-        std::max(0.0, out.stepSeconds - bubble - optimizerSeconds -
-                          commExposed);
+    out.computeSeconds = std::max(0.0, out.stepSeconds - bubble -
+                                           optimizerSeconds - commExposed);
 
     double B = double(shape.globalBatch);
-    double layerFlops =
-        2 * B * s * (4 * h * h + 2 * h * f) + 4 * B * s * s * h;
+    double layerFlops = 2 * B * s * (4 * h * h + 2 * h * f) + 4 * B * s * s * h;
     double headFlops = 2 * B * s * h * V;
     out.modelFlops = 3 * (double(shape.layers) * layerFlops + headFlops);
     out.hardwareFlops = out.modelFlops;
@@ -546,7 +543,7 @@ MemoryUse tessera::planner::predictMemory(const TransformerShape &shape,
   else if (c.schedule == "gpipe" && c.virtualStages == 1)
     inFlight = M;
   else
-    inFlight = std::min(M, p) * (1 + (p - 1) / (p * v));
+    inFlight = std::min(M, p) * (v > 1 ? 1 + (p - 1) / (p * v) : 1.0);
   mem.activations = perLayer * layersPerStage * inFlight;
   // The head's fp32 logits and their gradient (last stage; the only stage
   // without pipelining, which is then also the fullest).

@@ -102,7 +102,9 @@ struct Candidate {
   /// DP / ZeRO gradient collectives bucketed and overlapped with backward.
   bool overlapGradients = true;
 
-  int64_t seqRanks() const { return sp == "ulysses" || sp == "ring" ? spSize : 1; }
+  int64_t seqRanks() const {
+    return sp == "ulysses" || sp == "ring" ? spSize : 1;
+  }
   int64_t ranks() const { return dp * tp * pp * seqRanks(); }
   /// Micro-batches per step on each pipeline: B / (dp · b).
   int64_t microBatches(const TransformerShape &shape) const {
@@ -162,10 +164,10 @@ struct Prediction {
   /// Predicted seconds of one optimizer step, and its parts (all on the
   /// critical path; they add up to stepSeconds).
   double stepSeconds = 0;
-  double computeSeconds = 0;      ///< GEMMs + memory-bound kernels
+  double computeSeconds = 0;       ///< GEMMs + memory-bound kernels
   double communicationSeconds = 0; ///< exposed collectives
-  double bubbleSeconds = 0;       ///< pipeline idle time
-  double optimizerSeconds = 0;    ///< parameter update
+  double bubbleSeconds = 0;        ///< pipeline idle time
+  double optimizerSeconds = 0;     ///< parameter update
   /// Model FLOPs of one step over all ranks: forward + backward, 3 passes
   /// (no recomputation), as PaLM's MFU counts them.
   double modelFlops = 0;

@@ -9,7 +9,13 @@
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
-//     [--cluster SPEC] [--gemm-efficiency X]
+//     [--cluster SPEC] [--gemm-efficiency X] [--devices N]
+//     [--explain-json FILE] [--plan-space runnable|all] [--plan-only]
+//
+// With --devices N, or --cluster and no parallel degree flag, the plan is
+// chosen by the planner's search (compiler/planner/Search.h); any of --dp,
+// --tp, --pp, --micro-batches, --virtual-stages, --schedule, --sp,
+// --sp-size, --zero and --recompute given pins that part of it.
 //
 // Imports the ONNX model into the tsr dialect, builds the training step
 // (mean cross-entropy over next tokens, reverse-mode autodiff, SGD/AdamW with
@@ -26,7 +32,10 @@
 #include "compiler/import/OnnxImporter.h"
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/planner/Cluster.h"
+#include "compiler/planner/ModelShape.h"
 #include "compiler/planner/Plan.h"
+#include "compiler/planner/Search.h"
+#include "compiler/planner/SearchReport.h"
 #include "compiler/planner/StepCost.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
@@ -43,6 +52,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -246,6 +256,37 @@ static cl::opt<double> gemmEfficiency(
              "GEMM-shape efficiency table)"),
     cl::init(planner::kDefaultGemmEfficiency), cl::cat(category));
 
+static cl::opt<int64_t> devices(
+    "devices",
+    cl::desc("Choose the plan automatically for N ranks (every one used): "
+             "searches dp, tp, pp, virtual stages, micro-batches, sequence "
+             "parallelism and its size, ZeRO stage and recomputation with the "
+             "analytic cost model on --cluster (default cpu:N, the "
+             "calibration of this machine), pruning plans that do not divide "
+             "the shapes or fit in memory. Parallel flags given pin their "
+             "part. Without --devices, --cluster alone (no --dp/--tp/--pp/"
+             "--sp/--sp-size/--micro-batches) also searches, over all the "
+             "cluster's devices"),
+    cl::value_desc("N"), cl::init(0), cl::cat(category));
+static cl::opt<std::string> explainJson(
+    "explain-json",
+    cl::desc("Write the plan search's report (chosen plan, prediction, "
+             "runners-up, rejected regions) as JSON to FILE ('-': stdout)"),
+    cl::value_desc("FILE"), cl::init(""), cl::cat(category));
+static cl::opt<std::string> planSpace(
+    "plan-space",
+    cl::desc("runnable (default): search only plans this build of Tessera "
+             "can compile and run (Plan::validate); all: every plan the cost "
+             "model scores, e.g. pipelining with bf16 or ZeRO, for planning "
+             "a cluster"),
+    cl::init("runnable"), cl::cat(category));
+static cl::opt<bool> planOnly(
+    "plan-only",
+    cl::desc("Stop after the plan search and its report: build no training "
+             "step and write no artifact (for weight-free or very large "
+             "models)"),
+    cl::init(false), cl::cat(category));
+
 static int fail(const llvm::Twine &msg) {
   llvm::errs() << "tessera-partition: error: " << msg << "\n";
   return 1;
@@ -389,6 +430,97 @@ int main(int argc, char **argv) {
   if (emit == Emit::Import)
     return failed(printModule(*module));
 
+  // The automatic plan: --devices, or --cluster with no degree flag.
+  bool degreeGiven =
+      dp.getNumOccurrences() || tp.getNumOccurrences() ||
+      pp.getNumOccurrences() || microBatches.getNumOccurrences() ||
+      sequenceParallel.getNumOccurrences() || spSize.getNumOccurrences();
+  bool searched = devices.getNumOccurrences() || (cluster && !degreeGiven);
+  if (searched) {
+    if (devices.getNumOccurrences() && devices < 1)
+      return fail("--devices must be >= 1, got " + llvm::Twine(devices));
+    if (planSpace != "runnable" && planSpace != "all")
+      return fail("--plan-space must be runnable or all, got '" + planSpace +
+                  "'");
+    if (!cluster) {
+      llvm::Expected<planner::Cluster> local =
+          planner::loadCluster("cpu:" + std::to_string(devices.getValue()));
+      if (!local)
+        return fail("--devices " + llvm::Twine(devices) +
+                    " without --cluster plans for this machine: " +
+                    llvm::toString(local.takeError()));
+      cluster = std::move(*local);
+    }
+    llvm::Expected<planner::TransformerShape> shape =
+        planner::transformerShapeOf(*module);
+    if (!shape)
+      return fail(llvm::toString(shape.takeError()));
+    planner::SearchOptions search;
+    search.devices =
+        devices.getNumOccurrences() ? devices.getValue() : cluster->devices();
+    search.cost.precision = plan.precision;
+    search.cost.optimizer = plan.optimizer.name;
+    if (memoryLimit)
+      search.memoryBytes = double(*memoryLimit);
+    planner::Pins &pin = search.pins;
+    if (dp.getNumOccurrences())
+      pin.dp = dp;
+    if (tp.getNumOccurrences())
+      pin.tp = tp;
+    if (pp.getNumOccurrences())
+      pin.pp = pp;
+    if (microBatches.getNumOccurrences())
+      pin.microBatches = microBatches;
+    if (virtualStages.getNumOccurrences())
+      pin.virtualStages = virtualStages;
+    if (scheduleKind.getNumOccurrences() && scheduleKind != "interleaved")
+      pin.schedule = scheduleKind;
+    if (sequenceParallel.getNumOccurrences())
+      pin.sp = sequenceParallel;
+    if (spSize.getNumOccurrences())
+      pin.spSize = spSize;
+    if (zero.getNumOccurrences())
+      pin.zero = zero;
+    if (recompute.getNumOccurrences())
+      pin.recompute = recompute;
+    const planner::TransformerShape &modelShape = *shape;
+    if (planSpace == "runnable")
+      search.unsupported = [&](const planner::Candidate &c) -> std::string {
+        planner::Plan p = planner::planOf(c, modelShape, plan);
+        if (llvm::Error err = p.validate())
+          return "not supported by this build: " +
+                 llvm::toString(std::move(err));
+        return "";
+      };
+    llvm::Expected<planner::SearchResult> result =
+        planner::searchPlans(*shape, *cluster, search);
+    if (!result)
+      return fail(llvm::toString(result.takeError()));
+    if (explain || planOnly)
+      planner::explainSearch(*result, *shape, *cluster, search, llvm::outs());
+    if (!explainJson.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(explainJson, ec);
+      if (ec)
+        return fail("--explain-json '" + explainJson + "': " + ec.message());
+      os << llvm::formatv(
+          "{0:2}\n", planner::searchToJSON(*result, *shape, *cluster, search));
+    }
+    if (result->best.empty())
+      return fail("no plan for " + llvm::Twine(search.devices) +
+                  " devices fits (see the rejected regions" +
+                  (explain || planOnly ? "" : "; --explain lists them") + ")");
+    if (planOnly)
+      return 0;
+    plan = planner::planOf(result->best.front().candidate, *shape, plan);
+    if (llvm::Error err = plan.validate())
+      return fail(
+          "the chosen plan is not runnable: " + llvm::toString(std::move(err)) +
+          " (use --plan-space runnable)");
+  } else if (planOnly) {
+    return fail("--plan-only needs a plan search (--devices N or --cluster)");
+  }
+
   // The imported model, for re-predicting variations of the plan.
   OwningOpRef<ModuleOp> imported;
   if (memoryLimit && emit == Emit::Plan)
@@ -405,7 +537,8 @@ int main(int argc, char **argv) {
   // The step prediction reads the partitioned tsr module (local shapes, ops
   // answering CostOpInterface), before lowering to tsrt.
   std::optional<planner::StepCost> stepCost;
-  if (cluster) {
+  // (The search already predicted a chosen pipeline plan analytically.)
+  if (cluster && !(searched && plan.pipelined())) {
     llvm::Expected<planner::StepCost> predicted = planner::predictStepCost(
         *module, *cluster, plan.precision, gemmEfficiency);
     if (!predicted)

@@ -112,8 +112,7 @@ TEST(CostModel, AxisPlacementUnalignedNodes) {
 /// Every group checked one by one: the definition axisWithinNode's closed
 /// form must agree with.
 static bool withinNodeByGroups(int64_t perNode,
-                               const std::vector<int64_t> &shape,
-                               size_t axis) {
+                               const std::vector<int64_t> &shape, size_t axis) {
   int64_t stride = 1, total = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     total *= shape[i];
