@@ -3,7 +3,9 @@
 #   make test   build and run every test (lit, unit, end-to-end)
 #   make bench  serial CPU step time vs PyTorch; pipeline bubble, predicted
 #               vs measured (bench/pipeline_bubble.sh); ZeRO memory per
-#               rank, formula vs predicted vs measured (bench/memory_table.sh)
+#               rank, formula vs predicted vs measured (bench/memory_table.sh);
+#               the plan search's speed and its fidelity to Narayanan et al.
+#               2021, Table 1 (tessera-planner-bench, docs/Planner.md)
 BUILD ?= build
 JOBS ?= 2
 
@@ -28,6 +30,8 @@ bench: build
 	./bench/run.sh $(BUILD)
 	./bench/pipeline_bubble.sh $(BUILD)
 	./bench/memory_table.sh $(BUILD)
+	$(BUILD)/bench/planner/tessera-planner-bench speed
+	$(BUILD)/bench/planner/tessera-planner-bench fidelity
 
 clean:
 	rm -rf $(BUILD)

@@ -264,6 +264,7 @@ tessera::planner::searchPlans(const TransformerShape &shape,
                   c.virtualStages = v;
                   c.recompute = rc;
                   c.schedule = pin.schedule.value_or("1f1b");
+                  c.overlapGradients = options.overlapGradients;
                   consider(std::move(c));
                 }
             }

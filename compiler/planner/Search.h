@@ -47,6 +47,9 @@ struct SearchOptions {
   double memoryBytes = 0;
   /// How many of the best plans to return (the chosen one first).
   size_t keep = 6;
+  /// Whether the runtime buckets DP / ZeRO gradient collectives and
+  /// overlaps them with backward (tessera-partition: --bucket-mb given).
+  bool overlapGradients = true;
   /// Extra filter: a non-empty string rejects the candidate with that
   /// reason (e.g. a combination this build of Tessera cannot run).
   std::function<std::string(const Candidate &)> unsupported;

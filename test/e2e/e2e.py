@@ -249,7 +249,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["torch", "parallel", "pipeline",
-                                    "recompute", "precision"])
+                                    "recompute", "precision", "auto"])
     p.add_argument("--build", required=True)
     p.add_argument("--config", required=True)
     p.add_argument("--optimizer", choices=["sgd", "adamw"], required=True)
@@ -273,6 +273,11 @@ def main():
                    help="recompute: the --recompute modes to check")
     p.add_argument("--traffic", action="store_true",
                    help="precision: check bytes_sent against the fp32 run")
+    p.add_argument("--devices", type=int, default=4,
+                   help="auto: ranks the plan search plans for")
+    p.add_argument("--cluster", default=None,
+                   help="auto: cluster JSON (default: calibrate this machine "
+                        "with tessera-run --calibrate-quick first)")
     p.add_argument("--precision-type", choices=["bf16", "fp16"],
                    default="bf16",
                    help="precision: the low-precision type to check")
@@ -285,6 +290,10 @@ def main():
             return 0 if ok else 1
         if args.mode == "precision":
             ok = check_precision(args, work)
+            print("PASS" if ok else "FAIL")
+            return 0 if ok else 1
+        if args.mode == "auto":
+            ok = check_auto(args, work)
             print("PASS" if ok else "FAIL")
             return 0 if ok else 1
         serial_m, serial_w = tessera(args, work, 1, 1, "serial")
@@ -430,6 +439,39 @@ def check_precision(args, work):
               f"{'equal' if same else 'MISMATCH'}")
         good = good and same
     return ok and good
+
+
+def check_auto(args, work):
+    """The plan the search chooses for --devices ranks on the calibrated
+    cluster runs and matches the serial run (issue 6, "Equivalence")."""
+    cluster = args.cluster
+    if cluster is None:
+        cluster = os.path.join(work, f"cpu-{args.devices}.json")
+        run(["mpirun", "-np", str(args.devices),
+             os.path.join(args.build, "tools", "tessera-run", "tessera-run"),
+             "--calibrate", cluster, "--calibrate-quick"])
+    plan = os.path.join(work, "auto.tsr")
+    report = os.path.join(work, "auto.json")
+    run([os.path.join(args.build, "tools", "tessera-partition",
+                      "tessera-partition"),
+         model_path(args.config), "-o", plan, "--devices", str(args.devices),
+         "--cluster", cluster, "--explain-json", report,
+         "--optimizer", args.optimizer, "--lr", str(LR[args.optimizer])])
+    with open(report) as f:
+        chosen = json.load(f)["chosen"]
+    print(f"chosen plan for {args.devices} devices: {chosen['flags']} "
+          f"({chosen['ranks']} ranks), predicted step "
+          f"{chosen['prediction']['step_seconds'] * 1e3:.3f} ms")
+    metrics = os.path.join(work, "auto.jsonl")
+    weights = os.path.join(work, "auto.safetensors")
+    run(["mpirun", "-np", str(chosen["ranks"]),
+         os.path.join(args.build, "tools", "tessera-run", "tessera-run"), plan,
+         "--data", CORPUS, "--steps", str(STEPS), "--metrics", metrics,
+         "--save-weights", weights])
+    serial_m, serial_w = tessera(args, work, 1, 1, "serial")
+    rtol = args.rtol or 1e-5
+    return check_run(args, metrics, weights, serial_m, serial_w, rtol,
+                     "chosen plan " + chosen["flags"])
 
 
 def check_run(args, par_m, par_w, serial_m, serial_w, rtol, what):

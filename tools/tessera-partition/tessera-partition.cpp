@@ -460,6 +460,9 @@ int main(int argc, char **argv) {
         devices.getNumOccurrences() ? devices.getValue() : cluster->devices();
     search.cost.precision = plan.precision;
     search.cost.optimizer = plan.optimizer.name;
+    // What the runtime will do: bucketed, overlapped gradient collectives
+    // only with --bucket-mb.
+    search.overlapGradients = plan.bucketMb >= 0;
     if (memoryLimit)
       search.memoryBytes = double(*memoryLimit);
     planner::Pins &pin = search.pins;
