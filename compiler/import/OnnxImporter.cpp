@@ -318,6 +318,22 @@ double halfBitsToDouble(uint16_t bits, int32_t dt) {
   return f.convertToDouble();
 }
 
+/// Whether a float initializer of `n` elements holds its values in the file.
+/// It does not when its data is external (Tessera never reads external data
+/// files) or when it has dims but neither raw_data bytes nor typed data
+/// (e.g. a shapes-only export); such a parameter's values are unknown. A
+/// tensor with some but not all of its data is not "without data": reading
+/// it reports the size mismatch.
+bool initializerHasData(const onnx::TensorProto &t, int64_t n) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL ||
+      t.external_data_size() > 0)
+    return false;
+  if (n == 0)
+    return true;
+  return !t.raw_data().empty() || t.float_data_size() > 0 ||
+         t.double_data_size() > 0 || t.int32_data_size() > 0;
+}
+
 FailureOr<ConstTensor> Importer::readTensor(const onnx::TensorProto &t,
                                             const std::string &what) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL ||
@@ -2106,12 +2122,24 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
   b.setInsertionPointToEnd(module->getBody());
 
-  // Arguments: float initializers, then graph inputs.
+  // Arguments: the parameters (float initializers in ONNX order, then the
+  // float graph inputs that stand for parameters, see below), then the data
+  // inputs. A parameter whose values the file does not hold (an initializer
+  // without data, or a graph input) gets no `tsr.init`, and the module is
+  // marked `tsr.weights = "absent"` (OnnxImporter.h).
   SmallVector<Type> argTypes;
   SmallVector<NamedAttrList> argAttrs;
   SmallVector<std::string> argNames;
   llvm::StringSet<> initNames;
   std::vector<std::pair<std::string, ConstTensor>> constInits;
+  bool weightsAbsent = false;
+  auto paramAttrs = [&](StringRef name) {
+    bool frozen = freeze && freeze->match(name);
+    NamedAttrList attrs;
+    attrs.set("tsr.name", b.getStringAttr(name));
+    attrs.set("tsr.role", b.getStringAttr(frozen ? "frozen" : "param"));
+    return attrs;
+  };
   for (const auto &t : g.initializer()) {
     if (!initNames.insert(t.name()).second) {
       error() << "initializer '" << t.name() << "' is defined twice";
@@ -2131,18 +2159,34 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
       return nullptr;
     }
     auto type = RankedTensorType::get(dims, dtypeToType(t.data_type(), &ctx));
-    auto init = readInitializerBlob(t, type);
-    if (failed(init))
-      return nullptr;
-    bool frozen = freeze && freeze->match(t.name());
-    NamedAttrList attrs;
-    attrs.set("tsr.name", b.getStringAttr(t.name()));
-    attrs.set("tsr.role", b.getStringAttr(frozen ? "frozen" : "param"));
-    attrs.set("tsr.init", *init);
+    NamedAttrList attrs = paramAttrs(t.name());
+    if (initializerHasData(t, type.getNumElements())) {
+      auto init = readInitializerBlob(t, type);
+      if (failed(init))
+        return nullptr;
+      attrs.set("tsr.init", *init);
+    } else {
+      weightsAbsent = true;
+    }
     argTypes.push_back(type);
     argAttrs.push_back(attrs);
     argNames.push_back(t.name());
   }
+  // A float graph input of a model that also takes integer inputs (the
+  // token ids) is a parameter without values: that is how
+  // torch.onnx.export(..., export_params=False) writes parameters. Tessera
+  // feeds a model only token ids, so such an input could not be data. In a
+  // model without integer inputs (an op-level test model) float inputs stay
+  // data inputs.
+  bool hasIntegerInput = false;
+  for (const auto &in : g.input())
+    if (!initNames.contains(in.name()) && in.type().has_tensor_type()) {
+      int32_t dt = in.type().tensor_type().elem_type();
+      hasIntegerInput |= dt != kUndefined && !isFloatDType(dt) && dt != kBool;
+    }
+  SmallVector<Type> dataTypes;
+  SmallVector<NamedAttrList> dataAttrs;
+  SmallVector<std::string> dataNames;
   for (const auto &in : g.input()) {
     if (initNames.contains(in.name()))
       continue; // IR < 4 lists initializers as inputs too
@@ -2157,6 +2201,7 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
               << dtypeName(tt.elem_type());
       return nullptr;
     }
+    bool isParam = hasIntegerInput && isFloatDType(tt.elem_type());
     if (!tt.has_shape()) {
       error() << "graph input '" << in.name()
               << "' has no shape; Tessera needs static shapes";
@@ -2171,17 +2216,32 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
         if (dim.has_dim_param())
           diag << " ('" << dim.dim_param() << "')";
         diag << "; Tessera needs static shapes (export with fixed sizes)";
+        if (isParam)
+          diag << " (a float input of a model with integer inputs is a "
+                  "parameter, whose shape must be static)";
         return nullptr;
       }
       dims.push_back(dim.dim_value());
     }
+    if (isParam) {
+      weightsAbsent = true;
+      argTypes.push_back(RankedTensorType::get(dims, elem));
+      argAttrs.push_back(paramAttrs(in.name()));
+      argNames.push_back(in.name());
+      continue;
+    }
     NamedAttrList attrs;
     attrs.set("tsr.name", b.getStringAttr(in.name()));
     attrs.set("tsr.role", b.getStringAttr("input"));
-    argTypes.push_back(RankedTensorType::get(dims, elem));
-    argAttrs.push_back(attrs);
-    argNames.push_back(in.name());
+    dataTypes.push_back(RankedTensorType::get(dims, elem));
+    dataAttrs.push_back(attrs);
+    dataNames.push_back(in.name());
   }
+  argTypes.append(dataTypes);
+  argAttrs.append(dataAttrs);
+  argNames.append(dataNames);
+  if (weightsAbsent)
+    (*module)->setAttr(kWeightsAttr, b.getStringAttr(kWeightsAbsent));
 
   auto func = func::FuncOp::create(b, fileLoc, "forward",
                                    b.getFunctionType(argTypes, {}));
@@ -2261,6 +2321,61 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   return module;
 }
 
+/// Whether `t` is a float initializer without data (initializerHasData).
+bool isDatalessParam(const onnx::TensorProto &t) {
+  if (!isFloatDType(t.data_type()))
+    return false;
+  int64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0)
+      return false; // invalid dims: reported by the importer
+    n = d == 0 || n <= INT64_MAX / d ? n * d : INT64_MAX;
+  }
+  return !initializerHasData(t, n);
+}
+
+/// Runs the ONNX checker. The checker rejects a tensor without values (and
+/// external data it cannot find), so when float initializers lack data
+/// (a weight-free model) it checks a copy in which those are graph inputs of
+/// the same type and shape instead; the copy shares no weight data (it holds
+/// only the initializers that have data, i.e. none in a weight-free model).
+void checkModel(const onnx::ModelProto &model) {
+  const auto &inits = model.graph().initializer();
+  if (llvm::none_of(inits, isDatalessParam)) {
+    onnx::checker::check_model(model);
+    return;
+  }
+  onnx::ModelProto copy;
+  {
+    // Copy everything but the initializers (swapped out and back).
+    auto &graph = const_cast<onnx::ModelProto &>(model);
+    google::protobuf::RepeatedPtrField<onnx::TensorProto> saved;
+    saved.Swap(graph.mutable_graph()->mutable_initializer());
+    copy = model;
+    saved.Swap(graph.mutable_graph()->mutable_initializer());
+  }
+  llvm::StringSet<> inputs;
+  for (const auto &in : model.graph().input())
+    inputs.insert(in.name());
+  onnx::GraphProto *g = copy.mutable_graph();
+  for (const auto &t : inits) {
+    if (!isDatalessParam(t)) {
+      *g->add_initializer() = t;
+      continue;
+    }
+    if (inputs.contains(t.name()))
+      continue; // IR < 4 lists initializers as inputs too
+    onnx::ValueInfoProto *in = g->add_input();
+    in->set_name(t.name());
+    auto *tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(t.data_type());
+    auto *shape = tt->mutable_shape();
+    for (int64_t d : t.dims())
+      shape->add_dim()->set_dim_value(d);
+  }
+  onnx::checker::check_model(copy);
+}
+
 OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
                                   llvm::StringRef displayName, MLIRContext &ctx,
                                   const ImportOptions &opts) {
@@ -2299,7 +2414,7 @@ OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
                        << "); skipping the ONNX checker";
     } else {
       try {
-        onnx::checker::check_model(model);
+        checkModel(model);
       } catch (const std::exception &e) {
         std::string msg = e.what();
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
@@ -2319,6 +2434,23 @@ OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
 }
 
 } // namespace
+
+std::optional<std::string> weightsMissing(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
+      if (!role || (role.getValue() != "param" && role.getValue() != "frozen"))
+        continue;
+      if (func.getArgAttr(i, "tsr.init"))
+        continue;
+      auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
+      return name ? name.str() : ("argument #" + Twine(i)).str();
+    }
+  }
+  return std::nullopt;
+}
 
 void loadImportDialects(MLIRContext &ctx) {
   ctx.loadDialect<tsr::TsrDialect, func::FuncDialect>();

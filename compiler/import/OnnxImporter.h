@@ -9,10 +9,29 @@
 //       -> (tensor<...> {tsr.name = "logits"})
 //
 // One argument per floating-point initializer (ONNX initializer order), then
-// the graph inputs. Shape subgraphs are constant-folded at import time; only
-// values that depend on a graph input or a parameter become tsr ops. Common
-// decomposed patterns (LayerNorm, erf-GELU, `x * 1.0`) are raised afterwards
-// by RaisePatterns.h.
+// the parameters given as graph inputs (below), then the data inputs. Shape
+// subgraphs are constant-folded at import time; only values that depend on a
+// graph input or a parameter become tsr ops. Common decomposed patterns
+// (LayerNorm, erf-GELU, `x * 1.0`, attention) are raised afterwards by
+// RaisePatterns.h.
+//
+// Weight-free models. Planning needs only shapes, so a model may come
+// without its weights:
+//   - a float initializer without data (dims but no raw_data or typed data,
+//     or external data, which Tessera does not read);
+//   - a float graph input without initializer in a model that also has an
+//     integer graph input (the tokens): torch.onnx.export(...,
+//     export_params=False) writes parameters so. Tessera feeds a model only
+//     token ids, so such an input cannot be data. (In a model without
+//     integer inputs, e.g. an op-level test, float inputs stay "input".)
+// Such a parameter is an argument like any other (`tsr.role = "param"` or
+// "frozen", `tsr.name`) but has no `tsr.init`, and the module carries
+// `tsr.weights = "absent"`. Nothing the importer, the training step, the
+// planner or the sharding passes do reads parameter values, so all of them
+// work on such a module; only the artifact (plan.tsr), which stores the
+// initial weights, cannot be written (weightsMissing() names the first
+// parameter without data). Parameter memory is never allocated for it: the
+// IR holds types only.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +43,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <optional>
 #include <string>
 
 namespace tessera::import {
@@ -50,6 +70,19 @@ mlir::OwningOpRef<mlir::ModuleOp> importOnnxBytes(llvm::StringRef bytes,
                                                   llvm::StringRef displayName,
                                                   mlir::MLIRContext &ctx,
                                                   const ImportOptions &opts);
+
+/// Module attribute marking a weight-free import: `tsr.weights = "absent"`
+/// when some parameter (`tsr.role` "param" or "frozen") of @forward has no
+/// `tsr.init`. Absent when every parameter has its initial value.
+inline constexpr llvm::StringLiteral kWeightsAttr = "tsr.weights";
+inline constexpr llvm::StringLiteral kWeightsAbsent = "absent";
+
+/// The name of the first parameter or frozen argument (in argument order)
+/// without a `tsr.init` initial value, of @forward or, once the training step
+/// is built, of @train_step; std::nullopt when the module has all its
+/// weights. For the artifact writer's callers to refuse a weight-free model
+/// before planning.
+std::optional<std::string> weightsMissing(mlir::ModuleOp module);
 
 /// Loads the dialects the importer's output uses (tsr, func).
 void loadImportDialects(mlir::MLIRContext &ctx);

@@ -429,6 +429,18 @@ int main(int argc, char **argv) {
     return 1;
   if (emit == Emit::Import)
     return failed(printModule(*module));
+  // A weight-free model (OnnxImporter.h) is planned, explained and emitted
+  // as IR like any other, but plan.tsr holds the initial weights: refuse
+  // before planning when one would be written, and write none after
+  // --explain / --memory-per-device unless -o asks for it.
+  std::optional<std::string> missingWeight = import::weightsMissing(*module);
+  if (missingWeight && emit == Emit::Plan &&
+      (outputPath.getNumOccurrences() || !(explain || memoryLimit)))
+    return fail("cannot write the plan artifact '" + outputPath +
+                "': the model is weight-free (parameter '" + *missingWeight +
+                "' has no data) and plan.tsr stores the initial weights; "
+                "nothing was written. Use --explain without -o, or --emit "
+                "import|train|sharded, or export the model with its weights");
 
   // The automatic plan: --devices, or --cluster with no degree flag.
   bool degreeGiven =
@@ -594,6 +606,11 @@ int main(int argc, char **argv) {
       llvm::outs().flush();
       return fail(msg);
     }
+  }
+  if (missingWeight) {
+    llvm::errs() << "tessera-partition: note: the model is weight-free; no "
+                    "plan artifact written\n";
+    return 0;
   }
   if (failed(artifact::writeArtifact(*module, plan, outputPath, dumpDir,
                                      stages.size() + 1)))
