@@ -87,19 +87,32 @@ tessera::planner::transformerShapeOf(ModuleOp module) {
                 "layers (is the attention pattern raised?)");
   shape.layers = int64_t(attentionLayers.size());
 
-  // Parameters read by each attention layer's ops.
+  // A transformer block runs from one attention's layer to the next (the
+  // cuts also separate the attention half from the MLP half); the last
+  // block spans as many cut layers as the first.
+  int64_t span =
+      attentionLayers.size() > 1 ? attentionLayers[1] - attentionLayers[0] : 2;
+  auto blockOf = [&](int64_t layer) -> int64_t {
+    for (int64_t k = int64_t(attentionLayers.size()) - 1; k >= 0; --k)
+      if (layer >= attentionLayers[k])
+        return layer < attentionLayers[k] + span ? k : -1;
+    return -1;
+  };
+
+  // Parameters read by each block's ops.
   double layerParams = 0;
   int64_t ffn = 0, h = shape.hidden;
   llvm::DenseSet<Value> counted;
   for (auto [i, op] : llvm::enumerate(ops)) {
-    if (!attentionLayers.contains(layerOf[i]))
+    int64_t block = blockOf(layerOf[i]);
+    if (block < 0)
       continue;
     for (Value v : op->getOperands()) {
       if (!params.contains(v) || !counted.insert(v).second)
         continue;
       layerParams += elements(v.getType());
       auto t = cast<RankedTensorType>(v.getType());
-      if (layerOf[i] == attentionLayers[0] && t.getRank() == 2)
+      if (block == 0 && t.getRank() == 2)
         for (int64_t d : t.getShape())
           if (d != h && d != 3 * h)
             ffn = std::max(ffn, d);

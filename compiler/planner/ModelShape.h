@@ -6,9 +6,12 @@
 // tsr.attention (their count; the heads and head size of its Q operand,
 // [B·H, S, d] or [B, H, S, d]), the vocabulary (last dimension of the
 // [B, S, V] logits, else the embedding table's rows), the FFN width (the
-// widest weight dimension of the first attention layer other than h and
-// 3h), and exact parameter counts: those read by the first attention
-// layer's ops, and the rest. Layers are training::assignLayers' cuts.
+// widest weight dimension of the first block other than h and 3h), and
+// exact parameter counts: those read by the blocks' ops (averaged per
+// block), and the rest. A block runs from one attention's layer (the cuts
+// of training::assignLayers, which also separate the attention half of a
+// block from its MLP half) to the next; the last block spans as many cut
+// layers as the first.
 //
 //===----------------------------------------------------------------------===//
 

@@ -435,7 +435,9 @@ int main(int argc, char **argv) {
   // --explain / --memory-per-device unless -o asks for it.
   std::optional<std::string> missingWeight = import::weightsMissing(*module);
   if (missingWeight && emit == Emit::Plan &&
-      (outputPath.getNumOccurrences() || !(explain || memoryLimit)))
+      (outputPath.getNumOccurrences() ||
+       !(explain || memoryLimit || planOnly || !explainJson.empty() ||
+         clusterSpec.getNumOccurrences())))
     return fail("cannot write the plan artifact '" + outputPath +
                 "': the model is weight-free (parameter '" + *missingWeight +
                 "' has no data) and plan.tsr stores the initial weights; "
