@@ -31,6 +31,7 @@ bench: build
 	./bench/pipeline_bubble.sh $(BUILD)
 	./bench/memory_table.sh $(BUILD)
 	$(BUILD)/bench/planner/tessera-planner-bench speed
+	./bench/planner_search.sh $(BUILD)
 	$(BUILD)/bench/planner/tessera-planner-bench fidelity
 
 clean:
