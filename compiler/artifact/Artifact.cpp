@@ -373,6 +373,23 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
   os << " (" << ranks << " ranks"
      << (manifest.getObject("pipeline") ? "; mb = micro-batches per step" : "")
      << ")\n";
+  // The rank order, slowest first, with each axis's stride in world ranks
+  // (consecutive ranks share a node, so stride-1 groups stay inside one).
+  if (const json::Array *order = grid.getArray("rank_order")) {
+    std::vector<int64_t> sizes;
+    for (const json::Value &name : *order)
+      for (size_t i = 0; i < axes.size(); ++i)
+        if (axes[i].getAsString() == name.getAsString())
+          sizes.push_back(*shape[i].getAsInteger());
+    os << "rank order (slowest first):";
+    int64_t stride = ranks;
+    for (size_t i = 0; i < order->size() && i < sizes.size(); ++i) {
+      stride /= sizes[i];
+      os << (i ? ", " : " ") << *(*order)[i].getAsString() << " stride "
+         << stride;
+    }
+    os << "\n";
+  }
   os << "batch: global " << *manifest.getInteger("global_batch")
      << " sequences x " << *manifest.getInteger("seq_len") << " tokens\n";
   os << "optimizer: " << json::Value(*manifest.get("optimizer")) << "\n";

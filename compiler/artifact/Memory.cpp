@@ -132,6 +132,10 @@ std::vector<artifact::MemoryAlternative>
 artifact::memoryAlternatives(ModuleOp imported, const planner::Plan &plan) {
   std::vector<MemoryAlternative> out;
   auto add = [&](std::string flags, planner::Plan changed) {
+    // A pinned rank order names the original plan's axes; a variation with
+    // other axes (e.g. + pp) takes the default (the order changes no memory).
+    if (changed.rankAxisNames() != plan.rankAxisNames())
+      changed.rankOrder.clear();
     MemoryAlternative alt{std::move(flags), std::move(changed), std::nullopt,
                           ""};
     if (llvm::Error err = alt.plan.validate()) {

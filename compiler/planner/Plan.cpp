@@ -88,6 +88,28 @@ llvm::Error Plan::validate() const {
   if (sp != "none" && pipelined())
     return fail("--sp with pipeline parallelism (--pp or --micro-batches) is "
                 "not supported yet");
+  if (!rankOrder.empty()) {
+    std::vector<std::string> axes = rankAxisNames();
+    std::string list;
+    for (const std::string &a : axes)
+      list += (list.empty() ? "" : ",") + a;
+    for (size_t i = 0; i < rankOrder.size(); ++i) {
+      const std::string &a = rankOrder[i];
+      if (!llvm::is_contained(axes, a))
+        return fail(
+            "--rank-order: '" + a +
+            "' is not a rank axis of this plan (its rank axes: " + list + ")");
+      if (llvm::is_contained(llvm::ArrayRef(rankOrder).take_front(i), a))
+        return fail("--rank-order: axis '" + a + "' is listed twice");
+    }
+    for (const std::string &a : axes)
+      if (!llvm::is_contained(rankOrder, a) && rankAxisSize(a) > 1)
+        return fail("--rank-order must list every rank axis of this plan (" +
+                    list +
+                    "; those of size 1 may be left out) once, slowest "
+                    "first; '" +
+                    a + "' is missing");
+  }
   if (!ppStages.empty() && !pipelined())
     return fail("--pp-stages needs --pp > 1");
   if (optimizer.name != "sgd" && optimizer.name != "adamw")
@@ -109,6 +131,9 @@ llvm::json::Object Plan::toJSON() const {
     axes.push_back(name);
   for (int64_t size : gridShape())
     shape.push_back(size);
+  llvm::json::Array order;
+  for (const std::string &name : effectiveRankOrder())
+    order.push_back(name);
   llvm::json::Object opt{{"name", optimizer.name},
                          {"lr", optimizer.lr},
                          {"weight_decay", optimizer.effectiveWeightDecay()}};
@@ -119,7 +144,8 @@ llvm::json::Object Plan::toJSON() const {
   }
   llvm::json::Object out{
       {"grid", llvm::json::Object{{"axes", std::move(axes)},
-                                  {"shape", std::move(shape)}}},
+                                  {"shape", std::move(shape)},
+                                  {"rank_order", std::move(order)}}},
       {"ranks", numRanks()},
       {"recompute", recompute},
       {"bucket_mb", bucketMb},

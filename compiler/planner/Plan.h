@@ -10,6 +10,8 @@
 #ifndef TESSERA_COMPILER_PLANNER_PLAN_H
 #define TESSERA_COMPILER_PLANNER_PLAN_H
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 #include <cstdint>
@@ -116,6 +118,54 @@ struct Plan {
       shape.push_back(spSize);
     return shape;
   }
+  /// The grid axes that are ranks (gridAxisNames() without the virtual
+  /// "mb"), in the IR's axis order.
+  std::vector<std::string> rankAxisNames() const {
+    std::vector<std::string> names = gridAxisNames();
+    llvm::erase(names, "mb");
+    return names;
+  }
+  /// The rank order (`--rank-order`): the rank axes, slowest first. World
+  /// ranks are laid out row-major over them in this order, the last
+  /// fastest; mpirun/srun place consecutive ranks on one node, so the
+  /// fastest axes' groups stay inside a node. Empty means
+  /// defaultRankOrder(); axes of size 1 may be left out. Independent of the
+  /// IR's axis order (dp, tp, [pp, mb], [sp]), which layouts and collectives
+  /// refer to.
+  std::vector<std::string> rankOrder;
+  /// Megatron-LM's order restricted to the plan's rank axes: pp, dp, sp, tp
+  /// (tp fastest, inside a node; pp slowest). {"dp", "tp"} for a 2-D plan,
+  /// the IR's order there.
+  std::vector<std::string> defaultRankOrder() const {
+    std::vector<std::string> axes = rankAxisNames(), order;
+    for (const char *name : {"pp", "dp", "sp", "tp"})
+      if (llvm::is_contained(axes, name))
+        order.push_back(name);
+    return order;
+  }
+  /// rankOrder, or defaultRankOrder() when it is empty. Rank axes of size
+  /// 1, which rankOrder may leave out, are put first (slowest; where they
+  /// go changes no rank's coordinates).
+  std::vector<std::string> effectiveRankOrder() const {
+    if (rankOrder.empty())
+      return defaultRankOrder();
+    std::vector<std::string> order;
+    for (const std::string &a : defaultRankOrder())
+      if (!llvm::is_contained(rankOrder, a))
+        order.push_back(a);
+    order.insert(order.end(), rankOrder.begin(), rankOrder.end());
+    return order;
+  }
+  /// Size of the rank axis `name` (1 if the plan has no such axis).
+  int64_t rankAxisSize(llvm::StringRef name) const {
+    std::vector<std::string> names = gridAxisNames();
+    std::vector<int64_t> shape = gridShape();
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name)
+        return shape[i];
+    return 1;
+  }
+
   /// MPI ranks: dp · tp · pp · sp (micro-batches are not ranks).
   int64_t numRanks() const { return dp * tp * pp * (hasSpAxis() ? spSize : 1); }
 

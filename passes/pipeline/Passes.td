@@ -91,9 +91,11 @@ def PrintPipelineSchedule
   let summary = "Print every rank's pipeline schedule and its in-flight peak.";
   let description = [{
     For the module's `tsrt.pipeline_schedule` (made by `tsr-pipeline-split`),
-    prints to stdout one line per rank of the grid (all axes but `mb`, in
-    rank order: the last axis varies fastest, so with `dp x tp x pp` the
-    ranks of one pipeline are consecutive):
+    prints to stdout one line per rank of the grid (all axes but `mb`,
+    numbered in the IR's axis order: the last axis varies fastest, so with
+    `dp x tp x pp` the ranks of one pipeline are consecutive; tessera-run
+    numbers world ranks by the artifact's rank order instead, see
+    `tessera-partition --rank-order`):
 
     ```
     pipeline schedule: 1f1b, 2 stages x 1 virtual = 2 chunks, 4 micro-batches

@@ -75,6 +75,13 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
     return fail(plan.source() + ": the plan needs a grid " +
                 m.gridDescription() + " but the executor was given " +
                 shapeToString(grid.axisSizes()));
+  if (std::vector<int64_t> order = m.rankOrderIndices();
+      !order.empty() && grid.rankOrder() != order)
+    return fail(plan.source() + ": the plan lays ranks out in the order " +
+                shapeToString(order) +
+                " (rank axis indices, slowest first) but the executor's grid "
+                "uses " +
+                shapeToString(grid.rankOrder()));
   std::unique_ptr<Executor> ex(new Executor(plan, grid));
   ex->ctx.traffic = &ex->counter;
   ex->ctx.stats = &ex->stats;
@@ -282,8 +289,7 @@ Executor::gatherWeights(int root) const {
       Tensor piece =
           Tensor::view(static_cast<char *>(gathered.raw()) + r * bytes, a.dtype,
                        a.localShape);
-      placeLocal(piece, a.layout, m.gridShape, gridCoords(r, m.gridShape),
-                 global);
+      placeLocal(piece, a.layout, m.gridShape, gridRef.coordsOf(r), global);
     }
     out.emplace_back(a.name, std::move(global));
   }

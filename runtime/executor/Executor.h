@@ -8,9 +8,14 @@
 // static memory plan placed in the arena are copied into the buffers of the
 // arguments they replace, so the arena is free for the next step).
 //
+// The grid must lay ranks out in the manifest's rank order (create checks
+// it); gathers place each rank's shards by the coordinates that order gives
+// it, not by its world rank.
+//
 // Usage (every rank):
 //   auto plan = Plan::load("plan.tsr");                 // no MPI involved
-//   auto grid = mpi::Grid::create(world, axes, shape);  // collective
+//   auto grid = mpi::Grid::create(world, m.rankAxes(), m.rankShape(),
+//                                 m.rankOrderIndices()); // collective
 //   auto ex = Executor::create(*plan, *grid);           // collective
 //   for (s = 0; s < K; ++s) {
 //     auto batch = dataset.batch(s, B, S, 0, 1);         // global batch

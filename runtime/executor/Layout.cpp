@@ -1,6 +1,7 @@
 //===- Layout.cpp - how a global tensor is split over the device grid -----===//
 
 #include "runtime/executor/Layout.h"
+#include "runtime/collectives/mpi/MpiCollectives.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -173,13 +174,9 @@ json::Array exec::layoutToJson(const Layout &layout) {
 }
 
 std::vector<int64_t> exec::gridCoords(int64_t rank,
-                                      llvm::ArrayRef<int64_t> gridShape) {
-  std::vector<int64_t> coords(gridShape.size());
-  for (size_t i = gridShape.size(); i-- > 0;) {
-    coords[i] = rank % gridShape[i];
-    rank /= gridShape[i];
-  }
-  return coords;
+                                      llvm::ArrayRef<int64_t> gridShape,
+                                      llvm::ArrayRef<int64_t> rankOrder) {
+  return mpi::rankToCoords(rank, gridShape, rankOrder);
 }
 
 namespace {

@@ -82,10 +82,11 @@ llvm::Expected<Layout> parseLayout(const llvm::json::Value &json,
 /// JSON form of `layout`.
 llvm::json::Array layoutToJson(const Layout &layout);
 
-/// Row-major coordinates of `rank` on a grid of `gridShape` (last axis
-/// fastest).
-std::vector<int64_t> gridCoords(int64_t rank,
-                                llvm::ArrayRef<int64_t> gridShape);
+/// Coordinates of `rank` on a grid of `gridShape` whose ranks are laid out
+/// row-major over the axes in `rankOrder` (axis indices, slowest first;
+/// empty: the axis order, last axis fastest). See mpi::rankToCoords.
+std::vector<int64_t> gridCoords(int64_t rank, llvm::ArrayRef<int64_t> gridShape,
+                                llvm::ArrayRef<int64_t> rankOrder = {});
 
 /// The local piece of `global` held by the rank at `coords`. `global` has the
 /// layout's global shape (any dtype); the result is freshly allocated with the

@@ -265,10 +265,9 @@ Executor::gatherWeightsPipeline(int root) const {
   const mpi::Communicator &world = gridRef.parent();
   bool isRoot = world.rank() == root;
   int n = world.size();
-  std::vector<int64_t> rankShape = m.rankShape();
   std::vector<int64_t> stageOf(n);
   for (int r = 0; r < n; ++r)
-    stageOf[r] = gridCoords(r, rankShape)[m.ppAxis];
+    stageOf[r] = gridRef.coordsOf(r)[m.ppAxis];
 
   std::vector<std::pair<std::string, Tensor>> out;
   for (const ArgumentSpec &a : m.arguments) {
@@ -322,7 +321,7 @@ Executor::gatherWeightsPipeline(int root) const {
         continue;
       Tensor piece = Tensor::view(gathered.data<float>() + displs[r], a.dtype,
                                   a.localShape);
-      std::vector<int64_t> coords = gridCoords(r, rankShape);
+      std::vector<int64_t> coords = gridRef.coordsOf(r);
       coords.push_back(0); // the micro-batch axis
       placeLocal(piece, a.layout, m.gridShape, coords, global);
     }

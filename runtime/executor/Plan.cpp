@@ -87,6 +87,14 @@ std::vector<int64_t> Manifest::rankShape() const {
   return shape;
 }
 
+std::vector<int64_t> Manifest::rankOrderIndices() const {
+  std::vector<std::string> axes = rankAxes();
+  std::vector<int64_t> order;
+  for (const std::string &name : rankOrder)
+    order.push_back(llvm::find(axes, name) - axes.begin());
+  return order;
+}
+
 int64_t Manifest::numRanks() const {
   int64_t n = 1;
   for (int64_t s : rankShape())
@@ -163,6 +171,32 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
                                *pp, *mb));
     m.ppAxis = *pp;
     m.mbAxis = *mb;
+  }
+  // The rank order: every rank axis once, slowest first.
+  std::vector<std::string> rankAxes = m.rankAxes();
+  if (const json::Value *order = grid->get("rank_order")) {
+    const json::Array *names = order->getAsArray();
+    std::set<std::string> seen;
+    bool ok = names && names->size() == rankAxes.size();
+    for (size_t i = 0; ok && i < names->size(); ++i) {
+      std::optional<llvm::StringRef> name = (*names)[i].getAsString();
+      ok = name && llvm::is_contained(rankAxes, *name) &&
+           seen.insert(name->str()).second;
+      if (ok)
+        m.rankOrder.push_back(name->str());
+    }
+    if (!ok) {
+      std::string expected;
+      for (const std::string &a : rankAxes)
+        expected += (expected.empty() ? "" : ", ") + a;
+      std::string got;
+      llvm::raw_string_ostream os(got);
+      os << *order;
+      return err("\"grid\": \"rank_order\" must list every rank axis (" +
+                 expected + ") exactly once, slowest first; got " + got);
+    }
+  } else {
+    m.rankOrder = rankAxes;
   }
   if (auto p = root->getString("program"))
     m.program = p->str();

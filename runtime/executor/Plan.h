@@ -8,7 +8,8 @@
 //     `tsrt` runtime module as MLIR bytecode (textual MLIR is accepted too);
 //   - metadata "tessera.manifest": JSON
 //       {"format": "tessera-plan", "version": 1,
-//        "grid": {"axes": ["dp", "tp"], "shape": [2, 2]},
+//        "grid": {"axes": ["dp", "tp"], "shape": [2, 2],
+//                 "rank_order": ["dp", "tp"]},
 //        "program": "__program__", "function": "train_step",
 //        "global_batch": 8, "seq_len": 64, "optimizer": {...},
 //        "arguments": [{"index", "name", "role", "dtype", "shape",
@@ -16,7 +17,9 @@
 //        "results": [{"index", "role", "name"}, ...],
 //        "memory": {"planned": true, "peak_bytes_per_rank": N, ...}}
 //     ("memory", optional: the compiler's prediction, see
-//     compiler/artifact/Memory.h)
+//     compiler/artifact/Memory.h; "rank_order", optional: the rank axes,
+//     slowest first, in the order world ranks are laid out over them, the
+//     last fastest; default, for older artifacts, the axis order)
 //     Argument roles: "param" (trainable, initial value = the tensor of that
 //     name), "frozen" (likewise, never updated), "opt_state" (starts at
 //     zeros), "tokens", "labels" (global [B, S] i64). Result roles: "loss"
@@ -28,10 +31,10 @@
 // with a grid such as {"axes": ["dp", "tp", "pp", "mb"], "shape": [D, T, P,
 // M]}. `mb_axis` must be the last axis: it is VIRTUAL (the M micro-batches of
 // a step), not a rank axis. The ranks form the grid of the axes before it
-// (row-major, pp fastest here), see Manifest::rankShape. Layouts are checked
-// against the full grid: tokens/labels are split over dp and mb on dim 0, so
-// their "local_shape" is one rank's micro-batch; params, frozen tensors and
-// optimizer state may not use the pp or mb axes. "function" is ignored: the
+// (laid out over them in "rank_order"), see Manifest::rankShape. Layouts are
+// checked against the full grid: tokens/labels are split over dp and mb on dim
+// 0, so their "local_shape" is one rank's micro-batch; params, frozen tensors
+// and optimizer state may not use the pp or mb axes. "function" is ignored: the
 // program holds one module-level `tsrt.pipeline_schedule` op (see TsrtOps.td)
 // whose forward/backward/apply functions bind their arguments and results
 // with the attributes
@@ -114,6 +117,10 @@ struct Manifest {
   /// plans (layouts refer to these indices).
   std::vector<std::string> gridAxes;
   std::vector<int64_t> gridShape;
+  /// The rank axes (rankAxes(), by name), slowest first: world ranks are
+  /// laid out row-major over them in this order ("grid": {"rank_order"};
+  /// default rankAxes()).
+  std::vector<std::string> rankOrder;
   /// Pipeline plans: indices of the pp and (last, virtual) mb axes in
   /// gridAxes; -1 for other plans.
   int64_t ppAxis = -1, mbAxis = -1;
@@ -135,6 +142,8 @@ struct Manifest {
   /// (the whole grid for non-pipeline plans). mpi::Grid is made of these.
   std::vector<std::string> rankAxes() const;
   std::vector<int64_t> rankShape() const;
+  /// rankOrder as indices into rankAxes() (what mpi::Grid::create takes).
+  std::vector<int64_t> rankOrderIndices() const;
   /// M for pipeline plans, else 1.
   int64_t microBatches() const { return isPipeline() ? gridShape[mbAxis] : 1; }
   /// Product of rankShape(): the number of MPI ranks the plan needs.

@@ -9,6 +9,7 @@
                     [--zero 0|1|2|3] [--bucket-mb MB] [--rtol 1e-5]
                     [--vocab-parallel on|off]
                     [--sp megatron|ulysses|ring [--sp-size K]] [--traffic]
+                    [--rank-order AXES]
         dp*tp(*K)-rank run vs the serial run: every step's loss and every final
         parameter (relative L2) must match within rtol. --zero compiles the
         parallel run with that ZeRO stage (its final weights are gathered
@@ -21,6 +22,10 @@
         --sp-size ranks); with --traffic, check_sp_traffic's exact volumes
         (megatron: bytes_sent vs the same grid without --sp; ulysses: the
         all-to-all bytes of the paper).
+        --rank-order (e.g. tp,dp) is passed to the parallel run's
+        tessera-partition; the check also fails unless the manifest's
+        "rank_order" is it and every rank ran at the coordinates it gives
+        (check_rank_order, on tessera-run's --trace).
         With --traffic (dp = 1, vocab-parallel on) also a --vocab-parallel
         off run on the same grid: every step's "bytes_sent" of the on run
         must exceed the off run's by exactly the vocab-parallel all-reduces,
@@ -33,10 +38,13 @@
     e2e.py pipeline --build DIR --config NAME --optimizer sgd|adamw
                     --grid PPxDPxTP --micro-batches 1,4,8
                     --schedules gpipe,1f1b,interleaved [--rtol 1e-5]
+                    [--rank-order AXES]
         One serial run, then one run per (micro-batches, schedule) on a
         pp*dp*tp grid (interleaved with 2 virtual stages per stage, only for
         micro-batch counts that are a multiple of pp, as Megatron-LM
-        requires); each must match the serial run like `parallel`.
+        requires); each must match the serial run like `parallel`, and its
+        ranks must follow the rank order (--rank-order, default Megatron-LM's
+        pp, dp, tp): the manifest's, and each rank's stage in the trace.
 
     e2e.py recompute --build DIR --config NAME --optimizer sgd|adamw
                      --dp N --tp M [--pp P] [--modes selective,full]
@@ -65,6 +73,7 @@ means the check passed; the output shows every number compared.
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -102,8 +111,9 @@ def model_path(config):
     return os.path.join(ROOT, get_config(config)["out"])
 
 
-def tessera(args, workdir, dp, tp, tag, extra=(), pp=1):
-    """Compiles and trains; returns (metrics.jsonl, weights.safetensors)."""
+def tessera(args, workdir, dp, tp, tag, extra=(), pp=1, trace=False):
+    """Compiles and trains; returns (metrics.jsonl, weights.safetensors).
+    With `trace`, tessera-run also writes {tag}.trace.json (--trace)."""
     plan = os.path.join(workdir, f"{tag}.tsr")
     metrics = os.path.join(workdir, f"{tag}.jsonl")
     weights = os.path.join(workdir, f"{tag}.safetensors")
@@ -118,7 +128,9 @@ def tessera(args, workdir, dp, tp, tag, extra=(), pp=1):
     run(["mpirun", "-np", str(dp * tp * pp * sp),
          os.path.join(args.build, "tools", "tessera-run", "tessera-run"), plan,
          "--data", CORPUS, "--steps", str(STEPS), "--metrics", metrics,
-         "--save-weights", weights])
+         "--save-weights", weights]
+        + (["--trace", os.path.join(workdir, f"{tag}.trace.json")]
+           if trace else []))
     return metrics, weights
 
 
@@ -139,6 +151,52 @@ def manifest(plan):
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
     return json.loads(header["__metadata__"]["tessera.manifest"])
+
+
+def default_rank_order(axes):
+    """Megatron-LM's rank order (pp, dp, sp, tp) over the plan's rank axes."""
+    return [a for a in ("pp", "dp", "sp", "tp") if a in axes]
+
+
+def check_rank_order(plan, trace, want):
+    """The manifest's rank order is `want` (or Megatron's default when None),
+    and every world rank ran at the coordinates that order gives it:
+    tessera-run's trace names each rank by its coordinates, and in pipeline
+    plans each rank's events carry the stage its own grid gave it."""
+    grid = manifest(plan)["grid"]
+    sizes = {a: s for a, s in zip(grid["axes"], grid["shape"]) if a != "mb"}
+    order = grid.get("rank_order")
+    expected = want if want is not None else default_rank_order(list(sizes))
+    # Axes of size 1 left out of --rank-order come first (slowest).
+    expected = [a for a in default_rank_order(list(sizes))
+                if a not in expected] + list(expected)
+    print(f"rank order: {order} (expected {expected})")
+    if order != expected:
+        return False
+    with open(trace) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("name") == "process_name"}
+    stages = {}
+    for e in events:
+        if e.get("ph") == "X":
+            stages.setdefault(e["pid"], set()).add(e["tid"])
+    ok = len(names) == math.prod(sizes.values())
+    for rank in sorted(names):
+        coords, rem = {}, rank
+        for a in reversed(order):
+            coords[a] = rem % sizes[a]
+            rem //= sizes[a]
+        want_name = f"rank {rank} (" + " ".join(
+            f"{a}={coords[a]}" for a in sizes) + ")"
+        good = names[rank] == want_name
+        if "pp" in sizes and stages.get(rank, {coords["pp"]}) != {coords["pp"]}:
+            good = False
+        print(f"   {names[rank]}: stages {sorted(stages.get(rank, []))}"
+              + ("" if good else f"  expected {want_name}"))
+        ok = ok and good
+    return ok
 
 
 def check_vocab_split(plan):
@@ -237,6 +295,10 @@ def vocab_flags(args):
         else []
 
 
+def order_list(args):
+    return args.rank_order.split(",") if args.rank_order else None
+
+
 def check_losses(a, b, rtol):
     ok, rows = compare.compare_losses(compare.load_losses(a),
                                       compare.load_losses(b), rtol=rtol)
@@ -265,6 +327,10 @@ def main():
     p.add_argument("--sp", choices=["megatron", "ulysses", "ring"],
                    default=None, help="parallel: sequence parallelism")
     p.add_argument("--sp-size", type=int, default=1)
+    p.add_argument("--rank-order", default=None,
+                   help="parallel, pipeline: tessera-partition --rank-order "
+                        "for the parallel runs; the check also fails unless "
+                        "the manifest and every rank's coordinates follow it")
     p.add_argument("--vocab-parallel", choices=["on", "off"], default=None,
                    help="parallel: vocab parallelism of the parallel run")
     p.add_argument("--bucket-mb", default=None,
@@ -320,11 +386,18 @@ def main():
                             print(f"(interleaved needs M % P == 0: skip M={m})")
                             continue
                         extra += ["--virtual-stages", "2"]
+                    if args.rank_order:
+                        extra += ["--rank-order", args.rank_order]
                     tag = f"pp{pp}xdp{dp}xtp{tp}.m{m}.{schedule}"
-                    par_m, par_w = tessera(args, work, dp, tp, tag, extra, pp)
+                    par_m, par_w = tessera(args, work, dp, tp, tag, extra, pp,
+                                           trace=True)
                     print(f"{tag} vs serial:")
                     ok = check_run(args, par_m, par_w, serial_m, serial_w,
                                    rtol, tag) and ok
+                    ok = check_rank_order(
+                        os.path.join(work, f"{tag}.tsr"),
+                        os.path.join(work, f"{tag}.trace.json"),
+                        order_list(args)) and ok
                     runs += 1
             print(f"{runs} pipeline runs compared")
         else:
@@ -344,10 +417,17 @@ def main():
                 if args.sp != "megatron":
                     zero += ["--sp-size", str(args.sp_size)]
                     what += f" x{args.sp_size}"
+            if args.rank_order:
+                zero += ["--rank-order", args.rank_order]
+                what += f" rank order {args.rank_order}"
             par_m, par_w = tessera(args, work, args.dp, args.tp, "parallel",
-                                   zero)
+                                   zero, trace=bool(args.rank_order))
             print(f"losses: {what} vs serial (rtol {rtol})")
             ok = check_run(args, par_m, par_w, serial_m, serial_w, rtol, what)
+            if args.rank_order:
+                ok = check_rank_order(os.path.join(work, "parallel.tsr"),
+                                      os.path.join(work, "parallel.trace.json"),
+                                      order_list(args)) and ok
             if args.vocab_parallel == "on" and args.tp > 1:
                 ok = check_vocab_split(os.path.join(work, "parallel.tsr")) and ok
                 if args.traffic and not args.sp:

@@ -5,7 +5,7 @@
 //     [--virtual-stages V] [--pp-stages 0,3,6] [--recompute
 //     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16|fp16]
 //     [--loss-scale S] [--vocab-parallel on|off]
-//     [--sp none|megatron|ulysses|ring] [--sp-size K]
+//     [--sp none|megatron|ulysses|ring] [--sp-size K] [--rank-order pp,dp,tp]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
@@ -96,8 +96,9 @@ static cl::opt<std::string> sequenceParallel(
              "sequence striped over 'sp', K/V blocks rotate around the ring "
              "with send/recv and softmax is online, so no rank holds S x S "
              "scores (ring attention, Liu et al. 2023; striped for causal "
-             "balance, Brandon et al. 2023). Grid order (dp, tp, sp), sp "
-             "fastest; not with --pp yet"),
+             "balance, Brandon et al. 2023). Grid axes (dp, tp, sp); ranks "
+             "laid out dp, sp, tp by default (--rank-order); not with --pp "
+             "yet"),
     cl::init("none"), cl::cat(category));
 static cl::opt<int64_t>
     spSize("sp-size",
@@ -141,6 +142,15 @@ static cl::list<int64_t> ppStages(
     cl::desc("First layer of every pipeline chunk, e.g. 0,3,6 (default: "
              "balanced by cost). Layers are the points where one "
              "activation crosses; --explain lists them"),
+    cl::CommaSeparated, cl::cat(category));
+static cl::list<std::string> rankOrder(
+    "rank-order",
+    cl::desc("How MPI ranks are laid out over the grid: the rank axes "
+             "(dp, tp, pp, sp), slowest first, e.g. pp,dp,sp,tp; the last "
+             "varies fastest, so its groups stay inside a node (mpirun "
+             "places consecutive ranks together); axes of size 1 may be left "
+             "out. Default: Megatron-LM's pp, dp, sp, tp restricted to the "
+             "plan's axes. --explain prints it with each axis's stride"),
     cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> recompute(
     "recompute",
@@ -375,6 +385,7 @@ int main(int argc, char **argv) {
   plan.schedule = scheduleKind;
   plan.virtualStages = virtualStages;
   plan.ppStages.assign(ppStages.begin(), ppStages.end());
+  plan.rankOrder.assign(rankOrder.begin(), rankOrder.end());
   plan.recompute = recompute;
   plan.bucketMb = bucketMb;
   plan.precision = precision;

@@ -5,10 +5,11 @@
 //     [--trace FILE.json] [--memory-per-device SIZE] [--memory-report]
 //
 // Every rank loads the plan (see runtime/executor/Plan.h), takes its grid
-// coordinates from its world rank (row-major, last axis fastest), slices its
-// shards and runs K training steps on the global batches of the data file
-// (DESIGN.md "Training-run conventions"). Rank 0 prints progress and writes
-// the metrics; --save-weights assembles the global parameters on rank 0.
+// coordinates from its world rank (row-major over the manifest's rank order,
+// its last axis fastest), slices its shards and runs K training steps on the
+// global batches of the data file (DESIGN.md "Training-run conventions").
+// Rank 0 prints progress and writes the metrics; --save-weights assembles the
+// global parameters on rank 0.
 //
 // Pipeline plans (manifest "pipeline"): the grid's last axis `mb` counts
 // micro-batches and is not a rank axis, so N is the product of the other
@@ -260,7 +261,8 @@ std::string writeTrace(const mpi::Communicator &world,
   std::vector<std::string> axes = m.rankAxes();
   std::vector<int64_t> shape = m.rankShape();
   for (int r = 0; r < world.size(); ++r) {
-    std::vector<int64_t> coords = exec::gridCoords(r, shape);
+    std::vector<int64_t> coords =
+        exec::gridCoords(r, shape, m.rankOrderIndices());
     std::string name = "rank " + std::to_string(r) + " (";
     for (size_t a = 0; a < axes.size(); ++a)
       name += (a ? " " : "") + axes[a] + "=" + std::to_string(coords[a]);
@@ -413,7 +415,8 @@ int main(int argc, char **argv) {
   std::unique_ptr<exec::Executor> executor;
   {
     // The rank axes only: a pipeline plan's micro-batch axis is virtual.
-    auto g = mpi::Grid::create(world, m.rankAxes(), m.rankShape());
+    auto g = mpi::Grid::create(world, m.rankAxes(), m.rankShape(),
+                               m.rankOrderIndices());
     if (g)
       grid = std::move(*g);
     else

@@ -147,9 +147,50 @@ Communicator Communicator::world() { return Communicator(MPI_COMM_WORLD); }
 // Grid
 //===----------------------------------------------------------------------===//
 
+/// `order`, or 0..n-1 when empty.
+static std::vector<int64_t> fullOrder(ArrayRef<int64_t> order, size_t n) {
+  if (!order.empty())
+    return std::vector<int64_t>(order.begin(), order.end());
+  std::vector<int64_t> all(n);
+  for (size_t i = 0; i < n; ++i)
+    all[i] = static_cast<int64_t>(i);
+  return all;
+}
+
+std::vector<int64_t> mpi::rankStrides(ArrayRef<int64_t> sizes,
+                                      ArrayRef<int64_t> order) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  int64_t stride = 1;
+  std::vector<int64_t> o = fullOrder(order, sizes.size());
+  for (size_t i = o.size(); i-- > 0;) {
+    strides[o[i]] = stride;
+    stride *= sizes[o[i]];
+  }
+  return strides;
+}
+
+std::vector<int64_t> mpi::rankToCoords(int64_t rank, ArrayRef<int64_t> sizes,
+                                       ArrayRef<int64_t> order) {
+  std::vector<int64_t> coords(sizes.size(), 0);
+  std::vector<int64_t> o = fullOrder(order, sizes.size());
+  for (size_t i = o.size(); i-- > 0;) {
+    coords[o[i]] = rank % sizes[o[i]];
+    rank /= sizes[o[i]];
+  }
+  return coords;
+}
+
+int64_t mpi::coordsToRank(ArrayRef<int64_t> coords, ArrayRef<int64_t> sizes,
+                          ArrayRef<int64_t> order) {
+  int64_t rank = 0;
+  for (int64_t a : fullOrder(order, sizes.size()))
+    rank = rank * sizes[a] + coords[a];
+  return rank;
+}
+
 llvm::Expected<std::unique_ptr<Grid>>
 Grid::create(Communicator parent, std::vector<std::string> axisNames,
-             std::vector<int64_t> axisSizes) {
+             std::vector<int64_t> axisSizes, std::vector<int64_t> rankOrder) {
   if (axisNames.size() != axisSizes.size())
     return plainError("grid", "axis names and sizes differ in length");
   std::set<std::string> seen;
@@ -167,16 +208,26 @@ Grid::create(Communicator parent, std::vector<std::string> axisNames,
     return plainError("grid", "grid of " + std::to_string(total) +
                                   " devices does not match " +
                                   std::to_string(parent.size()) + " ranks");
+  if (!rankOrder.empty()) {
+    std::vector<bool> used(axisSizes.size(), false);
+    bool ok = rankOrder.size() == axisSizes.size();
+    for (int64_t a : rankOrder) {
+      ok = ok && a >= 0 && a < static_cast<int64_t>(axisSizes.size()) &&
+           !used[a];
+      if (ok)
+        used[a] = true;
+    }
+    if (!ok)
+      return plainError("grid", "the rank order is not a permutation of the " +
+                                    std::to_string(axisSizes.size()) +
+                                    " axis indices");
+  }
   std::unique_ptr<Grid> g(new Grid());
   g->parentComm = parent;
   g->names = std::move(axisNames);
   g->sizes = std::move(axisSizes);
-  g->myCoords.assign(g->sizes.size(), 0);
-  int64_t rem = parent.rank();
-  for (size_t i = g->sizes.size(); i-- > 0;) {
-    g->myCoords[i] = rem % g->sizes[i];
-    rem /= g->sizes[i];
-  }
+  g->order = fullOrder(rankOrder, g->sizes.size());
+  g->myCoords = rankToCoords(parent.rank(), g->sizes, g->order);
   return std::move(g);
 }
 

@@ -60,16 +60,40 @@ private:
   int mySize = 1;
 };
 
+/// Rank order: how ranks are laid out over a grid of `sizes`. `order` lists
+/// every axis index once, slowest first; the rank is the row-major
+/// linearisation of the coordinates taken in that order (the last axis of
+/// `order` varies fastest). An empty `order` is the axis order 0, 1, ...,
+/// n-1 (the last axis fastest, as upstream `shard.grid`). mpirun and srun
+/// place consecutive ranks on the same node, so the fastest axes' groups
+/// stay inside a node.
+///
+/// The coordinates of `rank` (0 <= rank < product of sizes), indexed by
+/// axis. `order` must be empty or a permutation of the axis indices.
+std::vector<int64_t> rankToCoords(int64_t rank, llvm::ArrayRef<int64_t> sizes,
+                                  llvm::ArrayRef<int64_t> order = {});
+/// The inverse: the rank at `coords` (indexed by axis).
+int64_t coordsToRank(llvm::ArrayRef<int64_t> coords,
+                     llvm::ArrayRef<int64_t> sizes,
+                     llvm::ArrayRef<int64_t> order = {});
+/// Stride in ranks of each axis (indexed by axis) under `order`: the product
+/// of the sizes of the axes after it in `order`.
+std::vector<int64_t> rankStrides(llvm::ArrayRef<int64_t> sizes,
+                                 llvm::ArrayRef<int64_t> order = {});
+
 /// A logical device grid over the ranks of a communicator, e.g. axes
-/// {"dp", "tp"} with sizes {2, 2}. Linearisation is row-major: the LAST axis
-/// varies fastest over the parent rank, as in upstream `shard.grid`.
+/// {"dp", "tp"} with sizes {2, 2}. The parent rank is linearised over the
+/// axes in `rankOrder` (see rankToCoords); by default row-major in axis
+/// order, the LAST axis fastest, as in upstream `shard.grid`.
 class Grid {
 public:
-  /// Error if names are empty/duplicated, a size is < 1, or the product of
-  /// sizes differs from parent.size().
+  /// `rankOrder`: axis indices, slowest first (empty: 0, 1, ..., n-1).
+  /// Error if names are empty/duplicated, a size is < 1, the product of
+  /// sizes differs from parent.size(), or rankOrder is not empty and not a
+  /// permutation of the axis indices.
   static llvm::Expected<std::unique_ptr<Grid>>
   create(Communicator parent, std::vector<std::string> axisNames,
-         std::vector<int64_t> axisSizes);
+         std::vector<int64_t> axisSizes, std::vector<int64_t> rankOrder = {});
   ~Grid();
   Grid(const Grid &) = delete;
   Grid &operator=(const Grid &) = delete;
@@ -78,6 +102,16 @@ public:
   const std::vector<int64_t> &axisSizes() const { return sizes; }
   /// This rank's coordinate on every axis.
   const std::vector<int64_t> &coords() const { return myCoords; }
+  /// Axis indices, slowest first (never empty once created).
+  const std::vector<int64_t> &rankOrder() const { return order; }
+  /// Coordinates of parent rank `rank` (rankToCoords under rankOrder()).
+  std::vector<int64_t> coordsOf(int64_t rank) const {
+    return rankToCoords(rank, sizes, order);
+  }
+  /// Parent rank at `coords`.
+  int64_t rankOf(llvm::ArrayRef<int64_t> coords) const {
+    return coordsToRank(coords, sizes, order);
+  }
   /// Index of `axis` in axisNames(), or -1.
   int64_t axisIndex(llvm::StringRef axis) const;
   const Communicator &parent() const { return parentComm; }
@@ -85,8 +119,9 @@ public:
   /// Communicator over the ranks that share this rank's coordinates on every
   /// axis NOT in `axes`. Rank order inside it is the row-major linearisation
   /// of the coordinates on `axes` in the order given (as for the grid_axes of
-  /// upstream shard collectives). `axes` empty gives a size-1 communicator;
-  /// all axes in grid order gives the parent's order. Created with
+  /// upstream shard collectives), whatever the grid's rank order. `axes`
+  /// empty gives a size-1 communicator; all axes in rankOrder() gives the
+  /// parent's order. Created with
   /// MPI_Comm_split on first use (collective over the parent!) and cached.
   /// Error on an unknown or repeated axis index, or an MPI failure.
   llvm::Expected<Communicator> subComm(llvm::ArrayRef<int64_t> axes);
@@ -99,6 +134,7 @@ private:
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
   std::vector<int64_t> myCoords;
+  std::vector<int64_t> order;
   std::map<std::vector<int64_t>, MPI_Comm> cache;
 };
 

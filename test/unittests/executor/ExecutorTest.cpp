@@ -122,10 +122,11 @@ std::string loadError(llvm::StringRef program, const json::Object &m) {
 }
 
 std::unique_ptr<mpi::Grid> makeGrid(mpi::Communicator comm,
-                                    std::vector<int64_t> shape) {
+                                    std::vector<int64_t> shape,
+                                    std::vector<int64_t> rankOrder = {}) {
   std::vector<std::string> names = {"dp", "tp"};
   names.resize(shape.size());
-  auto g = mpi::Grid::create(comm, names, shape);
+  auto g = mpi::Grid::create(comm, names, shape, rankOrder);
   if (!g) {
     ADD_FAILURE() << llvm::toString(g.takeError());
     return nullptr;
@@ -290,11 +291,21 @@ struct TwoLayerReference {
 
 /// Runs 2 steps of the two-layer model on a (dp, tp) grid over `comm` and
 /// checks losses, local shards and gathered weights against the reference.
-void runTwoLayer(mpi::Communicator comm, int64_t dp, int64_t tp) {
-  SCOPED_TRACE("grid dp=" + std::to_string(dp) + " x tp=" + std::to_string(tp));
-  auto plan = loadPlan(twoLayerProgram(dp, tp), twoLayerManifest(dp, tp));
+/// `tpSlowest`: ranks laid out with tp slowest ("rank_order": ["tp", "dp"]).
+void runTwoLayer(mpi::Communicator comm, int64_t dp, int64_t tp,
+                 bool tpSlowest = false) {
+  SCOPED_TRACE("grid dp=" + std::to_string(dp) + " x tp=" + std::to_string(tp) +
+               (tpSlowest ? ", rank order tp, dp" : ""));
+  json::Object man = twoLayerManifest(dp, tp);
+  if (tpSlowest)
+    (*man.getObject("grid"))["rank_order"] = json::Array{"tp", "dp"};
+  auto plan = loadPlan(twoLayerProgram(dp, tp), man);
   ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
-  std::unique_ptr<mpi::Grid> grid = makeGrid(comm, {dp, tp});
+  EXPECT_EQ((*plan)->manifest().rankOrderIndices(),
+            tpSlowest ? (std::vector<int64_t>{1, 0})
+                      : (std::vector<int64_t>{0, 1}));
+  std::unique_ptr<mpi::Grid> grid =
+      makeGrid(comm, {dp, tp}, (*plan)->manifest().rankOrderIndices());
   ASSERT_TRUE(grid);
   auto ex = Executor::create(**plan, *grid);
   ASSERT_TRUE(static_cast<bool>(ex)) << llvm::toString(ex.takeError());
@@ -347,6 +358,18 @@ TEST(Executor, TwoLayerOnEveryGridOfTheWorld) {
     if (n % dp || kB % dp || kH % (n / dp))
       continue;
     runTwoLayer(world, dp, n / dp);
+  }
+}
+
+// The same with the ranks laid out tp slowest: each rank's shards and the
+// gathered weights follow its coordinates, not its world rank.
+TEST(Executor, TwoLayerWithTensorAxisSlowest) {
+  mpi::Communicator world = mpi::Communicator::world();
+  int n = world.size();
+  for (int64_t dp = 1; dp <= n; ++dp) {
+    if (n % dp || kB % dp || kH % (n / dp))
+      continue;
+    runTwoLayer(world, dp, n / dp, /*tpSlowest=*/true);
   }
 }
 
@@ -498,6 +521,18 @@ TEST(Executor, GridMismatchIsAnError) {
   auto ex = Executor::create(**plan, *grid);
   ASSERT_FALSE(static_cast<bool>(ex));
   EXPECT_NE(llvm::toString(ex.takeError()).find("dp=1 x tp=1"),
+            std::string::npos);
+}
+
+TEST(Executor, RankOrderMismatchIsAnError) {
+  json::Object man = twoLayerManifest(1, 1);
+  (*man.getObject("grid"))["rank_order"] = json::Array{"tp", "dp"};
+  auto plan = loadPlan(twoLayerProgram(1, 1), man);
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  std::unique_ptr<mpi::Grid> grid = makeGrid(self(), {1, 1});
+  auto ex = Executor::create(**plan, *grid);
+  ASSERT_FALSE(static_cast<bool>(ex));
+  EXPECT_NE(llvm::toString(ex.takeError()).find("lays ranks out"),
             std::string::npos);
 }
 
@@ -685,6 +720,24 @@ TEST(PlanErrors, ManifestMustMatchTheProgram) {
       json::Object{{"axes", json::Array{"dp"}}, {"shape", json::Array{0}}};
   msg = loadError(oneOp(""), m);
   EXPECT_NE(msg.find("grid sizes"), std::string::npos) << msg;
+
+  // "rank_order": every rank axis once; absent means the axis order.
+  m = oneOpManifest({1, 1});
+  (*m.getObject("grid"))["rank_order"] = json::Array{"tp", "dp"};
+  EXPECT_EQ(loadError(oneOp(""), m), "");
+  for (json::Value order :
+       {json::Value(json::Array{"dp", "dp"}),
+        json::Value(json::Array{"dp", "xx"}), json::Value(json::Array{"tp"}),
+        json::Value("dp,tp"), json::Value(json::Array{1, 0})}) {
+    std::string text;
+    llvm::raw_string_ostream(text) << order;
+    m = oneOpManifest({1, 1});
+    (*m.getObject("grid"))["rank_order"] = std::move(order);
+    msg = loadError(oneOp(""), m);
+    EXPECT_NE(msg.find("\"rank_order\" must list every rank axis (dp, tp)"),
+              std::string::npos)
+        << text << ": " << msg;
+  }
 
   m = oneOpManifest();
   m["function"] = "other";

@@ -1,11 +1,14 @@
 //===- LayoutTest.cpp - sliceToLocal / placeLocal ------------------------===//
 
 #include "runtime/executor/Layout.h"
+#include "runtime/collectives/mpi/MpiCollectives.h"
 
 #include "llvm/Support/JSON.h"
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <numeric>
+#include <set>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
@@ -105,6 +108,52 @@ TEST(Layout, GridCoordsAreRowMajor) {
   EXPECT_EQ(gridCoords(1, {2, 3}), (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(gridCoords(3, {2, 3}), (std::vector<int64_t>{1, 0}));
   EXPECT_EQ(gridCoords(5, {2, 3}), (std::vector<int64_t>{1, 2}));
+}
+
+// Rank orders: rank -> coordinates -> rank is the identity for every order
+// of a few shapes; the last axis of the order varies fastest, with the
+// strides of mpi::rankStrides.
+TEST(Layout, GridCoordsFollowTheRankOrder) {
+  // dp=2 x tp=2 x pp=2 in Megatron's order pp, dp, tp.
+  std::vector<int64_t> shape = {2, 2, 2}, order = {2, 0, 1};
+  EXPECT_EQ(gridCoords(1, shape, order), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(gridCoords(2, shape, order), (std::vector<int64_t>{1, 0, 0}));
+  EXPECT_EQ(gridCoords(4, shape, order), (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(mpi::rankStrides(shape, order), (std::vector<int64_t>{2, 1, 4}));
+  // The empty order is the axis order.
+  EXPECT_EQ(gridCoords(4, shape, {}), gridCoords(4, shape, {0, 1, 2}));
+  EXPECT_EQ(mpi::rankStrides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
+
+  for (std::vector<int64_t> sizes :
+       {std::vector<int64_t>{2, 3}, std::vector<int64_t>{2, 3, 4},
+        std::vector<int64_t>{1, 2, 3}, std::vector<int64_t>{3, 1, 2, 2}}) {
+    std::vector<int64_t> perm(sizes.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    int64_t ranks = 1;
+    for (int64_t s : sizes)
+      ranks *= s;
+    do {
+      std::vector<int64_t> strides = mpi::rankStrides(sizes, perm);
+      std::set<std::vector<int64_t>> seen;
+      for (int64_t r = 0; r < ranks; ++r) {
+        std::vector<int64_t> c = gridCoords(r, sizes, perm);
+        ASSERT_EQ(mpi::coordsToRank(c, sizes, perm), r);
+        int64_t byStride = 0;
+        for (size_t a = 0; a < sizes.size(); ++a) {
+          ASSERT_GE(c[a], 0);
+          ASSERT_LT(c[a], sizes[a]);
+          byStride += c[a] * strides[a];
+        }
+        ASSERT_EQ(byStride, r);
+        seen.insert(c);
+      }
+      ASSERT_EQ(static_cast<int64_t>(seen.size()), ranks);
+      // The fastest axis of the order changes from rank 0 to rank 1.
+      int64_t fastest = perm.back();
+      if (sizes[fastest] > 1)
+        EXPECT_EQ(gridCoords(1, sizes, perm)[fastest], 1);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
 }
 
 TEST(Layout, ReplicatedIsACopy) {

@@ -184,6 +184,50 @@ TEST(MpiGrid, CoordinatesAndSubComms) {
   llvm::consumeError(dup.takeError());
 }
 
+// Ranks laid out tp slowest (rank order {tp, dp}): world rank r sits at
+// dp = r % 2, tp = r / 2; sub-communicators still order their ranks by the
+// coordinates of the axes given.
+TEST(MpiGrid, RankOrder) {
+  Communicator world = Communicator::world();
+  ASSERT_EQ(world.size(), 4);
+  int r = world.rank();
+  auto made = Grid::create(world, {"dp", "tp"}, {2, 2}, {1, 0});
+  ASSERT_TRUE(bool(made)) << llvm::toString(made.takeError());
+  std::unique_ptr<Grid> g = std::move(*made);
+  EXPECT_EQ(g->rankOrder(), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(g->coords(), (std::vector<int64_t>{r % 2, r / 2}));
+  for (int64_t q = 0; q < 4; ++q) {
+    EXPECT_EQ(g->coordsOf(q), (std::vector<int64_t>{q % 2, q / 2}));
+    EXPECT_EQ(g->rankOf(g->coordsOf(q)), q);
+  }
+  auto tp = g->subComm(std::vector<std::string>{"tp"});
+  ASSERT_TRUE(bool(tp));
+  EXPECT_EQ(tp->size(), 2);
+  EXPECT_EQ(tp->rank(), r / 2);
+  // The tp group of world rank r is {r % 2, r % 2 + 2}.
+  Tensor t = Tensor::fromVector<int64_t>({1}, {r});
+  ASSERT_NO_ERR(allReduce(t, ReduceOp::Sum, *tp));
+  EXPECT_EQ(t.data<int64_t>()[0], 2 * (r % 2) + 2);
+  auto dp = g->subComm(std::vector<std::string>{"dp"});
+  ASSERT_TRUE(bool(dp));
+  EXPECT_EQ(dp->rank(), r % 2);
+  auto both = g->subComm(std::vector<std::string>{"dp", "tp"});
+  ASSERT_TRUE(bool(both));
+  EXPECT_EQ(both->rank(), (r % 2) * 2 + r / 2);
+  auto inOrder = g->subComm(std::vector<std::string>{"tp", "dp"});
+  ASSERT_TRUE(bool(inOrder));
+  EXPECT_EQ(inOrder->rank(), r); // all axes in rank order: the parent's
+
+  for (std::vector<int64_t> bad :
+       {std::vector<int64_t>{0, 0}, std::vector<int64_t>{0},
+        std::vector<int64_t>{0, 2}, std::vector<int64_t>{-1, 0}}) {
+    auto e = Grid::create(world, {"dp", "tp"}, {2, 2}, bad);
+    ASSERT_FALSE(bool(e));
+    EXPECT_NE(llvm::toString(e.takeError()).find("rank order"),
+              std::string::npos);
+  }
+}
+
 TEST(MpiCollectives, Grid2x2EachAxis) {
   auto g = makeGrid({"dp", "tp"}, {2, 2});
   ASSERT_TRUE(g);
