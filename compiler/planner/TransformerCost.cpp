@@ -318,6 +318,13 @@ struct StepModel {
     megatronSP = c.sp == "megatron" && c.tp > 1;
     ulysses = c.sp == "ulysses" && c.spSize > 1;
     ring = c.sp == "ring" && c.spSize > 1;
+    // Axes the order leaves out go first (slowest), as Plan's
+    // effectiveRankOrder puts them.
+    for (const char *axis : {"pp", "dp", "sp", "tp"})
+      if (!llvm::is_contained(opt.rankOrder, axis)) {
+        rankNames.push_back(axis);
+        rankShape.push_back(axisSize(axis));
+      }
     for (const std::string &axis : opt.rankOrder) {
       rankNames.push_back(axis);
       rankShape.push_back(axisSize(axis));

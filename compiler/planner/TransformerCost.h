@@ -132,7 +132,8 @@ struct CostOptions {
   bool dropout = true;
   /// Rank order over the grid, slowest axis first: ranks r and r+1 differ
   /// on the last axis, and rank r runs on node r / devicesPerNode. The
-  /// default keeps tp, then sp, inside a node (Megatron-LM's order).
+  /// default keeps tp, then sp, inside a node (Megatron-LM's order, and
+  /// planner::Plan's default rank order). Axes left out are slowest.
   std::vector<std::string> rankOrder = {"pp", "dp", "sp", "tp"};
 };
 

@@ -488,6 +488,8 @@ int main(int argc, char **argv) {
     // What the runtime will do: bucketed, overlapped gradient collectives
     // only with --bucket-mb.
     search.overlapGradients = plan.bucketMb >= 0;
+    if (!plan.rankOrder.empty())
+      search.cost.rankOrder = plan.rankOrder;
     if (memoryLimit)
       search.memoryBytes = double(*memoryLimit);
     planner::Pins &pin = search.pins;
