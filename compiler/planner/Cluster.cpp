@@ -3,8 +3,13 @@
 #include "compiler/planner/Cluster.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cstdlib>
 
 using namespace tessera::planner;
 using llvm::StringRef;
@@ -139,8 +144,10 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
   c.interNode = *inter;
 
   // Optional, measured by calibration.
-  for (auto [key, field] : {std::pair{"memory_bandwidth", &c.memoryBandwidth},
-                            std::pair{"op_overhead", &c.opOverhead}})
+  for (auto [key, field] :
+       {std::pair{"memory_bandwidth", &c.memoryBandwidth},
+        std::pair{"op_overhead", &c.opOverhead},
+        std::pair{"transcendental_rate", &c.transcendentalRate}})
     if (obj->get(key)) {
       auto v = r.number(key, /*allowZero=*/true);
       if (!v)
@@ -238,6 +245,7 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
                          {"source", c.source},
                          {"memory_bandwidth", c.memoryBandwidth},
                          {"op_overhead", c.opOverhead},
+                         {"transcendental_rate", c.transcendentalRate},
                          {"gemm_peak_fraction", c.gemmPeakFraction}};
   if (!c.gemm.empty()) {
     llvm::json::Array points;
@@ -347,6 +355,45 @@ static Cluster dgxH100(int64_t nodes) {
   return c;
 }
 
+std::string tessera::planner::calibrationPath(int64_t ranks) {
+  llvm::SmallString<256> path;
+  if (const char *dir = std::getenv("TESSERA_CALIBRATION_DIR"); dir && *dir) {
+    path = dir;
+  } else {
+    const char *home = std::getenv("HOME");
+    path = home && *home ? home : ".";
+    llvm::sys::path::append(path, ".cache", "tessera");
+  }
+  llvm::sys::path::append(path, "cpu-" + std::to_string(ranks) + ".json");
+  return std::string(path);
+}
+
+static llvm::Expected<Cluster> readClusterFile(StringRef path);
+
+/// `cpu:N`: the calibration `tessera-run --calibrate` wrote for N ranks.
+static llvm::Expected<Cluster> cpuCalibration(StringRef spec, int64_t n) {
+  std::string path = calibrationPath(n);
+  if (!llvm::sys::fs::exists(path))
+    return fail("cluster preset '" + spec +
+                "': cpu clusters are measured, not preset, and there is no "
+                "calibration file '" +
+                path + "'; run `mpirun -np " + llvm::Twine(n) +
+                " tessera-run --calibrate` on this machine (it writes that "
+                "file; TESSERA_CALIBRATION_DIR overrides the directory) or "
+                "pass the JSON file of `tessera-run --calibrate OUT.json` to "
+                "--cluster");
+  llvm::Expected<Cluster> cluster = readClusterFile(path);
+  if (!cluster)
+    return fail("cluster preset '" + spec +
+                "': " + llvm::toString(cluster.takeError()));
+  if (cluster->devices() != n)
+    return fail("cluster preset '" + spec + "': calibration file '" + path +
+                "' describes " + llvm::Twine(cluster->devices()) +
+                " devices, not " + llvm::Twine(n) + "; rerun `mpirun -np " +
+                llvm::Twine(n) + " tessera-run --calibrate --force`");
+  return cluster;
+}
+
 static constexpr StringRef kPresetHelp =
     "expected dgx-a100:N, dgx-h100:N, cpu:N or a cluster JSON file";
 
@@ -360,10 +407,7 @@ llvm::Expected<Cluster> tessera::planner::clusterPreset(StringRef spec) {
     return fail("cluster preset '" + spec + "': N must be an integer >= 1" +
                 " (" + kind + ":N), got '" + count + "'");
   if (kind == "cpu")
-    return fail("cluster preset '" + spec +
-                "': cpu clusters are measured, not preset; run "
-                "`tessera-run --calibrate` and pass the JSON file it writes "
-                "to --cluster");
+    return cpuCalibration(spec, n);
   return kind == "dgx-a100" ? dgxA100(n) : dgxH100(n);
 }
 
@@ -380,6 +424,10 @@ static bool looksLikePreset(StringRef spec) {
 llvm::Expected<Cluster> tessera::planner::loadCluster(StringRef specOrPath) {
   if (looksLikePreset(specOrPath))
     return clusterPreset(specOrPath);
+  return readClusterFile(specOrPath);
+}
+
+static llvm::Expected<Cluster> readClusterFile(StringRef specOrPath) {
   auto buf = llvm::MemoryBuffer::getFile(specOrPath, /*IsText=*/true);
   if (!buf)
     return fail("cannot read cluster file '" + specOrPath +

@@ -3,8 +3,10 @@
 // A cluster description (issue 6, `--cluster`): how many nodes, devices per
 // node, each device's peak FLOP/s per dtype and memory, and the α-β figures
 // of the links inside a node and across nodes. It is read from a JSON file
-// (the format `tessera-run --calibrate` will write) or built from a preset
-// (`dgx-a100:N`, `dgx-h100:N`). Every preset figure names its source.
+// (the format `tessera-run --calibrate` writes) or built from a preset
+// (`dgx-a100:N`, `dgx-h100:N`: datasheet figures, every one naming its
+// source; `cpu:N`: the calibration of N MPI ranks on this machine, read from
+// calibrationPath(N), which `mpirun -np N tessera-run --calibrate` writes).
 //
 // JSON format (all numbers in SI units: FLOP/s, bytes, bytes/s, seconds):
 //
@@ -24,6 +26,7 @@
 //
 //     "memory_bandwidth": 2.0e12,      // device memory, bytes/s (streaming)
 //     "op_overhead": 5e-6,             // seconds of fixed cost per kernel
+//     "transcendental_rate": 2e8,      // exp/erf/... evaluations per second
 //     "gemm_peak_fraction": 0.8,       // best fraction of peak a GEMM reaches
 //     "gemm": [                        // measured GEMMs C[m,n] = A[m,k]·B[k,n]
 //       {"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops": 4.1e10}, ...
@@ -33,7 +36,8 @@
 //       ...                            // also all_gather, reduce_scatter,
 //     }                                // all_to_all, send_recv; inter_node
 //
-// Absent, memory_bandwidth and op_overhead are 0 (not modelled),
+// Absent, memory_bandwidth, op_overhead and transcendental_rate are 0 (not
+// modelled),
 // gemm_peak_fraction is 1, gemm is empty and every collective uses the
 // `intra_node` / `inter_node` link.
 //
@@ -78,6 +82,9 @@ struct Cluster {
   double memoryBandwidth = 0;
   /// Fixed cost of one kernel (launch, dispatch), seconds; 0 = none.
   double opOverhead = 0;
+  /// Transcendental evaluations (exp, erf, ... as elementwise kernels run
+  /// them) per second; 0 = not modelled (counted as FLOPs only).
+  double transcendentalRate = 0;
   /// The largest fraction of peakFlops a GEMM reaches (cuBLAS on large
   /// shapes); the GEMM model's ceiling when `gemm` has no measurement.
   double gemmPeakFraction = 1.0;
@@ -119,8 +126,16 @@ llvm::Expected<Cluster> parseCluster(const llvm::json::Value &value);
 /// Writes the JSON format above; parseCluster(toJSON(c)) == c.
 llvm::json::Value toJSON(const Cluster &cluster);
 
-/// A preset `dgx-a100:N` or `dgx-h100:N` (N nodes of 8 GPUs). `cpu:N` is
-/// refused (calibration is not built yet). Errors name the preset.
+/// Where `tessera-run --calibrate` (no path) writes, and the `cpu:N` preset
+/// reads, the calibration of `ranks` MPI ranks on this machine:
+/// `$TESSERA_CALIBRATION_DIR/cpu-<ranks>.json`, the directory defaulting to
+/// `$HOME/.cache/tessera`.
+std::string calibrationPath(int64_t ranks);
+
+/// A preset `dgx-a100:N` or `dgx-h100:N` (N nodes of 8 GPUs), or `cpu:N`
+/// (N MPI ranks on this machine: the file at calibrationPath(N), which must
+/// describe N devices; missing, the error says to run `mpirun -np N
+/// tessera-run --calibrate`). Errors name the preset.
 llvm::Expected<Cluster> clusterPreset(llvm::StringRef spec);
 
 /// `--cluster` argument: a preset (see clusterPreset) or the path of a JSON

@@ -9,7 +9,13 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
 
 using namespace mlir;
 using namespace tessera;
@@ -32,10 +38,114 @@ static double tensorBytes(Type type) {
   return static_cast<double>(tensor.getNumElements()) * bits / 8.0;
 }
 
-llvm::Expected<StepCost> planner::predictStepCost(ModuleOp module,
-                                                  const Cluster &cluster,
-                                                  llvm::StringRef dtype,
-                                                  double gemmEfficiency) {
+namespace {
+/// Achieved FLOP/s of one (m, n, k) GEMM from the measured points of one
+/// dtype, in log space: trilinear over (log m, log n, log k) of log FLOP/s
+/// when the points form a full grid, else the nearest point; coordinates
+/// outside the table are clamped to its edges.
+double tableRate(const std::vector<const Cluster::GemmPoint *> &points,
+                 int64_t m, int64_t n, int64_t k) {
+  std::vector<int64_t> axes[3];
+  for (const Cluster::GemmPoint *p : points) {
+    axes[0].push_back(p->m);
+    axes[1].push_back(p->n);
+    axes[2].push_back(p->k);
+  }
+  for (std::vector<int64_t> &a : axes) {
+    llvm::sort(a);
+    a.erase(std::unique(a.begin(), a.end()), a.end());
+  }
+  std::map<std::array<int64_t, 3>, double> grid;
+  for (const Cluster::GemmPoint *p : points)
+    grid[{p->m, p->n, p->k}] = p->flops;
+  double query[3] = {std::log(static_cast<double>(std::max<int64_t>(m, 1))),
+                     std::log(static_cast<double>(std::max<int64_t>(n, 1))),
+                     std::log(static_cast<double>(std::max<int64_t>(k, 1)))};
+  if (grid.size() == axes[0].size() * axes[1].size() * axes[2].size()) {
+    // Per axis: the bracketing indices and the weight of the upper one.
+    int64_t lo[3], hi[3];
+    double w[3];
+    for (int d = 0; d < 3; ++d) {
+      const std::vector<int64_t> &a = axes[d];
+      double q = query[d];
+      if (q <= std::log(static_cast<double>(a.front()))) {
+        lo[d] = hi[d] = 0;
+        w[d] = 0;
+      } else if (q >= std::log(static_cast<double>(a.back()))) {
+        lo[d] = hi[d] = static_cast<int64_t>(a.size()) - 1;
+        w[d] = 0;
+      } else {
+        size_t i = 1;
+        while (std::log(static_cast<double>(a[i])) < q)
+          ++i;
+        lo[d] = static_cast<int64_t>(i) - 1;
+        hi[d] = static_cast<int64_t>(i);
+        double l = std::log(static_cast<double>(a[i - 1]));
+        double h = std::log(static_cast<double>(a[i]));
+        w[d] = (q - l) / (h - l);
+      }
+    }
+    double logRate = 0;
+    for (int corner = 0; corner < 8; ++corner) {
+      double weight = 1;
+      std::array<int64_t, 3> at;
+      for (int d = 0; d < 3; ++d) {
+        bool up = corner >> d & 1;
+        weight *= up ? w[d] : 1 - w[d];
+        at[d] = axes[d][up ? hi[d] : lo[d]];
+      }
+      if (weight == 1)
+        return grid[at]; // on the grid (or clamped to it): exact
+      if (weight > 0)
+        logRate += weight * std::log(grid[at]);
+    }
+    return std::exp(logRate);
+  }
+  const Cluster::GemmPoint *nearest = nullptr;
+  double bestDistance = 0;
+  for (const Cluster::GemmPoint *p : points) {
+    double d = 0;
+    for (auto [q, v] : {std::pair{query[0], p->m}, std::pair{query[1], p->n},
+                        std::pair{query[2], p->k}})
+      d += std::pow(q - std::log(static_cast<double>(v)), 2);
+    if (!nearest || d < bestDistance) {
+      nearest = p;
+      bestDistance = d;
+    }
+  }
+  return nearest->flops;
+}
+} // namespace
+
+double planner::gemmSeconds(const Cluster &cluster, llvm::StringRef dtype,
+                            double peak, int64_t batch, int64_t m, int64_t n,
+                            int64_t k, std::optional<double> gemmEfficiency) {
+  double flops = 2.0 * static_cast<double>(batch) * m * n * k;
+  if (flops <= 0)
+    return 0;
+  if (gemmEfficiency)
+    return flops / (peak * *gemmEfficiency);
+  std::vector<const Cluster::GemmPoint *> points;
+  for (const Cluster::GemmPoint &p : cluster.gemm)
+    if (p.dtype == dtype && p.flops > 0)
+      points.push_back(&p);
+  if (!points.empty())
+    return flops / tableRate(points, m, n, k);
+  double seconds = flops / (peak * cluster.gemmPeakFraction);
+  if (cluster.memoryBandwidth > 0) {
+    double elementBytes = dtype == "fp32" ? 4 : 2;
+    double bytes = static_cast<double>(batch) * elementBytes *
+                   (static_cast<double>(m) * k + static_cast<double>(k) * n +
+                    static_cast<double>(m) * n);
+    seconds = std::max(seconds, bytes / cluster.memoryBandwidth);
+  }
+  return seconds;
+}
+
+llvm::Expected<StepCost>
+planner::predictStepCost(ModuleOp module, const Cluster &cluster,
+                         llvm::StringRef dtype,
+                         std::optional<double> gemmEfficiency) {
   if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
     return error("unknown dtype '" + dtype + "' (expected fp32, bf16 or fp16)");
   auto peakIt = cluster.peakFlops.find(dtype.str());
@@ -43,9 +153,9 @@ llvm::Expected<StepCost> planner::predictStepCost(ModuleOp module,
     return error("cluster '" + cluster.name + "' has no peak FLOP/s for " +
                  dtype);
   double peak = peakIt->second;
-  if (!(gemmEfficiency > 0 && gemmEfficiency <= 1))
+  if (gemmEfficiency && !(*gemmEfficiency > 0 && *gemmEfficiency <= 1))
     return error("GEMM efficiency must be in (0, 1], got " +
-                 llvm::Twine(std::to_string(gemmEfficiency)));
+                 llvm::Twine(std::to_string(*gemmEfficiency)));
 
   func::FuncOp step;
   for (auto fn : module.getOps<func::FuncOp>()) {
@@ -86,14 +196,8 @@ llvm::Expected<StepCost> planner::predictStepCost(ModuleOp module,
                  llvm::Twine(cluster.devices()) + " devices");
 
   llvm::Error err = llvm::Error::success();
-  auto addCollective = [&](Operation *op, Collective kind,
-                           ArrayRef<int16_t> axes, Type sized) {
-    double bytes = tensorBytes(sized);
-    if (bytes < 0) {
-      err = error(op->getName().getStringRef() +
-                  " on a tensor without a static shape");
-      return;
-    }
+  auto addCollectiveBytes = [&](Operation *op, Collective kind,
+                                ArrayRef<int16_t> axes, double bytes) {
     CollectiveCost c;
     c.kind = collectiveName(kind).str();
     c.axes.assign(axes.begin(), axes.end());
@@ -111,15 +215,98 @@ llvm::Expected<StepCost> planner::predictStepCost(ModuleOp module,
       c.withinNode &= axisWithinNode(cluster, cost.gridShape, axis);
     }
     c.seconds = collectiveSeconds(
-        kind, bytes, n, c.withinNode ? cluster.intraNode : cluster.interNode);
+        kind, bytes, n, cluster.link(collectiveName(kind), c.withinNode));
     cost.communicationSeconds += c.seconds;
     cost.collectives.push_back(std::move(c));
   };
+  auto addCollective = [&](Operation *op, Collective kind,
+                           ArrayRef<int16_t> axes, Type sized) {
+    double bytes = tensorBytes(sized);
+    if (bytes < 0) {
+      err = error(op->getName().getStringRef() +
+                  " on a tensor without a static shape");
+      return;
+    }
+    addCollectiveBytes(op, kind, axes, bytes);
+  };
+  // Ring attention's K/V rotations (runtime/backends/cpu/Attention.cpp):
+  // fp32 blocks, sent with MPI_Sendrecv_replace around the ring.
+  auto addRing = [&](Operation *op, Value key, Value value, bool backward) {
+    auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+    auto ring = op->getAttrOfType<IntegerAttr>("ring_size");
+    if (!axes || !ring || ring.getInt() < 2)
+      return;
+    double kv =
+        4.0 * (cast<RankedTensorType>(key.getType()).getNumElements() +
+               cast<RankedTensorType>(value.getType()).getNumElements());
+    int64_t rotations = ring.getInt() - 1;
+    for (int64_t i = 0; i < rotations && !err; ++i)
+      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(),
+                         backward ? 2 * kv : kv);
+    if (backward && !err)
+      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(), kv);
+  };
+  // Vocab-parallel cross-entropy (runtime/executor/Kernels.cpp): the kernel
+  // all-reduces its N rows' max, then their sums of exponentials (and, in
+  // the forward, the target logits), as f64.
+  auto addVocabParallel = [&](Operation *op, Value logits, bool backward) {
+    auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+    if (!axes || axes.empty())
+      return;
+    double rows = static_cast<double>(
+        cast<RankedTensorType>(logits.getType()).getDimSize(0));
+    addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(), 8 * rows);
+    if (!err)
+      addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(),
+                         (backward ? 8 : 16) * rows);
+  };
 
+  double memoryBandwidth = cluster.memoryBandwidth;
   step.walk([&](Operation *op) -> WalkResult {
     if (auto costOp = dyn_cast<tsr::CostOpInterface>(op)) {
-      cost.flopsPerRank += static_cast<double>(costOp.getFlops());
-      return WalkResult::advance();
+      // A constant is materialised once, when the plan is loaded.
+      if (op->hasTrait<OpTrait::ConstantLike>())
+        return WalkResult::advance();
+      double flops = static_cast<double>(costOp.getFlops());
+      double bytes = static_cast<double>(costOp.getBytesAccessed());
+      double transcendentals =
+          cluster.transcendentalRate > 0
+              ? static_cast<double>(costOp.getTranscendentals()) /
+                    cluster.transcendentalRate
+              : 0;
+      cost.flopsPerRank += flops;
+      ++cost.kernels;
+      SmallVector<tsr::GemmShape> gemms = costOp.getGemmShapes();
+      if (!gemms.empty()) {
+        double gemmFlops = 0, seconds = 0;
+        for (const tsr::GemmShape &g : gemms) {
+          gemmFlops += static_cast<double>(g.flops());
+          seconds += gemmSeconds(cluster, dtype, peak, g.batch, g.m, g.n, g.k,
+                                 gemmEfficiency);
+        }
+        cost.gemmSeconds +=
+            seconds + std::max(0.0, flops - gemmFlops) / peak + transcendentals;
+      } else {
+        double seconds = flops / peak + transcendentals;
+        if (memoryBandwidth > 0)
+          seconds = std::max(seconds, bytes / memoryBandwidth);
+        cost.otherSeconds += seconds;
+      }
+      llvm::TypeSwitch<Operation *>(op)
+          .Case([&](tsr::AttentionOp o) {
+            addRing(op, o.getKey(), o.getValue(), /*backward=*/false);
+          })
+          .Case([&](tsr::AttentionGradOp o) {
+            addRing(op, o.getKey(), o.getValue(), /*backward=*/true);
+          })
+          .Case([&](tsr::CrossEntropyOp o) {
+            addVocabParallel(op, o.getLogits(), /*backward=*/false);
+          })
+          .Case([&](tsr::CrossEntropyGradOp o) {
+            addVocabParallel(op, o.getLogits(), /*backward=*/true);
+          })
+          .Default([](Operation *) {});
+      return err ? WalkResult::interrupt() : WalkResult::advance();
     }
     llvm::TypeSwitch<Operation *>(op)
         .Case([&](shard::AllReduceOp o) {
@@ -144,9 +331,40 @@ llvm::Expected<StepCost> planner::predictStepCost(ModuleOp module,
   if (err)
     return std::move(err);
 
-  cost.computeSeconds = cost.flopsPerRank / (peak * gemmEfficiency);
+  cost.overheadSeconds = static_cast<double>(cost.kernels) * cluster.opOverhead;
+  cost.computeSeconds =
+      cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
   cost.stepSeconds = cost.computeSeconds + cost.communicationSeconds;
   cost.mfu =
       cost.stepSeconds > 0 ? cost.flopsPerRank / (cost.stepSeconds * peak) : 0;
   return cost;
+}
+
+llvm::json::Value planner::toJSON(const StepCost &cost,
+                                  const Cluster &cluster) {
+  llvm::json::Array collectives;
+  for (const CollectiveCost &c : cost.collectives) {
+    llvm::json::Array axes;
+    for (int16_t axis : c.axes)
+      axes.push_back(static_cast<size_t>(axis) < cost.axisNames.size()
+                         ? llvm::json::Value(cost.axisNames[axis])
+                         : llvm::json::Value(static_cast<int64_t>(axis)));
+    collectives.push_back(llvm::json::Object{{"kind", c.kind},
+                                             {"axes", std::move(axes)},
+                                             {"bytes", c.bytes},
+                                             {"seconds", c.seconds},
+                                             {"within_node", c.withinNode}});
+  }
+  return llvm::json::Object{{"cluster", cluster.name},
+                            {"ranks", cost.ranks},
+                            {"step_s", cost.stepSeconds},
+                            {"compute_s", cost.computeSeconds},
+                            {"gemm_s", cost.gemmSeconds},
+                            {"other_s", cost.otherSeconds},
+                            {"overhead_s", cost.overheadSeconds},
+                            {"kernels", cost.kernels},
+                            {"communication_s", cost.communicationSeconds},
+                            {"flops_per_rank", cost.flopsPerRank},
+                            {"mfu", cost.mfu},
+                            {"collectives", std::move(collectives)}};
 }

@@ -2,30 +2,68 @@
 //
 // The planner's step-time prediction (issue 6): walks the partitioned
 // @train_step (after tsr-sharding-partition, so every tensor has its LOCAL,
-// per-rank shape) and adds
+// per-rank shape) and adds, per rank:
 //
-//   compute       = Σ_op getFlops() / (peakFlops[dtype] · gemmEfficiency)
-//   communication = Σ_collective collectiveSeconds(kind, bytes, n, link)
+//   compute       = Σ_op  kernel(op) + op_overhead
+//   communication = Σ_collective collectiveSeconds(kind, bytes, n,
+//                                                  cluster.link(kind, node))
 //   step          = compute + communication
 //
-// Units: seconds, bytes, FLOP, FLOP/s. Every tsr op answers
-// tsr::CostOpInterface (FLOPs of one execution on its local shapes). The
-// collectives are the `shard.all_reduce / all_gather / reduce_scatter /
-// all_to_all` ops; their sizes are the ones nccl-tests counts
-// (doc/PERFORMANCE.md): all-reduce the operand, all-gather the (gathered)
-// result, reduce-scatter the operand (before scattering), all-to-all the
-// operand (one rank's send buffer). n is the product of the collective's grid
-// axis sizes; the link is the intra-node one when every axis of the group
+// where, with the op's CostOpInterface answers (getFlops F, getBytesAccessed
+// B, getGemmShapes G) and peak = peakFlops[dtype]:
+//
+//  - a GEMM-like op (G not empty: matmul, attention, attention_grad) takes
+//      Σ_{g in G} g.batch · 2·g.m·g.n·g.k / rate(g)  +  (F − F_G) / peak
+//        + T / transcendental_rate
+//    with F_G the GEMMs' FLOPs (the rest is the attention's softmax work)
+//    and T the op's getTranscendentals() (exp per score).
+//    rate(g) is the cluster's measured `gemm` table for the dtype,
+//    interpolated in log space (trilinear over log m, log n, log k when the
+//    table is a full grid, else the nearest point; clamped at the table's
+//    edges); without a table the roofline
+//      max(2mnk / (peak · gemm_peak_fraction), bytes(g) / memory_bandwidth)
+//    with bytes(g) = (mk + kn + mn) elements of the dtype. `gemmEfficiency`,
+//    when given, replaces both: every GEMM at peak · gemmEfficiency.
+//  - any other op takes the roofline
+//      max(F / peak + T / transcendental_rate, B / memory_bandwidth)
+//    (a term is left out when the cluster has no such figure): exp, erf in
+//    GELU, softmax and cross-entropy are bound by their libm calls.
+//  - every op but constants (materialised once, at load) is one kernel and
+//    pays the cluster's op_overhead; a reshape is a view (B = 0) but still
+//    one dispatched instruction.
+//
+// Units: seconds, bytes, FLOP, FLOP/s. The collectives are the `shard.
+// all_reduce / all_gather / reduce_scatter / all_to_all` ops; their sizes are
+// the ones nccl-tests counts (doc/PERFORMANCE.md): all-reduce the operand,
+// all-gather the (gathered) result, reduce-scatter the operand (before
+// scattering), all-to-all the operand (one rank's send buffer). A ring
+// attention (tsr.attention / attention_grad with `grid_axes`) adds its K/V
+// rotations as send_recv messages over its ring: ring_size − 1 of the local
+// K and V (forward), ring_size − 1 of K, V, dK and dV plus one of dK and dV
+// (backward), as runtime/backends/cpu/Attention.cpp rotates them (fp32); a
+// vocab-parallel cross_entropy / cross_entropy_grad (with `grid_axes`) adds
+// the two f64 all-reduces of its row statistics (8·N bytes, then 16·N
+// forward or 8·N backward for N rows). n is
+// the product of the collective's grid axis sizes; the link is
+// Cluster::link(kind, withinNode), intra-node when every axis of the group
 // stays inside a node (axisWithinNode on the module's `shard.grid @grid`,
 // ranks row-major, last axis fastest), else the network. `shard.all_slice`
 // is local (no communication) and costs nothing.
 //
 // Limits (stated, not hidden):
 //  - No overlap: compute and communication are added, as if every collective
-//    were blocking (an upper bound when --bucket-mb overlaps them).
-//  - gemmEfficiency is ONE factor for every op; it is a placeholder for the
-//    GEMM-shape efficiency table (and it also scales non-GEMM ops, which are
-//    really memory-bound).
+//    were blocking (an upper bound when --bucket-mb overlaps them), and every
+//    rank is assumed to do the same work (no load imbalance or waiting).
+//  - The GEMM table is measured for C = A·B; transposed operands (the
+//    backward's GEMMs) are assumed to run at the same rate.
+//  - Non-GEMM kernels are costed by bytes (memory_bandwidth is measured with
+//    a simple add), FLOPs at the GEMM peak and transcendentals at one
+//    measured rate (the mean of exp and erf): kernels that do not vectorise
+//    (layer_norm, the optimizer's sqrt) are faster in the model than in
+//    reality. op_overhead is a kernel call's fixed cost, not the executor's
+//    per-instruction bookkeeping.
+//  - The step's fixed work outside the program (batch slicing, copying the
+//    updated state back) is not counted.
 //  - Only the single-function plan (@train_step alone) is costed; pipeline
 //    plans (stage functions, send/recv) are refused with an error.
 //
@@ -45,7 +83,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +93,8 @@ namespace tessera::planner {
 
 /// One collective of the step.
 struct CollectiveCost {
-  /// "all_reduce", "all_gather", "reduce_scatter" or "all_to_all".
+  /// "all_reduce", "all_gather", "reduce_scatter", "all_to_all" or
+  /// "send_recv" (ring attention's K/V rotations).
   std::string kind;
   /// Grid axes the collective runs over (indices into the grid).
   std::vector<int16_t> axes;
@@ -67,8 +108,16 @@ struct CollectiveCost {
 
 /// Predicted time of one training step on one rank.
 struct StepCost {
-  /// Σ FLOPs / (peak · efficiency), seconds.
+  /// gemmSeconds + otherSeconds + overheadSeconds, seconds.
   double computeSeconds = 0;
+  /// The GEMMs of GEMM-like ops (and their non-GEMM FLOPs), seconds.
+  double gemmSeconds = 0;
+  /// The other ops' rooflines, seconds.
+  double otherSeconds = 0;
+  /// kernels · op_overhead, seconds.
+  double overheadSeconds = 0;
+  /// Ops costed as one kernel each.
+  int64_t kernels = 0;
   /// Σ collective seconds, seconds.
   double communicationSeconds = 0;
   /// computeSeconds + communicationSeconds (no overlap), seconds.
@@ -86,13 +135,19 @@ struct StepCost {
   int64_t ranks = 1;
 };
 
-/// Default of `gemmEfficiency`: the fraction of peak a GEMM reaches. A
-/// placeholder for the GEMM-shape efficiency table.
-constexpr double kDefaultGemmEfficiency = 0.5;
+/// Seconds of `batch` GEMMs (m, n, k) of `dtype` on one device of
+/// `cluster` (see the file comment): the measured table, else the
+/// roofline; with `gemmEfficiency`, 2·batch·m·n·k / (peak · efficiency).
+/// `peak` is cluster.peakFlops[dtype].
+double gemmSeconds(const Cluster &cluster, llvm::StringRef dtype, double peak,
+                   int64_t batch, int64_t m, int64_t n, int64_t k,
+                   std::optional<double> gemmEfficiency = std::nullopt);
 
 /// Predicts the step of the partitioned module `partitioned` (after
-/// tsr-sharding-partition, optionally tsr-zero-sharding) on `cluster`, with
-/// compute at peakFlops[dtype] ("fp32", "bf16", "fp16") · gemmEfficiency.
+/// tsr-sharding-partition, optionally tsr-zero-sharding) on `cluster` for
+/// compute dtype `dtype` ("fp32", "bf16", "fp16"; see the file comment).
+/// `gemmEfficiency`, when given, times every GEMM at peak · gemmEfficiency
+/// instead of the cluster's GEMM table or roofline.
 /// Errors: no @train_step, other functions (pipeline plans), an unknown
 /// dtype or one the cluster has no peak for, an efficiency outside (0, 1],
 /// a plan needing more ranks than the cluster has, a collective on an axis
@@ -100,7 +155,13 @@ constexpr double kDefaultGemmEfficiency = 0.5;
 llvm::Expected<StepCost>
 predictStepCost(mlir::ModuleOp partitioned, const Cluster &cluster,
                 llvm::StringRef dtype,
-                double gemmEfficiency = kDefaultGemmEfficiency);
+                std::optional<double> gemmEfficiency = std::nullopt);
+
+/// The prediction as JSON (seconds, FLOP, bytes): {"cluster", "ranks",
+/// "step_s", "compute_s", "gemm_s", "other_s", "overhead_s", "kernels",
+/// "communication_s", "flops_per_rank", "mfu", "collectives": [{"kind",
+/// "axes", "bytes", "seconds", "within_node"}, ...]}.
+llvm::json::Value toJSON(const StepCost &cost, const Cluster &cluster);
 
 } // namespace tessera::planner
 

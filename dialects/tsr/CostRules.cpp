@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/tsr/TsrOps.h"
+#include "dialects/tsrt/AttentionWorkspace.h"
 
 using namespace mlir;
 using namespace tessera::tsr;
@@ -16,6 +17,26 @@ int64_t MatmulOp::getFlops() {
   int64_t k =
       lhs.getDimSize(getTransposeLhs() ? lhs.getRank() - 2 : lhs.getRank() - 1);
   return 2 * getResult().getType().getNumElements() * k;
+}
+
+/// As the CPU kernel (cpu::matmul) runs it: a rank-2 rhs without a
+/// transposed lhs folds the batch into M (one GEMM [batch·M, K] x [K, N]);
+/// otherwise one GEMM per batch element.
+SmallVector<GemmShape> MatmulOp::getGemmShapes() {
+  auto lhs = getLhs().getType();
+  auto result = getResult().getType();
+  int64_t rank = result.getRank();
+  int64_t m = result.getDimSize(rank - 2), n = result.getDimSize(rank - 1);
+  int64_t k =
+      lhs.getDimSize(getTransposeLhs() ? lhs.getRank() - 2 : lhs.getRank() - 1);
+  int64_t batch = 1;
+  for (int64_t i = 0; i + 2 < rank; ++i)
+    batch *= result.getDimSize(i);
+  if (batch == 0 || m == 0 || n == 0 || k == 0)
+    return {};
+  if (getRhs().getType().getRank() == 2 && !getTransposeLhs())
+    return {GemmShape{1, batch * m, n, k}};
+  return {GemmShape{batch, m, n, k}};
 }
 
 /// b·Sq·Sk, the number of attention scores (b = product of leading dims).
@@ -57,3 +78,74 @@ int64_t AttentionGradOp::getFlops() {
   return attentionScores(*this, getQuery(), getKey()) *
          (6 * lastDim(getQuery()) + 4 * lastDim(getValue()) + 8);
 }
+
+/// The blocked GEMMs of the CPU attention kernels
+/// (runtime/backends/cpu/Attention.cpp): per leading index and per block of
+/// kAttentionBlockRows query rows, against the nc keys that block can see
+/// (all Sk, or with `causal` the keys up to its last row). A partitioned
+/// ring attention repeats them for each of its ring_size K/V blocks (the
+/// striped layout gives every block the same causal shape).
+static SmallVector<GemmShape> attentionGemms(Operation *op, Value query,
+                                             Value key, Value value,
+                                             bool causal, bool backward) {
+  auto q = cast<RankedTensorType>(query.getType());
+  auto k = cast<RankedTensorType>(key.getType());
+  int64_t rank = q.getRank();
+  int64_t sq = q.getDimSize(rank - 2), dh = q.getDimSize(rank - 1);
+  int64_t sk = k.getDimSize(rank - 2), dv = lastDim(value);
+  int64_t batch = 1;
+  for (int64_t i = 0; i + 2 < rank; ++i)
+    batch *= q.getDimSize(i);
+  if (op->hasAttr("grid_axes"))
+    if (auto r = op->getAttrOfType<IntegerAttr>("ring_size"))
+      batch *= std::max<int64_t>(1, r.getInt());
+  SmallVector<GemmShape> gemms;
+  if (batch == 0 || sq == 0 || sk == 0 || dh == 0 || dv == 0)
+    return gemms;
+  const int64_t blockRows = ::tessera::tsrt::kAttentionBlockRows;
+  for (int64_t i0 = 0; i0 < sq; i0 += blockRows) {
+    int64_t rows = std::min(blockRows, sq - i0);
+    int64_t nc = causal ? std::min(sk, i0 + rows) : sk;
+    if (!backward) {
+      gemms.push_back({batch, rows, nc, dh}); // S = Q Kᵀ
+      gemms.push_back({batch, rows, dv, nc}); // O += P V
+      continue;
+    }
+    gemms.push_back({batch, rows, nc, dh}); // S = Q Kᵀ
+    gemms.push_back({batch, nc, dv, rows}); // dV += Pᵀ dO
+    gemms.push_back({batch, rows, nc, dv}); // dP = dO Vᵀ
+    gemms.push_back({batch, rows, dh, nc}); // dQ += dS K
+    gemms.push_back({batch, nc, dh, rows}); // dK += dSᵀ Q
+  }
+  return gemms;
+}
+
+SmallVector<GemmShape> AttentionOp::getGemmShapes() {
+  return attentionGemms(*this, getQuery(), getKey(), getValue(), getCausal(),
+                        /*backward=*/false);
+}
+
+SmallVector<GemmShape> AttentionGradOp::getGemmShapes() {
+  return attentionGemms(*this, getQuery(), getKey(), getValue(), getCausal(),
+                        /*backward=*/true);
+}
+
+/// One exp per score the kernel forms (the score GEMMs' m·n): the online
+/// softmax forward, and the recomputed probabilities backward.
+static int64_t scoresOf(ArrayRef<GemmShape> gemms, size_t perBlock) {
+  int64_t scores = 0;
+  for (size_t i = 0; i < gemms.size(); i += perBlock)
+    scores += gemms[i].batch * gemms[i].m * gemms[i].n;
+  return scores;
+}
+
+int64_t AttentionOp::getTranscendentals() {
+  return scoresOf(getGemmShapes(), 2);
+}
+
+int64_t AttentionGradOp::getTranscendentals() {
+  return scoresOf(getGemmShapes(), 5);
+}
+
+/// A view: the CPU kernel shares the operand's storage, nothing is moved.
+int64_t ReshapeOp::getBytesAccessed() { return 0; }

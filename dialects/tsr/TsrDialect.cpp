@@ -57,6 +57,22 @@ int64_t tessera::tsr::detail::defaultFlops(Operation *op) {
   return flops;
 }
 
+int64_t tessera::tsr::detail::defaultTranscendentals(Operation *op) {
+  auto elements = [](Value v) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.hasStaticShape() ? t.getNumElements() : 0;
+  };
+  if (isa<ExpOp, LogOp, TanhOp, ErfOp, PowOp, GeluOp, SoftmaxOp>(op))
+    return elements(op->getResult(0));
+  if (isa<GeluGradOp>(op))
+    return 2 * elements(op->getResult(0));
+  if (isa<CrossEntropyOp>(op))
+    return elements(op->getOperand(0));
+  if (isa<CrossEntropyGradOp>(op))
+    return 2 * elements(op->getOperand(0));
+  return 0;
+}
+
 int64_t tessera::tsr::detail::defaultBytesAccessed(Operation *op) {
   int64_t bytes = 0;
   for (Type t : op->getOperandTypes())

@@ -51,7 +51,8 @@ def Tsr_CostOpInterface : OpInterface<"CostOpInterface"> {
   let description = [{
     Cost of one execution of the op on the shapes it has (local shapes after
     partition, global before): floating-point operations (FLOP; a
-    multiply-add is 2) and bytes read plus written. Used by the planner.
+    multiply-add is 2), bytes read plus written, and the GEMM shapes the
+    kernel runs (GEMM-like ops only). Used by the planner.
   }];
   let methods = [
     InterfaceMethod<"FLOPs of one execution.", "int64_t", "getFlops", (ins),
@@ -59,6 +60,20 @@ def Tsr_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<"Bytes read and written by one execution.", "int64_t",
       "getBytesAccessed", (ins), [{}],
       [{ return ::tessera::tsr::detail::defaultBytesAccessed($_op); }]>,
+    InterfaceMethod<[{
+        Transcendental function evaluations (exp, log, tanh, erf, pow) of one
+        execution, counted apart from getFlops() as XLA's HloCostAnalysis
+        does: on a CPU each is a libm call costing tens of FLOPs.
+      }], "int64_t", "getTranscendentals", (ins), [{}],
+      [{ return ::tessera::tsr::detail::defaultTranscendentals($_op); }]>,
+    InterfaceMethod<[{
+        The GEMMs C[m, n] = A[m, k] · B[k, n] one execution runs, as the
+        kernel blocks them: each entry is `batch` GEMMs of one (m, n, k)
+        shape. Empty (the default) for ops that are not GEMM-like. Their
+        2·batch·m·n·k FLOPs are part of getFlops(); the planner times them
+        with the cluster's measured GEMM table.
+      }], "::llvm::SmallVector<::tessera::tsr::GemmShape>", "getGemmShapes",
+      (ins), [{}], [{ return {}; }]>,
   ];
 }
 

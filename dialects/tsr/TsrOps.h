@@ -10,11 +10,30 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SmallVector.h"
+
+namespace tessera::tsr {
+/// `batch` GEMMs C[m, n] = A[m, k] · B[k, n] of one shape
+/// (CostOpInterface::getGemmShapes).
+struct GemmShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  /// 2·batch·m·n·k.
+  int64_t flops() const { return 2 * batch * m * n * k; }
+  bool operator==(const GemmShape &o) const {
+    return batch == o.batch && m == o.m && n == o.n && k == o.k;
+  }
+};
+} // namespace tessera::tsr
 
 namespace tessera::tsr::detail {
 /// Default cost: one FLOP per result element; bytes = all operands + results.
 int64_t defaultFlops(mlir::Operation *op);
 int64_t defaultBytesAccessed(mlir::Operation *op);
+/// Default transcendentals: one per result element for exp, log, tanh, erf,
+/// pow, gelu and softmax, two for gelu_grad (erf and exp); one per logit for
+/// cross_entropy and two for cross_entropy_grad (log-sum-exp, then the
+/// probabilities); 0 otherwise.
+int64_t defaultTranscendentals(mlir::Operation *op);
 } // namespace tessera::tsr::detail
 
 #include "dialects/tsr/TsrInterfaces.h.inc"

@@ -213,7 +213,8 @@ def Tsr_ReduceMaxOp : Tsr_ReduceOp<"reduce_max", "Maximum">;
 
 def Tsr_MatmulOp : Tsr_ContractOp<"matmul",
     [DeclareOpInterfaceMethods<InferTypeOpInterface>,
-     DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>]> {
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getGemmShapes"]>]> {
   let summary = "Batched matrix product.";
   let description = [{
     `lhs` is [..., M, K] ([..., K, M] with `transpose_lhs`), `rhs` is
@@ -270,7 +271,8 @@ def Tsr_ShardingConstraintOp : Tsr_ContractOp<"sharding_constraint",
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
-def Tsr_ReshapeOp : Tsr_ContractOp<"reshape"> {
+def Tsr_ReshapeOp : Tsr_ContractOp<"reshape",
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getBytesAccessed"]>]> {
   let summary = "Reshape to a shape with the same number of elements.";
   let description = [{
     Row-major reinterpretation (ONNX Reshape, Squeeze, Unsqueeze, Flatten).
@@ -467,7 +469,9 @@ def Tsr_SoftmaxGradOp : Tsr_ContractOp<"softmax_grad",
 }
 
 def Tsr_AttentionOp : Tsr_ContractOp<"attention",
-    [DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>]> {
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getGemmShapes",
+                                "getTranscendentals"]>]> {
   let summary = "Fused scaled dot-product attention with its log-sum-exp.";
   let description = [{
     `output = softmax(scale · query · keyᵀ + mask) · value` over the last
@@ -540,7 +544,9 @@ def Tsr_AttentionOp : Tsr_ContractOp<"attention",
 }
 
 def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
-    [DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>,
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getGemmShapes",
+                                "getTranscendentals"]>,
      AllTypesMatch<["query", "query_grad"]>,
      AllTypesMatch<["output", "grad"]>,
      AllTypesMatch<["key", "key_grad"]>,

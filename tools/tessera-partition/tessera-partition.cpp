@@ -9,8 +9,9 @@
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
-//     [--cluster SPEC] [--gemm-efficiency X] [--devices N]
-//     [--explain-json FILE] [--plan-space runnable|all] [--plan-only]
+//     [--cluster SPEC] [--gemm-efficiency X] [--predict-json FILE]
+//     [--devices N] [--explain-json FILE] [--plan-space runnable|all]
+//     [--plan-only]
 //
 // With --devices N, or --cluster and no parallel degree flag, the plan is
 // chosen by the planner's search (compiler/planner/Search.h); any of --dp,
@@ -253,7 +254,9 @@ static cl::opt<std::string> memoryPerDevice(
 static cl::opt<std::string> clusterSpec(
     "cluster",
     cl::desc("The machine to predict the step on: a preset dgx-a100:N or "
-             "dgx-h100:N (N nodes of 8 GPUs) or a cluster JSON file "
+             "dgx-h100:N (N nodes of 8 GPUs), cpu:N (N MPI ranks on this "
+             "machine, as measured by `mpirun -np N tessera-run "
+             "--calibrate`) or a cluster JSON file "
              "(compiler/planner/Cluster.h). Fails when the plan needs more "
              "ranks than the cluster has devices. With --explain, prints the "
              "predicted step time (compute + communication, no overlap) and "
@@ -261,10 +264,17 @@ static cl::opt<std::string> clusterSpec(
     cl::value_desc("SPEC"), cl::init(""), cl::cat(category));
 static cl::opt<double> gemmEfficiency(
     "gemm-efficiency",
-    cl::desc("Fraction of peak FLOP/s every op reaches in the --cluster "
-             "prediction, in (0, 1] (default 0.5; a placeholder for a "
-             "GEMM-shape efficiency table)"),
-    cl::init(planner::kDefaultGemmEfficiency), cl::cat(category));
+    cl::desc("Time every GEMM of the --cluster prediction at this fraction "
+             "of peak FLOP/s, in (0, 1], instead of the cluster's measured "
+             "GEMM table (or, without one, its roofline)"),
+    cl::init(1.0), cl::cat(category));
+static cl::opt<std::string> predictJson(
+    "predict-json",
+    cl::desc("With --cluster: also write the predicted step as JSON to FILE "
+             "(compiler/planner/StepCost.h toJSON: step_s, compute_s, "
+             "gemm_s, other_s, overhead_s, communication_s, collectives, "
+             "...)"),
+    cl::value_desc("FILE"), cl::init(""), cl::cat(category));
 
 static cl::opt<int64_t> devices(
     "devices",
@@ -320,13 +330,22 @@ static void explainStepCost(const planner::StepCost &cost,
                             const planner::Plan &plan, llvm::raw_ostream &os) {
   os << "predicted step on " << cluster.name << " (" << cluster.devices()
      << " devices, the plan uses " << cost.ranks << ", " << plan.precision
-     << " at " << llvm::format("%.2f", gemmEfficiency.getValue())
-     << " of peak): compute " << llvm::format("%.4g", cost.computeSeconds * 1e3)
+     << ", GEMMs "
+     << (gemmEfficiency.getNumOccurrences()
+             ? llvm::formatv("at {0:F2} of peak", gemmEfficiency.getValue())
+                   .str()
+             : std::string(cluster.gemm.empty() ? "by roofline"
+                                                : "from the measured table"))
+     << "): compute " << llvm::format("%.4g", cost.computeSeconds * 1e3)
      << " ms + communication "
      << llvm::format("%.4g", cost.communicationSeconds * 1e3)
      << " ms = " << llvm::format("%.4g", cost.stepSeconds * 1e3) << " ms, MFU "
      << llvm::format("%.3g", cost.mfu * 100) << "%\n";
-  os << "  (compute and communication added, no overlap; "
+  os << "  (compute = GEMMs " << llvm::format("%.4g", cost.gemmSeconds * 1e3)
+     << " ms + other kernels " << llvm::format("%.4g", cost.otherSeconds * 1e3)
+     << " ms + " << cost.kernels << " kernels x overhead "
+     << llvm::format("%.4g", cost.overheadSeconds * 1e3)
+     << " ms; compute and communication added, no overlap; "
      << llvm::format("%.4g", cost.flopsPerRank) << " FLOP per rank)\n";
   if (cost.collectives.empty())
     return;
@@ -420,6 +439,8 @@ int main(int argc, char **argv) {
       return fail("--cluster: " + llvm::toString(loaded.takeError()));
     cluster = std::move(*loaded);
   }
+  if (!predictJson.empty() && clusterSpec.empty())
+    return fail("--predict-json needs --cluster");
   if (!(gemmEfficiency > 0 && gemmEfficiency <= 1))
     return fail("--gemm-efficiency must be in (0, 1], got " +
                 llvm::Twine(std::to_string(gemmEfficiency.getValue())));
@@ -569,12 +590,24 @@ int main(int argc, char **argv) {
   std::optional<planner::StepCost> stepCost;
   // (The search already predicted a chosen pipeline plan analytically.)
   if (cluster && !(searched && plan.pipelined())) {
-    llvm::Expected<planner::StepCost> predicted = planner::predictStepCost(
-        *module, *cluster, plan.precision, gemmEfficiency);
+    std::optional<double> efficiency;
+    if (gemmEfficiency.getNumOccurrences())
+      efficiency = gemmEfficiency.getValue();
+    llvm::Expected<planner::StepCost> predicted =
+        planner::predictStepCost(*module, *cluster, plan.precision, efficiency);
     if (!predicted)
       return fail("--cluster " + clusterSpec + ": " +
                   llvm::toString(predicted.takeError()));
     stepCost = std::move(*predicted);
+    if (!predictJson.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(predictJson, ec);
+      if (ec)
+        return fail("--predict-json: cannot write '" + predictJson +
+                    "': " + ec.message());
+      os << llvm::formatv("{0:2}", planner::toJSON(*stepCost, *cluster))
+         << "\n";
+    }
   }
 
   if (explain) {

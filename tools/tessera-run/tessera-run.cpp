@@ -3,6 +3,10 @@
 // mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K
 //     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
 //     [--trace FILE.json] [--memory-per-device SIZE] [--memory-report]
+// mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
+//
+// --calibrate measures this machine for the planner (see Calibrate.h) and
+// writes the cluster JSON, by default where `--cluster cpu:N` reads it.
 //
 // Every rank loads the plan (see runtime/executor/Plan.h), takes its grid
 // coordinates from its world rank (row-major over the manifest's rank order,
@@ -50,6 +54,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Calibrate.h"
+
+#include "compiler/planner/Cluster.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
@@ -82,14 +89,36 @@ namespace cl = llvm::cl;
 static cl::OptionCategory category("tessera-run options");
 
 static cl::opt<std::string> planPath(
-    cl::Positional, cl::Required,
+    cl::Positional,
     cl::desc("<plan.tsr>  the artifact written by tessera-partition: initial "
              "weights (global shapes), the runtime program and the manifest "
-             "(grid, batch, shardings)"),
+             "(grid, batch, shardings). With --calibrate: the JSON file to "
+             "write (default: the cpu:N calibration file)"),
     cl::cat(category));
 
+static cl::opt<bool> calibrateFlag(
+    "calibrate",
+    cl::desc("Measure this machine with all N ranks at once (GEMM FLOP/s over "
+             "a table of shapes, elementwise bandwidth and per-kernel cost, "
+             "exp/erf rate, alpha-beta of every collective; see "
+             "tools/tessera-run/Calibrate.h) and write the cluster JSON "
+             "(compiler/planner/Cluster.h) to the positional path, or, "
+             "without one, to $TESSERA_CALIBRATION_DIR/cpu-N.json (default "
+             "directory $HOME/.cache/tessera), which tessera-partition "
+             "--cluster cpu:N reads. Takes under a minute; needs no plan"),
+    cl::init(false), cl::cat(category));
+static cl::opt<bool> calibrateQuick(
+    "calibrate-quick",
+    cl::desc("--calibrate with a small GEMM table, few sizes and short "
+             "trials (seconds; rough figures, for tests)"),
+    cl::init(false), cl::cat(category));
+static cl::opt<bool>
+    force("force",
+          cl::desc("--calibrate: overwrite an existing calibration file"),
+          cl::init(false), cl::cat(category));
+
 static cl::opt<std::string> dataPath(
-    "data", cl::Required,
+    "data",
     cl::desc("Token file: little-endian uint16 token ids, T tokens with "
              "T > seq_len + 1. Step s uses global samples n = s*B + j "
              "(0 <= j < B) starting at token (n*S) mod (T - S - 1); labels "
@@ -163,6 +192,7 @@ static const char *kOverview =
     "Tessera training runtime: runs a compiled plan on MPI ranks.\n"
     "\n"
     "  mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K\n"
+    "  mpirun -np N tessera-run --calibrate [OUT.json] [--force]\n"
     "\n"
     "N must equal the product of the plan's grid (e.g. dp=2 x tp=2 needs 4).\n"
     "For pipeline plans the micro-batch axis is not counted (dp=1 x tp=2 x\n"
@@ -320,6 +350,68 @@ std::string writeTrace(const mpi::Communicator &world,
   return "";
 }
 
+/// --calibrate: measures (collective over `world`) and writes the cluster
+/// JSON on rank 0. Refuses, before measuring, to overwrite an existing file
+/// without --force.
+int runCalibration(const mpi::Communicator &world) {
+  bool isRoot = world.rank() == 0;
+  std::string out = planPath.empty()
+                        ? tessera::planner::calibrationPath(world.size())
+                        : planPath.getValue();
+  std::string error;
+  if (isRoot) {
+    llvm::StringRef dir = llvm::sys::path::parent_path(out);
+    if (llvm::sys::fs::exists(out) && !force)
+      error = "--calibrate: '" + out + "' exists; pass --force to overwrite it";
+    else if (llvm::sys::fs::is_directory(out))
+      error = "--calibrate: '" + out + "' is a directory";
+    else if (planPath.empty() && !dir.empty()) {
+      if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+        error =
+            "--calibrate: cannot create '" + dir.str() + "': " + ec.message();
+    } else if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
+      error = "--calibrate: cannot write '" + out + "': directory '" +
+              dir.str() + "' does not exist";
+  }
+  if (!allRanksOk(world, error))
+    return exitAfterFailure();
+
+  calibrate::Options options;
+  options.quick = calibrateQuick;
+  options.log = &llvm::outs();
+  llvm::Expected<tessera::planner::Cluster> cluster =
+      calibrate::measure(world, options);
+  error = cluster ? "" : llvm::toString(cluster.takeError());
+  if (error.empty() && isRoot) {
+    std::string tmp = out + ".tmp";
+    std::error_code ec;
+    {
+      llvm::raw_fd_ostream os(tmp, ec);
+      if (!ec) {
+        os << llvm::formatv("{0:2}", tessera::planner::toJSON(*cluster))
+           << "\n";
+        os.close();
+        if (os.has_error()) {
+          ec = os.error();
+          os.clear_error();
+        }
+      }
+    }
+    if (!ec)
+      ec = llvm::sys::fs::rename(tmp, out);
+    if (ec)
+      error = "--calibrate: cannot write '" + out + "': " + ec.message();
+    else
+      llvm::outs() << "wrote " << out << " (" << cluster->name
+                   << "; use it with tessera-partition --cluster "
+                   << (planPath.empty() ? cluster->name : out) << ")\n";
+  }
+  if (!allRanksOk(world, error))
+    return exitAfterFailure();
+  mpi::finalize();
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -337,11 +429,18 @@ int main(int argc, char **argv) {
   }
   mpi::Communicator world = mpi::Communicator::world();
   bool isRoot = world.rank() == 0;
+  if (calibrateFlag || calibrateQuick)
+    return runCalibration(world);
 
   // Everything that can fail before the first collective: every rank checks,
   // then all agree.
   std::string error;
-  if (numSteps < 0)
+  if (planPath.empty())
+    error = "no plan given (tessera-run PLAN.tsr --data TOKENS.u16, or "
+            "--calibrate)";
+  else if (dataPath.empty())
+    error = "--data TOKENS.u16 is required";
+  else if (numSteps < 0)
     error = "--steps must be >= 0";
   else if (logEvery < 0)
     error = "--log-every must be >= 0";

@@ -2,10 +2,14 @@
 
 #include "compiler/planner/Cluster.h"
 
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
 
 using namespace tessera::planner;
 
@@ -66,12 +70,71 @@ TEST(ClusterPreset, Errors) {
             std::string::npos);
   EXPECT_NE(errorOf(loadCluster("dgx-h100")).find("dgx-h100:N"),
             std::string::npos);
-  std::string cpu = errorOf(loadCluster("cpu:2"));
-  EXPECT_NE(cpu.find("tessera-run --calibrate"), std::string::npos) << cpu;
   std::string file = errorOf(loadCluster("/nonexistent/cluster.json"));
   EXPECT_NE(file.find("cannot read cluster file '/nonexistent/cluster.json'"),
             std::string::npos)
       << file;
+}
+
+/// Points TESSERA_CALIBRATION_DIR at a fresh temporary directory for one
+/// test and restores it after.
+class CalibrationDir : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (const char *old = std::getenv("TESSERA_CALIBRATION_DIR"))
+      saved = old;
+    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("tessera-cal", dir));
+    setenv("TESSERA_CALIBRATION_DIR", dir.c_str(), 1);
+  }
+  void TearDown() override {
+    llvm::sys::fs::remove_directories(dir);
+    if (saved)
+      setenv("TESSERA_CALIBRATION_DIR", saved->c_str(), 1);
+    else
+      unsetenv("TESSERA_CALIBRATION_DIR");
+  }
+  llvm::SmallString<128> dir;
+  std::optional<std::string> saved;
+};
+
+TEST_F(CalibrationDir, CpuPresetReadsTheCalibrationFile) {
+  EXPECT_EQ(calibrationPath(4), std::string(dir) + "/cpu-4.json");
+  // Missing: the error says how to make it.
+  std::string missing = errorOf(loadCluster("cpu:2"));
+  EXPECT_NE(missing.find("cpu clusters are measured, not preset"),
+            std::string::npos)
+      << missing;
+  EXPECT_NE(missing.find("mpirun -np 2 tessera-run --calibrate"),
+            std::string::npos)
+      << missing;
+  EXPECT_NE(missing.find(calibrationPath(2)), std::string::npos) << missing;
+
+  // Present: read as a cluster file.
+  Cluster c = *clusterPreset("dgx-h100:1");
+  c.name = "cpu:2";
+  c.devicesPerNode = 2;
+  c.opOverhead = 2e-6;
+  c.transcendentalRate = 3e7;
+  c.gemm.push_back({"fp32", 16, 16, 16, 1e9});
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(calibrationPath(2), ec);
+    ASSERT_FALSE(ec);
+    os << toJSON(c);
+  }
+  llvm::Expected<Cluster> loaded = loadCluster("cpu:2");
+  ASSERT_TRUE(static_cast<bool>(loaded)) << llvm::toString(loaded.takeError());
+  EXPECT_EQ(loaded->name, "cpu:2");
+  EXPECT_EQ(loaded->devices(), 2);
+  EXPECT_DOUBLE_EQ(loaded->opOverhead, 2e-6);
+  EXPECT_DOUBLE_EQ(loaded->transcendentalRate, 3e7);
+  ASSERT_EQ(loaded->gemm.size(), 1u);
+
+  // A file for another rank count under the name of this one.
+  llvm::sys::fs::rename(calibrationPath(2), calibrationPath(3));
+  std::string wrong = errorOf(loadCluster("cpu:3"));
+  EXPECT_NE(wrong.find("describes 2 devices, not 3"), std::string::npos)
+      << wrong;
 }
 
 TEST(ClusterJSON, RoundTrip) {
@@ -168,7 +231,7 @@ TEST(ClusterJSON, CalibratedFields) {
     "intra_node": {"bandwidth": 4e9, "latency": 1e-5},
     "inter_node": {"bandwidth": 4e9, "latency": 1e-5},
     "memory_bandwidth": 1.5e10, "op_overhead": 3e-6,
-    "gemm_peak_fraction": 0.9,
+    "transcendental_rate": 4e7, "gemm_peak_fraction": 0.9,
     "gemm": [{"dtype": "fp32", "m": 64, "n": 128, "k": 256, "flops": 2e10}],
     "collectives": {"all_to_all": {"intra_node": {"bandwidth": 1e9,
                                                   "latency": 4e-5}}}})");
@@ -177,6 +240,7 @@ TEST(ClusterJSON, CalibratedFields) {
   ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
   EXPECT_DOUBLE_EQ(c->memoryBandwidth, 1.5e10);
   EXPECT_DOUBLE_EQ(c->opOverhead, 3e-6);
+  EXPECT_DOUBLE_EQ(c->transcendentalRate, 4e7);
   EXPECT_DOUBLE_EQ(c->gemmPeakFraction, 0.9);
   ASSERT_EQ(c->gemm.size(), 1u);
   EXPECT_EQ(c->gemm[0].dtype, "fp32");
@@ -203,6 +267,9 @@ TEST(ClusterJSON, CalibratedFields) {
     return errorOf(parseCluster(w));
   };
   EXPECT_NE(errorWith("gemm_peak_fraction", 1.5).find("must be in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(errorWith("transcendental_rate", -1)
+                .find("field 'transcendental_rate' must be a number >= 0"),
             std::string::npos);
   EXPECT_NE(errorWith("gemm", llvm::json::Array{llvm::json::Object{
                                   {"dtype", "fp32"}, {"m", 1}, {"n", 1}}})

@@ -2,12 +2,15 @@
 
 #include "compiler/planner/StepCost.h"
 #include "dialects/tsr/TsrDialect.h"
+#include "dialects/tsr/TsrOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "gtest/gtest.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace tessera;
@@ -122,6 +125,207 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
                    8e-6 * 30 + 30.0 / 16 * 2048 / 50e9);
   // No compute: MFU 0.
   EXPECT_DOUBLE_EQ(cost->mfu, 0);
+}
+
+/// A calibrated CPU-like cluster of 2 devices: GEMM table on the full grid
+/// m, n, k in {16, 256}, memory bandwidth, op overhead and an all_reduce
+/// link of its own.
+Cluster calibrated() {
+  Cluster c;
+  c.name = "cpu:2";
+  c.nodes = 1;
+  c.devicesPerNode = 2;
+  c.peakFlops["fp32"] = 1e10;
+  c.memoryBytes = 1e9;
+  c.intraNode = c.interNode = {1e9, 1e-4};
+  c.memoryBandwidth = 5e9;
+  c.opOverhead = 1e-6;
+  for (int64_t m : {16, 256})
+    for (int64_t n : {16, 256})
+      for (int64_t k : {16, 256})
+        // 1 GFLOP/s at 16^3, times 2 for each dimension at 256.
+        c.gemm.push_back({"fp32", m, n, k,
+                          1e9 * (m == 256 ? 2 : 1) * (n == 256 ? 2 : 1) *
+                              (k == 256 ? 2 : 1)});
+  c.collectiveLinks["all_reduce"].intraNode = Cluster::Link{2e9, 2e-5};
+  return c;
+}
+
+TEST_F(StepCostTest, GemmTableInterpolatesInLogSpace) {
+  Cluster c = calibrated();
+  double peak = c.peakFlops["fp32"];
+  auto rate = [&](int64_t m, int64_t n, int64_t k) {
+    return 2.0 * m * n * k / gemmSeconds(c, "fp32", peak, 1, m, n, k);
+  };
+  // On the grid: the measured rate.
+  EXPECT_DOUBLE_EQ(rate(16, 16, 16), 1e9);
+  EXPECT_DOUBLE_EQ(rate(256, 16, 256), 4e9);
+  // m = 64 is half-way between 16 and 256 in log2 (4, 6, 8): the geometric
+  // mean of the two neighbours, sqrt(1e9 · 2e9).
+  EXPECT_NEAR(rate(64, 16, 16), std::sqrt(2.0) * 1e9, 1);
+  // Half-way on all three axes: exp(mean of the 8 corners' logs) = 2^1.5 e9.
+  EXPECT_NEAR(rate(64, 64, 64), std::pow(2.0, 1.5) * 1e9, 1);
+  // Outside the table: clamped to its edges.
+  EXPECT_DOUBLE_EQ(rate(4, 4, 4), 1e9);
+  EXPECT_DOUBLE_EQ(rate(4096, 4096, 16), 4e9);
+  // Batched: batch times one GEMM.
+  EXPECT_DOUBLE_EQ(gemmSeconds(c, "fp32", peak, 3, 16, 16, 16),
+                   3 * 2.0 * 16 * 16 * 16 / 1e9);
+  // A point missing: the grid is incomplete, the nearest point (in log
+  // space) is used: (200, 16, 16) is nearest to (256, 16, 16), 2e9.
+  Cluster sparse = c;
+  sparse.gemm.pop_back();
+  EXPECT_DOUBLE_EQ(2.0 * 200 * 16 * 16 /
+                       gemmSeconds(sparse, "fp32", peak, 1, 200, 16, 16),
+                   2e9);
+  // --gemm-efficiency overrides the table.
+  EXPECT_DOUBLE_EQ(gemmSeconds(c, "fp32", peak, 1, 16, 16, 16, 0.5),
+                   2.0 * 16 * 16 * 16 / (1e10 * 0.5));
+  // No table for the dtype: the roofline. 256^3 fp32 at 1e10 · 0.5 is
+  // compute bound; 16 x 16 x 1 moves (16 + 16 + 256) · 4 bytes at 5e9 B/s.
+  c.gemmPeakFraction = 0.5;
+  c.peakFlops["bf16"] = 1e10;
+  EXPECT_DOUBLE_EQ(gemmSeconds(c, "bf16", 1e10, 1, 256, 256, 256),
+                   2.0 * 256 * 256 * 256 / 5e9);
+  EXPECT_DOUBLE_EQ(gemmSeconds(c, "fp32", 1e10, 1, 16, 1, 16),
+                   2.0 * 16 * 16 / 1e9); // fp32 has a table: 16^3's rate
+  c.gemm.clear();
+  EXPECT_DOUBLE_EQ(gemmSeconds(c, "fp32", 1e10, 1, 16, 16, 1),
+                   (16 + 16 + 256) * 4.0 / 5e9);
+}
+
+TEST_F(StepCostTest, RooflineOverheadAndPerKindLinksByHand) {
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module attributes {tsr.grid_axes = ["dp"]} {
+  shard.grid @grid(shape = 2)
+  func.func @train_step(%a: tensor<4x16x256xf32>, %w: tensor<256x16xf32>) -> tensor<64x16xf32> {
+    %y = tsr.matmul %a, %w : tensor<4x16x256xf32>, tensor<256x16xf32> -> tensor<4x16x16xf32>
+    %c = tsr.constant dense<1.0> : tensor<4x16x16xf32>
+    %z = tsr.add %y, %c : tensor<4x16x16xf32>
+    %r = tsr.reshape %z : tensor<4x16x16xf32> -> tensor<64x16xf32>
+    %s = shard.all_reduce %r on @grid grid_axes = [0] : tensor<64x16xf32> -> tensor<64x16xf32>
+    return %s : tensor<64x16xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  Cluster c = calibrated();
+  llvm::Expected<StepCost> cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  // matmul with a rank-2 rhs: one GEMM (m = 4·16 = 64, n = 16, k = 256), at
+  // the log-space mean of (16, 16, 256) 2e9 and (256, 16, 256) 4e9 FLOP/s.
+  double gemm = 2.0 * 64 * 16 * 256 / std::sqrt(2e9 * 4e9);
+  EXPECT_NEAR(cost->gemmSeconds, gemm, 1e-15);
+  // add: 1024 elements, 3 · 4096 bytes at 5e9 B/s (memory bound); reshape:
+  // a view, 0 bytes, 1024 FLOP at 1e10. The constant costs nothing.
+  EXPECT_DOUBLE_EQ(cost->otherSeconds, 3 * 4096 / 5e9 + 1024 / 1e10);
+  EXPECT_EQ(cost->kernels, 3);
+  EXPECT_DOUBLE_EQ(cost->overheadSeconds, 3e-6);
+  EXPECT_DOUBLE_EQ(cost->computeSeconds,
+                   cost->gemmSeconds + cost->otherSeconds + 3e-6);
+  // all_reduce uses its own link: 2e-5 · 2(n−1) + 2(n−1)/n · 4096 / 2e9.
+  ASSERT_EQ(cost->collectives.size(), 1u);
+  EXPECT_DOUBLE_EQ(cost->collectives[0].seconds, 2e-5 * 2 + 4096 / 2e9);
+  EXPECT_DOUBLE_EQ(cost->stepSeconds,
+                   cost->computeSeconds + cost->communicationSeconds);
+  // FLOPs: the matmul, the add and the reshape (not the constant).
+  EXPECT_DOUBLE_EQ(cost->flopsPerRank, 2.0 * 64 * 16 * 256 + 1024 + 1024);
+
+  // The JSON form carries the same numbers.
+  llvm::json::Value json = toJSON(*cost, c);
+  const llvm::json::Object *o = json.getAsObject();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->getNumber("step_s"), cost->stepSeconds);
+  EXPECT_EQ(o->getInteger("kernels"), 3);
+  EXPECT_EQ(o->getString("cluster"), "cpu:2");
+}
+
+TEST_F(StepCostTest, TranscendentalsAtTheirOwnRate) {
+  // exp on 1024 elements: one transcendental each (getTranscendentals), 1
+  // FLOP each, 2 · 4096 bytes. gelu_grad: two per element (erf and exp).
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module {
+  func.func @train_step(%x: tensor<32x32xf32>) -> (tensor<32x32xf32>, tensor<32x32xf32>) {
+    %e = tsr.exp %x : tensor<32x32xf32>
+    %g = tsr.gelu_grad %x, %e : tensor<32x32xf32>
+    return %e, %g : tensor<32x32xf32>, tensor<32x32xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  auto fn = module->lookupSymbol<func::FuncOp>("train_step");
+  SmallVector<tsr::CostOpInterface> ops(fn.getOps<tsr::CostOpInterface>());
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].getTranscendentals(), 1024);
+  EXPECT_EQ(ops[1].getTranscendentals(), 2048);
+
+  Cluster c = calibrated();
+  c.transcendentalRate = 1e8;
+  llvm::Expected<StepCost> cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  // max(F / peak + T / rate, B / bandwidth) per op: both are bound by their
+  // transcendentals (1024 / 1e8 = 10.24 us against 8192 B / 5e9 = 1.6 us).
+  double exp = std::max(1024 / 1e10 + 1024 / 1e8, 2 * 4096 / 5e9);
+  double geluGrad =
+      std::max(static_cast<double>(ops[1].getFlops()) / 1e10 + 2048 / 1e8,
+               static_cast<double>(ops[1].getBytesAccessed()) / 5e9);
+  EXPECT_DOUBLE_EQ(cost->otherSeconds, exp + geluGrad);
+  EXPECT_DOUBLE_EQ(cost->computeSeconds, exp + geluGrad + 2 * 1e-6);
+  // Without a rate they are not modelled.
+  c.transcendentalRate = 0;
+  cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost));
+  EXPECT_LT(cost->otherSeconds, 1e-5);
+}
+
+TEST_F(StepCostTest, AttentionGemmsAndRingRotations) {
+  // Causal attention over Sq = Sk = 128 in two row blocks of 64 rows: block
+  // 0 sees 64 keys, block 1 all 128. b = 2·2 leading elements, Dh = Dv = 8.
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module attributes {tsr.grid_axes = ["sp"]} {
+  shard.grid @grid(shape = 2)
+  func.func @train_step(%q: tensor<2x2x128x8xf32>) -> (tensor<2x2x128x8xf32>, tensor<2x2x128x8xf32>) {
+    %o, %lse = tsr.attention %q, %q, %q {causal = true, scale = 0.5 : f32} : tensor<2x2x128x8xf32>, tensor<2x2x128x8xf32>, tensor<2x2x128x8xf32> -> tensor<2x2x128x8xf32>, tensor<2x2x128xf32>
+    %ro, %rlse = tsr.attention %q, %q, %q {causal = true, grid_axes = array<i16: 0>, ring_size = 2 : i64, scale = 0.5 : f32} : tensor<2x2x128x8xf32>, tensor<2x2x128x8xf32>, tensor<2x2x128x8xf32> -> tensor<2x2x128x8xf32>, tensor<2x2x128xf32>
+    return %o, %ro : tensor<2x2x128x8xf32>, tensor<2x2x128x8xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  auto fn = module->lookupSymbol<func::FuncOp>("train_step");
+  ASSERT_TRUE(fn);
+  tsr::AttentionOp attention = *fn.getOps<tsr::AttentionOp>().begin();
+  SmallVector<tsr::GemmShape> gemms = attention.getGemmShapes();
+  ASSERT_EQ(gemms.size(), 4u);
+  EXPECT_EQ(gemms[0], (tsr::GemmShape{4, 64, 64, 8}));  // S = Q Kᵀ
+  EXPECT_EQ(gemms[1], (tsr::GemmShape{4, 64, 8, 64}));  // O += P V
+  EXPECT_EQ(gemms[2], (tsr::GemmShape{4, 64, 128, 8})); // block 1
+  EXPECT_EQ(gemms[3], (tsr::GemmShape{4, 64, 8, 128}));
+
+  Cluster c = calibrated();
+  llvm::Expected<StepCost> cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  // The ring attention (ring_size 2 over sp) rotates its local K and V once
+  // (ring_size − 1) forward: 2 · 4·128·8 floats = 32768 bytes, a send_recv
+  // over the plain intra-node link (no per-kind link for send_recv).
+  ASSERT_EQ(cost->collectives.size(), 1u);
+  EXPECT_EQ(cost->collectives[0].kind, "send_recv");
+  EXPECT_DOUBLE_EQ(cost->collectives[0].bytes, 32768);
+  EXPECT_DOUBLE_EQ(cost->collectives[0].seconds, 1e-4 + 32768 / 1e9);
+  // Its GEMMs are the plain one's, twice (one set per K/V block).
+  double plain = 0;
+  for (const tsr::GemmShape &g : gemms)
+    plain += gemmSeconds(c, "fp32", 1e10, g.batch, g.m, g.n, g.k);
+  double flops = static_cast<double>(attention.getFlops());
+  double gemmFlops = 0;
+  for (const tsr::GemmShape &g : gemms)
+    gemmFlops += static_cast<double>(g.flops());
+  // Each attention's non-GEMM FLOPs (5 per score, counted over all Sk) are
+  // timed at peak; the ring one counts ring_size x the scores.
+  EXPECT_NEAR(cost->gemmSeconds,
+              plain + (flops - gemmFlops) / 1e10 + 2 * plain +
+                  (2 * flops - 2 * gemmFlops) / 1e10,
+              1e-12);
 }
 
 TEST_F(StepCostTest, Errors) {

@@ -1,0 +1,362 @@
+//===- Calibrate.cpp - measure this machine for the planner ---------------===//
+
+#include "Calibrate.h"
+
+#include "compiler/planner/CostModel.h"
+#include "runtime/backends/cpu/CpuKernels.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <ctime>
+#include <functional>
+#include <unistd.h>
+#include <vector>
+
+using namespace tessera;
+using namespace tessera::runtime;
+using planner::Collective;
+
+namespace {
+
+llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "--calibrate: " + msg);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Times `op` on every rank at once: `reps` calls between two barriers,
+/// each rank timing from the first barrier to the end of the second, so
+/// that ranks sharing a core (oversubscribed: the OS runs them in turns)
+/// are timed together; the trial's time is the longest rank's. Returns the
+/// median over `trials` of the time of ONE call (seconds; the same on every
+/// rank). `op` returns false on failure (then the result is negative).
+double timeConcurrent(const mpi::Communicator &world,
+                      const std::function<bool()> &op, int64_t reps,
+                      int trials) {
+  std::vector<double> times;
+  for (int t = 0; t < trials; ++t) {
+    MPI_Barrier(world.handle());
+    double start = MPI_Wtime();
+    int ok = 1;
+    for (int64_t r = 0; r < reps; ++r)
+      ok &= op() ? 1 : 0;
+    MPI_Barrier(world.handle());
+    double mine[2] = {MPI_Wtime() - start, ok ? 0.0 : 1.0}, slowest[2];
+    MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, world.handle());
+    if (slowest[1] != 0)
+      return -1;
+    times.push_back(slowest[0] / static_cast<double>(reps));
+  }
+  return median(times);
+}
+
+/// Calls per trial so that one trial lasts about `target` seconds, from one
+/// timed warm-up call (agreed over the ranks).
+int64_t repsFor(const mpi::Communicator &world, const std::function<bool()> &op,
+                double target) {
+  double once = timeConcurrent(world, op, 1, 1);
+  if (once <= 0)
+    return 1;
+  return std::clamp<int64_t>(static_cast<int64_t>(target / once), 1, 100000);
+}
+
+/// Weighted least squares of t = a·x + b·y (x, y >= 0) with weights 1/t²,
+/// a and b clamped to >= 0 (refitting the other alone). Returns {a, b}.
+std::pair<double, double> fitTwo(const std::vector<double> &x,
+                                 const std::vector<double> &y,
+                                 const std::vector<double> &t) {
+  double sxx = 0, sxy = 0, syy = 0, sxt = 0, syt = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    double w = 1.0 / (t[i] * t[i]);
+    sxx += w * x[i] * x[i];
+    sxy += w * x[i] * y[i];
+    syy += w * y[i] * y[i];
+    sxt += w * x[i] * t[i];
+    syt += w * y[i] * t[i];
+  }
+  double det = sxx * syy - sxy * sxy;
+  double a = det > 0 ? (sxt * syy - syt * sxy) / det : -1;
+  double b = det > 0 ? (syt * sxx - sxt * sxy) / det : -1;
+  if (a < 0 || b < 0) {
+    // One term alone: keep the one that fits better.
+    double aOnly = sxx > 0 ? sxt / sxx : 0, bOnly = syy > 0 ? syt / syy : 0;
+    double errA = 0, errB = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      errA += std::pow((aOnly * x[i] - t[i]) / t[i], 2);
+      errB += std::pow((bOnly * y[i] - t[i]) / t[i], 2);
+    }
+    if (a < 0 && b >= 0) {
+      a = 0;
+      b = bOnly;
+    } else if (b < 0 && a >= 0) {
+      a = aOnly;
+      b = 0;
+    } else if (errA <= errB) {
+      a = aOnly;
+      b = 0;
+    } else {
+      a = 0;
+      b = bOnly;
+    }
+  }
+  return {a, b};
+}
+
+std::string hostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0)
+    return "unknown host";
+  return buf;
+}
+
+std::string utcNow() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+} // namespace
+
+llvm::Expected<planner::Cluster>
+calibrate::measure(const mpi::Communicator &world, const Options &options) {
+  const bool quick = options.quick;
+  const int n = world.size();
+  const bool isRoot = world.rank() == 0;
+  llvm::raw_ostream *log = isRoot ? options.log : nullptr;
+  const int trials = quick ? 3 : 5;
+  const double target = quick ? 2e-3 : 20e-3; // seconds per trial
+  // Compute trials are longer: with ranks sharing cores, each barrier costs
+  // up to a scheduler time slice (milliseconds), which must stay small
+  // against the work timed between two of them.
+  const int computeTrials = quick ? 3 : 3;
+  const double computeTarget = quick ? 2e-3 : 100e-3;
+
+  planner::Cluster c;
+  c.name = "cpu:" + std::to_string(n);
+  c.nodes = 1;
+  c.devicesPerNode = n;
+
+  // GEMMs: fp32 through cpu::matmul (OpenBLAS sgemm, as the CPU backend).
+  std::vector<int64_t> dims = quick ? std::vector<int64_t>{16, 128}
+                                    : std::vector<int64_t>{16, 64, 256, 1024};
+  double best = 0;
+  for (int64_t m : dims)
+    for (int64_t nn : dims)
+      for (int64_t k : dims) {
+        Tensor a = Tensor::empty(DType::F32, {m, k});
+        Tensor b = Tensor::empty(DType::F32, {k, nn});
+        Tensor out = Tensor::empty(DType::F32, {m, nn});
+        std::fill_n(a.data<float>(), a.numel(), 0.5f);
+        std::fill_n(b.data<float>(), b.numel(), 0.25f);
+        auto op = [&] {
+          cpu::matmul(a, b, false, false, out);
+          return true;
+        };
+        int64_t reps = repsFor(world, op, computeTarget);
+        double t = timeConcurrent(world, op, reps, computeTrials);
+        double flops = 2.0 * m * nn * k / t;
+        c.gemm.push_back({"fp32", m, nn, k, flops});
+        best = std::max(best, flops);
+      }
+  if (!(best > 0))
+    return fail("no GEMM could be timed");
+  c.peakFlops["fp32"] = best;
+  c.gemmPeakFraction = 1.0;
+  if (log)
+    *log << llvm::formatv("calibrate: {0} GEMM shapes, best {1:F2} GFLOP/s "
+                          "per rank\n",
+                          c.gemm.size(), best * 1e-9);
+
+  // Elementwise: cpu::add reads two floats and writes one per element.
+  {
+    auto timeAdd = [&](int64_t elems) {
+      Tensor a = Tensor::empty(DType::F32, {elems});
+      Tensor b = Tensor::empty(DType::F32, {elems});
+      Tensor out = Tensor::empty(DType::F32, {elems});
+      std::fill_n(a.data<float>(), elems, 1.0f);
+      std::fill_n(b.data<float>(), elems, 2.0f);
+      auto op = [&] {
+        cpu::add(a, b, out);
+        return true;
+      };
+      return timeConcurrent(world, op, repsFor(world, op, computeTarget),
+                            computeTrials);
+    };
+    c.opOverhead = timeAdd(16);
+    std::vector<int64_t> sizes =
+        quick ? std::vector<int64_t>{1 << 12, 1 << 16, 1 << 20}
+              : std::vector<int64_t>{1 << 12, 1 << 14, 1 << 16,
+                                     1 << 18, 1 << 20, 1 << 22};
+    // t - overhead = bytes / bw, fitted through the origin with weights
+    // 1/t² (relative error).
+    std::vector<double> ones, bytes, times;
+    for (int64_t e : sizes) {
+      double t = timeAdd(e);
+      ones.push_back(1.0);
+      bytes.push_back(12.0 * static_cast<double>(e));
+      times.push_back(std::max(t - c.opOverhead, 1e-12));
+    }
+    std::vector<double> zeros(sizes.size(), 0.0);
+    double slope = fitTwo(zeros, bytes, times).second;
+    if (!(slope > 0))
+      return fail("the elementwise kernel's time does not grow with its size");
+    c.memoryBandwidth = 1.0 / slope;
+    // Transcendentals: the mean per-element time of exp and erf (libm).
+    const int64_t elems = quick ? 1 << 12 : 1 << 16;
+    Tensor in = Tensor::empty(DType::F32, {elems});
+    Tensor out = Tensor::empty(DType::F32, {elems});
+    for (int64_t i = 0; i < elems; ++i)
+      in.data<float>()[i] = -4.0f + 8.0f * static_cast<float>(i) / elems;
+    double perElement = 0;
+    for (bool useErf : {false, true}) {
+      auto op = [&] {
+        if (useErf)
+          cpu::erf(in, out);
+        else
+          cpu::exp(in, out);
+        return true;
+      };
+      perElement += 0.5 *
+                    timeConcurrent(world, op, repsFor(world, op, computeTarget),
+                                   computeTrials) /
+                    static_cast<double>(elems);
+    }
+    c.transcendentalRate = 1.0 / perElement;
+    if (log)
+      *log << llvm::formatv("calibrate: elementwise {0:F2} GB/s per rank, "
+                            "{1:F3} us per kernel, {2:F1} M exp/erf per s\n",
+                            c.memoryBandwidth * 1e-9, c.opOverhead * 1e6,
+                            c.transcendentalRate * 1e-6);
+  }
+
+  // Collectives over all n ranks, sizes as nccl-tests counts them.
+  std::vector<int64_t> sizes =
+      quick ? std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18}
+            : std::vector<int64_t>{1 << 8,  1 << 10, 1 << 12, 1 << 14,
+                                   1 << 16, 1 << 18, 1 << 20, 1 << 22};
+  const Collective kinds[] = {Collective::AllReduce, Collective::AllGather,
+                              Collective::ReduceScatter, Collective::AllToAll,
+                              Collective::SendRecv};
+  const int next = (world.rank() + 1) % n, prev = (world.rank() + n - 1) % n;
+  // A step meets its collectives between kernels, each rank arriving from
+  // its own compute (and, oversubscribed, from its turn on a shared core),
+  // not from the previous collective. So every timed collective follows a
+  // fixed compute burst (kBurst 128^3 GEMMs, about as much work as a small
+  // step has between two collectives) and the burst's time alone, measured
+  // with the same repetitions right before, is subtracted.
+  constexpr int kBurst = 4;
+  Tensor ba = Tensor::empty(DType::F32, {128, 128});
+  Tensor bb = Tensor::empty(DType::F32, {128, 128});
+  Tensor bout = Tensor::empty(DType::F32, {128, 128});
+  std::fill_n(ba.data<float>(), ba.numel(), 0.5f);
+  std::fill_n(bb.data<float>(), bb.numel(), 0.25f);
+  auto burst = [&] {
+    for (int i = 0; i < kBurst; ++i)
+      cpu::matmul(ba, bb, false, false, bout);
+    return true;
+  };
+  for (Collective kind : kinds) {
+    if (n < 2 && kind != Collective::SendRecv)
+      continue;
+    std::vector<double> steps, volume, times;
+    for (int64_t bytesS : sizes) {
+      // Floats of S, rounded up to a multiple of n.
+      int64_t elems = std::max<int64_t>(bytesS / 4, n);
+      elems = (elems + n - 1) / n * n;
+      Tensor full = Tensor::empty(DType::F32, {elems});
+      Tensor part = Tensor::empty(DType::F32, {elems / n});
+      Tensor out = Tensor::empty(DType::F32, {elems});
+      std::fill_n(full.data<float>(), elems, 1.0f);
+      std::fill_n(part.data<float>(), elems / n, 1.0f);
+      std::function<bool()> op;
+      switch (kind) {
+      case Collective::AllReduce:
+        op = [&] {
+          return !llvm::errorToBool(
+              mpi::allReduce(full, mpi::ReduceOp::Sum, world));
+        };
+        break;
+      case Collective::AllGather:
+        op = [&] {
+          return !llvm::errorToBool(mpi::allGather(part, 0, world, out));
+        };
+        break;
+      case Collective::ReduceScatter:
+        op = [&] {
+          return !llvm::errorToBool(mpi::reduceScatter(full, 0, world, part));
+        };
+        break;
+      case Collective::AllToAll:
+        op = [&] {
+          return !llvm::errorToBool(mpi::allToAll(full, 0, 0, world, out));
+        };
+        break;
+      case Collective::SendRecv:
+        // A ring exchange, as the ring-attention kernel rotates K/V blocks.
+        op = [&] {
+          return MPI_Sendrecv_replace(
+                     full.raw(), static_cast<int>(elems), MPI_FLOAT, next, 7,
+                     prev, 7, world.handle(), MPI_STATUS_IGNORE) == MPI_SUCCESS;
+        };
+        break;
+      }
+      std::function<bool()> inStep = [&] { return burst() && op(); };
+      int64_t reps = repsFor(world, inStep, target);
+      double alone = timeConcurrent(world, burst, reps, trials);
+      double t = timeConcurrent(world, inStep, reps, trials);
+      if (t < 0)
+        return fail(llvm::Twine(planner::collectiveName(kind)) +
+                    " failed while timing it");
+      // At least the collective on its own (noise can make the difference
+      // smaller than that).
+      t = std::max(t - alone, timeConcurrent(world, op, reps, 1));
+      double s = 4.0 * static_cast<double>(elems);
+      steps.push_back(static_cast<double>(planner::ringSteps(kind, n)));
+      volume.push_back(planner::busBandwidthFactor(kind, n) * s);
+      times.push_back(std::max(t, 1e-12));
+    }
+    auto [alpha, invBeta] = fitTwo(steps, volume, times);
+    planner::Cluster::Link link;
+    link.latency = alpha;
+    // A vanishing slope (all latency): a very fast link rather than 0.
+    link.bandwidth = invBeta > 0 ? 1.0 / invBeta : 1e15;
+    c.collectiveLinks[planner::collectiveName(kind).str()] = {link, link};
+    if (log)
+      *log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta {2:F3} "
+                            "GB/s\n",
+                            planner::collectiveName(kind), alpha * 1e6,
+                            link.bandwidth * 1e-9);
+  }
+  auto ar = c.collectiveLinks.find("all_reduce");
+  if (ar != c.collectiveLinks.end()) {
+    c.intraNode = c.interNode = *ar->second.intraNode;
+  } else {
+    // One rank: nothing to measure; send_recv's self-exchange stands in.
+    c.intraNode = c.interNode = *c.collectiveLinks["send_recv"].intraNode;
+  }
+
+  double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+               static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  c.memoryBytes = ram > 0 ? ram / n : 1;
+  c.source = "measured by tessera-run --calibrate" +
+             std::string(quick ? " --calibrate-quick" : "") + " on " +
+             hostName() + " at " + utcNow() + " with " + std::to_string(n) +
+             " MPI ranks at once (OpenBLAS sgemm, cpu::add, "
+             "runtime/collectives/mpi; medians of barrier-separated trials)";
+  return c;
+}
