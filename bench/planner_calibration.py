@@ -151,6 +151,7 @@ def main():
         predicted.append(json.load(open(pred_file))["step_s"])
         plans.append(plan)
     medians = [[] for _ in PLANS]
+    all_steps = [[] for _ in PLANS]
     for r in range(args.repeat):
         for i, (name, _) in enumerate(PLANS):
             metrics = os.path.join(work, f"plan{i}.{r}.metrics.jsonl")
@@ -162,6 +163,7 @@ def main():
             times = [json.loads(line)["step_time_s"]
                      for line in open(metrics)][1:]
             medians[i].append(statistics.median(times))
+            all_steps[i] += times
             print(f"  run {r + 1}/{args.repeat} {name:<26} predicted "
                   f"{predicted[i] * 1e3:8.3f} ms  measured "
                   f"{medians[i][-1] * 1e3:8.3f} ms", flush=True)
@@ -183,6 +185,14 @@ def main():
               f"{e * 100:+9.1f}%")
     print(f"  Spearman rank correlation: {rho:.3f} (target >= 0.9)")
     print(f"  median |relative error|:   {med * 100:.1f}% (target <= 15%)")
+    # The same against each plan's 10th-percentile step over all its runs:
+    # the step least disturbed by the oversubscribed scheduler and other
+    # work on the machine (reported, not the pass criterion).
+    p10 = [sorted(t)[len(t) // 10] for t in all_steps]
+    rho10 = spearman(predicted, p10)
+    med10 = statistics.median(abs(p / m - 1) for p, m in zip(predicted, p10))
+    print(f"  against the 10th-percentile step: Spearman {rho10:.3f}, "
+          f"median |relative error| {med10 * 100:.1f}%")
     ok = rho >= 0.9 and med <= 0.15
     print("  PASS" if ok else "  FAIL")
     return 0 if ok else 1

@@ -154,6 +154,18 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
         return v.takeError();
       *field = *v;
     }
+  if (obj->get("kernel_seconds_per_element")) {
+    auto kernels = r.object("kernel_seconds_per_element");
+    if (!kernels)
+      return kernels.takeError();
+    FieldReader kr{**kernels, "kernel_seconds_per_element."};
+    for (const auto &kv : **kernels) {
+      auto v = kr.number(kv.first);
+      if (!v)
+        return v.takeError();
+      c.kernelSecondsPerElement[kv.first.str()] = *v;
+    }
+  }
   if (obj->get("gemm_peak_fraction")) {
     auto v = r.number("gemm_peak_fraction");
     if (!v)
@@ -247,6 +259,12 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
                          {"op_overhead", c.opOverhead},
                          {"transcendental_rate", c.transcendentalRate},
                          {"gemm_peak_fraction", c.gemmPeakFraction}};
+  if (!c.kernelSecondsPerElement.empty()) {
+    llvm::json::Object kernels;
+    for (const auto &[name, seconds] : c.kernelSecondsPerElement)
+      kernels[name] = seconds;
+    out["kernel_seconds_per_element"] = std::move(kernels);
+  }
   if (!c.gemm.empty()) {
     llvm::json::Array points;
     for (const Cluster::GemmPoint &g : c.gemm)

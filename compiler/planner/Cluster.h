@@ -88,6 +88,14 @@ struct Cluster {
   /// The largest fraction of peakFlops a GEMM reaches (cuBLAS on large
   /// shapes); the GEMM model's ceiling when `gemm` has no measurement.
   double gemmPeakFraction = 1.0;
+  /// Measured seconds per element of non-GEMM kernels, by tsr op name
+  /// ("layer_norm", "layer_norm_grad", "adamw_update", ...), an element
+  /// being one of the op's first operand (JSON "kernel_seconds_per_element";
+  /// calibration measures the backend's own kernels). An op listed here is
+  /// timed as elements x this (plus op_overhead) instead of by roofline:
+  /// row reductions and optimizer updates run far below both the FLOP and
+  /// the bandwidth roofline on a CPU.
+  std::map<std::string, double> kernelSecondsPerElement;
   /// One measured GEMM C[m, n] = A[m, k] · B[k, n]: achieved FLOP/s.
   struct GemmPoint {
     std::string dtype;

@@ -286,6 +286,15 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
         }
         cost.gemmSeconds +=
             seconds + std::max(0.0, flops - gemmFlops) / peak + transcendentals;
+      } else if (auto measured = cluster.kernelSecondsPerElement.find(
+                     op->getName().stripDialect().str());
+                 measured != cluster.kernelSecondsPerElement.end() &&
+                 op->getNumOperands() > 0) {
+        // The backend's own kernel, measured per element of operand 0.
+        auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+        double elements =
+            in && in.hasStaticShape() ? double(in.getNumElements()) : 0;
+        cost.otherSeconds += elements * measured->second;
       } else {
         double seconds = flops / peak + transcendentals;
         if (memoryBandwidth > 0)

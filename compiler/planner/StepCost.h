@@ -56,12 +56,18 @@
 //    rank is assumed to do the same work (no load imbalance or waiting).
 //  - The GEMM table is measured for C = A·B; transposed operands (the
 //    backward's GEMMs) are assumed to run at the same rate.
-//  - Non-GEMM kernels are costed by bytes (memory_bandwidth is measured with
-//    a simple add), FLOPs at the GEMM peak and transcendentals at one
-//    measured rate (the mean of exp and erf): kernels that do not vectorise
-//    (layer_norm, the optimizer's sqrt) are faster in the model than in
-//    reality. op_overhead is a kernel call's fixed cost, not the executor's
-//    per-instruction bookkeeping.
+//  - Non-GEMM kernels the calibration measured (Cluster::
+//    kernelSecondsPerElement: layer_norm and its gradient, the optimizer
+//    updates, gelu and its gradient, the cross-entropy) take elements of
+//    their first operand x the measured seconds per element. The others are
+//    costed by bytes (memory_bandwidth is measured with a simple add), FLOPs
+//    at the GEMM peak and transcendentals at one measured rate (the mean of
+//    exp and erf). op_overhead is a kernel call's fixed cost, not the
+//    executor's per-instruction bookkeeping.
+//  - On an oversubscribed CPU (more ranks than cores) every collective inside
+//    the step also waits for ranks descheduled from a shared core; the
+//    calibrated alpha does not capture all of it, so plans with many
+//    in-step collectives (tensor parallelism) are predicted too fast.
 //  - The step's fixed work outside the program (batch slicing, copying the
 //    updated state back) is not counted.
 //  - Only the single-function plan (@train_step alone) is costed; pipeline

@@ -244,6 +244,93 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
                             c.transcendentalRate * 1e-6);
   }
 
+  // The backend's non-GEMM kernels that run far below the roofline (row
+  // reductions, the optimizer updates, GeLU, the loss): seconds per element
+  // of their first operand, by tsr op name (StepCost times them so).
+  {
+    const int64_t rows = quick ? 256 : 2048, cols = 128;
+    const int64_t elems = rows * cols;
+    auto filled = [](std::initializer_list<int64_t> shape, float value) {
+      Tensor t = Tensor::empty(DType::F32, std::vector<int64_t>(shape));
+      std::fill_n(t.data<float>(), t.numel(), value);
+      return t;
+    };
+    Tensor x = filled({rows, cols}, 0.5f), dy = filled({rows, cols}, 0.25f);
+    for (int64_t i = 0; i < elems; ++i)
+      x.data<float>()[i] = static_cast<float>(i % 97) / 97.0f - 0.5f;
+    Tensor out = filled({rows, cols}, 0), out2 = filled({rows, cols}, 0),
+           out3 = filled({rows, cols}, 0);
+    Tensor gamma = filled({cols}, 1), beta = filled({cols}, 0),
+           dgamma = filled({cols}, 0), dbeta = filled({cols}, 0);
+    Tensor step = Tensor::empty(DType::F32, {});
+    step.data<float>()[0] = 3;
+    Tensor labels = Tensor::empty(DType::I64, {rows});
+    for (int64_t i = 0; i < rows; ++i)
+      labels.data<int64_t>()[i] = i % cols;
+    Tensor loss = Tensor::empty(DType::F32, {});
+    Tensor dloss = Tensor::empty(DType::F32, {});
+    dloss.data<float>()[0] = 1;
+    llvm::Error kernelError = llvm::Error::success();
+    auto check = [&](llvm::Error e) {
+      if (e && !kernelError)
+        kernelError = std::move(e);
+      else
+        llvm::consumeError(std::move(e));
+      return true;
+    };
+    std::vector<std::pair<const char *, std::function<bool()>>> kernels = {
+        {"layer_norm",
+         [&] {
+           cpu::layerNorm(x, gamma, beta, 1, 1e-5f, out);
+           return true;
+         }},
+        {"layer_norm_grad",
+         [&] {
+           cpu::layerNormGrad(x, gamma, dy, 1, 1e-5f, out, dgamma, dbeta);
+           return true;
+         }},
+        {"adamw_update",
+         [&] {
+           cpu::adamwUpdate(x, dy, out2, out3, step, 1e-3, 0.9, 0.999, 1e-8,
+                            0.01, out, out2, out3);
+           return true;
+         }},
+        {"sgd_update",
+         [&] {
+           cpu::sgdUpdate(x, dy, 1e-3, 0.0, out);
+           return true;
+         }},
+        {"gelu",
+         [&] {
+           cpu::gelu(x, cpu::GeluApproximate::None, out);
+           return true;
+         }},
+        {"gelu_grad",
+         [&] {
+           cpu::geluGrad(x, dy, cpu::GeluApproximate::None, out);
+           return true;
+         }},
+        {"cross_entropy",
+         [&] { return check(cpu::crossEntropy(x, labels, loss)); }},
+        {"cross_entropy_grad",
+         [&] { return check(cpu::crossEntropyGrad(x, labels, dloss, out)); }},
+    };
+    for (auto &[name, op] : kernels) {
+      double t = timeConcurrent(world, op, repsFor(world, op, computeTarget),
+                                computeTrials);
+      c.kernelSecondsPerElement[name] = t / static_cast<double>(elems);
+    }
+    if (kernelError)
+      return std::move(kernelError);
+    if (log)
+      *log << llvm::formatv(
+          "calibrate: layer_norm {0:F2} ns, layer_norm_grad {1:F2} ns, "
+          "adamw_update {2:F2} ns per element\n",
+          c.kernelSecondsPerElement["layer_norm"] * 1e9,
+          c.kernelSecondsPerElement["layer_norm_grad"] * 1e9,
+          c.kernelSecondsPerElement["adamw_update"] * 1e9);
+  }
+
   // Collectives over all n ranks, sizes as nccl-tests counts them.
   std::vector<int64_t> sizes =
       quick ? std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18}

@@ -14,6 +14,11 @@
 //    DRAM-bound; `op_overhead`: the time of the same kernel on a few
 //    elements; `transcendental_rate`: evaluations per second of cpu::exp
 //    and cpu::erf (libm), the mean of their per-element times.
+//  - `kernel_seconds_per_element`: seconds per element of the first operand
+//    of the backend's non-GEMM kernels that run far below the roofline
+//    (layer_norm, layer_norm_grad, adamw_update, sgd_update, gelu,
+//    gelu_grad, cross_entropy, cross_entropy_grad), each on [2048, 128]
+//    ([256, 128] quick), keyed by the tsr op name.
 //  - `collectives.<kind>.intra_node` for all_reduce, all_gather,
 //    reduce_scatter, all_to_all (runtime/collectives/mpi over
 //    MPI_COMM_WORLD) and send_recv (a ring exchange with

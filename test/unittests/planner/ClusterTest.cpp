@@ -232,6 +232,7 @@ TEST(ClusterJSON, CalibratedFields) {
     "inter_node": {"bandwidth": 4e9, "latency": 1e-5},
     "memory_bandwidth": 1.5e10, "op_overhead": 3e-6,
     "transcendental_rate": 4e7, "gemm_peak_fraction": 0.9,
+    "kernel_seconds_per_element": {"layer_norm": 4e-9, "adamw_update": 7e-9},
     "gemm": [{"dtype": "fp32", "m": 64, "n": 128, "k": 256, "flops": 2e10}],
     "collectives": {"all_to_all": {"intra_node": {"bandwidth": 1e9,
                                                   "latency": 4e-5}}}})");
@@ -242,6 +243,8 @@ TEST(ClusterJSON, CalibratedFields) {
   EXPECT_DOUBLE_EQ(c->opOverhead, 3e-6);
   EXPECT_DOUBLE_EQ(c->transcendentalRate, 4e7);
   EXPECT_DOUBLE_EQ(c->gemmPeakFraction, 0.9);
+  EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("layer_norm"), 4e-9);
+  EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("adamw_update"), 7e-9);
   ASSERT_EQ(c->gemm.size(), 1u);
   EXPECT_EQ(c->gemm[0].dtype, "fp32");
   EXPECT_EQ(c->gemm[0].n, 128);

@@ -278,6 +278,33 @@ module {
   EXPECT_LT(cost->otherSeconds, 1e-5);
 }
 
+TEST_F(StepCostTest, MeasuredKernelsPerElement) {
+  // A kernel the calibration measured is timed as elements of its first
+  // operand x seconds per element (plus the per-kernel overhead), not by
+  // roofline; one it did not measure keeps the roofline.
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module {
+  func.func @train_step(%x: tensor<32x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>) -> (tensor<32x64xf32>, tensor<32x64xf32>) {
+    %y = tsr.layer_norm %x, %g, %b {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<32x64xf32>, tensor<64xf32>
+    %e = tsr.exp %x : tensor<32x64xf32>
+    return %y, %e : tensor<32x64xf32>, tensor<32x64xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  Cluster c = calibrated();
+  llvm::Expected<StepCost> roofline = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(roofline));
+  c.kernelSecondsPerElement["layer_norm"] = 4e-9;
+  llvm::Expected<StepCost> cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  // exp by roofline: max(2048 / 1e10, 2 · 8192 B / 5e9).
+  double exp = std::max(2048 / 1e10, 2 * 8192 / 5e9);
+  EXPECT_DOUBLE_EQ(cost->otherSeconds, 2048 * 4e-9 + exp);
+  EXPECT_GT(cost->otherSeconds, roofline->otherSeconds);
+  EXPECT_DOUBLE_EQ(cost->computeSeconds, cost->otherSeconds + 2 * 1e-6);
+}
+
 TEST_F(StepCostTest, AttentionGemmsAndRingRotations) {
   // Causal attention over Sq = Sk = 128 in two row blocks of 64 rows: block
   // 0 sees 64 keys, block 1 all 128. b = 2·2 leading elements, Dh = Dv = 8.
