@@ -55,6 +55,10 @@ struct SearchOptions {
   std::function<std::string(const Candidate &)> unsupported;
 };
 
+/// How many of the search's best plans tessera-partition re-ranks with the
+/// IR-level step model (StepCost) on a calibrated machine.
+constexpr size_t kRefinedPlans = 8;
+
 struct ScoredPlan {
   Candidate candidate;
   Prediction prediction;

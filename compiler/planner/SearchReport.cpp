@@ -2,7 +2,10 @@
 
 #include "compiler/planner/SearchReport.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Format.h"
+
+#include <algorithm>
 
 using namespace tessera::planner;
 using llvm::format;
@@ -83,7 +86,7 @@ void tessera::planner::explainSearch(const SearchResult &result,
     }
     if (result.best.size() > 1) {
       os << "runners-up:\n";
-      for (size_t i = 1; i < result.best.size(); ++i) {
+      for (size_t i = 1; i < std::min<size_t>(result.best.size(), 6); ++i) {
         const ScoredPlan &alt = result.best[i];
         os << format("  %zu. ", i) << alt.candidate.str() << ": step "
            << ms(alt.prediction.stepSeconds) << " ("
@@ -162,7 +165,7 @@ llvm::json::Value tessera::planner::searchToJSON(const SearchResult &result,
                                                  const Cluster &cluster,
                                                  const SearchOptions &options) {
   llvm::json::Array plans;
-  for (const ScoredPlan &sp : result.best) {
+  for (const ScoredPlan &sp : llvm::ArrayRef(result.best).take_front(6)) {
     llvm::json::Object o = toJSON(sp.candidate);
     o["prediction"] = toJSON(sp.prediction);
     plans.push_back(std::move(o));

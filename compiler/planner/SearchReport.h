@@ -9,7 +9,8 @@
 //    FLOP/s per device, per-rank memory (parameters, gradients, optimizer
 //    state, activations) and every collective (kind, axis, bytes per call,
 //    calls per step, seconds, node-local or network);
-//  - the runners-up (up to 5) with their step times;
+//  - the runners-up (the next 5 of SearchResult::best) with their step
+//    times;
 //  - each rejected region with its reason (out of memory by X GB, heads not
 //    divisible, not supported by this build, ...) and its size;
 //  - how many plans were considered and fitted, and the search's seconds.

@@ -277,7 +277,15 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
       cost.flopsPerRank += flops;
       ++cost.kernels;
       SmallVector<tsr::GemmShape> gemms = costOp.getGemmShapes();
-      if (!gemms.empty()) {
+      auto measured = cluster.kernelSecondsPerElement.find(
+          op->getName().stripDialect().str());
+      bool isAttention = isa<tsr::AttentionOp, tsr::AttentionGradOp>(op);
+      if (isAttention && measured != cluster.kernelSecondsPerElement.end()) {
+        // The fused attention kernel, measured per score it forms (one exp
+        // each: getTranscendentals).
+        cost.gemmSeconds +=
+            static_cast<double>(costOp.getTranscendentals()) * measured->second;
+      } else if (!gemms.empty()) {
         double gemmFlops = 0, seconds = 0;
         for (const tsr::GemmShape &g : gemms) {
           gemmFlops += static_cast<double>(g.flops());
@@ -286,9 +294,7 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
         }
         cost.gemmSeconds +=
             seconds + std::max(0.0, flops - gemmFlops) / peak + transcendentals;
-      } else if (auto measured = cluster.kernelSecondsPerElement.find(
-                     op->getName().stripDialect().str());
-                 measured != cluster.kernelSecondsPerElement.end() &&
+      } else if (measured != cluster.kernelSecondsPerElement.end() &&
                  op->getNumOperands() > 0) {
         // The backend's own kernel, measured per element of operand 0.
         auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());

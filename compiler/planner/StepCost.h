@@ -59,7 +59,9 @@
 //  - Non-GEMM kernels the calibration measured (Cluster::
 //    kernelSecondsPerElement: layer_norm and its gradient, the optimizer
 //    updates, gelu and its gradient, the cross-entropy) take elements of
-//    their first operand x the measured seconds per element. The others are
+//    their first operand x the measured seconds per element; the fused
+//    attention kernels, scores formed (getTranscendentals) x the measured
+//    seconds per score. The others are
 //    costed by bytes (memory_bandwidth is measured with a simple add), FLOPs
 //    at the GEMM peak and transcendentals at one measured rate (the mean of
 //    exp and erf). op_overhead is a kernel call's fixed cost, not the

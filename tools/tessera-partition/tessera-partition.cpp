@@ -58,6 +58,8 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace tessera;
 namespace cl = llvm::cl;
@@ -543,6 +545,11 @@ int main(int argc, char **argv) {
                  llvm::toString(std::move(err));
         return "";
       };
+    // On a measured machine (a calibrated GEMM table) the IR-level step
+    // model, which knows the backend's kernels, has the last word (below).
+    bool refine = !cluster->gemm.empty() && planSpace == "runnable";
+    if (refine)
+      search.keep = 64;
     llvm::Expected<planner::SearchResult> result =
         planner::searchPlans(*shape, *cluster, search);
     if (!result)
@@ -561,9 +568,49 @@ int main(int argc, char **argv) {
       return fail("no plan for " + llvm::Twine(search.devices) +
                   " devices fits (see the rejected regions" +
                   (explain || planOnly ? "" : "; --explain lists them") + ")");
+    // Re-rank: the analytic model's best plans without micro-batching
+    // (StepCost does not cost pipelines) are partitioned and costed op by
+    // op; the fastest of them is chosen.
+    size_t chosen = 0;
+    if (refine) {
+      double best = INFINITY;
+      if (explain || planOnly)
+        llvm::outs() << "re-ranked by the IR-level step model (StepCost) on "
+                     << cluster->name << ", the best " << planner::kRefinedPlans
+                     << " plans without micro-batching:\n";
+      size_t refined = 0;
+      for (auto [i, scored] : llvm::enumerate(result->best)) {
+        planner::Plan p = planner::planOf(scored.candidate, *shape, plan);
+        if (p.pipelined())
+          continue;
+        if (refined++ == planner::kRefinedPlans)
+          break;
+        OwningOpRef<ModuleOp> trial = cast<ModuleOp>((*module)->clone());
+        if (failed(
+                pipeline::runStages(*trial, pipeline::partitionStages(p), "")))
+          return fail("partitioning the candidate plan " +
+                      scored.candidate.str() + " failed");
+        llvm::Expected<planner::StepCost> cost =
+            planner::predictStepCost(*trial, *cluster, p.precision);
+        if (!cost)
+          return fail(llvm::toString(cost.takeError()));
+        double seconds = cost->stepSeconds;
+        if (explain || planOnly)
+          llvm::outs() << llvm::format("  %-60s %10.3f ms\n",
+                                       scored.candidate.str().c_str(),
+                                       seconds * 1e3);
+        if (seconds < best) {
+          best = seconds;
+          chosen = i;
+        }
+      }
+      if (explain || planOnly)
+        llvm::outs() << "chosen: " << result->best[chosen].candidate.str()
+                     << "\n";
+    }
     if (planOnly)
       return 0;
-    plan = planner::planOf(result->best.front().candidate, *shape, plan);
+    plan = planner::planOf(result->best[chosen].candidate, *shape, plan);
     if (llvm::Error err = plan.validate())
       return fail(
           "the chosen plan is not runnable: " + llvm::toString(std::move(err)) +

@@ -3,6 +3,8 @@
 #include "Calibrate.h"
 
 #include "compiler/planner/CostModel.h"
+#include "dialects/tsrt/AttentionWorkspace.h"
+#include "runtime/backends/cpu/Attention.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -319,6 +321,46 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
       double t = timeConcurrent(world, op, repsFor(world, op, computeTarget),
                                 computeTrials);
       c.kernelSecondsPerElement[name] = t / static_cast<double>(elems);
+    }
+    // The fused attention kernel, per score it forms (causal, blocks of
+    // kAttentionBlockRows query rows: the count of CostRules.cpp).
+    {
+      cpu::AttentionDims d{quick ? 8 : 32, 128, 128, 16, 16};
+      const int64_t qkv = d.batch * d.sq * d.dh;
+      std::vector<float> q(qkv, 0.1f), k(qkv, 0.2f), v(qkv, 0.3f), o(qkv),
+          dout(qkv, 0.01f), dq(qkv), dk(qkv), dv(qkv), lse(d.batch * d.sq);
+      for (int64_t i = 0; i < qkv; ++i)
+        q[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+      std::vector<float> work(std::max(cpu::attentionWorkspaceElems(d, false),
+                                       cpu::attentionWorkspaceElems(d, true)));
+      double scores = 0;
+      for (int64_t i0 = 0; i0 < d.sq; i0 += tsrt::kAttentionBlockRows) {
+        int64_t rows = std::min(tsrt::kAttentionBlockRows, d.sq - i0);
+        scores +=
+            double(d.batch) * double(rows) * double(std::min(d.sk, i0 + rows));
+      }
+      std::function<bool()> fwd = [&] {
+        cpu::attentionForward(d, q.data(), k.data(), v.data(), nullptr, 0.25f,
+                              /*causal=*/true, o.data(), lse.data(),
+                              work.data());
+        return true;
+      };
+      fwd();
+      std::function<bool()> bwd = [&] {
+        cpu::attentionBackward(d, q.data(), k.data(), v.data(), o.data(),
+                               lse.data(), dout.data(), nullptr, 0.25f,
+                               /*causal=*/true, dq.data(), dk.data(), dv.data(),
+                               work.data());
+        return true;
+      };
+      c.kernelSecondsPerElement["attention"] =
+          timeConcurrent(world, fwd, repsFor(world, fwd, computeTarget),
+                         computeTrials) /
+          scores;
+      c.kernelSecondsPerElement["attention_grad"] =
+          timeConcurrent(world, bwd, repsFor(world, bwd, computeTarget),
+                         computeTrials) /
+          scores;
     }
     if (kernelError)
       return std::move(kernelError);

@@ -18,7 +18,9 @@
 //    of the backend's non-GEMM kernels that run far below the roofline
 //    (layer_norm, layer_norm_grad, adamw_update, sgd_update, gelu,
 //    gelu_grad, cross_entropy, cross_entropy_grad), each on [2048, 128]
-//    ([256, 128] quick), keyed by the tsr op name.
+//    ([256, 128] quick), keyed by the tsr op name; and "attention" /
+//    "attention_grad": seconds per score of cpu::attentionForward /
+//    attentionBackward (causal, 128 x 128, head size 16).
 //  - `collectives.<kind>.intra_node` for all_reduce, all_gather,
 //    reduce_scatter, all_to_all (runtime/collectives/mpi over
 //    MPI_COMM_WORLD) and send_recv (a ring exchange with
