@@ -58,6 +58,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -554,36 +555,18 @@ int main(int argc, char **argv) {
         planner::searchPlans(*shape, *cluster, search);
     if (!result)
       return fail(llvm::toString(result.takeError()));
-    if (explain || planOnly)
-      planner::explainSearch(*result, *shape, *cluster, search, llvm::outs());
-    if (!explainJson.empty()) {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(explainJson, ec);
-      if (ec)
-        return fail("--explain-json '" + explainJson + "': " + ec.message());
-      os << llvm::formatv(
-          "{0:2}\n", planner::searchToJSON(*result, *shape, *cluster, search));
-    }
-    if (result->best.empty())
-      return fail("no plan for " + llvm::Twine(search.devices) +
-                  " devices fits (see the rejected regions" +
-                  (explain || planOnly ? "" : "; --explain lists them") + ")");
     // Re-rank: the analytic model's best plans without micro-batching
     // (StepCost does not cost pipelines) are partitioned and costed op by
-    // op; the fastest of them is chosen.
-    size_t chosen = 0;
+    // op; the fastest of them is chosen and moved to the front.
+    std::vector<std::pair<std::string, double>> reranked;
     if (refine) {
+      size_t chosen = 0;
       double best = INFINITY;
-      if (explain || planOnly)
-        llvm::outs() << "re-ranked by the IR-level step model (StepCost) on "
-                     << cluster->name << ", the best " << planner::kRefinedPlans
-                     << " plans without micro-batching:\n";
-      size_t refined = 0;
       for (auto [i, scored] : llvm::enumerate(result->best)) {
         planner::Plan p = planner::planOf(scored.candidate, *shape, plan);
         if (p.pipelined())
           continue;
-        if (refined++ == planner::kRefinedPlans)
+        if (reranked.size() == planner::kRefinedPlans)
           break;
         OwningOpRef<ModuleOp> trial = cast<ModuleOp>((*module)->clone());
         if (failed(
@@ -594,23 +577,48 @@ int main(int argc, char **argv) {
             planner::predictStepCost(*trial, *cluster, p.precision);
         if (!cost)
           return fail(llvm::toString(cost.takeError()));
-        double seconds = cost->stepSeconds;
-        if (explain || planOnly)
-          llvm::outs() << llvm::format("  %-60s %10.3f ms\n",
-                                       scored.candidate.str().c_str(),
-                                       seconds * 1e3);
-        if (seconds < best) {
-          best = seconds;
+        reranked.push_back({scored.candidate.str(), cost->stepSeconds});
+        if (cost->stepSeconds < best) {
+          best = cost->stepSeconds;
           chosen = i;
         }
       }
-      if (explain || planOnly)
-        llvm::outs() << "chosen: " << result->best[chosen].candidate.str()
-                     << "\n";
+      std::rotate(result->best.begin(), result->best.begin() + chosen,
+                  result->best.begin() + chosen + 1);
     }
+    if (explain || planOnly) {
+      planner::explainSearch(*result, *shape, *cluster, search, llvm::outs());
+      if (!reranked.empty()) {
+        llvm::outs() << "chosen by the IR-level step model (StepCost, op by "
+                        "op on "
+                     << cluster->name << ") among the analytic model's best "
+                     << reranked.size() << " plans without micro-batching:\n";
+        for (const auto &[flags, seconds] : reranked)
+          llvm::outs() << llvm::format("  %-60s %10.3f ms\n", flags.c_str(),
+                                       seconds * 1e3);
+      }
+    }
+    if (!explainJson.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(explainJson, ec);
+      if (ec)
+        return fail("--explain-json '" + explainJson + "': " + ec.message());
+      llvm::json::Value report =
+          planner::searchToJSON(*result, *shape, *cluster, search);
+      llvm::json::Array ranks;
+      for (const auto &[flags, seconds] : reranked)
+        ranks.push_back(
+            llvm::json::Object{{"flags", flags}, {"ir_step_seconds", seconds}});
+      (*report.getAsObject())["reranked"] = std::move(ranks);
+      os << llvm::formatv("{0:2}\n", report);
+    }
+    if (result->best.empty())
+      return fail("no plan for " + llvm::Twine(search.devices) +
+                  " devices fits (see the rejected regions" +
+                  (explain || planOnly ? "" : "; --explain lists them") + ")");
     if (planOnly)
       return 0;
-    plan = planner::planOf(result->best[chosen].candidate, *shape, plan);
+    plan = planner::planOf(result->best.front().candidate, *shape, plan);
     if (llvm::Error err = plan.validate())
       return fail(
           "the chosen plan is not runnable: " + llvm::toString(std::move(err)) +
