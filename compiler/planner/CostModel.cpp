@@ -3,8 +3,14 @@
 #include "compiler/planner/CostModel.h"
 
 #include "dialects/tsrt/PipelineSchedule.h"
+#include "llvm/ADT/STLExtras.h"
 
+#include <algorithm>
+#include <array>
 #include <cassert>
+#include <cmath>
+#include <map>
+#include <vector>
 
 using namespace tessera::planner;
 
@@ -112,4 +118,95 @@ double tessera::planner::pipelineBubbleFraction(int64_t stages,
   shape.microBatches = microBatches;
   shape.virtualStages = virtualStages;
   return tessera::tsrt::schedule::bubbleFraction(shape);
+}
+
+//===----------------------------------------------------------------------===//
+// The measured GEMM table
+//===----------------------------------------------------------------------===//
+
+/// Achieved FLOP/s of one (m, n, k) GEMM from the measured points of one
+/// dtype, in log space: trilinear over (log m, log n, log k) of log FLOP/s
+/// when the points form a full grid, else the nearest point; coordinates
+/// outside the table are clamped to its edges.
+static double tableRate(const std::vector<const Cluster::GemmPoint *> &points,
+                        int64_t m, int64_t n, int64_t k) {
+  std::vector<int64_t> axes[3];
+  for (const Cluster::GemmPoint *p : points) {
+    axes[0].push_back(p->m);
+    axes[1].push_back(p->n);
+    axes[2].push_back(p->k);
+  }
+  for (std::vector<int64_t> &a : axes) {
+    llvm::sort(a);
+    a.erase(std::unique(a.begin(), a.end()), a.end());
+  }
+  std::map<std::array<int64_t, 3>, double> grid;
+  for (const Cluster::GemmPoint *p : points)
+    grid[{p->m, p->n, p->k}] = p->flops;
+  double query[3] = {std::log(static_cast<double>(std::max<int64_t>(m, 1))),
+                     std::log(static_cast<double>(std::max<int64_t>(n, 1))),
+                     std::log(static_cast<double>(std::max<int64_t>(k, 1)))};
+  if (grid.size() == axes[0].size() * axes[1].size() * axes[2].size()) {
+    // Per axis: the bracketing indices and the weight of the upper one.
+    int64_t lo[3], hi[3];
+    double w[3];
+    for (int d = 0; d < 3; ++d) {
+      const std::vector<int64_t> &a = axes[d];
+      double q = query[d];
+      if (q <= std::log(static_cast<double>(a.front()))) {
+        lo[d] = hi[d] = 0;
+        w[d] = 0;
+      } else if (q >= std::log(static_cast<double>(a.back()))) {
+        lo[d] = hi[d] = static_cast<int64_t>(a.size()) - 1;
+        w[d] = 0;
+      } else {
+        size_t i = 1;
+        while (std::log(static_cast<double>(a[i])) < q)
+          ++i;
+        lo[d] = static_cast<int64_t>(i) - 1;
+        hi[d] = static_cast<int64_t>(i);
+        double l = std::log(static_cast<double>(a[i - 1]));
+        double h = std::log(static_cast<double>(a[i]));
+        w[d] = (q - l) / (h - l);
+      }
+    }
+    double logRate = 0;
+    for (int corner = 0; corner < 8; ++corner) {
+      double weight = 1;
+      std::array<int64_t, 3> at;
+      for (int d = 0; d < 3; ++d) {
+        bool up = corner >> d & 1;
+        weight *= up ? w[d] : 1 - w[d];
+        at[d] = axes[d][up ? hi[d] : lo[d]];
+      }
+      if (weight == 1)
+        return grid[at]; // on the grid (or clamped to it): exact
+      if (weight > 0)
+        logRate += weight * std::log(grid[at]);
+    }
+    return std::exp(logRate);
+  }
+  const Cluster::GemmPoint *nearest = nullptr;
+  double bestDistance = 0;
+  for (const Cluster::GemmPoint *p : points) {
+    double d = 0;
+    for (auto [q, v] : {std::pair{query[0], p->m}, std::pair{query[1], p->n},
+                        std::pair{query[2], p->k}})
+      d += std::pow(q - std::log(static_cast<double>(v)), 2);
+    if (!nearest || d < bestDistance) {
+      nearest = p;
+      bestDistance = d;
+    }
+  }
+  return nearest->flops;
+}
+
+double tessera::planner::measuredGemmRate(const Cluster &cluster,
+                                          llvm::StringRef dtype, int64_t m,
+                                          int64_t n, int64_t k) {
+  std::vector<const Cluster::GemmPoint *> points;
+  for (const Cluster::GemmPoint &p : cluster.gemm)
+    if (p.dtype == dtype && p.flops > 0)
+      points.push_back(&p);
+  return points.empty() ? 0 : tableRate(points, m, n, k);
 }

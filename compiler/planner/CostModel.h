@@ -97,6 +97,15 @@ double collectiveSecondsOnAxis(Collective kind, double bytes,
 double pipelineBubbleFraction(int64_t stages, int64_t microBatches,
                               int64_t virtualStages = 1);
 
+/// Achieved FLOP/s of one (m, n, k) GEMM in `dtype` from the cluster's
+/// measured table (Cluster::gemm): trilinear in (log m, log n, log k) of log
+/// FLOP/s when the points form a full grid, else the nearest point in log
+/// space; coordinates outside the table are clamped to its edges. 0 when the
+/// table has no point for `dtype`. The one GEMM-table lookup of the
+/// planner: StepCost and TransformerCost both time GEMMs by it.
+double measuredGemmRate(const Cluster &cluster, llvm::StringRef dtype,
+                        int64_t m, int64_t n, int64_t k);
+
 } // namespace tessera::planner
 
 #endif // TESSERA_COMPILER_PLANNER_COSTMODEL_H

@@ -77,30 +77,13 @@ int64_t tessera::planner::dtypeBytes(StringRef dtype) {
 // GEMM model
 //===----------------------------------------------------------------------===//
 
-/// Measured FLOP/s of the table point nearest to (m, n, k) in log space, or
-/// 0 when the table has no point for `dtype`.
-static double tableRate(const Cluster &cluster, StringRef dtype, double m,
-                        double n, double k) {
-  double best = 0, bestDist = INFINITY;
-  for (const Cluster::GemmPoint &g : cluster.gemm) {
-    if (g.dtype != dtype)
-      continue;
-    double dm = std::log(m / double(g.m)), dn = std::log(n / double(g.n)),
-           dk = std::log(k / double(g.k));
-    double dist = dm * dm + dn * dn + dk * dk;
-    if (dist < bestDist) {
-      bestDist = dist;
-      best = g.flops;
-    }
-  }
-  return best;
-}
-
 /// Seconds of `flops` FLOP of GEMM work shaped like (m, n, k) that moves
 /// `bytes`: the table's rate, else the roofline.
 static double gemmLikeSeconds(const Cluster &cluster, StringRef dtype, double m,
                               double n, double k, double flops, double bytes) {
-  if (double rate = tableRate(cluster, dtype, m, n, k); rate > 0)
+  if (double rate =
+          measuredGemmRate(cluster, dtype, int64_t(m), int64_t(n), int64_t(k));
+      rate > 0)
     return flops / rate;
   auto it = cluster.peakFlops.find(dtype.str());
   double peak = it == cluster.peakFlops.end() ? 0 : it->second;

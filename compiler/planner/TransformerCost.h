@@ -205,7 +205,7 @@ std::string divisibilityProblem(const TransformerShape &shape,
 
 /// Seconds of one GEMM C[m, n] = A[m, k] · B[k, n] (`batch` of them) in
 /// `dtype` on one device: the cluster's measured GEMM table when it has
-/// points for dtype (rate of the nearest point in log m, n, k), else the
+/// points for dtype (measuredGemmRate, CostModel.h), else the
 /// roofline max(2mnk / (peak · gemmPeakFraction), (mk + kn + mn) · e /
 /// memoryBandwidth). Plus cluster.opOverhead.
 double gemmSeconds(const Cluster &cluster, llvm::StringRef dtype, double m,

@@ -38,22 +38,13 @@ CORPUS = os.path.join(ROOT, "examples", "data", "corpus.u16")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 import compare  # noqa: E402
+from e2e import env, run  # noqa: E402
 
 STEPS = 8
 LR = {"sgd": 0.1, "adamw": 3e-3}
 GPT3_PARAMS = 175_245_043_712
 
 
-def env():
-    e = dict(os.environ)
-    e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-             OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1")
-    return e
-
-
-def run(cmd):
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, env=env())
 
 
 def tool(build, name):
