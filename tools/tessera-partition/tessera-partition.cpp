@@ -556,12 +556,21 @@ int main(int argc, char **argv) {
     if (!result)
       return fail(llvm::toString(result.takeError()));
     // Re-rank: the analytic model's best plans without micro-batching
-    // (StepCost does not cost pipelines) are partitioned and costed op by
-    // op; the fastest of them is chosen and moved to the front.
-    std::vector<std::pair<std::string, double>> reranked;
+    // (StepCost does not cost pipelines) are partitioned, costed op by op
+    // and memory-planned (tsr-plan-memory's per-rank peak, against
+    // --memory-per-device or the cluster's memory); the fastest that fits is
+    // chosen and moved to the front.
+    struct Reranked {
+      std::string flags;
+      double seconds;
+      int64_t peak; // bytes per rank, -1 when not memory-planned
+      bool fits;
+    };
+    std::vector<Reranked> reranked;
     if (refine) {
-      size_t chosen = 0;
+      std::optional<size_t> chosen;
       double best = INFINITY;
+      double limit = memoryLimit ? double(*memoryLimit) : cluster->memoryBytes;
       for (auto [i, scored] : llvm::enumerate(result->best)) {
         planner::Plan p = planner::planOf(scored.candidate, *shape, plan);
         if (p.pipelined())
@@ -577,25 +586,48 @@ int main(int argc, char **argv) {
             planner::predictStepCost(*trial, *cluster, p.precision);
         if (!cost)
           return fail(llvm::toString(cost.takeError()));
-        reranked.push_back({scored.candidate.str(), cost->stepSeconds});
-        if (cost->stepSeconds < best) {
+        FailureOr<llvm::json::Object> memory =
+            artifact::predictMemory(*trial, p);
+        if (failed(memory))
+          return fail("memory-planning the candidate plan " +
+                      scored.candidate.str() + " failed");
+        std::optional<int64_t> peak = artifact::predictedPeak(*memory);
+        bool fits = !peak || double(*peak) <= limit;
+        reranked.push_back({scored.candidate.str(), cost->stepSeconds,
+                            peak.value_or(-1), fits});
+        if (fits && cost->stepSeconds < best) {
           best = cost->stepSeconds;
           chosen = i;
         }
       }
-      std::rotate(result->best.begin(), result->best.begin() + chosen,
-                  result->best.begin() + chosen + 1);
+      if (chosen)
+        std::rotate(result->best.begin(), result->best.begin() + *chosen,
+                    result->best.begin() + *chosen + 1);
+      else if (!reranked.empty())
+        return fail("none of the search's best " +
+                    llvm::Twine(reranked.size()) +
+                    " plans fits by the memory plan (" +
+                    runtime::formatByteSize(int64_t(limit)) +
+                    " per device); the smallest needs " +
+                    runtime::formatByteSize(
+                        llvm::min_element(reranked, [](const Reranked &a,
+                                                       const Reranked &b) {
+                          return a.peak < b.peak;
+                        })->peak));
     }
     if (explain || planOnly) {
       planner::explainSearch(*result, *shape, *cluster, search, llvm::outs());
       if (!reranked.empty()) {
         llvm::outs() << "chosen by the IR-level step model (StepCost, op by "
                         "op on "
-                     << cluster->name << ") among the analytic model's best "
-                     << reranked.size() << " plans without micro-batching:\n";
-        for (const auto &[flags, seconds] : reranked)
-          llvm::outs() << llvm::format("  %-60s %10.3f ms\n", flags.c_str(),
-                                       seconds * 1e3);
+                     << cluster->name << ") and the memory plan among the "
+                     << "analytic model's best " << reranked.size()
+                     << " plans without micro-batching:\n";
+        for (const Reranked &r : reranked)
+          llvm::outs() << llvm::format(
+              "  %-60s %10.3f ms %14s%s\n", r.flags.c_str(), r.seconds * 1e3,
+              r.peak < 0 ? "-" : runtime::formatByteSize(r.peak).c_str(),
+              r.fits ? "" : "  (does not fit)");
       }
     }
     if (!explainJson.empty()) {
@@ -606,9 +638,11 @@ int main(int argc, char **argv) {
       llvm::json::Value report =
           planner::searchToJSON(*result, *shape, *cluster, search);
       llvm::json::Array ranks;
-      for (const auto &[flags, seconds] : reranked)
-        ranks.push_back(
-            llvm::json::Object{{"flags", flags}, {"ir_step_seconds", seconds}});
+      for (const Reranked &r : reranked)
+        ranks.push_back(llvm::json::Object{{"flags", r.flags},
+                                           {"ir_step_seconds", r.seconds},
+                                           {"peak_bytes", r.peak},
+                                           {"fits", r.fits}});
       (*report.getAsObject())["reranked"] = std::move(ranks);
       os << llvm::formatv("{0:2}\n", report);
     }
