@@ -6,9 +6,9 @@
 
 Calibrates this machine for --np ranks (`mpirun -np N tessera-run
 --calibrate`, into a temporary file; --cluster FILE uses an existing
-calibration instead), then for each of a dozen plans of the example GPT on N
-ranks (data, tensor and sequence parallel, ZeRO, recomputation; no pipeline
-plans, which the step-cost model refuses): partitions it with `--cluster
+calibration instead), then for each of 18 plans of the example GPT on N
+ranks (data, tensor, sequence and pipeline parallel, ZeRO, recomputation,
+gradient accumulation): partitions it with `--cluster
 FILE --predict-json`, runs --steps steps with `mpirun -np N tessera-run
 --metrics`, and takes the median measured step_time_s without the first
 step (warm-up). Every plan is run --repeat R times, round-robin over the
@@ -57,6 +57,12 @@ PLANS = [
     # replicated on every tp rank, and full recomputation under tp.
     ("tp4 vocab-parallel-off", ["--tp", "4", "--vocab-parallel", "off"]),
     ("tp4 recompute-full", ["--tp", "4", "--recompute", "full"]),
+    # Pipelines (1F1B; each chunk costed, the schedule simulated) and
+    # gradient accumulation.
+    ("pp2 dp2 m4", ["--pp", "2", "--dp", "2", "--micro-batches", "4"]),
+    ("pp4 m8", ["--pp", "4", "--micro-batches", "8"]),
+    ("pp2 tp2 m4", ["--pp", "2", "--tp", "2", "--micro-batches", "4"]),
+    ("dp4 m2 accumulation", ["--dp", "4", "--micro-batches", "2"]),
 ]
 
 

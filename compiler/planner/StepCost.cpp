@@ -4,6 +4,8 @@
 #include "compiler/planner/CostModel.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
+#include "dialects/tsrt/PipelineSchedule.h"
+#include "dialects/tsrt/TsrtDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -74,15 +76,25 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
     return error("GEMM efficiency must be in (0, 1], got " +
                  llvm::Twine(std::to_string(*gemmEfficiency)));
 
+  // One @train_step, or a pipeline: a tsrt.pipeline_schedule and its
+  // chunks' forward / backward / apply functions.
   func::FuncOp step;
+  SmallVector<tsrt::PipelineScheduleOp> schedules(
+      module.getOps<tsrt::PipelineScheduleOp>());
+  if (schedules.size() > 1)
+    return error("the module has more than one tsrt.pipeline_schedule");
+  tsrt::PipelineScheduleOp schedule =
+      schedules.empty() ? nullptr : schedules.front();
   for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn.isExternal() || fn.isPrivate())
+      continue;
     if (fn.getName() == "train_step")
       step = fn;
-    else
+    else if (!schedule)
       return error("function @" + fn.getName() +
-                   " besides @train_step: pipeline plans are not costed yet");
+                   " besides @train_step and no tsrt.pipeline_schedule");
   }
-  if (!step)
+  if (!step && !schedule)
     return error("the module has no @train_step");
 
   StepCost cost;
@@ -102,11 +114,18 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
                    " axes but the grid has " +
                    llvm::Twine(cost.gridShape.size()));
   }
-  for (int64_t size : cost.gridShape) {
+  for (auto [i, size] : llvm::enumerate(cost.gridShape)) {
     if (size <= 0)
       return error("the grid has a dynamic or empty axis");
+    // The micro-batch axis of a pipeline is not ranks.
+    if (i < cost.axisNames.size() && cost.axisNames[i] == "mb")
+      continue;
     cost.ranks *= size;
   }
+  int64_t ppAxis = -1;
+  for (auto [i, name] : llvm::enumerate(cost.axisNames))
+    if (name == "pp")
+      ppAxis = int64_t(i);
   if (cost.ranks > cluster.devices())
     return error("the plan needs " + llvm::Twine(cost.ranks) +
                  " ranks but cluster '" + cluster.name + "' has " +
@@ -179,94 +198,225 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
   };
 
   double memoryBandwidth = cluster.memoryBandwidth;
-  step.walk([&](Operation *op) -> WalkResult {
-    if (auto costOp = dyn_cast<tsr::CostOpInterface>(op)) {
-      // A constant is materialised once, when the plan is loaded.
-      if (op->hasTrait<OpTrait::ConstantLike>())
-        return WalkResult::advance();
-      double flops = static_cast<double>(costOp.getFlops());
-      double bytes = static_cast<double>(costOp.getBytesAccessed());
-      double transcendentals =
-          cluster.transcendentalRate > 0
-              ? static_cast<double>(costOp.getTranscendentals()) /
-                    cluster.transcendentalRate
-              : 0;
-      cost.flopsPerRank += flops;
-      ++cost.kernels;
-      SmallVector<tsr::GemmShape> gemms = costOp.getGemmShapes();
-      auto measured = cluster.kernelSecondsPerElement.find(
-          op->getName().stripDialect().str());
-      bool isAttention = isa<tsr::AttentionOp, tsr::AttentionGradOp>(op);
-      if (isAttention && measured != cluster.kernelSecondsPerElement.end()) {
-        // The fused attention kernel, measured per score it forms (one exp
-        // each: getTranscendentals).
-        cost.gemmSeconds +=
-            static_cast<double>(costOp.getTranscendentals()) * measured->second;
-      } else if (!gemms.empty()) {
-        double gemmFlops = 0, seconds = 0;
-        for (const tsr::GemmShape &g : gemms) {
-          gemmFlops += static_cast<double>(g.flops());
-          seconds += gemmSeconds(cluster, dtype, peak, g.batch, g.m, g.n, g.k,
-                                 gemmEfficiency);
+  auto walkFunction = [&](func::FuncOp fn) {
+    fn.walk([&](Operation *op) -> WalkResult {
+      // A pipeline send: one message to the next (or previous) stage over pp
+      // (its recv is the peer's send and costs nothing more).
+      if (auto send = dyn_cast<tsrt::SendOp>(op)) {
+        if (ppAxis >= 0)
+          addCollective(op, Collective::SendRecv,
+                        {static_cast<int16_t>(ppAxis)},
+                        send.getInput().getType());
+        return err ? WalkResult::interrupt() : WalkResult::advance();
+      }
+      if (auto costOp = dyn_cast<tsr::CostOpInterface>(op)) {
+        // A constant is materialised once, when the plan is loaded.
+        if (op->hasTrait<OpTrait::ConstantLike>())
+          return WalkResult::advance();
+        double flops = static_cast<double>(costOp.getFlops());
+        double bytes = static_cast<double>(costOp.getBytesAccessed());
+        double transcendentals =
+            cluster.transcendentalRate > 0
+                ? static_cast<double>(costOp.getTranscendentals()) /
+                      cluster.transcendentalRate
+                : 0;
+        cost.flopsPerRank += flops;
+        ++cost.kernels;
+        SmallVector<tsr::GemmShape> gemms = costOp.getGemmShapes();
+        auto measured = cluster.kernelSecondsPerElement.find(
+            op->getName().stripDialect().str());
+        bool isAttention = isa<tsr::AttentionOp, tsr::AttentionGradOp>(op);
+        if (isAttention && measured != cluster.kernelSecondsPerElement.end()) {
+          // The fused attention kernel, measured per score it forms (one exp
+          // each: getTranscendentals).
+          cost.gemmSeconds += static_cast<double>(costOp.getTranscendentals()) *
+                              measured->second;
+        } else if (!gemms.empty()) {
+          double gemmFlops = 0, seconds = 0;
+          for (const tsr::GemmShape &g : gemms) {
+            gemmFlops += static_cast<double>(g.flops());
+            seconds += gemmSeconds(cluster, dtype, peak, g.batch, g.m, g.n, g.k,
+                                   gemmEfficiency);
+          }
+          cost.gemmSeconds += seconds +
+                              std::max(0.0, flops - gemmFlops) / peak +
+                              transcendentals;
+        } else if (measured != cluster.kernelSecondsPerElement.end() &&
+                   op->getNumOperands() > 0) {
+          // The backend's own kernel, measured per element of operand 0.
+          auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+          double elements =
+              in && in.hasStaticShape() ? double(in.getNumElements()) : 0;
+          cost.otherSeconds += elements * measured->second;
+        } else {
+          double seconds = flops / peak + transcendentals;
+          if (memoryBandwidth > 0)
+            seconds = std::max(seconds, bytes / memoryBandwidth);
+          cost.otherSeconds += seconds;
         }
-        cost.gemmSeconds +=
-            seconds + std::max(0.0, flops - gemmFlops) / peak + transcendentals;
-      } else if (measured != cluster.kernelSecondsPerElement.end() &&
-                 op->getNumOperands() > 0) {
-        // The backend's own kernel, measured per element of operand 0.
-        auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
-        double elements =
-            in && in.hasStaticShape() ? double(in.getNumElements()) : 0;
-        cost.otherSeconds += elements * measured->second;
-      } else {
-        double seconds = flops / peak + transcendentals;
-        if (memoryBandwidth > 0)
-          seconds = std::max(seconds, bytes / memoryBandwidth);
-        cost.otherSeconds += seconds;
+        llvm::TypeSwitch<Operation *>(op)
+            .Case([&](tsr::AttentionOp o) {
+              addRing(op, o.getKey(), o.getValue(), /*backward=*/false);
+            })
+            .Case([&](tsr::AttentionGradOp o) {
+              addRing(op, o.getKey(), o.getValue(), /*backward=*/true);
+            })
+            .Case([&](tsr::CrossEntropyOp o) {
+              addVocabParallel(op, o.getLogits(), /*backward=*/false);
+            })
+            .Case([&](tsr::CrossEntropyGradOp o) {
+              addVocabParallel(op, o.getLogits(), /*backward=*/true);
+            })
+            .Default([](Operation *) {});
+        return err ? WalkResult::interrupt() : WalkResult::advance();
       }
       llvm::TypeSwitch<Operation *>(op)
-          .Case([&](tsr::AttentionOp o) {
-            addRing(op, o.getKey(), o.getValue(), /*backward=*/false);
+          .Case([&](shard::AllReduceOp o) {
+            addCollective(op, Collective::AllReduce, o.getGridAxes(),
+                          o.getInput().getType());
           })
-          .Case([&](tsr::AttentionGradOp o) {
-            addRing(op, o.getKey(), o.getValue(), /*backward=*/true);
+          .Case([&](shard::AllGatherOp o) {
+            addCollective(op, Collective::AllGather, o.getGridAxes(),
+                          o.getResult().getType());
           })
-          .Case([&](tsr::CrossEntropyOp o) {
-            addVocabParallel(op, o.getLogits(), /*backward=*/false);
+          .Case([&](shard::ReduceScatterOp o) {
+            addCollective(op, Collective::ReduceScatter, o.getGridAxes(),
+                          o.getInput().getType());
           })
-          .Case([&](tsr::CrossEntropyGradOp o) {
-            addVocabParallel(op, o.getLogits(), /*backward=*/true);
+          .Case([&](shard::AllToAllOp o) {
+            addCollective(op, Collective::AllToAll, o.getGridAxes(),
+                          o.getInput().getType());
           })
           .Default([](Operation *) {});
       return err ? WalkResult::interrupt() : WalkResult::advance();
-    }
-    llvm::TypeSwitch<Operation *>(op)
-        .Case([&](shard::AllReduceOp o) {
-          addCollective(op, Collective::AllReduce, o.getGridAxes(),
-                        o.getInput().getType());
-        })
-        .Case([&](shard::AllGatherOp o) {
-          addCollective(op, Collective::AllGather, o.getGridAxes(),
-                        o.getResult().getType());
-        })
-        .Case([&](shard::ReduceScatterOp o) {
-          addCollective(op, Collective::ReduceScatter, o.getGridAxes(),
-                        o.getInput().getType());
-        })
-        .Case([&](shard::AllToAllOp o) {
-          addCollective(op, Collective::AllToAll, o.getGridAxes(),
-                        o.getInput().getType());
-        })
-        .Default([](Operation *) {});
-    return err ? WalkResult::interrupt() : WalkResult::advance();
-  });
-  if (err)
-    return std::move(err);
+    });
+  };
 
+  if (!schedule) {
+    walkFunction(step);
+    if (err)
+      return std::move(err);
+    cost.overheadSeconds =
+        static_cast<double>(cost.kernels) * cluster.opOverhead;
+    cost.computeSeconds =
+        cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
+    cost.stepSeconds = cost.computeSeconds + cost.communicationSeconds;
+    cost.mfu = cost.stepSeconds > 0
+                   ? cost.flopsPerRank / (cost.stepSeconds * peak)
+                   : 0;
+    return cost;
+  }
+
+  // A pipeline: each chunk's forward, backward and apply function costed
+  // once; the schedule simulated with those times (tsrt::schedule::simulate:
+  // a stage runs its actions in order, an action waits for the one it
+  // receives from); the step is the makespan plus the slowest stage's apply
+  // (its data-parallel all-reduces and optimizer). The per-rank figures are
+  // the busiest stage's: its chunks' forward and backward M times, and its
+  // apply once.
+  struct Parts {
+    double gemm = 0, other = 0, comm = 0, flops = 0;
+    int64_t kernels = 0;
+    size_t collectivesEnd = 0;
+    double seconds(double overhead) const {
+      return gemm + other + comm + double(kernels) * overhead;
+    }
+  };
+  SymbolTableCollection symbols;
+  auto costOf = [&](Attribute ref, Parts &parts) -> llvm::Error {
+    auto fn = symbols.lookupNearestSymbolFrom<func::FuncOp>(
+        schedule, cast<SymbolRefAttr>(ref));
+    if (!fn)
+      return error("tsrt.pipeline_schedule names a missing function");
+    StepCost before = cost;
+    walkFunction(fn);
+    if (err)
+      return std::move(err);
+    parts.gemm = cost.gemmSeconds - before.gemmSeconds;
+    parts.other = cost.otherSeconds - before.otherSeconds;
+    parts.comm = cost.communicationSeconds - before.communicationSeconds;
+    parts.flops = cost.flopsPerRank - before.flopsPerRank;
+    parts.kernels = cost.kernels - before.kernels;
+    parts.collectivesEnd = cost.collectives.size();
+    return llvm::Error::success();
+  };
+  int64_t chunks = int64_t(schedule.getForward().size());
+  tsrt::schedule::Shape shape;
+  shape.stages = schedule.getStages();
+  shape.virtualStages = schedule.getVirtualStages();
+  shape.microBatches = schedule.getMicroBatches();
+  std::vector<Parts> fwd(chunks), bwd(chunks), apply(chunks);
+  std::vector<double> fwdSeconds(chunks), bwdSeconds(chunks);
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (llvm::Error e = costOf(schedule.getForward()[c], fwd[c]))
+      return std::move(e);
+    if (llvm::Error e = costOf(schedule.getBackward()[c], bwd[c]))
+      return std::move(e);
+    if (llvm::Error e = costOf(schedule.getApply()[c], apply[c]))
+      return std::move(e);
+    fwdSeconds[c] = fwd[c].seconds(cluster.opOverhead);
+    bwdSeconds[c] = bwd[c].seconds(cluster.opOverhead);
+  }
+  std::vector<tsrt::schedule::StageActions> actions;
+  for (Attribute a : schedule.getActions()) {
+    llvm::Expected<tsrt::schedule::StageActions> parsed =
+        tsrt::schedule::parse(cast<StringAttr>(a).getValue());
+    if (!parsed)
+      return parsed.takeError();
+    actions.push_back(std::move(*parsed));
+  }
+  FailureOr<std::vector<tsrt::schedule::ChunkComms>> comms =
+      tsrt::collectChunkComms(schedule, symbols);
+  if (failed(comms))
+    return error("tsrt.pipeline_schedule: its sends and recvs do not match");
+  tsrt::schedule::Timeline timeline =
+      tsrt::schedule::simulate(actions, *comms, shape, fwdSeconds, bwdSeconds);
+
+  // The busiest stage (most forward + backward + apply time).
+  double m = double(shape.microBatches);
+  int64_t busiest = 0;
+  double busiestSeconds = -1, applyMax = 0;
+  for (int64_t s = 0; s < shape.stages; ++s) {
+    double busy = 0, applySeconds = 0;
+    for (int64_t c = s; c < chunks; c += shape.stages) {
+      busy += m * (fwdSeconds[c] + bwdSeconds[c]);
+      applySeconds += apply[c].seconds(cluster.opOverhead);
+    }
+    applyMax = std::max(applyMax, applySeconds);
+    if (busy + applySeconds > busiestSeconds) {
+      busiestSeconds = busy + applySeconds;
+      busiest = s;
+    }
+  }
+  StepCost total = cost;
+  total.gemmSeconds = total.otherSeconds = total.communicationSeconds = 0;
+  total.flopsPerRank = 0;
+  total.kernels = 0;
+  total.collectives.clear();
+  auto add = [&](const Parts &p, size_t begin, double times) {
+    total.gemmSeconds += times * p.gemm;
+    total.otherSeconds += times * p.other;
+    total.communicationSeconds += times * p.comm;
+    total.flopsPerRank += times * p.flops;
+    total.kernels += int64_t(times) * p.kernels;
+    for (int64_t k = 0; k < int64_t(times); ++k)
+      total.collectives.insert(total.collectives.end(),
+                               cost.collectives.begin() + begin,
+                               cost.collectives.begin() + p.collectivesEnd);
+  };
+  for (int64_t c = busiest; c < chunks; c += shape.stages) {
+    size_t fwdBegin = c == 0 ? 0 : apply[c - 1].collectivesEnd;
+    add(fwd[c], fwdBegin, m);
+    add(bwd[c], fwd[c].collectivesEnd, m);
+    add(apply[c], bwd[c].collectivesEnd, 1);
+  }
+  cost = std::move(total);
   cost.overheadSeconds = static_cast<double>(cost.kernels) * cluster.opOverhead;
   cost.computeSeconds =
       cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
-  cost.stepSeconds = cost.computeSeconds + cost.communicationSeconds;
+  cost.stepSeconds = timeline.makespan + applyMax;
+  cost.bubbleSeconds = std::max(0.0, cost.stepSeconds - cost.computeSeconds -
+                                         cost.communicationSeconds);
   cost.mfu =
       cost.stepSeconds > 0 ? cost.flopsPerRank / (cost.stepSeconds * peak) : 0;
   return cost;
@@ -294,6 +444,7 @@ llvm::json::Value planner::toJSON(const StepCost &cost,
                             {"gemm_s", cost.gemmSeconds},
                             {"other_s", cost.otherSeconds},
                             {"overhead_s", cost.overheadSeconds},
+                            {"bubble_s", cost.bubbleSeconds},
                             {"kernels", cost.kernels},
                             {"communication_s", cost.communicationSeconds},
                             {"flops_per_rank", cost.flopsPerRank},

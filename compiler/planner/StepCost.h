@@ -72,8 +72,12 @@
 //    in-step collectives (tensor parallelism) are predicted too fast.
 //  - The step's fixed work outside the program (batch slicing, copying the
 //    updated state back) is not counted.
-//  - Only the single-function plan (@train_step alone) is costed; pipeline
-//    plans (stage functions, send/recv) are refused with an error.
+//  - Pipeline plans (a tsrt.pipeline_schedule with per-chunk forward,
+//    backward and apply functions) are costed chunk by chunk, each send as a
+//    send_recv over the pp axis, and the schedule simulated with those
+//    times (tsrt::schedule::simulate); the step is the makespan plus the
+//    slowest stage's apply, and the per-rank figures are the busiest
+//    stage's. The grid's `mb` axis is not ranks.
 //
 // MFU follows the "model FLOPs utilisation" accounting of Narayanan et al.
 // 2021 (Megatron-LM, SC'21) and Chowdhery et al. 2022 (PaLM): useful FLOPs per
@@ -122,6 +126,9 @@ struct StepCost {
   double gemmSeconds = 0;
   /// The other ops' rooflines, seconds.
   double otherSeconds = 0;
+  /// Pipeline plans: idle time of the busiest stage (step − its compute
+  /// and communication), seconds; 0 otherwise.
+  double bubbleSeconds = 0;
   /// kernels · op_overhead, seconds.
   double overheadSeconds = 0;
   /// Ops costed as one kernel each.

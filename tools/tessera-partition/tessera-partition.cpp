@@ -555,9 +555,9 @@ int main(int argc, char **argv) {
         planner::searchPlans(*shape, *cluster, search);
     if (!result)
       return fail(llvm::toString(result.takeError()));
-    // Re-rank: the analytic model's best plans without micro-batching
-    // (StepCost does not cost pipelines) are partitioned, costed op by op
-    // and memory-planned (tsr-plan-memory's per-rank peak, against
+    // Re-rank: the analytic model's best plans are partitioned, costed op by
+    // op (pipelines chunk by chunk, their schedule simulated) and
+    // memory-planned (tsr-plan-memory's per-rank peak, against
     // --memory-per-device or the cluster's memory); the fastest that fits is
     // chosen and moved to the front.
     struct Reranked {
@@ -573,8 +573,6 @@ int main(int argc, char **argv) {
       double limit = memoryLimit ? double(*memoryLimit) : cluster->memoryBytes;
       for (auto [i, scored] : llvm::enumerate(result->best)) {
         planner::Plan p = planner::planOf(scored.candidate, *shape, plan);
-        if (p.pipelined())
-          continue;
         if (reranked.size() == planner::kRefinedPlans)
           break;
         OwningOpRef<ModuleOp> trial = cast<ModuleOp>((*module)->clone());
@@ -622,7 +620,7 @@ int main(int argc, char **argv) {
                         "op on "
                      << cluster->name << ") and the memory plan among the "
                      << "analytic model's best " << reranked.size()
-                     << " plans without micro-batching:\n";
+                     << " plans:\n";
         for (const Reranked &r : reranked)
           llvm::outs() << llvm::format(
               "  %-60s %10.3f ms %14s%s\n", r.flags.c_str(), r.seconds * 1e3,

@@ -387,7 +387,8 @@ module {
 )mlir");
   ASSERT_TRUE(pipelined);
   EXPECT_NE(message(*pipelined, h100, "bf16", 0.5)
-                .find("pipeline plans are not costed yet"),
+                .find("function @stage_0 besides @train_step and no "
+                      "tsrt.pipeline_schedule"),
             std::string::npos);
   OwningOpRef<ModuleOp> empty = parse("module {}");
   EXPECT_NE(message(*empty, h100, "bf16", 0.5).find("no @train_step"),
