@@ -61,10 +61,9 @@ double planner::gemmSeconds(const Cluster &cluster, llvm::StringRef dtype,
   return seconds;
 }
 
-llvm::Expected<StepCost>
-planner::predictStepCost(ModuleOp module, const Cluster &cluster,
-                         llvm::StringRef dtype,
-                         std::optional<double> gemmEfficiency) {
+llvm::Expected<StepCost> planner::predictStepCost(
+    ModuleOp module, const Cluster &cluster, llvm::StringRef dtype,
+    std::optional<double> gemmEfficiency, ArrayRef<std::string> rankOrder) {
   if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
     return error("unknown dtype '" + dtype + "' (expected fp32, bf16 or fp16)");
   auto peakIt = cluster.peakFlops.find(dtype.str());
@@ -122,6 +121,38 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
       continue;
     cost.ranks *= size;
   }
+  // The rank axes (not mb) in the order ranks are laid out, slowest first,
+  // and each grid axis's position in it, for node placement.
+  std::vector<int64_t> rankShape;
+  std::vector<int64_t> rankPosition(cost.gridShape.size(), -1);
+  {
+    std::vector<int64_t> order;
+    auto indexOf = [&](llvm::StringRef name) -> int64_t {
+      for (auto [i, n] : llvm::enumerate(cost.axisNames))
+        if (n == name)
+          return int64_t(i);
+      return -1;
+    };
+    for (const std::string &name : rankOrder) {
+      int64_t i = indexOf(name);
+      if (i < 0)
+        return error("rank order names axis '" + name +
+                     "', which the grid does not have");
+      order.push_back(i);
+    }
+    // Axes the order leaves out (or all, without one) in grid order: slowest
+    // first when an order is given, as Plan::effectiveRankOrder puts them.
+    std::vector<int64_t> rest;
+    for (size_t i = 0; i < cost.gridShape.size(); ++i)
+      if (!llvm::is_contained(order, int64_t(i)) &&
+          !(i < cost.axisNames.size() && cost.axisNames[i] == "mb"))
+        rest.push_back(int64_t(i));
+    order.insert(order.begin(), rest.begin(), rest.end());
+    for (int64_t i : order) {
+      rankPosition[i] = int64_t(rankShape.size());
+      rankShape.push_back(cost.gridShape[i]);
+    }
+  }
   int64_t ppAxis = -1;
   for (auto [i, name] : llvm::enumerate(cost.axisNames))
     if (name == "pp")
@@ -148,7 +179,9 @@ planner::predictStepCost(ModuleOp module, const Cluster &cluster,
       n *= cost.gridShape[axis];
       // A group over several axes is connected by single-axis steps, so it
       // stays in one node iff every one of its axes does.
-      c.withinNode &= axisWithinNode(cluster, cost.gridShape, axis);
+      if (rankPosition[axis] >= 0)
+        c.withinNode &=
+            axisWithinNode(cluster, rankShape, size_t(rankPosition[axis]));
     }
     c.seconds = collectiveSeconds(
         kind, bytes, n, cluster.link(collectiveName(kind), c.withinNode));

@@ -47,8 +47,8 @@
 // the product of the collective's grid axis sizes; the link is
 // Cluster::link(kind, withinNode), intra-node when every axis of the group
 // stays inside a node (axisWithinNode on the module's `shard.grid @grid`,
-// ranks row-major, last axis fastest), else the network. `shard.all_slice`
-// is local (no communication) and costs nothing.
+// its rank axes laid out in `rankOrder`, the last fastest), else the network.
+// `shard.all_slice` is local (no communication) and costs nothing.
 //
 // Limits (stated, not hidden):
 //  - No overlap: compute and communication are added, as if every collective
@@ -163,14 +163,19 @@ double gemmSeconds(const Cluster &cluster, llvm::StringRef dtype, double peak,
 /// compute dtype `dtype` ("fp32", "bf16", "fp16"; see the file comment).
 /// `gemmEfficiency`, when given, times every GEMM at peak · gemmEfficiency
 /// instead of the cluster's GEMM table or roofline.
-/// Errors: no @train_step, other functions (pipeline plans), an unknown
-/// dtype or one the cluster has no peak for, an efficiency outside (0, 1],
-/// a plan needing more ranks than the cluster has, a collective on an axis
-/// outside the grid or on a tensor without a static shape.
+/// `rankOrder` names the grid's rank axes slowest first, as the runtime
+/// lays ranks out (planner::Plan::effectiveRankOrder); empty: the grid's
+/// own axis order, last fastest. It decides which axes stay inside a node.
+/// Errors: no @train_step and no tsrt.pipeline_schedule, other functions
+/// without a schedule, an unknown dtype or one the cluster has no peak for,
+/// an efficiency outside (0, 1], a plan needing more ranks than the cluster
+/// has, a rank order naming an axis the grid lacks, a collective on an
+/// axis outside the grid or on a tensor without a static shape.
 llvm::Expected<StepCost>
 predictStepCost(mlir::ModuleOp partitioned, const Cluster &cluster,
                 llvm::StringRef dtype,
-                std::optional<double> gemmEfficiency = std::nullopt);
+                std::optional<double> gemmEfficiency = std::nullopt,
+                llvm::ArrayRef<std::string> rankOrder = {});
 
 /// The prediction as JSON (seconds, FLOP, bytes): {"cluster", "ranks",
 /// "step_s", "compute_s", "gemm_s", "other_s", "overhead_s", "kernels",

@@ -581,7 +581,8 @@ int main(int argc, char **argv) {
           return fail("partitioning the candidate plan " +
                       scored.candidate.str() + " failed");
         llvm::Expected<planner::StepCost> cost =
-            planner::predictStepCost(*trial, *cluster, p.precision);
+            planner::predictStepCost(*trial, *cluster, p.precision,
+                                     std::nullopt, p.effectiveRankOrder());
         if (!cost)
           return fail(llvm::toString(cost.takeError()));
         FailureOr<llvm::json::Object> memory =
@@ -681,7 +682,8 @@ int main(int argc, char **argv) {
     if (gemmEfficiency.getNumOccurrences())
       efficiency = gemmEfficiency.getValue();
     llvm::Expected<planner::StepCost> predicted =
-        planner::predictStepCost(*module, *cluster, plan.precision, efficiency);
+        planner::predictStepCost(*module, *cluster, plan.precision, efficiency,
+                                 plan.effectiveRankOrder());
     if (!predicted)
       return fail("--cluster " + clusterSpec + ": " +
                   llvm::toString(predicted.takeError()));

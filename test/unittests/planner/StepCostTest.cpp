@@ -125,6 +125,28 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
                    8e-6 * 30 + 30.0 / 16 * 2048 / 50e9);
   // No compute: MFU 0.
   EXPECT_DOUBLE_EQ(cost->mfu, 0);
+
+  // Ranks laid out with tp slowest (rank order tp, dp): now dp's pairs are
+  // neighbours in one node and tp's groups of 8 span both nodes.
+  llvm::Expected<StepCost> swapped =
+      predictStepCost(*module, c, "fp32", 0.5, {"tp", "dp"});
+  ASSERT_TRUE(static_cast<bool>(swapped))
+      << llvm::toString(swapped.takeError());
+  EXPECT_TRUE(swapped->collectives[0].withinNode);  // all-gather over dp
+  EXPECT_FALSE(swapped->collectives[2].withinNode); // all-to-all over tp
+  EXPECT_GT(swapped->stepSeconds, cost->stepSeconds);
+  // The default order is the grid's own.
+  llvm::Expected<StepCost> same =
+      predictStepCost(*module, c, "fp32", 0.5, {"dp", "tp"});
+  ASSERT_TRUE(static_cast<bool>(same));
+  EXPECT_DOUBLE_EQ(same->stepSeconds, cost->stepSeconds);
+  llvm::Expected<StepCost> bad =
+      predictStepCost(*module, c, "fp32", 0.5, {"pp", "dp", "tp"});
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_NE(llvm::toString(bad.takeError())
+                .find("rank order names axis 'pp', which the grid does not "
+                      "have"),
+            std::string::npos);
 }
 
 /// A calibrated CPU-like cluster of 2 devices: GEMM table on the full grid
