@@ -286,10 +286,14 @@ static cl::opt<int64_t> devices(
              "parallelism and its size, ZeRO stage and recomputation with the "
              "analytic cost model on --cluster (default cpu:N, the "
              "calibration of this machine), pruning plans that do not divide "
-             "the shapes or fit in memory. Parallel flags given pin their "
-             "part. Without --devices, --cluster alone (no --dp/--tp/--pp/"
-             "--sp/--sp-size/--micro-batches) also searches, over all the "
-             "cluster's devices"),
+             "the shapes or fit in memory (Korthikanti et al. 2022 and ZeRO "
+             "formulas; compiler/planner/Search.h, docs/Planner.md). Parallel "
+             "flags given pin their part. On a calibrated cluster (one with "
+             "a GEMM table) the best 8 plans are re-ranked by the IR-level "
+             "step model and checked against the memory plan. Without "
+             "--devices, --cluster alone (no --dp/--tp/--pp/--sp/--sp-size/"
+             "--micro-batches) also searches, over all the cluster's devices. "
+             "Fails, naming the rejected regions, when no plan fits"),
     cl::value_desc("N"), cl::init(0), cl::cat(category));
 static cl::opt<std::string> explainJson(
     "explain-json",
