@@ -210,3 +210,25 @@ double tessera::planner::measuredGemmRate(const Cluster &cluster,
       points.push_back(&p);
   return points.empty() ? 0 : tableRate(points, m, n, k);
 }
+
+double tessera::planner::gemmWorkSeconds(const Cluster &cluster,
+                                         llvm::StringRef dtype, double peak,
+                                         double m, double n, double k,
+                                         double flops, double bytes) {
+  if (double rate =
+          measuredGemmRate(cluster, dtype, int64_t(m), int64_t(n), int64_t(k));
+      rate > 0)
+    return flops / rate;
+  double seconds = peak > 0 ? flops / (peak * cluster.gemmPeakFraction) : 0;
+  if (cluster.memoryBandwidth > 0)
+    seconds = std::max(seconds, bytes / cluster.memoryBandwidth);
+  return seconds;
+}
+
+int64_t tessera::planner::dtypeBytes(llvm::StringRef dtype) {
+  if (dtype == "fp32")
+    return 4;
+  if (dtype == "bf16" || dtype == "fp16")
+    return 2;
+  return 0;
+}

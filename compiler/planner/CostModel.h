@@ -106,6 +106,20 @@ double pipelineBubbleFraction(int64_t stages, int64_t microBatches,
 double measuredGemmRate(const Cluster &cluster, llvm::StringRef dtype,
                         int64_t m, int64_t n, int64_t k);
 
+/// Seconds of `flops` FLOP of GEMM-shaped work (m, n, k) that moves `bytes`
+/// on one device of `cluster`: at the measured rate of the table
+/// (measuredGemmRate) when it has points for `dtype`, else the roofline
+/// max(flops / (peak · gemmPeakFraction), bytes / memoryBandwidth) (a term
+/// whose figure is 0 is left out). The one GEMM time model of the planner:
+/// StepCost's per-op GEMMs and TransformerCost's analytic ones (and its
+/// fused attention, whose flops and bytes are not a plain GEMM's) use it.
+double gemmWorkSeconds(const Cluster &cluster, llvm::StringRef dtype,
+                       double peak, double m, double n, double k, double flops,
+                       double bytes);
+
+/// Bytes per element of "fp32" (4), "bf16"/"fp16" (2); 0 if unknown.
+int64_t dtypeBytes(llvm::StringRef dtype);
+
 } // namespace tessera::planner
 
 #endif // TESSERA_COMPILER_PLANNER_COSTMODEL_H

@@ -48,17 +48,11 @@ double planner::gemmSeconds(const Cluster &cluster, llvm::StringRef dtype,
     return 0;
   if (gemmEfficiency)
     return flops / (peak * *gemmEfficiency);
-  if (double rate = measuredGemmRate(cluster, dtype, m, n, k); rate > 0)
-    return flops / rate;
-  double seconds = flops / (peak * cluster.gemmPeakFraction);
-  if (cluster.memoryBandwidth > 0) {
-    double elementBytes = dtype == "fp32" ? 4 : 2;
-    double bytes = static_cast<double>(batch) * elementBytes *
-                   (static_cast<double>(m) * k + static_cast<double>(k) * n +
-                    static_cast<double>(m) * n);
-    seconds = std::max(seconds, bytes / cluster.memoryBandwidth);
-  }
-  return seconds;
+  double bytes = static_cast<double>(batch) * double(dtypeBytes(dtype)) *
+                 (static_cast<double>(m) * k + static_cast<double>(k) * n +
+                  static_cast<double>(m) * n);
+  return gemmWorkSeconds(cluster, dtype, peak, double(m), double(n), double(k),
+                         flops, bytes);
 }
 
 llvm::Expected<StepCost> planner::predictStepCost(
@@ -350,7 +344,8 @@ llvm::Expected<StepCost> planner::predictStepCost(
   struct Parts {
     double gemm = 0, other = 0, comm = 0, flops = 0;
     int64_t kernels = 0;
-    size_t collectivesEnd = 0;
+    /// The function's collectives: cost.collectives[begin, end).
+    size_t collectivesBegin = 0, collectivesEnd = 0;
     double seconds(double overhead) const {
       return gemm + other + comm + double(kernels) * overhead;
     }
@@ -361,15 +356,19 @@ llvm::Expected<StepCost> planner::predictStepCost(
         schedule, cast<SymbolRefAttr>(ref));
     if (!fn)
       return error("tsrt.pipeline_schedule names a missing function");
-    StepCost before = cost;
+    // What this function adds to the running totals.
+    Parts before{
+        cost.gemmSeconds,  cost.otherSeconds, cost.communicationSeconds,
+        cost.flopsPerRank, cost.kernels,      cost.collectives.size()};
     walkFunction(fn);
     if (err)
       return std::move(err);
-    parts.gemm = cost.gemmSeconds - before.gemmSeconds;
-    parts.other = cost.otherSeconds - before.otherSeconds;
-    parts.comm = cost.communicationSeconds - before.communicationSeconds;
-    parts.flops = cost.flopsPerRank - before.flopsPerRank;
+    parts.gemm = cost.gemmSeconds - before.gemm;
+    parts.other = cost.otherSeconds - before.other;
+    parts.comm = cost.communicationSeconds - before.comm;
+    parts.flops = cost.flopsPerRank - before.flops;
     parts.kernels = cost.kernels - before.kernels;
+    parts.collectivesBegin = before.collectivesBegin;
     parts.collectivesEnd = cost.collectives.size();
     return llvm::Error::success();
   };
@@ -426,7 +425,7 @@ llvm::Expected<StepCost> planner::predictStepCost(
   total.flopsPerRank = 0;
   total.kernels = 0;
   total.collectives.clear();
-  auto add = [&](const Parts &p, size_t begin, double times) {
+  auto add = [&](const Parts &p, double times) {
     total.gemmSeconds += times * p.gemm;
     total.otherSeconds += times * p.other;
     total.communicationSeconds += times * p.comm;
@@ -434,14 +433,13 @@ llvm::Expected<StepCost> planner::predictStepCost(
     total.kernels += int64_t(times) * p.kernels;
     for (int64_t k = 0; k < int64_t(times); ++k)
       total.collectives.insert(total.collectives.end(),
-                               cost.collectives.begin() + begin,
+                               cost.collectives.begin() + p.collectivesBegin,
                                cost.collectives.begin() + p.collectivesEnd);
   };
   for (int64_t c = busiest; c < chunks; c += shape.stages) {
-    size_t fwdBegin = c == 0 ? 0 : apply[c - 1].collectivesEnd;
-    add(fwd[c], fwdBegin, m);
-    add(bwd[c], fwd[c].collectivesEnd, m);
-    add(apply[c], bwd[c].collectivesEnd, 1);
+    add(fwd[c], m);
+    add(bwd[c], m);
+    add(apply[c], 1);
   }
   cost = std::move(total);
   cost.overheadSeconds = static_cast<double>(cost.kernels) * cluster.opOverhead;

@@ -65,32 +65,16 @@ std::string Candidate::str() const {
   return out;
 }
 
-int64_t tessera::planner::dtypeBytes(StringRef dtype) {
-  if (dtype == "fp32")
-    return 4;
-  if (dtype == "bf16" || dtype == "fp16")
-    return 2;
-  return 0;
-}
-
 //===----------------------------------------------------------------------===//
 // GEMM model
 //===----------------------------------------------------------------------===//
 
-/// Seconds of `flops` FLOP of GEMM work shaped like (m, n, k) that moves
-/// `bytes`: the table's rate, else the roofline.
+/// gemmWorkSeconds at the cluster's peak for `dtype` (0 when it has none).
 static double gemmLikeSeconds(const Cluster &cluster, StringRef dtype, double m,
                               double n, double k, double flops, double bytes) {
-  if (double rate =
-          measuredGemmRate(cluster, dtype, int64_t(m), int64_t(n), int64_t(k));
-      rate > 0)
-    return flops / rate;
   auto it = cluster.peakFlops.find(dtype.str());
   double peak = it == cluster.peakFlops.end() ? 0 : it->second;
-  double t = peak > 0 ? flops / (peak * cluster.gemmPeakFraction) : 0;
-  if (cluster.memoryBandwidth > 0)
-    t = std::max(t, bytes / cluster.memoryBandwidth);
-  return t;
+  return gemmWorkSeconds(cluster, dtype, peak, m, n, k, flops, bytes);
 }
 
 double tessera::planner::gemmSeconds(const Cluster &cluster, StringRef dtype,

@@ -204,15 +204,12 @@ std::string divisibilityProblem(const TransformerShape &shape,
                                 const Candidate &c);
 
 /// Seconds of one GEMM C[m, n] = A[m, k] · B[k, n] (`batch` of them) in
-/// `dtype` on one device: the cluster's measured GEMM table when it has
-/// points for dtype (measuredGemmRate, CostModel.h), else the
+/// `dtype` on one device: gemmWorkSeconds (CostModel.h), i.e. the cluster's
+/// measured GEMM table when it has points for dtype, else the
 /// roofline max(2mnk / (peak · gemmPeakFraction), (mk + kn + mn) · e /
 /// memoryBandwidth). Plus cluster.opOverhead.
 double gemmSeconds(const Cluster &cluster, llvm::StringRef dtype, double m,
                    double n, double k, double batch = 1);
-
-/// Bytes per element of "fp32" (4), "bf16"/"fp16" (2); 0 if unknown.
-int64_t dtypeBytes(llvm::StringRef dtype);
 
 } // namespace tessera::planner
 

@@ -63,25 +63,28 @@ tessera::training::layerBoundaryValues(ArrayRef<Operation *> forwardOps,
   return values;
 }
 
-SmallVector<Operation *> tessera::training::forwardOpsOf(Block &body) {
-  llvm::DenseSet<Operation *> constant, backward;
-  SmallVector<Operation *> forward;
+tessera::training::StepOps tessera::training::classifyStepOps(Block &body) {
+  StepOps ops;
   auto definedBy = [](Value v, const llvm::DenseSet<Operation *> &set) {
     Operation *d = v.getDefiningOp();
     return d && set.contains(d);
   };
   for (Operation &op : body.without_terminator()) {
     if (llvm::all_of(op.getOperands(),
-                     [&](Value v) { return definedBy(v, constant); })) {
-      constant.insert(&op);
+                     [&](Value v) { return definedBy(v, ops.constant); })) {
+      ops.constant.insert(&op);
       continue;
     }
     if (op.hasAttr("tsr.bwd") || llvm::any_of(op.getOperands(), [&](Value v) {
-          return definedBy(v, backward);
+          return definedBy(v, ops.backward);
         }))
-      backward.insert(&op);
+      ops.backward.insert(&op);
     else
-      forward.push_back(&op);
+      ops.forward.push_back(&op);
   }
-  return forward;
+  return ops;
+}
+
+SmallVector<Operation *> tessera::training::forwardOpsOf(Block &body) {
+  return classifyStepOps(body).forward;
 }

@@ -13,6 +13,7 @@
 
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallVector.h"
 
 namespace tessera::training {
@@ -34,9 +35,16 @@ llvm::SmallVector<mlir::Value>
 layerBoundaryValues(llvm::ArrayRef<mlir::Operation *> forwardOps,
                     llvm::ArrayRef<int64_t> layerOf);
 
-/// The forward ops of a training step's body in program order: ops that
-/// are neither constants (all operands made by constants) nor backward
-/// (tagged `tsr.bwd` by autodiff, or reading a backward value).
+/// A training step's body split three ways: constants (all operands made by
+/// constants), backward ops (tagged `tsr.bwd` by autodiff, or reading a
+/// backward value) and, in program order, the forward ops (the rest).
+struct StepOps {
+  llvm::DenseSet<mlir::Operation *> constant, backward;
+  llvm::SmallVector<mlir::Operation *> forward;
+};
+StepOps classifyStepOps(mlir::Block &body);
+
+/// classifyStepOps(body).forward.
 llvm::SmallVector<mlir::Operation *> forwardOpsOf(mlir::Block &body);
 
 } // namespace tessera::training

@@ -64,25 +64,14 @@ struct RecomputePass : training::impl::RecomputeBase<RecomputePass> {
     Block &body = func.front();
 
     // Constants, forward and backward ops.
-    DenseSet<Operation *> constant, backward;
-    SmallVector<Operation *> forwardOps;
+    training::StepOps step = training::classifyStepOps(body);
+    const DenseSet<Operation *> &constant = step.constant;
+    DenseSet<Operation *> &backward = step.backward; // grows with the clones
+    SmallVector<Operation *> &forwardOps = step.forward;
     auto definedBy = [](Value v, const DenseSet<Operation *> &set) {
       Operation *d = v.getDefiningOp();
       return d && set.contains(d);
     };
-    for (Operation &op : body.without_terminator()) {
-      if (llvm::all_of(op.getOperands(),
-                       [&](Value v) { return definedBy(v, constant); })) {
-        constant.insert(&op);
-        continue;
-      }
-      if (op.hasAttr(kBackwardTag) ||
-          llvm::any_of(op.getOperands(),
-                       [&](Value v) { return definedBy(v, backward); }))
-        backward.insert(&op);
-      else
-        forwardOps.push_back(&op);
-    }
     if (backward.empty()) {
       func.emitError("tsr-recompute: @train_step has no backward ops tagged "
                      "tsr.bwd (run tsr-build-train-step first)");

@@ -572,38 +572,38 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   auto wsData = [](Tensor &t) {
     return t.isNull() ? nullptr : t.data<float>();
   };
-  // Ring attention: its communicator, checked against ring_size.
-  auto ringComm =
-      [comm, ringSize](
-          const ExecContext &ctx) -> llvm::Expected<const mpi::Communicator *> {
-    RETURN_IF_ERROR(checkComm(ctx, comm));
-    const mpi::Communicator &c = ctx.comms[comm];
-    if (c.size() != ringSize)
-      return fail(llvm::formatv("ring_size {0} does not match the {1} ranks "
-                                "of its communicator",
-                                ringSize, c.size()));
-    return &c;
+  // Ring attention: an instruction that checks its communicator against
+  // ring_size, records the score block and runs `kernel(rank, rotate, in,
+  // out, workspace)`; a failed K/V rotation becomes its error.
+  std::string kernelName = name.str();
+  using Rotate = std::function<void(float *, int64_t)>;
+  auto ringInstruction = [=](auto kernel) {
+    return [=](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+      RETURN_IF_ERROR(checkComm(ctx, comm));
+      const mpi::Communicator &c = ctx.comms[comm];
+      if (c.size() != ringSize)
+        return fail(llvm::formatv("ring_size {0} does not match the {1} ranks "
+                                  "of its communicator",
+                                  ringSize, c.size()));
+      record(ctx);
+      Tensor ws = workspace();
+      std::string err;
+      Rotate rotate = ringRotate(ctx, c, kernelName, err);
+      kernel(c.rank(), rotate, in, out, wsData(ws));
+      return err.empty() ? llvm::Error::success() : fail(err);
+    };
   };
   if (!grad) {
     RETURN_IF_ERROR(expectResult(outs, 0, oType));
     RETURN_IF_ERROR(expectResult(outs, 1, lseType));
     if (ring) {
-      std::string kernel = name.str();
-      inst.fn = [=](const ExecContext &ctx, In in, Out out) -> llvm::Error {
-        auto ring = ringComm(ctx);
-        if (!ring)
-          return ring.takeError();
-        const mpi::Communicator &c = **ring;
-        record(ctx);
-        Tensor ws = workspace();
-        std::string err;
-        cpu::ringAttentionForward(
-            d, c.rank(), ringSize, in[0]->data<float>(), in[1]->data<float>(),
-            in[2]->data<float>(), scale, causal,
-            ringRotate(ctx, c, kernel, err), out[0].data<float>(),
-            out[1].data<float>(), wsData(ws));
-        return err.empty() ? llvm::Error::success() : fail(err);
-      };
+      inst.fn = ringInstruction([=](int rank, const Rotate &rotate, In in,
+                                    Out out, float *ws) {
+        cpu::ringAttentionForward(d, rank, ringSize, in[0]->data<float>(),
+                                  in[1]->data<float>(), in[2]->data<float>(),
+                                  scale, causal, rotate, out[0].data<float>(),
+                                  out[1].data<float>(), ws);
+      });
       return llvm::Error::success();
     }
     inst.fn = [=](const ExecContext &ctx, In in, Out out) {
@@ -626,23 +626,14 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   RETURN_IF_ERROR(expectResult(outs, 1, k));
   RETURN_IF_ERROR(expectResult(outs, 2, v));
   if (ring) {
-    std::string kernel = name.str();
-    inst.fn = [=](const ExecContext &ctx, In in, Out out) -> llvm::Error {
-      auto ring = ringComm(ctx);
-      if (!ring)
-        return ring.takeError();
-      const mpi::Communicator &c = **ring;
-      record(ctx);
-      Tensor ws = workspace();
-      std::string err;
-      cpu::ringAttentionBackward(
-          d, c.rank(), ringSize, in[0]->data<float>(), in[1]->data<float>(),
-          in[2]->data<float>(), in[3]->data<float>(), in[4]->data<float>(),
-          in[5]->data<float>(), scale, causal, ringRotate(ctx, c, kernel, err),
-          out[0].data<float>(), out[1].data<float>(), out[2].data<float>(),
-          wsData(ws));
-      return err.empty() ? llvm::Error::success() : fail(err);
-    };
+    inst.fn = ringInstruction(
+        [=](int rank, const Rotate &rotate, In in, Out out, float *ws) {
+          cpu::ringAttentionBackward(
+              d, rank, ringSize, in[0]->data<float>(), in[1]->data<float>(),
+              in[2]->data<float>(), in[3]->data<float>(), in[4]->data<float>(),
+              in[5]->data<float>(), scale, causal, rotate, out[0].data<float>(),
+              out[1].data<float>(), out[2].data<float>(), ws);
+        });
     return llvm::Error::success();
   }
   inst.fn = [=](const ExecContext &ctx, In in, Out out) {
