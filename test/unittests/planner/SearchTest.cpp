@@ -182,6 +182,29 @@ TEST(Search, UnsupportedFilterAndErrors) {
   EXPECT_NE(error(bad).find("sp must be none, megatron, ulysses or ring"),
             std::string::npos);
   bad = o;
+  bad.pins.tp = 0;
+  EXPECT_NE(error(bad).find("pinned tp must be >= 1, got 0"),
+            std::string::npos);
+  bad = o;
+  bad.pins.recompute = "some";
+  EXPECT_NE(error(bad).find("pinned recompute must be none, selective or "
+                            "full, got 'some'"),
+            std::string::npos);
+  bad = o;
+  bad.pins.schedule = "interleaved";
+  EXPECT_NE(error(bad).find("pinned schedule must be gpipe or 1f1b"),
+            std::string::npos);
+  bad = o;
+  bad.devices = 0;
+  EXPECT_NE(error(bad).find("--devices must be >= 1, got 0"),
+            std::string::npos);
+  TransformerShape broken = small;
+  broken.heads = 5;
+  llvm::Expected<SearchResult> shapeError = searchPlans(broken, cluster, o);
+  ASSERT_FALSE(static_cast<bool>(shapeError));
+  EXPECT_NE(llvm::toString(shapeError.takeError()).find("5 heads"),
+            std::string::npos);
+  bad = o;
   bad.cost.precision = "fp8";
   EXPECT_NE(error(bad).find("no peak FLOP/s for fp8"), std::string::npos);
 }
