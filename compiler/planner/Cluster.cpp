@@ -147,7 +147,8 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
   for (auto [key, field] :
        {std::pair{"memory_bandwidth", &c.memoryBandwidth},
         std::pair{"op_overhead", &c.opOverhead},
-        std::pair{"transcendental_rate", &c.transcendentalRate}})
+        std::pair{"transcendental_rate", &c.transcendentalRate},
+        std::pair{"cores_per_node", &c.coresPerNode}})
     if (obj->get(key)) {
       auto v = r.number(key, /*allowZero=*/true);
       if (!v)
@@ -258,6 +259,7 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
                          {"memory_bandwidth", c.memoryBandwidth},
                          {"op_overhead", c.opOverhead},
                          {"transcendental_rate", c.transcendentalRate},
+                         {"cores_per_node", c.coresPerNode},
                          {"gemm_peak_fraction", c.gemmPeakFraction}};
   if (!c.kernelSecondsPerElement.empty()) {
     llvm::json::Object kernels;

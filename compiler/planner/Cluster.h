@@ -27,6 +27,7 @@
 //     "memory_bandwidth": 2.0e12,      // device memory, bytes/s (streaming)
 //     "op_overhead": 5e-6,             // seconds of fixed cost per kernel
 //     "transcendental_rate": 2e8,      // exp/erf/... evaluations per second
+//     "cores_per_node": 2,             // processors the node's devices share
 //     "gemm_peak_fraction": 0.8,       // best fraction of peak a GEMM reaches
 //     "gemm": [                        // measured GEMMs C[m,n] = A[m,k]·B[k,n]
 //       {"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops": 4.1e10}, ...
@@ -36,8 +37,8 @@
 //       ...                            // also all_gather, reduce_scatter,
 //     }                                // all_to_all, send_recv; inter_node
 //
-// Absent, memory_bandwidth, op_overhead and transcendental_rate are 0 (not
-// modelled),
+// Absent, memory_bandwidth, op_overhead, transcendental_rate and
+// cores_per_node are 0 (not modelled),
 // gemm_peak_fraction is 1, gemm is empty and every collective uses the
 // `intra_node` / `inter_node` link.
 //
@@ -85,6 +86,13 @@ struct Cluster {
   /// Transcendental evaluations (exp, erf, ... as elementwise kernels run
   /// them) per second; 0 = not modelled (counted as FLOPs only).
   double transcendentalRate = 0;
+  /// Processors shared by the devices of one node, when they are not
+  /// devices of their own: CPU cores for ranks of the CPU backend (4 ranks
+  /// on 2 cores share them; a rank waiting for a message gives its core to
+  /// the others). 0 = every device computes on its own (GPUs). The pipeline
+  /// simulation speeds up the running stages while others wait
+  /// (tsrt::schedule::ComputeSharing).
+  double coresPerNode = 0;
   /// The largest fraction of peakFlops a GEMM reaches (cuBLAS on large
   /// shapes); the GEMM model's ceiling when `gemm` has no measurement.
   double gemmPeakFraction = 1.0;

@@ -401,8 +401,16 @@ llvm::Expected<StepCost> planner::predictStepCost(
       tsrt::collectChunkComms(schedule, symbols);
   if (failed(comms))
     return error("tsrt.pipeline_schedule: its sends and recvs do not match");
+  // Ranks sharing fewer processors than there are ranks (the CPU backend
+  // oversubscribed): a stage waiting in its bubble frees its core.
+  tsrt::schedule::ComputeSharing sharing;
+  sharing.processes = cost.ranks;
+  sharing.processesPerStage = std::max<int64_t>(1, cost.ranks / shape.stages);
+  sharing.cores = cluster.coresPerNode * double(cluster.nodes);
+  bool shared = sharing.cores > 0 && sharing.cores < double(cost.ranks);
   tsrt::schedule::Timeline timeline =
-      tsrt::schedule::simulate(actions, *comms, shape, fwdSeconds, bwdSeconds);
+      tsrt::schedule::simulate(actions, *comms, shape, fwdSeconds, bwdSeconds,
+                               shared ? &sharing : nullptr);
 
   // The busiest stage (most forward + backward + apply time).
   double m = double(shape.microBatches);

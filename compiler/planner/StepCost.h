@@ -75,7 +75,9 @@
 //  - Pipeline plans (a tsrt.pipeline_schedule with per-chunk forward,
 //    backward and apply functions) are costed chunk by chunk, each send as a
 //    send_recv over the pp axis, and the schedule simulated with those
-//    times (tsrt::schedule::simulate); the step is the makespan plus the
+//    times (tsrt::schedule::simulate; with more ranks than the cluster's
+//    cores_per_node, a stage waiting in its bubble frees its core and the
+//    running stages speed up); the step is the makespan plus the
 //    slowest stage's apply, and the per-rank figures are the busiest
 //    stage's. The grid's `mb` axis is not ranks.
 //

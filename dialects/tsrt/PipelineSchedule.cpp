@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -512,7 +513,8 @@ Timeline tessera::tsrt::schedule::simulate(ArrayRef<StageActions> actions,
                                            ArrayRef<ChunkComms> comms,
                                            const Shape &shape,
                                            ArrayRef<double> fwd,
-                                           ArrayRef<double> bwd) {
+                                           ArrayRef<double> bwd,
+                                           const ComputeSharing *sharing) {
   assert(static_cast<int64_t>(fwd.size()) >= shape.numChunks() &&
          static_cast<int64_t>(bwd.size()) >= shape.numChunks() &&
          "simulate needs a forward and a backward cost per chunk");
@@ -520,45 +522,65 @@ Timeline tessera::tsrt::schedule::simulate(ArrayRef<StageActions> actions,
   size_t numStages = actions.size();
   Timeline timeline;
   timeline.busy.assign(numStages, 0);
-  std::vector<double> free(numStages, 0);
+  // Speed of a running stage when `running` stages run, relative to the
+  // speed the costs were measured at (every rank busy).
+  auto speed = [&](size_t running) {
+    if (!sharing || running == 0)
+      return 1.0;
+    double calibrated =
+        std::min(1.0, sharing->cores / double(sharing->processes));
+    double now = std::min(
+        1.0, sharing->cores / double(running * sharing->processesPerStage));
+    return now / calibrated;
+  };
   std::vector<size_t> next(numStages, 0);
+  // The running action of each stage: its start and its work left (in
+  // calibrated seconds); a stage not running has left < 0.
+  std::vector<double> started(numStages, 0), left(numStages, -1);
   // When each sent message becomes available: the end of its sending action.
   std::map<Message, double> sentAt;
 
-  // Each stage runs its next action as soon as every message it receives has
-  // been sent; start times depend only on the stage's previous action and on
-  // those messages, so the order in which stages are visited does not matter.
-  bool progress = true;
-  while (progress) {
-    progress = false;
+  // Event-driven: at time `now`, every idle stage whose next action has all
+  // its messages starts it; then time advances to the first end, at the
+  // speed the number of running stages gives (1 without sharing), and the
+  // actions ending then send their messages. A schedule that passes verify
+  // always has a running stage until every action has run.
+  double now = 0;
+  while (true) {
     for (size_t s = 0; s < numStages; ++s) {
-      while (next[s] < actions[s].size()) {
-        const Action &a = actions[s][next[s]];
-        double start = free[s];
-        bool ready = true;
-        for (const CommEvent &e : eventsOf(a, comms)) {
-          if (e.isSend)
-            continue;
-          auto it = sentAt.find(Message::of(a, e));
-          if (it == sentAt.end()) {
-            ready = false;
-            break;
-          }
-          start = std::max(start, it->second);
-        }
-        if (!ready)
-          break;
-        double cost = a.phase == Phase::Forward ? fwd[a.chunk] : bwd[a.chunk];
-        double end = start + cost;
-        for (const CommEvent &e : eventsOf(a, comms))
-          if (e.isSend)
-            sentAt[Message::of(a, e)] = end;
-        free[s] = end;
-        timeline.busy[s] += cost;
-        timeline.makespan = std::max(timeline.makespan, end);
-        ++next[s];
-        progress = true;
-      }
+      if (left[s] >= 0 || next[s] >= actions[s].size())
+        continue;
+      const Action &a = actions[s][next[s]];
+      bool ready = llvm::all_of(eventsOf(a, comms), [&](const CommEvent &e) {
+        return e.isSend || sentAt.count(Message::of(a, e));
+      });
+      if (!ready)
+        continue;
+      started[s] = now;
+      left[s] = a.phase == Phase::Forward ? fwd[a.chunk] : bwd[a.chunk];
+    }
+    size_t running = llvm::count_if(left, [](double l) { return l >= 0; });
+    if (running == 0)
+      break;
+    double v = speed(running), step = INFINITY;
+    for (double l : left)
+      if (l >= 0)
+        step = std::min(step, l / v);
+    now += step;
+    for (size_t s = 0; s < numStages; ++s) {
+      if (left[s] < 0)
+        continue;
+      left[s] -= step * v;
+      if (left[s] > 1e-12 * (1 + now))
+        continue;
+      const Action &a = actions[s][next[s]];
+      for (const CommEvent &e : eventsOf(a, comms))
+        if (e.isSend)
+          sentAt[Message::of(a, e)] = now;
+      timeline.busy[s] += now - started[s];
+      timeline.makespan = std::max(timeline.makespan, now);
+      left[s] = -1;
+      ++next[s];
     }
   }
   return timeline;

@@ -133,9 +133,24 @@ struct Timeline {
   double makespan = 0;
   double bubble() const;
 };
+///
+/// Oversubscribed processors (`sharing`, optional): `processes` ranks share
+/// `cores` processors (e.g. 4 MPI ranks on 2 CPU cores), `processesPerStage`
+/// of them per stage. The costs are those measured with every rank busy,
+/// i.e. at a speed of min(1, cores / processes) of a dedicated core. A rank
+/// waiting for a message gives its core away (OpenMPI yields when
+/// oversubscribed), so while only `a` ranks run, each runs at
+/// min(1, cores / a) / min(1, cores / processes) times the calibrated speed
+/// (processor sharing): bubbles cost less than their calibrated length.
+/// Without `sharing`, or with cores >= processes, the speed is always 1.
+struct ComputeSharing {
+  int64_t processes = 1, processesPerStage = 1;
+  double cores = 1;
+};
 Timeline simulate(llvm::ArrayRef<StageActions> actions,
                   llvm::ArrayRef<ChunkComms> comms, const Shape &shape,
-                  llvm::ArrayRef<double> fwd, llvm::ArrayRef<double> bwd);
+                  llvm::ArrayRef<double> fwd, llvm::ArrayRef<double> bwd,
+                  const ComputeSharing *sharing = nullptr);
 
 } // namespace tessera::tsrt::schedule
 

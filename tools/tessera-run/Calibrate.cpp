@@ -18,6 +18,7 @@
 #include <cmath>
 #include <ctime>
 #include <functional>
+#include <sched.h>
 #include <unistd.h>
 #include <vector>
 
@@ -482,6 +483,12 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
                static_cast<double>(sysconf(_SC_PAGE_SIZE));
   c.memoryBytes = ram > 0 ? ram / n : 1;
+  // The processors the ranks share (the CPUs this process may run on; every
+  // rank of one node sees the same set when they are not bound).
+  cpu_set_t cpus;
+  c.coresPerNode = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+                       ? CPU_COUNT(&cpus)
+                       : static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
   c.source = "measured by tessera-run --calibrate" +
              std::string(quick ? " --calibrate-quick" : "") + " on " +
              hostName() + " at " + utcNow() + " with " + std::to_string(n) +
