@@ -2,11 +2,14 @@
 
 #include "runtime/executor/Executor.h"
 
+#include "runtime/executor/Backend.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <climits>
+#include <tuple>
 #include <cstring>
 
 using namespace tessera::runtime;
@@ -83,6 +86,13 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
                 "uses " +
                 shapeToString(grid.rankOrder()));
   std::unique_ptr<Executor> ex(new Executor(plan, grid));
+  Backend &backend = plan.pipeline() ? cpuBackend() : plan.program().backend();
+  ex->backend = &backend;
+  if (!backend.hostMemory() && grid.parent().size() != 1)
+    return fail(plan.source() + ": the " + backend.name() +
+                " backend runs single-rank plans only (multi-rank runs need "
+                "device collectives, which are not built yet); this job has " +
+                llvm::Twine(grid.parent().size()) + " ranks");
   ex->ctx.traffic = &ex->counter;
   ex->ctx.stats = &ex->stats;
 
@@ -100,7 +110,7 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
     }
     // The static memory plan's arena, once for all steps.
     if (int64_t bytes = plan.program().arenaBytes(); bytes > 0) {
-      llvm::Expected<Arena> arena = Arena::allocate(bytes);
+      llvm::Expected<Arena> arena = backend.allocateArena(bytes);
       if (!arena)
         return fail(plan.source() + ": " + llvm::toString(arena.takeError()));
       ex->arena = std::move(*arena);
@@ -125,12 +135,23 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
       const Tensor *global = plan.initialValue(a.name);
       if (!global)
         return fail(plan.source() + ": no initial value for '" + a.name + "'");
-      ex->state[a.index] = sliceToLocal(*global, a.layout, m.gridShape, coords);
+      llvm::Expected<Tensor> local = backend.upload(
+          sliceToLocal(*global, a.layout, m.gridShape, coords));
+      if (!local)
+        return fail(plan.source() + ": '" + a.name +
+                    "': " + llvm::toString(local.takeError()));
+      ex->state[a.index] = std::move(*local);
       break;
     }
     case Role::OptState:
-      if (held)
-        ex->state[a.index] = Tensor::zeros(a.dtype, a.localShape);
+      if (held) {
+        llvm::Expected<Tensor> zeros =
+            backend.upload(Tensor::zeros(a.dtype, a.localShape));
+        if (!zeros)
+          return fail(plan.source() + ": optimizer state '" + a.name +
+                      "': " + llvm::toString(zeros.takeError()));
+        ex->state[a.index] = std::move(*zeros);
+      }
       break;
     case Role::Tokens:
       ex->tokensArg = a.index;
@@ -198,15 +219,27 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
   double start = tracing ? now() : 0;
   const std::vector<int64_t> &coords = gridRef.coords();
   std::vector<Tensor> args = state;
-  args[tokensArg] = sliceToLocal(tokens, tokSpec.layout, m.gridShape, coords);
-  args[labelsArg] = sliceToLocal(labels, labSpec.layout, m.gridShape, coords);
+  auto stepError = [&](llvm::Error err) {
+    return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": " +
+                llvm::toString(std::move(err)));
+  };
+  for (auto [arg, global, spec] :
+       {std::tuple{tokensArg, &tokens, &tokSpec},
+        std::tuple{labelsArg, &labels, &labSpec}}) {
+    llvm::Expected<Tensor> local = backend->upload(
+        sliceToLocal(*global, spec->layout, m.gridShape, coords));
+    if (!local)
+      return stepError(local.takeError());
+    args[arg] = std::move(*local);
+  }
 
   counter.beginStep();
   llvm::Expected<std::vector<Tensor>> results =
       planRef.program().run(ctx, std::move(args));
   if (!results)
-    return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": " +
-                llvm::toString(results.takeError()));
+    return stepError(results.takeError());
+  if (llvm::Error err = backend->finishStep())
+    return stepError(std::move(err));
   measured();
 
   // Updated params and optimizer state replace their arguments. Those the
@@ -231,14 +264,19 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
     if (r.argument < 0)
       continue;
     const Tensor &value = (*results)[r.index];
-    if (inArena(value))
-      std::memcpy(state[r.argument].raw(), value.raw(), value.bytes());
-    else
+    if (!inArena(value)) {
       state[r.argument] = value;
+      continue;
+    }
+    if (llvm::Error err = backend->copy(value, state[r.argument]))
+      return stepError(std::move(err));
   }
+  llvm::Expected<Tensor> loss = backend->download((*results)[lossResult]);
+  if (!loss)
+    return stepError(loss.takeError());
   record(TraceEvent::Kind::Step, -1, -1, start);
   ++steps;
-  return static_cast<double>((*results)[lossResult].data<float>()[0]);
+  return static_cast<double>(loss->data<float>()[0]);
 }
 
 const Tensor *Executor::localValue(llvm::StringRef name, Role role) const {
@@ -259,7 +297,11 @@ Executor::gatherWeights(int root) const {
   for (const ArgumentSpec &a : m.arguments) {
     if (a.role != Role::Param && a.role != Role::Frozen)
       continue;
-    const Tensor &local = state[a.index];
+    llvm::Expected<Tensor> downloaded = backend->download(state[a.index]);
+    if (!downloaded)
+      return fail("gatherWeights: '" + a.name +
+                  "': " + llvm::toString(downloaded.takeError()));
+    const Tensor &local = *downloaded;
     if (a.layout.isReplicated()) {
       // Every rank holds the whole tensor (and the same values).
       if (isRoot)

@@ -62,6 +62,8 @@ namespace tessera {
 namespace runtime {
 namespace exec {
 
+class Backend;
+
 /// One timed region of a step, for traces (see Executor::enableTrace).
 struct TraceEvent {
   enum class Kind { Forward, Backward, Apply, Step };
@@ -175,6 +177,8 @@ private:
 
   const Plan &planRef;
   mpi::Grid &gridRef;
+  /// Where the state lives and the program runs (the plan's backend).
+  Backend *backend = nullptr;
   ExecContext ctx;
   mpi::TrafficCounter counter;
   ExecContext::KernelStats stats;

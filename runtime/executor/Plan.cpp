@@ -2,6 +2,8 @@
 
 #include "runtime/executor/Plan.h"
 
+#include "runtime/executor/Backend.h"
+
 #include "dialects/tsrt/TsrtDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -355,11 +357,12 @@ const Tensor *Plan::initialValue(llvm::StringRef name) const {
   return it == weights.end() ? nullptr : &it->second;
 }
 
-llvm::Expected<std::unique_ptr<Plan>> Plan::load(llvm::StringRef path) {
+llvm::Expected<std::unique_ptr<Plan>> Plan::load(llvm::StringRef path,
+                                                 Backend *backend) {
   llvm::Expected<SafeTensorsFile> file = readSafeTensors(path);
   if (!file)
     return file.takeError(); // names the path
-  return fromSafeTensors(std::move(*file), path);
+  return fromSafeTensors(std::move(*file), path, backend);
 }
 
 /// "file.mlir:3:5" for file locations, else the printed location.
@@ -750,8 +753,8 @@ llvm::Error PipelineCompiler::checkBindings(Pipeline &p) {
 /// Parses the program bytes (MLIR bytecode or text), verifies the module and
 /// compiles it: the manifest's function, or the pipeline's functions.
 static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
-                               llvm::StringRef source, Program &prog,
-                               std::optional<Pipeline> &pipe) {
+                               llvm::StringRef source, Backend *backend,
+                               Program &prog, std::optional<Pipeline> &pipe) {
   // MLIR bytecode starts with "ML\xefR". A writer that stores the bytes as
   // BOOL normalises them to 0/1 (runtime::writeSafeTensors does for I1
   // tensors), which destroys the program: say so rather than "parse error".
@@ -812,6 +815,11 @@ static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
   }
 
   if (m.isPipeline()) {
+    if (backend && !backend->hostMemory())
+      return fail(source + ": the " + backend->name() +
+                  " backend does not run pipeline plans (their sends and "
+                  "receives need device collectives, which are not built "
+                  "yet); use --backend cpu");
     llvm::Expected<Pipeline> p = PipelineCompiler(*module, m, source).compile();
     if (!p)
       return p.takeError();
@@ -821,6 +829,7 @@ static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
   CompileOptions options;
   options.gridShape = m.gridShape;
   options.optimizer = &m.optimizer;
+  options.backend = backend;
   llvm::Expected<Program> p =
       Program::compile(*module, m.function, options, source);
   if (!p)
@@ -830,7 +839,8 @@ static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
 }
 
 llvm::Expected<std::unique_ptr<Plan>>
-Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source) {
+Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
+                      Backend *backend) {
   auto it = file.metadata.find("tessera.manifest");
   if (it == file.metadata.end())
     return fail(source + ": not a Tessera plan (no \"tessera.manifest\" "
@@ -850,7 +860,8 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source) {
     return fail(source + ": no program tensor '" + m.program +
                 "' (U8 bytes of MLIR bytecode)");
   if (llvm::Error err =
-          loadProgram(*programBytes, m, source, plan->prog, plan->pipe))
+          loadProgram(*programBytes, m, source, backend, plan->prog,
+                      plan->pipe))
     return std::move(err);
   const Program &p = plan->prog;
 

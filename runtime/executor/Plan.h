@@ -209,11 +209,15 @@ struct Pipeline {
 /// A loaded, checked artifact.
 class Plan {
 public:
-  /// Reads and checks `path`.
-  static llvm::Expected<std::unique_ptr<Plan>> load(llvm::StringRef path);
+  /// Reads and checks `path`, compiling its program for `backend` (null:
+  /// the CPU backend; it must outlive the Plan). Errors: anything wrong
+  /// with the file, and a program the backend cannot run (naming the op).
+  static llvm::Expected<std::unique_ptr<Plan>> load(llvm::StringRef path,
+                                                    Backend *backend = nullptr);
   /// Same, from a parsed safetensors file; `source` names it in errors.
   static llvm::Expected<std::unique_ptr<Plan>>
-  fromSafeTensors(SafeTensorsFile file, llvm::StringRef source);
+  fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
+                  Backend *backend = nullptr);
 
   const Manifest &manifest() const { return man; }
   /// The compiled "function" (non-pipeline plans; empty for pipeline plans).

@@ -2,6 +2,8 @@
 
 #include "runtime/executor/Program.h"
 
+#include "runtime/executor/Backend.h"
+
 #include "runtime/executor/Kernels.h"
 
 #include "dialects/tsrt/TsrtDialect.h"
@@ -244,6 +246,7 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
                 " must have a body of one straight-line block");
 
   Program p;
+  p.device = options.backend ? options.backend : &cpuBackend();
   if (Attribute a = func->getAttr("tsrt.arena_bytes")) {
     auto bytes = dyn_cast<IntegerAttr>(a);
     if (!bytes || bytes.getValue().getSExtValue() < 0)
@@ -414,8 +417,11 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       auto value = materialise(cst.getValue(), outTypes[0]);
       if (!value)
         return opError(llvm::toString(value.takeError()));
+      llvm::Expected<Tensor> placed = p.device->upload(*value);
+      if (!placed)
+        return opError(llvm::toString(placed.takeError()));
       int slot = newSlot(cst.getResult());
-      p.constants.emplace_back(slot, std::move(*value));
+      p.constants.emplace_back(slot, std::move(*placed));
       continue;
     }
 
@@ -424,6 +430,9 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       auto recv = dyn_cast<tessera::tsrt::RecvOp>(op);
       inst.kernel = op.getName().stripDialect().str();
       inst.kind = send ? Instruction::Kind::Send : Instruction::Kind::Recv;
+      if (llvm::Error e =
+              p.device->supportsCommunication("tsrt." + inst.kernel))
+        return opError(llvm::toString(std::move(e)));
       inst.peerChunk =
           static_cast<int64_t>(send ? send.getChunk() : recv.getChunk());
       inst.channel =
@@ -510,11 +519,20 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       }
       err = resolveKernel(k.getKernel(), k.getAttrs(), inTypes, outTypes,
                           options, inst);
+      if (!err && inst.commIndex >= 0)
+        err = p.device->supportsCommunication("tsrt.kernel \"" + inst.kernel +
+                                              "\" with grid_axes");
+      if (!err)
+        err = p.device->bindKernel(k.getKernel(), k.getAttrs(), inTypes,
+                                   outTypes, inst);
     } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
                    tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp,
                    tessera::tsrt::AllSliceOp, tessera::tsrt::AllReduceStartOp>(
                    op)) {
       inst.kernel = op.getName().stripDialect().str();
+      if (llvm::Error e =
+              p.device->supportsCommunication("tsrt." + inst.kernel))
+        return opError(llvm::toString(std::move(e)));
       auto axesAttr = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes");
       if (!axesAttr || op.getNumOperands() != 1 || op.getNumResults() != 1)
         return opError("malformed collective");
@@ -766,7 +784,10 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
           continue;
         }
         if (offset < 0) {
-          out[i] = Tensor::empty(t.dtype, t.shape);
+          llvm::Expected<Tensor> fresh = device->allocate(t.dtype, t.shape);
+          if (!fresh)
+            return fail(inst.where + ": " + llvm::toString(fresh.takeError()));
+          out[i] = std::move(*fresh);
           continue;
         }
         // Statically planned: a view into the arena at its offset.

@@ -57,6 +57,8 @@ namespace tessera {
 namespace runtime {
 namespace exec {
 
+class Backend;
+
 /// Static type of a program value.
 struct TensorType {
   DType dtype = DType::F32;
@@ -209,6 +211,9 @@ struct CompileOptions {
   /// f32 (e.g. lr 0.1), the kernel gets the double, as torch.optim does with
   /// Python floats.
   const llvm::json::Object *optimizer = nullptr;
+  /// Where the program's tensors live and its kernels run (see Backend.h);
+  /// null: the CPU backend. Must outlive the Program.
+  Backend *backend = nullptr;
 };
 
 /// A straight-line program resolved to instructions.
@@ -245,6 +250,8 @@ public:
   int64_t arenaBytes() const { return arena; }
   /// Bytes held by the materialised constants (allocation sizes).
   int64_t constantBytes() const;
+  /// The backend the program was compiled for.
+  Backend &backend() const { return *device; }
 
 private:
   int slots = 0;
@@ -259,6 +266,7 @@ private:
   int numAsync = 0;                  ///< tsrt.all_reduce_start count
   int64_t maxChan = -1;
   int64_t arena = 0;
+  Backend *device = nullptr; ///< never null after compile
   size_t maxResults = 0, maxOperands = 0;
 };
 

@@ -61,6 +61,7 @@
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
 #include "runtime/data/TokenDataset.h"
+#include "runtime/executor/Backend.h"
 #include "runtime/executor/Executor.h"
 #include "runtime/executor/Layout.h"
 #include "runtime/executor/Plan.h"
@@ -116,6 +117,16 @@ static cl::opt<bool>
     force("force",
           cl::desc("--calibrate: overwrite an existing calibration file"),
           cl::init(false), cl::cat(category));
+
+static cl::opt<std::string> backendName(
+    "backend",
+    cl::desc("Where the step runs: cpu (OpenBLAS kernels, MPI collectives; "
+             "the default) or cuda (one GPU per rank: cuBLASLt GEMMs and "
+             "Tessera's CUDA kernels on one stream; single-rank, non-pipeline "
+             "plans for now). Error, before any step, when cuda is asked for "
+             "and this build has no CUDA backend or no usable GPU exists (the "
+             "driver's reason is printed)"),
+    cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(category));
 
 static cl::opt<std::string> dataPath(
     "data",
@@ -445,9 +456,17 @@ int main(int argc, char **argv) {
   else if (logEvery < 0)
     error = "--log-every must be >= 0";
 
+  std::unique_ptr<exec::Backend> backend;
+  if (error.empty()) {
+    auto made = exec::createBackend(backendName);
+    if (made)
+      backend = std::move(*made);
+    else
+      error = llvm::toString(made.takeError());
+  }
   std::unique_ptr<exec::Plan> plan;
   if (error.empty()) {
-    auto loaded = exec::Plan::load(planPath);
+    auto loaded = exec::Plan::load(planPath, backend.get());
     if (loaded)
       plan = std::move(*loaded);
     else

@@ -1,0 +1,80 @@
+//===- Backend.cpp - the CPU backend and backend selection ----------------===//
+
+#include "runtime/executor/Backend.h"
+
+#include "runtime/executor/Program.h"
+
+#include <cstring>
+
+using namespace tessera::runtime;
+using namespace tessera::runtime::exec;
+
+Backend::~Backend() = default;
+
+namespace {
+
+/// Host memory, the CPU kernels resolveKernel binds, MPI collectives.
+class CpuBackend final : public Backend {
+public:
+  llvm::StringRef name() const override { return "cpu"; }
+  bool hostMemory() const override { return true; }
+  llvm::Expected<Tensor> allocate(DType dtype,
+                                  std::vector<int64_t> shape) override {
+    return Tensor::empty(dtype, std::move(shape));
+  }
+  llvm::Expected<Arena> allocateArena(int64_t bytes) override {
+    return Arena::allocate(bytes);
+  }
+  llvm::Expected<Tensor> upload(const Tensor &host) override { return host; }
+  llvm::Expected<Tensor> download(const Tensor &t) override { return t; }
+  llvm::Error copy(const Tensor &src, Tensor &dst) override {
+    std::memcpy(dst.raw(), src.raw(), src.bytes());
+    return llvm::Error::success();
+  }
+  llvm::Error bindKernel(llvm::StringRef, mlir::DictionaryAttr,
+                         llvm::ArrayRef<TensorType>, llvm::ArrayRef<TensorType>,
+                         Instruction &) override {
+    return llvm::Error::success();
+  }
+  llvm::Error supportsCommunication(llvm::StringRef) const override {
+    return llvm::Error::success();
+  }
+  llvm::Error finishStep() override { return llvm::Error::success(); }
+};
+
+} // namespace
+
+Backend &exec::cpuBackend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+#ifdef TESSERA_HAVE_CUDA
+namespace tessera::runtime::exec {
+// CudaBackend.cpp.
+llvm::Expected<std::unique_ptr<Backend>> createCudaBackend();
+} // namespace tessera::runtime::exec
+bool exec::cudaBackendBuilt() { return true; }
+#else
+bool exec::cudaBackendBuilt() { return false; }
+#endif
+
+llvm::Expected<std::unique_ptr<Backend>>
+exec::createBackend(llvm::StringRef name) {
+  if (name == "cpu")
+    return std::make_unique<CpuBackend>();
+  if (name == "cuda") {
+#ifdef TESSERA_HAVE_CUDA
+    return createCudaBackend();
+#else
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--backend cuda: this tessera-run was built without the CUDA backend "
+        "(no nvcc was found when it was configured; see README, "
+        "TESSERA_ENABLE_CUDA)");
+#endif
+  }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "unknown backend '" + name +
+                                     "' (expected cpu or cuda)");
+}
