@@ -67,6 +67,15 @@
         loss scale 1024); its --traffic also runs bf16 on the same grid:
         fp16's bytes_sent must equal bf16's exactly.
 
+    e2e.py cuda --build DIR --config NAME --optimizer sgd|adamw
+                [--precision-type bf16] [--rtol R]
+        The serial plan (fp32, or bf16 with --precision-type given) run by
+        tessera-run --backend cpu and --backend cuda: every step's loss and
+        every final weight within rtol (fp32: 1e-4, bf16: 2e-2). Without a
+        usable GPU the check is SKIPPED (exit 77, which ctest reports as
+        skipped), after checking that --backend cuda failed as it must: exit
+        1 before any step, with a message that says no CUDA device exists.
+
 Runs use DESIGN.md's data order on examples/data/corpus.u16. Exit status 0
 means the check passed; the output shows every number compared.
 """
@@ -111,9 +120,11 @@ def model_path(config):
     return os.path.join(ROOT, get_config(config)["out"])
 
 
-def tessera(args, workdir, dp, tp, tag, extra=(), pp=1, trace=False):
+def tessera(args, workdir, dp, tp, tag, extra=(), pp=1, trace=False,
+            run_extra=()):
     """Compiles and trains; returns (metrics.jsonl, weights.safetensors).
-    With `trace`, tessera-run also writes {tag}.trace.json (--trace)."""
+    With `trace`, tessera-run also writes {tag}.trace.json (--trace).
+    `run_extra` is passed to tessera-run."""
     plan = os.path.join(workdir, f"{tag}.tsr")
     metrics = os.path.join(workdir, f"{tag}.jsonl")
     weights = os.path.join(workdir, f"{tag}.safetensors")
@@ -130,8 +141,40 @@ def tessera(args, workdir, dp, tp, tag, extra=(), pp=1, trace=False):
          "--data", CORPUS, "--steps", str(STEPS), "--metrics", metrics,
          "--save-weights", weights]
         + (["--trace", os.path.join(workdir, f"{tag}.trace.json")]
-           if trace else []))
+           if trace else []) + list(run_extra))
     return metrics, weights
+
+
+SKIPPED = 77  # ctest SKIP_RETURN_CODE
+
+
+def check_cuda(args, work):
+    """The CUDA backend against the CPU backend on one rank; SKIPPED when
+    this machine has no usable GPU (after checking the error says so)."""
+    low = ["--precision", args.precision_type] if args.precision_type else []
+    rtol = args.rtol or (2e-2 if low else 1e-4)
+    what = args.precision_type or "fp32"
+    probe = subprocess.run(
+        [os.path.join(args.build, "tools", "tessera-run", "tessera-run"),
+         "--backend", "cuda", "--data", CORPUS, "no-such-plan.tsr"],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if "no CUDA device" in probe.stdout or "without the CUDA backend" in \
+            probe.stdout:
+        clear = probe.returncode == 1 and "--backend cuda" in probe.stdout
+        print(f"tessera-run --backend cuda on this machine: exit "
+              f"{probe.returncode}: {probe.stdout.strip()}")
+        if not clear:
+            print("FAIL: expected exit 1 and a message naming --backend cuda")
+            return False
+        print("SKIPPED: no usable GPU here; the CUDA backend was not run")
+        return SKIPPED
+    cpu_m, cpu_w = tessera(args, work, 1, 1, f"cpu-{what}", low,
+                           run_extra=["--backend", "cpu"])
+    gpu_m, gpu_w = tessera(args, work, 1, 1, f"cuda-{what}", low,
+                           run_extra=["--backend", "cuda"])
+    print(f"losses: cuda vs cpu, serial {what} (rtol {rtol})")
+    return check_run(args, gpu_m, gpu_w, cpu_m, cpu_w, rtol,
+                     f"cuda {what}")
 
 
 def drop_key_bias(weights):
@@ -311,7 +354,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["torch", "parallel", "pipeline",
-                                    "recompute", "precision", "auto"])
+                                    "recompute", "precision", "auto", "cuda"])
     p.add_argument("--build", required=True)
     p.add_argument("--config", required=True)
     p.add_argument("--optimizer", choices=["sgd", "adamw"], required=True)
@@ -345,7 +388,7 @@ def main():
                    help="auto: cluster JSON (default: calibrate this machine "
                         "with tessera-run --calibrate-quick first)")
     p.add_argument("--precision-type", choices=["bf16", "fp16"],
-                   default="bf16",
+                   default=None,
                    help="precision: the low-precision type to check")
     args = p.parse_args()
 
@@ -354,7 +397,14 @@ def main():
             ok = check_recompute(args, work)
             print("PASS" if ok else "FAIL")
             return 0 if ok else 1
+        if args.mode == "cuda":
+            ok = check_cuda(args, work)
+            if ok is SKIPPED:
+                return SKIPPED
+            print("PASS" if ok else "FAIL")
+            return 0 if ok else 1
         if args.mode == "precision":
+            args.precision_type = args.precision_type or "bf16"
             ok = check_precision(args, work)
             print("PASS" if ok else "FAIL")
             return 0 if ok else 1
