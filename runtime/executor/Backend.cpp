@@ -33,7 +33,7 @@ public:
   }
   llvm::Error bindKernel(llvm::StringRef, mlir::DictionaryAttr,
                          llvm::ArrayRef<TensorType>, llvm::ArrayRef<TensorType>,
-                         Instruction &) override {
+                         const CompileOptions &, Instruction &) override {
     return llvm::Error::success();
   }
   llvm::Error supportsCommunication(llvm::StringRef) const override {

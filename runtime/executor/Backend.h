@@ -36,6 +36,7 @@ namespace runtime {
 namespace exec {
 
 struct Arena;
+struct CompileOptions;
 struct Instruction;
 struct TensorType;
 
@@ -70,9 +71,11 @@ public:
   /// the CPU backend keeps that binding; others replace `inst.fn`. Error:
   /// the backend has no kernel for this name, dtype or attribute (the
   /// caller prefixes the op's location).
-  virtual llvm::Error bindKernel(llvm::StringRef name, mlir::DictionaryAttr attrs,
+  virtual llvm::Error bindKernel(llvm::StringRef name,
+                                 mlir::DictionaryAttr attrs,
                                  llvm::ArrayRef<TensorType> operands,
                                  llvm::ArrayRef<TensorType> results,
+                                 const CompileOptions &options,
                                  Instruction &inst) = 0;
   /// Error when this backend cannot run a collective, send or receive
   /// (`what` names it); success when it can.

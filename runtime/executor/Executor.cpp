@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <tuple>
 #include <cstring>
+#include <tuple>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
@@ -135,8 +135,8 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
       const Tensor *global = plan.initialValue(a.name);
       if (!global)
         return fail(plan.source() + ": no initial value for '" + a.name + "'");
-      llvm::Expected<Tensor> local = backend.upload(
-          sliceToLocal(*global, a.layout, m.gridShape, coords));
+      llvm::Expected<Tensor> local =
+          backend.upload(sliceToLocal(*global, a.layout, m.gridShape, coords));
       if (!local)
         return fail(plan.source() + ": '" + a.name +
                     "': " + llvm::toString(local.takeError()));
@@ -223,9 +223,8 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
     return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": " +
                 llvm::toString(std::move(err)));
   };
-  for (auto [arg, global, spec] :
-       {std::tuple{tokensArg, &tokens, &tokSpec},
-        std::tuple{labelsArg, &labels, &labSpec}}) {
+  for (auto [arg, global, spec] : {std::tuple{tokensArg, &tokens, &tokSpec},
+                                   std::tuple{labelsArg, &labels, &labSpec}}) {
     llvm::Expected<Tensor> local = backend->upload(
         sliceToLocal(*global, spec->layout, m.gridShape, coords));
     if (!local)

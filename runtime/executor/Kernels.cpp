@@ -202,15 +202,6 @@ int64_t numelOf(const TensorType &t) { return shapeNumel(t.shape); }
 
 /// Value used for an optimizer hyper-parameter: the manifest's double when it
 /// rounds to the attribute's f32 (see CompileOptions::optimizer).
-double hyperParameter(const CompileOptions &options, StringRef key,
-                      double attrValue) {
-  if (!options.optimizer)
-    return attrValue;
-  if (std::optional<double> d = options.optimizer->getNumber(key))
-    if (static_cast<float>(*d) == static_cast<float>(attrValue))
-      return *d;
-  return attrValue;
-}
 
 //===----------------------------------------------------------------------===//
 // Families
@@ -965,6 +956,16 @@ llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
 }
 
 } // namespace
+
+double exec::hyperParameter(const CompileOptions &options, StringRef key,
+                            double attrValue) {
+  if (!options.optimizer)
+    return attrValue;
+  if (std::optional<double> d = options.optimizer->getNumber(key))
+    if (static_cast<float>(*d) == static_cast<float>(attrValue))
+      return *d;
+  return attrValue;
+}
 
 std::string TensorType::str() const {
   std::string s = "tensor<";

@@ -27,6 +27,12 @@ llvm::Error resolveKernel(llvm::StringRef name, mlir::DictionaryAttr attrs,
                           llvm::ArrayRef<TensorType> results,
                           const CompileOptions &options, Instruction &inst);
 
+/// An optimizer hyper-parameter: the manifest's value for `key` when it
+/// rounds to the same f32 as the op's attribute (the kernel then gets the
+/// double, as torch.optim does with Python floats), else the attribute.
+double hyperParameter(const CompileOptions &options, llvm::StringRef key,
+                      double attrValue);
+
 /// Collective kinds of the tsrt dialect.
 /// AllSlice keeps the rank's block along `dim` (no communication).
 enum class CollectiveOp {

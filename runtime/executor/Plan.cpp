@@ -859,9 +859,8 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
       programBytes->rank() != 1)
     return fail(source + ": no program tensor '" + m.program +
                 "' (U8 bytes of MLIR bytecode)");
-  if (llvm::Error err =
-          loadProgram(*programBytes, m, source, backend, plan->prog,
-                      plan->pipe))
+  if (llvm::Error err = loadProgram(*programBytes, m, source, backend,
+                                    plan->prog, plan->pipe))
     return std::move(err);
   const Program &p = plan->prog;
 

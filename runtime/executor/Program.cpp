@@ -522,9 +522,11 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       if (!err && inst.commIndex >= 0)
         err = p.device->supportsCommunication("tsrt.kernel \"" + inst.kernel +
                                               "\" with grid_axes");
-      if (!err)
+      if (!err) {
+        inst.where = where;
         err = p.device->bindKernel(k.getKernel(), k.getAttrs(), inTypes,
-                                   outTypes, inst);
+                                   outTypes, options, inst);
+      }
     } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
                    tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp,
                    tessera::tsrt::AllSliceOp, tessera::tsrt::AllReduceStartOp>(
