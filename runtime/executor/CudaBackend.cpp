@@ -26,6 +26,7 @@
 #include "runtime/backends/cuda/CudaBlas.h"
 #include "runtime/backends/cuda/CudaRuntime.h"
 #include "runtime/backends/cuda/ElementwiseKernels.h"
+#include "runtime/backends/cuda/FlashAttention.h"
 #include "runtime/backends/cuda/NNKernels.h"
 #include "runtime/executor/Kernels.h"
 #include "runtime/executor/Program.h"
@@ -806,8 +807,68 @@ llvm::Error CudaBackend::bindLayout(StringRef name, mlir::DictionaryAttr attrs,
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::bindAttention(StringRef name, mlir::DictionaryAttr,
+/// tsrt "attention" (q, k, v [, mask]) -> (o, lse) and "attention_grad"
+/// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv) through the fused flash
+/// attention kernels; the leading dims of q are the batch (B·H). Ring
+/// attention (grid_axes) never reaches here: supportsCommunication refuses
+/// it.
+llvm::Error CudaBackend::bindAttention(StringRef name,
+                                       mlir::DictionaryAttr attrs,
+                                       ArrayRef<TensorType> ins,
                                        ArrayRef<TensorType>,
-                                       ArrayRef<TensorType>, Instruction &) {
-  return fail("the cuda backend has no kernel \"" + name + "\" yet");
+                                       Instruction &inst) {
+  bool grad = name == "attention_grad";
+  size_t nIn = grad ? 6 : 3;
+  bool hasMask = ins.size() == nIn + 1;
+  const std::vector<int64_t> &q = ins[0].shape, &k = ins[1].shape,
+                             &v = ins[2].shape;
+  size_t r = q.size();
+  cuda::FlashDims d;
+  d.batch = 1;
+  for (size_t i = 0; i + 2 < r; ++i)
+    d.batch *= q[i];
+  d.sq = q[r - 2];
+  d.dh = q[r - 1];
+  d.sk = k[r - 2];
+  d.dv = v[r - 1];
+  if (d.dh > 128 || d.dv > 128)
+    return fail(llvm::formatv("the cuda attention kernel takes head dims up "
+                              "to 128, got Dh = {0}, Dv = {1}",
+                              d.dh, d.dv));
+  float scale = static_cast<float>(floatAttr(attrs, "scale"));
+  bool causal = boolAttr(attrs, "causal", false);
+  DType dtype = ins[0].dtype;
+  std::string kernel = name.str();
+  if (!grad) {
+    inst.fn = [=](const ExecContext &, In in, Out out) {
+      return launched(
+          cuda::flashAttentionForward(
+              d, dtype, in[0]->raw(), in[1]->raw(), in[2]->raw(),
+              hasMask ? static_cast<const float *>(in[3]->raw()) : nullptr,
+              scale, causal, out[0].raw(), static_cast<float *>(out[1].raw()),
+              stream()),
+          kernel);
+    };
+    return llvm::Error::success();
+  }
+  size_t bytes =
+      static_cast<size_t>(cuda::flashAttentionScratchBytes(d, dtype, true));
+  scratchNeed = std::max(scratchNeed, bytes);
+  inst.fn = [=](const ExecContext &, In in, Out out) -> llvm::Error {
+    void *ws = nullptr;
+    if (bytes > 0) {
+      llvm::Expected<void *> s = scratch(bytes);
+      if (!s)
+        return s.takeError();
+      ws = *s;
+    }
+    return launched(
+        cuda::flashAttentionBackward(
+            d, dtype, in[0]->raw(), in[1]->raw(), in[2]->raw(), in[3]->raw(),
+            static_cast<const float *>(in[4]->raw()), in[5]->raw(),
+            hasMask ? static_cast<const float *>(in[6]->raw()) : nullptr, scale,
+            causal, out[0].raw(), out[1].raw(), out[2].raw(), ws, stream()),
+        kernel);
+  };
+  return llvm::Error::success();
 }
