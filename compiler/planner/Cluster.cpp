@@ -148,7 +148,8 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
        {std::pair{"memory_bandwidth", &c.memoryBandwidth},
         std::pair{"op_overhead", &c.opOverhead},
         std::pair{"transcendental_rate", &c.transcendentalRate},
-        std::pair{"cores_per_node", &c.coresPerNode}})
+        std::pair{"cores_per_node", &c.coresPerNode},
+        std::pair{"waiting_rank_share", &c.waitingRankShare}})
     if (obj->get(key)) {
       auto v = r.number(key, /*allowZero=*/true);
       if (!v)
@@ -260,6 +261,7 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
                          {"op_overhead", c.opOverhead},
                          {"transcendental_rate", c.transcendentalRate},
                          {"cores_per_node", c.coresPerNode},
+                         {"waiting_rank_share", c.waitingRankShare},
                          {"gemm_peak_fraction", c.gemmPeakFraction}};
   if (!c.kernelSecondsPerElement.empty()) {
     llvm::json::Object kernels;

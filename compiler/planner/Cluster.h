@@ -28,6 +28,7 @@
 //     "op_overhead": 5e-6,             // seconds of fixed cost per kernel
 //     "transcendental_rate": 2e8,      // exp/erf/... evaluations per second
 //     "cores_per_node": 2,             // processors the node's devices share
+//     "waiting_rank_share": 0.6,       // core share a waiting rank keeps
 //     "gemm_peak_fraction": 0.8,       // best fraction of peak a GEMM reaches
 //     "gemm": [                        // measured GEMMs C[m,n] = A[m,k]·B[k,n]
 //       {"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops": 4.1e10}, ...
@@ -93,6 +94,11 @@ struct Cluster {
   /// simulation speeds up the running stages while others wait
   /// (tsrt::schedule::ComputeSharing).
   double coresPerNode = 0;
+  /// With coresPerNode < devicesPerNode: the fraction of its core share a
+  /// rank still takes while it waits for a message (1: it keeps spinning,
+  /// 0: it yields its core entirely), measured by calibration (JSON
+  /// "waiting_rank_share"; default 1, i.e. no speed-up).
+  double waitingRankShare = 1.0;
   /// The largest fraction of peakFlops a GEMM reaches (cuBLAS on large
   /// shapes); the GEMM model's ceiling when `gemm` has no measurement.
   double gemmPeakFraction = 1.0;

@@ -407,7 +407,9 @@ llvm::Expected<StepCost> planner::predictStepCost(
   sharing.processes = cost.ranks;
   sharing.processesPerStage = std::max<int64_t>(1, cost.ranks / shape.stages);
   sharing.cores = cluster.coresPerNode * double(cluster.nodes);
-  bool shared = sharing.cores > 0 && sharing.cores < double(cost.ranks);
+  sharing.waitingShare = cluster.waitingRankShare;
+  bool shared = sharing.cores > 0 && sharing.cores < double(cost.ranks) &&
+                sharing.waitingShare < 1;
   tsrt::schedule::Timeline timeline =
       tsrt::schedule::simulate(actions, *comms, shape, fwdSeconds, bwdSeconds,
                                shared ? &sharing : nullptr);

@@ -529,8 +529,10 @@ Timeline tessera::tsrt::schedule::simulate(ArrayRef<StageActions> actions,
       return 1.0;
     double calibrated =
         std::min(1.0, sharing->cores / double(sharing->processes));
-    double now = std::min(
-        1.0, sharing->cores / double(running * sharing->processesPerStage));
+    double active = double(running * sharing->processesPerStage);
+    double waiting = std::max(0.0, double(sharing->processes) - active);
+    double now = std::min(1.0, sharing->cores /
+                                   (active + sharing->waitingShare * waiting));
     return now / calibrated;
   };
   std::vector<size_t> next(numStages, 0);

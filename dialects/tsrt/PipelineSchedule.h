@@ -139,13 +139,17 @@ struct Timeline {
 /// of them per stage. The costs are those measured with every rank busy,
 /// i.e. at a speed of min(1, cores / processes) of a dedicated core. A rank
 /// waiting for a message gives its core away (OpenMPI yields when
-/// oversubscribed), so while only `a` ranks run, each runs at
-/// min(1, cores / a) / min(1, cores / processes) times the calibrated speed
-/// (processor sharing): bubbles cost less than their calibrated length.
-/// Without `sharing`, or with cores >= processes, the speed is always 1.
+/// oversubscribed) but for `waitingShare` of it (the fraction of its share
+/// a waiting rank keeps: 1 when it spins, 0 when it yields entirely), so
+/// while `a` ranks run and `w` wait, each running one goes at
+/// min(1, cores / (a + waitingShare·w)) / min(1, cores / processes) times
+/// its calibrated speed (processor sharing): bubbles cost less than their
+/// calibrated length. Without `sharing`, with cores >= processes or with
+/// waitingShare = 1, the speed is always 1.
 struct ComputeSharing {
   int64_t processes = 1, processesPerStage = 1;
   double cores = 1;
+  double waitingShare = 1;
 };
 Timeline simulate(llvm::ArrayRef<StageActions> actions,
                   llvm::ArrayRef<ChunkComms> comms, const Shape &shape,

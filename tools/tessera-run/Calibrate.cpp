@@ -39,6 +39,68 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// The buffers of one timed collective of `elems` floats (a multiple of
+/// n): `full` (all-reduce, the reduce-scatter input, the all-to-all send
+/// buffer, the send/recv message), `part` (one rank's block) and `out`.
+struct CollectiveBuffers {
+  Tensor full, part, out;
+  int64_t elems;
+  CollectiveBuffers(int64_t elems, int64_t n)
+      : full(Tensor::empty(DType::F32, {elems})),
+        part(Tensor::empty(DType::F32, {elems / n})),
+        out(Tensor::empty(DType::F32, {elems})), elems(elems) {
+    std::fill_n(full.data<float>(), elems, 1.0f);
+    std::fill_n(part.data<float>(), elems / n, 1.0f);
+  }
+};
+
+/// One call of collective `kind` over `world` on `b`, through the CPU
+/// backend's collectives (send/recv: a ring exchange with
+/// MPI_Sendrecv_replace, as the ring-attention kernel rotates K/V blocks).
+/// Returns false when MPI reports an error.
+std::function<bool()> collectiveOp(planner::Collective kind,
+                                   const mpi::Communicator &world,
+                                   CollectiveBuffers &b) {
+  using planner::Collective;
+  int n = world.size();
+  int next = (world.rank() + 1) % n, prev = (world.rank() + n - 1) % n;
+  switch (kind) {
+  case Collective::AllReduce:
+    return [&world, &b] {
+      return !llvm::errorToBool(
+          mpi::allReduce(b.full, mpi::ReduceOp::Sum, world));
+    };
+  case Collective::AllGather:
+    return [&world, &b] {
+      return !llvm::errorToBool(mpi::allGather(b.part, 0, world, b.out));
+    };
+  case Collective::ReduceScatter:
+    return [&world, &b] {
+      return !llvm::errorToBool(mpi::reduceScatter(b.full, 0, world, b.part));
+    };
+  case Collective::AllToAll:
+    return [&world, &b] {
+      return !llvm::errorToBool(mpi::allToAll(b.full, 0, 0, world, b.out));
+    };
+  case Collective::SendRecv:
+    return [&world, &b, next, prev] {
+      return MPI_Sendrecv_replace(b.full.raw(), static_cast<int>(b.elems),
+                                  MPI_FLOAT, next, 7, prev, 7, world.handle(),
+                                  MPI_STATUS_IGNORE) == MPI_SUCCESS;
+    };
+  }
+  return [] { return false; };
+}
+
+/// The processors the ranks share: the CPUs this process may run on (every
+/// rank of one node sees the same set when they are not bound).
+double cpusAvailable() {
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
+    return CPU_COUNT(&cpus);
+  return static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 /// Times `op` on every rank at once: `reps` calls between two barriers,
 /// each rank timing from the first barrier to the end of the second, so
 /// that ranks sharing a core (oversubscribed: the OS runs them in turns)
@@ -374,6 +436,66 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
           c.kernelSecondsPerElement["adamw_update"] * 1e9);
   }
 
+  // Oversubscription (more ranks than cores): how much of a core a rank
+  // waiting for a message still takes. Every rank runs a GEMM loop (all
+  // busy), then only the even ranks do while each odd rank waits for its
+  // even neighbour's message in MPI_Recv. With cores to spare the busy
+  // ranks' speed does not change (waiting share 1: nothing to gain); on a
+  // shared core they speed up by as much as the waiting ranks give away
+  // (processor sharing, tsrt::schedule::ComputeSharing).
+  c.coresPerNode = cpusAvailable();
+  if (n >= 2 && c.coresPerNode < n) {
+    const int64_t m = 256;
+    Tensor a = Tensor::empty(DType::F32, {m, m});
+    Tensor b = Tensor::empty(DType::F32, {m, m});
+    Tensor out = Tensor::empty(DType::F32, {m, m});
+    std::fill_n(a.data<float>(), a.numel(), 0.5f);
+    std::fill_n(b.data<float>(), b.numel(), 0.25f);
+    auto gemm = [&] {
+      cpu::matmul(a, b, false, false, out);
+      return true;
+    };
+    int64_t reps = repsFor(world, gemm, computeTarget);
+    double allBusy = timeConcurrent(world, gemm, reps, computeTrials);
+    int rank = world.rank();
+    bool busy = rank % 2 == 0;
+    int partner = busy ? rank + 1 : rank - 1;
+    std::vector<double> halfTimes;
+    for (int t = 0; t < computeTrials; ++t) {
+      MPI_Barrier(world.handle());
+      double start = MPI_Wtime(), mine = 0;
+      char token = 0;
+      if (busy) {
+        for (int64_t r = 0; r < reps; ++r)
+          gemm();
+        mine = MPI_Wtime() - start;
+        if (partner < n)
+          MPI_Send(&token, 1, MPI_CHAR, partner, 7200, world.handle());
+      } else {
+        MPI_Recv(&token, 1, MPI_CHAR, partner, 7200, world.handle(),
+                 MPI_STATUS_IGNORE);
+      }
+      double slowest = 0;
+      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, world.handle());
+      halfTimes.push_back(slowest / static_cast<double>(reps));
+    }
+    double halfBusy = median(halfTimes);
+    // speed-up s = allBusy / halfBusy = min(1, C / (a + share·w)) /
+    // min(1, C / n) with a busy and w waiting ranks; solved for share.
+    double cores = c.coresPerNode;
+    double busyRanks = std::ceil(n / 2.0), waiting = n - busyRanks;
+    double calibrated = std::min(1.0, cores / n);
+    double speedup = allBusy > 0 && halfBusy > 0 ? allBusy / halfBusy : 1.0;
+    double load = cores / std::max(speedup * calibrated, 1e-9);
+    c.waitingRankShare =
+        std::clamp((load - busyRanks) / std::max(waiting, 1.0), 0.0, 1.0);
+    if (log)
+      *log << llvm::formatv("calibrate: {0} ranks on {1} cores; half the "
+                            "ranks waiting speeds the others up {2:F2}x: a "
+                            "waiting rank takes {3:F2} of its core share\n",
+                            n, cores, speedup, c.waitingRankShare);
+  }
+
   // Collectives over all n ranks, sizes as nccl-tests counts them.
   std::vector<int64_t> sizes =
       quick ? std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18}
@@ -382,7 +504,6 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   const Collective kinds[] = {Collective::AllReduce, Collective::AllGather,
                               Collective::ReduceScatter, Collective::AllToAll,
                               Collective::SendRecv};
-  const int next = (world.rank() + 1) % n, prev = (world.rank() + n - 1) % n;
   // A step meets its collectives between kernels, each rank arriving from
   // its own compute (and, oversubscribed, from its turn on a shared core),
   // not from the previous collective. So every timed collective follows a
@@ -408,43 +529,8 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
       // Floats of S, rounded up to a multiple of n.
       int64_t elems = std::max<int64_t>(bytesS / 4, n);
       elems = (elems + n - 1) / n * n;
-      Tensor full = Tensor::empty(DType::F32, {elems});
-      Tensor part = Tensor::empty(DType::F32, {elems / n});
-      Tensor out = Tensor::empty(DType::F32, {elems});
-      std::fill_n(full.data<float>(), elems, 1.0f);
-      std::fill_n(part.data<float>(), elems / n, 1.0f);
-      std::function<bool()> op;
-      switch (kind) {
-      case Collective::AllReduce:
-        op = [&] {
-          return !llvm::errorToBool(
-              mpi::allReduce(full, mpi::ReduceOp::Sum, world));
-        };
-        break;
-      case Collective::AllGather:
-        op = [&] {
-          return !llvm::errorToBool(mpi::allGather(part, 0, world, out));
-        };
-        break;
-      case Collective::ReduceScatter:
-        op = [&] {
-          return !llvm::errorToBool(mpi::reduceScatter(full, 0, world, part));
-        };
-        break;
-      case Collective::AllToAll:
-        op = [&] {
-          return !llvm::errorToBool(mpi::allToAll(full, 0, 0, world, out));
-        };
-        break;
-      case Collective::SendRecv:
-        // A ring exchange, as the ring-attention kernel rotates K/V blocks.
-        op = [&] {
-          return MPI_Sendrecv_replace(
-                     full.raw(), static_cast<int>(elems), MPI_FLOAT, next, 7,
-                     prev, 7, world.handle(), MPI_STATUS_IGNORE) == MPI_SUCCESS;
-        };
-        break;
-      }
+      CollectiveBuffers buffers(elems, n);
+      std::function<bool()> op = collectiveOp(kind, world, buffers);
       std::function<bool()> inStep = [&] { return burst() && op(); };
       int64_t reps = repsFor(world, inStep, target);
       double alone = timeConcurrent(world, burst, reps, trials);
@@ -483,16 +569,59 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
                static_cast<double>(sysconf(_SC_PAGE_SIZE));
   c.memoryBytes = ram > 0 ? ram / n : 1;
-  // The processors the ranks share (the CPUs this process may run on; every
-  // rank of one node sees the same set when they are not bound).
-  cpu_set_t cpus;
-  c.coresPerNode = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
-                       ? CPU_COUNT(&cpus)
-                       : static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
   c.source = "measured by tessera-run --calibrate" +
              std::string(quick ? " --calibrate-quick" : "") + " on " +
              hostName() + " at " + utcNow() + " with " + std::to_string(n) +
              " MPI ranks at once (OpenBLAS sgemm, cpu::add, "
              "runtime/collectives/mpi; medians of barrier-separated trials)";
   return c;
+}
+
+llvm::Error calibrate::benchCollectives(const mpi::Communicator &world,
+                                        const BenchOptions &options) {
+  int n = world.size();
+  bool root = world.rank() == 0;
+  llvm::raw_ostream *out = root ? options.out : nullptr;
+  if (out)
+    *out << llvm::formatv(
+        "# tessera-run --bench-collectives: {0} ranks, MPI (the CPU "
+        "backend's collectives), float32, sum\n"
+        "# time: median over {1} trials of back-to-back calls, the slowest "
+        "rank's; S as nccl-tests counts it\n"
+        "# algbw = S / time; busbw = algbw * factor (nccl-tests): all_reduce "
+        "2(n-1)/n, all_gather, reduce_scatter and all_to_all (n-1)/n, "
+        "send_recv 1\n"
+        "# {2,-15} {3,12} {4,10} {5,12} {6,12} {7,12}\n",
+        n, options.trials, "collective", "size(B)", "count", "time(us)",
+        "algbw(GB/s)", "busbw(GB/s)");
+  for (Collective kind :
+       {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
+        Collective::AllToAll, Collective::SendRecv}) {
+    if (n < 2 && kind != Collective::SendRecv)
+      continue;
+    for (int64_t bytes = options.minBytes; bytes <= options.maxBytes;
+         bytes *= options.stepFactor) {
+      int64_t elems = std::max<int64_t>(bytes / 4, n);
+      elems = (elems + n - 1) / n * n;
+      CollectiveBuffers buffers(elems, n);
+      std::function<bool()> op = collectiveOp(kind, world, buffers);
+      int64_t reps = repsFor(world, op, options.secondsPerTrial);
+      double t = timeConcurrent(world, op, reps, options.trials);
+      if (t < 0)
+        return fail(llvm::Twine(planner::collectiveName(kind)) + " of " +
+                    llvm::Twine(elems * 4) + " bytes failed");
+      double size = static_cast<double>(elems) * 4;
+      double algbw = size / t;
+      double busbw = algbw * planner::busBandwidthFactor(kind, n);
+      if (out)
+        *out << llvm::formatv("  {0,-15} {1,12} {2,10} {3,12:F2} {4,12:F3} "
+                              "{5,12:F3}\n",
+                              planner::collectiveName(kind),
+                              static_cast<int64_t>(size), elems, t * 1e6,
+                              algbw * 1e-9, busbw * 1e-9);
+      if (options.stepFactor < 2)
+        break;
+    }
+  }
+  return llvm::Error::success();
 }

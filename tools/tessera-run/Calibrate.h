@@ -21,6 +21,12 @@
 //    ([256, 128] quick), keyed by the tsr op name; and "attention" /
 //    "attention_grad": seconds per score of cpu::attentionForward /
 //    attentionBackward (causal, 128 x 128, head size 16).
+//  - `cores_per_node` (the CPUs the ranks may run on) and, when the ranks
+//    outnumber them, `waiting_rank_share`: half the ranks run a GEMM loop
+//    while the other half wait in MPI_Recv; the busy ranks' speed-up over
+//    all-busy gives the share of a core a waiting rank keeps (0: it yields
+//    its core entirely, 1: it keeps spinning), which the pipeline
+//    simulation uses.
 //  - `collectives.<kind>.intra_node` for all_reduce, all_gather,
 //    reduce_scatter, all_to_all (runtime/collectives/mpi over
 //    MPI_COMM_WORLD) and send_recv (a ring exchange with
@@ -64,6 +70,28 @@ struct Options {
 /// the ranks).
 llvm::Expected<planner::Cluster> measure(const mpi::Communicator &world,
                                          const Options &options);
+
+/// What `tessera-run --bench-collectives` measures.
+struct BenchOptions {
+  /// Message sizes S (bytes, as nccl-tests counts them): minBytes,
+  /// minBytes·stepFactor, ... up to maxBytes.
+  int64_t minBytes = 1 << 10, maxBytes = 1 << 24, stepFactor = 4;
+  /// Trials per size (the median is printed) and the length of one trial.
+  int trials = 5;
+  double secondsPerTrial = 0.05;
+  /// Where rank 0 prints the table (null: nowhere).
+  llvm::raw_ostream *out = nullptr;
+};
+
+/// nccl-tests for the CPU backend (issue 8): for all_reduce, all_gather,
+/// reduce_scatter, all_to_all over `world` and a send/recv ring exchange,
+/// at each size, the median time of back-to-back calls (slowest rank),
+/// algbw = S / time and busbw = algbw · busBandwidthFactor (nccl-tests'
+/// definitions, compiler/planner/CostModel.h), one row per size, printed by
+/// rank 0. Collective over `world`. Error: an MPI failure (names the
+/// collective and size).
+llvm::Error benchCollectives(const mpi::Communicator &world,
+                             const BenchOptions &options);
 
 } // namespace tessera::runtime::calibrate
 

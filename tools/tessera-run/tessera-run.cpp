@@ -113,6 +113,21 @@ static cl::opt<bool> calibrateQuick(
     cl::desc("--calibrate with a small GEMM table, few sizes and short "
              "trials (seconds; rough figures, for tests)"),
     cl::init(false), cl::cat(category));
+static cl::opt<bool> benchCollectivesFlag(
+    "bench-collectives",
+    cl::desc("Time every collective of the CPU backend over all N ranks "
+             "(all_reduce, all_gather, reduce_scatter, all_to_all, and a "
+             "send/recv ring exchange) at message sizes from 1 KiB to 16 MiB "
+             "and print, per size, the median time (us), algbw = S / time "
+             "and busbw = algbw x the nccl-tests factor (GB/s), as "
+             "nccl-tests does; needs no plan. --bench-max-bytes sets the "
+             "largest size"),
+    cl::init(false), cl::cat(category));
+static cl::opt<int64_t> benchMaxBytes(
+    "bench-max-bytes",
+    cl::desc("--bench-collectives: largest message size, bytes (>= 1024)"),
+    cl::init(int64_t(1) << 24), cl::cat(category));
+
 static cl::opt<bool>
     force("force",
           cl::desc("--calibrate: overwrite an existing calibration file"),
@@ -442,6 +457,20 @@ int main(int argc, char **argv) {
   bool isRoot = world.rank() == 0;
   if (calibrateFlag || calibrateQuick)
     return runCalibration(world);
+  if (benchCollectivesFlag) {
+    std::string error;
+    calibrate::BenchOptions options;
+    options.maxBytes = benchMaxBytes;
+    options.out = &llvm::outs();
+    if (benchMaxBytes < options.minBytes)
+      error = "--bench-max-bytes must be >= 1024";
+    else if (llvm::Error err = calibrate::benchCollectives(world, options))
+      error = "--bench-collectives: " + llvm::toString(std::move(err));
+    if (!allRanksOk(world, error))
+      return exitAfterFailure();
+    mpi::finalize();
+    return 0;
+  }
 
   // Everything that can fail before the first collective: every rank checks,
   // then all agree.

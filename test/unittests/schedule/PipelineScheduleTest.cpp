@@ -428,14 +428,22 @@ TEST(PipelineSchedule, SharedCoresMakeBubblesCheaper) {
   std::vector<StageActions> actions = mustBuild(Kind::GPipe, shape);
   std::vector<double> fwd(2, 1.0), bwd(2, 2.0);
   std::vector<ChunkComms> comms = linearComms(2);
-  // 2 ranks on 1 core: one stage at a time runs at twice its calibrated
-  // speed, so F0 F1 B1 B0 take (1 + 1 + 2 + 2) / 2.
-  ComputeSharing oneCore{2, 1, 1.0};
+  // 2 ranks on 1 core, a waiting rank yielding its core entirely: one
+  // stage at a time runs at twice its calibrated speed, so F0 F1 B1 B0 take
+  // (1 + 1 + 2 + 2) / 2.
+  ComputeSharing oneCore{2, 1, 1.0, 0.0};
   Timeline shared = simulate(actions, comms, shape, fwd, bwd, &oneCore);
   EXPECT_NEAR(shared.makespan, 3.0, 1e-9);
   EXPECT_NEAR(shared.busy[0], 1.5, 1e-9);
   Timeline alone = simulate(actions, comms, shape, fwd, bwd);
   EXPECT_NEAR(alone.makespan, 6.0, 1e-9);
+  // A waiting rank that keeps spinning (share 1) gives nothing away; one
+  // that keeps half its share leaves the runner 2 / 1.5 of its speed.
+  ComputeSharing spinning{2, 1, 1.0, 1.0}, half{2, 1, 1.0, 0.5};
+  EXPECT_NEAR(simulate(actions, comms, shape, fwd, bwd, &spinning).makespan,
+              6.0, 1e-9);
+  EXPECT_NEAR(simulate(actions, comms, shape, fwd, bwd, &half).makespan,
+              6.0 * 1.5 / 2.0, 1e-9);
 
   // As many cores as ranks: no change.
   for (Kind kind : {Kind::GPipe, Kind::OneFOneB})
@@ -444,7 +452,7 @@ TEST(PipelineSchedule, SharedCoresMakeBubblesCheaper) {
         Shape sh{p, 1, m};
         std::vector<StageActions> acts = mustBuild(kind, sh);
         std::vector<double> f(p, 1.0), b(p, 2.0);
-        ComputeSharing enough{p, 1, double(p)};
+        ComputeSharing enough{p, 1, double(p), 0.0};
         EXPECT_NEAR(simulate(acts, linearComms(p), sh, f, b, &enough).makespan,
                     simulate(acts, linearComms(p), sh, f, b).makespan, 1e-9);
       }
@@ -454,7 +462,7 @@ TEST(PipelineSchedule, SharedCoresMakeBubblesCheaper) {
   // calibrated seconds at speed 1/2 = 48 core-seconds) on 2 cores.
   Shape four{4, 1, 8};
   std::vector<double> f4(4, 1.0), b4(4, 2.0);
-  ComputeSharing twoCores{4, 1, 2.0};
+  ComputeSharing twoCores{4, 1, 2.0, 0.0};
   Timeline t = simulate(mustBuild(Kind::OneFOneB, four), linearComms(4), four,
                         f4, b4, &twoCores);
   EXPECT_GE(t.makespan, 24.0 - 1e-9);
