@@ -11,6 +11,17 @@ using namespace tessera::runtime::exec;
 
 Backend::~Backend() = default;
 
+static llvm::Error noCapture(llvm::StringRef backend) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "the " + backend +
+          " backend cannot capture steps (--cuda-graph needs "
+          "--backend cuda)");
+}
+llvm::Error Backend::beginCapture() { return noCapture(name()); }
+llvm::Error Backend::endCapture() { return noCapture(name()); }
+llvm::Error Backend::replayCaptured() { return noCapture(name()); }
+
 namespace {
 
 /// Host memory, the CPU kernels resolveKernel binds, MPI collectives.

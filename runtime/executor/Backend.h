@@ -81,6 +81,26 @@ public:
   /// (`what` names it); success when it can.
   virtual llvm::Error supportsCommunication(llvm::StringRef what) const = 0;
 
+  /// Copies host tensor `host` into `dst`, a tensor of this backend with
+  /// the same dtype and shape (the host buffer may be reused on return).
+  virtual llvm::Error copyFromHost(const Tensor &host, Tensor &dst) {
+    llvm::Expected<Tensor> t = upload(host);
+    if (!t)
+      return t.takeError();
+    return copy(*t, dst);
+  }
+
+  /// Step capture (tessera-run --cuda-graph): whether this backend can
+  /// record the work of a step once and replay it (CUDA graphs).
+  virtual bool canCaptureSteps() const { return false; }
+  /// Starts recording: the work queued until endCapture is recorded, not
+  /// run. Errors: capture unsupported, or the device refuses it.
+  virtual llvm::Error beginCapture();
+  /// Stops recording and keeps what was recorded as the step to replay.
+  virtual llvm::Error endCapture();
+  /// Queues one replay of the recorded step.
+  virtual llvm::Error replayCaptured();
+
   /// Waits for the work queued so far and reports any data-dependent error
   /// a kernel recorded (an embedding id or a label out of range), naming
   /// the op. The CPU backend's kernels report those as they run: success.

@@ -152,6 +152,29 @@ public:
   }
   llvm::Error finishStep() override;
 
+  llvm::Error copyFromHost(const Tensor &host, Tensor &dst) override {
+    if (llvm::Error e = cuda::check(
+            cudaMemcpyAsync(dst.raw(), host.raw(), host.bytes(),
+                            cudaMemcpyHostToDevice, stream()),
+            llvm::formatv("copying {0} bytes to the device", host.bytes())))
+      return e;
+    return cuda::check(cudaStreamSynchronize(stream()),
+                       "waiting for an upload");
+  }
+  bool canCaptureSteps() const override { return true; }
+  llvm::Error beginCapture() override {
+    return cuda::check(
+        cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal),
+        "--cuda-graph: cudaStreamBeginCapture");
+  }
+  llvm::Error endCapture() override;
+  llvm::Error replayCaptured() override {
+    if (!graphExec)
+      return fail("--cuda-graph: no step was captured");
+    return cuda::check(cudaGraphLaunch(graphExec.get(), stream()),
+                       "--cuda-graph: cudaGraphLaunch");
+  }
+
   cudaStream_t stream() const { return streamOwner.get(); }
 
   /// The shared scratch buffer, at least `bytes` bytes (grown on first use;
@@ -197,6 +220,8 @@ private:
                                ArrayRef<TensorType> outs);
 
   std::shared_ptr<CUstream_st> streamOwner;
+  /// The captured step (--cuda-graph), instantiated.
+  std::shared_ptr<CUgraphExec_st> graphExec;
   std::unique_ptr<cuda::BlasHandle> blasHandle;
   Tensor scratchBuffer;
   size_t scratchNeed = 0;
@@ -296,6 +321,24 @@ llvm::Expected<Tensor> CudaBackend::download(const Tensor &t) {
                                   "waiting for the step's kernels"))
     return std::move(e);
   return host;
+}
+
+llvm::Error CudaBackend::endCapture() {
+  cudaGraph_t graph = nullptr;
+  if (llvm::Error e = cuda::check(cudaStreamEndCapture(stream(), &graph),
+                                  "--cuda-graph: cudaStreamEndCapture"))
+    return e;
+  std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> owned(
+      graph, &cudaGraphDestroy);
+  cudaGraphExec_t exec = nullptr;
+  if (llvm::Error e = cuda::check(
+          cudaGraphInstantiate(&exec, graph,
+                               cudaGraphInstantiateFlagAutoFreeOnLaunch),
+          "--cuda-graph: cudaGraphInstantiate"))
+    return e;
+  graphExec = std::shared_ptr<CUgraphExec_st>(
+      exec, [](cudaGraphExec_t x) { cudaGraphExecDestroy(x); });
+  return llvm::Error::success();
 }
 
 llvm::Expected<void *> CudaBackend::scratch(size_t bytes) {

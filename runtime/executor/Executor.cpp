@@ -216,6 +216,12 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
       measured();
     return loss;
   }
+  if (captureSteps) {
+    llvm::Expected<double> loss = stepCaptured(tokens, labels);
+    if (loss)
+      measured();
+    return loss;
+  }
   double start = tracing ? now() : 0;
   const std::vector<int64_t> &coords = gridRef.coords();
   std::vector<Tensor> args = state;
@@ -271,6 +277,110 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
       return stepError(std::move(err));
   }
   llvm::Expected<Tensor> loss = backend->download((*results)[lossResult]);
+  if (!loss)
+    return stepError(loss.takeError());
+  record(TraceEvent::Kind::Step, -1, -1, start);
+  ++steps;
+  return static_cast<double>(loss->data<float>()[0]);
+}
+
+llvm::Error Executor::enableStepCapture() {
+  if (planRef.pipeline() || !backend->canCaptureSteps())
+    return fail(planRef.source() + ": --cuda-graph: " +
+                (planRef.pipeline()
+                     ? std::string("pipeline plans are not captured")
+                     : "the " + backend->name().str() +
+                           " backend cannot capture steps (--cuda-graph needs "
+                           "--backend cuda)"));
+  captureSteps = true;
+  return llvm::Error::success();
+}
+
+llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
+                                              const Tensor &labels) {
+  const Manifest &m = planRef.manifest();
+  double start = tracing ? now() : 0;
+  auto stepError = [&](llvm::Error err) {
+    return fail(planRef.source() + ": step " + llvm::Twine(steps) +
+                " (--cuda-graph): " + llvm::toString(std::move(err)));
+  };
+  // The batch goes into fixed device buffers, which the graph reads.
+  const std::vector<int64_t> &coords = gridRef.coords();
+  for (auto [arg, global, buffer] :
+       {std::tuple{tokensArg, &tokens, &tokensBuffer},
+        std::tuple{labelsArg, &labels, &labelsBuffer}}) {
+    const ArgumentSpec &spec = m.arguments[arg];
+    Tensor local = sliceToLocal(*global, spec.layout, m.gridShape, coords);
+    if (buffer->isNull()) {
+      llvm::Expected<Tensor> b =
+          backend->allocate(local.dtype(), local.shape());
+      if (!b)
+        return stepError(b.takeError());
+      *buffer = std::move(*b);
+    }
+    if (llvm::Error err = backend->copyFromHost(local, *buffer))
+      return stepError(std::move(err));
+  }
+  // Runs the program once, copying every updated value into its argument's
+  // own buffer and the loss into lossBuffer (queued, or recorded).
+  auto runOnce = [&]() -> llvm::Error {
+    std::vector<Tensor> args = state;
+    args[tokensArg] = tokensBuffer;
+    args[labelsArg] = labelsBuffer;
+    llvm::Expected<std::vector<Tensor>> results =
+        planRef.program().run(ctx, std::move(args));
+    if (!results)
+      return results.takeError();
+    for (const ResultSpec &r : m.results) {
+      const Tensor &value = (*results)[r.index];
+      Tensor *target = r.argument >= 0 ? &state[r.argument] : nullptr;
+      if (r.index == lossResult) {
+        if (lossBuffer.isNull()) {
+          llvm::Expected<Tensor> b =
+              backend->allocate(value.dtype(), value.shape());
+          if (!b)
+            return b.takeError();
+          lossBuffer = std::move(*b);
+        }
+        target = &lossBuffer;
+      }
+      if (!target || target->raw() == value.raw())
+        continue;
+      if (target->isNull() || target->dtype() != value.dtype() ||
+          target->shape() != value.shape())
+        return fail("result #" + llvm::Twine(r.index) + " ('" + r.name +
+                    "') does not match the buffer it is copied into");
+      if (llvm::Error err = backend->copy(value, *target))
+        return err;
+    }
+    return llvm::Error::success(); // the results are freed here (recorded)
+  };
+  counter.beginStep();
+  if (steps == 0) {
+    // Warm-up, eagerly: cuBLASLt plans, scratch and status slots are made
+    // here, outside any capture.
+    if (llvm::Error err = runOnce())
+      return stepError(std::move(err));
+  } else {
+    if (!captured) {
+      if (llvm::Error err = backend->beginCapture())
+        return stepError(std::move(err));
+      llvm::Error ran = runOnce();
+      llvm::Error ended = backend->endCapture();
+      if (ran) {
+        llvm::consumeError(std::move(ended));
+        return stepError(std::move(ran));
+      }
+      if (ended)
+        return stepError(std::move(ended));
+      captured = true;
+    }
+    if (llvm::Error err = backend->replayCaptured())
+      return stepError(std::move(err));
+  }
+  if (llvm::Error err = backend->finishStep())
+    return stepError(std::move(err));
+  llvm::Expected<Tensor> loss = backend->download(lossBuffer);
   if (!loss)
     return stepError(loss.takeError());
   record(TraceEvent::Kind::Step, -1, -1, start);

@@ -156,6 +156,15 @@ public:
   /// the first step.
   const MemoryUse &lastStepMemory() const { return lastMemory; }
 
+  /// --cuda-graph: from the second step on, the step's work is recorded
+  /// once as a CUDA graph and replayed (Executor::step then only copies the
+  /// batch in, launches the graph and reads the loss). Every argument keeps
+  /// one device buffer (results are copied into it), so the graph's
+  /// addresses stay valid; the first step runs eagerly to warm up (cuBLASLt
+  /// plans, scratch, status slots). Errors: the plan's backend cannot
+  /// capture (the CPU backend), or the plan is a pipeline plan.
+  llvm::Error enableStepCapture();
+
   /// Starts recording TraceEvents: one Step event per step and, for pipeline
   /// plans, one per action and per apply. Collective over grid.parent(): an
   /// MPI_Barrier, right after which each rank takes its time origin (so all
@@ -169,6 +178,8 @@ private:
   llvm::Error initPipeline();
   llvm::Expected<double> stepPipeline(const Tensor &tokens,
                                       const Tensor &labels);
+  llvm::Expected<double> stepCaptured(const Tensor &tokens,
+                                      const Tensor &labels);
   llvm::Expected<std::vector<std::pair<std::string, Tensor>>>
   gatherWeightsPipeline(int root) const;
   void record(TraceEvent::Kind kind, int64_t chunk, int64_t microBatch,
@@ -179,6 +190,9 @@ private:
   mpi::Grid &gridRef;
   /// Where the state lives and the program runs (the plan's backend).
   Backend *backend = nullptr;
+  /// --cuda-graph: capture requested / done; the batch and loss buffers.
+  bool captureSteps = false, captured = false;
+  Tensor tokensBuffer, labelsBuffer, lossBuffer;
   ExecContext ctx;
   mpi::TrafficCounter counter;
   ExecContext::KernelStats stats;

@@ -71,7 +71,9 @@
                 [--precision-type bf16] [--rtol R]
         The serial plan (fp32, or bf16 with --precision-type given) run by
         tessera-run --backend cpu and --backend cuda: every step's loss and
-        every final weight within rtol (fp32: 1e-4, bf16: 2e-2). Without a
+        every final weight within rtol (fp32: 1e-4, bf16: 2e-2); and
+        --backend cuda --cuda-graph (the step captured once and replayed)
+        against the eager CUDA run within 1e-6. Without a
         usable GPU the check is SKIPPED (exit 77, which ctest reports as
         skipped), after checking that --backend cuda failed as it must: exit
         1 before any step, with a message that says no CUDA device exists.
@@ -173,8 +175,15 @@ def check_cuda(args, work):
     gpu_m, gpu_w = tessera(args, work, 1, 1, f"cuda-{what}", low,
                            run_extra=["--backend", "cuda"])
     print(f"losses: cuda vs cpu, serial {what} (rtol {rtol})")
-    return check_run(args, gpu_m, gpu_w, cpu_m, cpu_w, rtol,
-                     f"cuda {what}")
+    ok = check_run(args, gpu_m, gpu_w, cpu_m, cpu_w, rtol, f"cuda {what}")
+    # The step recorded once as a CUDA graph and replayed must compute what
+    # the eager CUDA run does.
+    graph_m, graph_w = tessera(args, work, 1, 1, f"cuda-graph-{what}", low,
+                               run_extra=["--backend", "cuda",
+                                          "--cuda-graph"])
+    print(f"losses: cuda --cuda-graph vs cuda, serial {what} (rtol 1e-6)")
+    return check_run(args, graph_m, graph_w, gpu_m, gpu_w, 1e-6,
+                     f"cuda graph {what}") and ok
 
 
 def drop_key_bias(weights):

@@ -143,6 +143,14 @@ static cl::opt<std::string> backendName(
              "driver's reason is printed)"),
     cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(category));
 
+static cl::opt<bool> cudaGraph(
+    "cuda-graph",
+    cl::desc("--backend cuda: record the training step once as a CUDA graph "
+             "(after one eager warm-up step) and replay it every step, so "
+             "the host launches one graph instead of every kernel. Error "
+             "with another backend or a pipeline plan"),
+    cl::init(false), cl::cat(category));
+
 static cl::opt<std::string> dataPath(
     "data",
     cl::desc("Token file: little-endian uint16 token ids, T tokens with "
@@ -578,6 +586,8 @@ int main(int argc, char **argv) {
     else
       error = llvm::toString(ex.takeError());
   }
+  if (error.empty() && cudaGraph)
+    error = take(executor->enableStepCapture());
   if (error.empty() && !tracePath.empty())
     error = take(executor->enableTrace());
   if (!allRanksOk(world, error)) {
