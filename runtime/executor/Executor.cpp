@@ -2,6 +2,8 @@
 
 #include "runtime/executor/Executor.h"
 
+#include "runtime/collectives/mpi/Watchdog.h"
+
 #include "runtime/executor/Backend.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -425,6 +427,7 @@ Executor::gatherWeights(int root) const {
     Tensor gathered;
     if (isRoot)
       gathered = Tensor::empty(DType::I1, {static_cast<int64_t>(bytes) * n});
+    mpi::watchdog::Guard guard("gather", n);
     int rc =
         MPI_Gather(local.raw(), static_cast<int>(bytes), MPI_BYTE,
                    isRoot ? gathered.raw() : nullptr, static_cast<int>(bytes),

@@ -9,6 +9,8 @@
 
 #include "runtime/executor/Kernels.h"
 
+#include "runtime/collectives/mpi/Watchdog.h"
+
 #include "dialects/tsrt/AttentionWorkspace.h"
 
 #include "dialects/tsrt/TsrtDialect.h"
@@ -461,6 +463,7 @@ std::function<void(float *, int64_t)> ringRotate(const ExecContext &ctx,
                 .str();
       return;
     }
+    mpi::watchdog::Guard guard("sendrecv of ring attention", c.size());
     int rc = MPI_Sendrecv_replace(buf, static_cast<int>(n), MPI_FLOAT, next,
                                   kRingAttentionTag, prev, kRingAttentionTag,
                                   c.handle(), MPI_STATUS_IGNORE);

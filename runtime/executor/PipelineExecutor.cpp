@@ -8,6 +8,8 @@
 
 #include "runtime/executor/Executor.h"
 
+#include "runtime/collectives/mpi/Watchdog.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <climits>
@@ -244,6 +246,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
 
   // The loss lives on the last stage.
   double value = loss;
+  mpi::watchdog::Guard bcastGuard("broadcast", p2p->comm.size());
   int rc = MPI_Bcast(&value, 1, MPI_DOUBLE,
                      static_cast<int>(p.shape.stages - 1), p2p->comm.handle());
   if (rc != MPI_SUCCESS)
@@ -305,6 +308,7 @@ Executor::gatherWeightsPipeline(int root) const {
     if (isRoot)
       gathered = Tensor::empty(DType::F32, {total});
     const Tensor &local = state[a.index];
+    mpi::watchdog::Guard guard("gather", world.size());
     int rc = MPI_Gatherv(mine ? local.raw() : nullptr, mine, MPI_FLOAT,
                          isRoot ? gathered.raw() : nullptr, counts.data(),
                          displs.data(), MPI_FLOAT, root, world.handle());

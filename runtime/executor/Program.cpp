@@ -2,6 +2,8 @@
 
 #include "runtime/executor/Program.h"
 
+#include "runtime/collectives/mpi/Watchdog.h"
+
 #include "runtime/executor/Backend.h"
 
 #include "runtime/executor/Kernels.h"
@@ -184,6 +186,7 @@ llvm::Error PointToPoint::waitAll() {
   for (const PendingSend &p : pending)
     requests.push_back(p.request);
   std::vector<MPI_Status> statuses(requests.size());
+  mpi::watchdog::Guard guard("wait for sends", 0);
   int rc = MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
                        statuses.data());
   if (rc != MPI_SUCCESS) {
@@ -644,6 +647,7 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       for (PostedRecv &r : posted)
         if (r.request != MPI_REQUEST_NULL) {
           MPI_Cancel(&r.request);
+          mpi::watchdog::Guard guard("wait for a cancelled recv", 0);
           MPI_Wait(&r.request, MPI_STATUS_IGNORE);
         }
     }
@@ -656,8 +660,10 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
     std::vector<MPI_Request> &requests;
     ~WaitGuard() {
       for (MPI_Request &r : requests)
-        if (r != MPI_REQUEST_NULL)
+        if (r != MPI_REQUEST_NULL) {
+          mpi::watchdog::Guard guard("wait for all_reduce", 0);
           MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
     }
   } waitGuard{requests};
   auto peerText = [&](const Instruction &inst) {
@@ -753,6 +759,7 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       PostedRecv &r = posted[inst.recvIndex];
       MPI_Status status;
       double waitStart = MPI_Wtime();
+      mpi::watchdog::Guard guard("wait for recv", 0);
       int rc = MPI_Wait(&r.request, &status);
       ctx.p2p->recvWaitSeconds += MPI_Wtime() - waitStart;
       if (rc != MPI_SUCCESS)

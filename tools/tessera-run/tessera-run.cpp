@@ -52,6 +52,14 @@
 // rank exits with status 1. A failure inside a step aborts the job
 // (MPI_Abort) so no rank waits forever in a collective.
 //
+// A rank that dies or hangs is caught by a watchdog thread
+// (runtime/collectives/mpi/Watchdog.h, --collective-timeout-s S, default
+// 300, 0 = off): when a rank on this host dies while an MPI operation is in
+// flight, or the operation runs longer than S seconds, every other rank
+// prints one line naming the lost rank (or the timeout) and the operation's
+// sequence number, and exits with status 1, even under a launcher that does
+// not end the job itself.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Calibrate.h"
@@ -60,6 +68,7 @@
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/data/TokenDataset.h"
 #include "runtime/executor/Backend.h"
 #include "runtime/executor/Executor.h"
@@ -222,6 +231,20 @@ static cl::opt<std::string> tracePath(
              "since a barrier before the first step"),
     cl::value_desc("trace.json"), cl::cat(category));
 
+static cl::opt<double> collectiveTimeout(
+    "collective-timeout-s",
+    cl::desc("Seconds any one collective or point-to-point MPI operation may "
+             "block before the rank gives up (0 turns the watchdog off). A "
+             "watchdog thread checks every 100 ms that the operation in "
+             "flight has not run longer than this and that no rank on this "
+             "host has died; otherwise it prints 'tessera-run: error: rank "
+             "R: lost rank L ... during collective #N (...)' or '... "
+             "collective #N (...) timed out after S s' and exits with status "
+             "1, so the job ends on every rank instead of hanging (ranks on "
+             "other hosts are caught by the timeout). #N counts the blocking "
+             "MPI operations of the process from 1"),
+    cl::value_desc("S"), cl::init(300), cl::cat(category));
+
 static const char *kOverview =
     "Tessera training runtime: runs a compiled plan on MPI ranks.\n"
     "\n"
@@ -234,7 +257,10 @@ static const char *kOverview =
     "Steps are numbered from 0. Exit status: 0 on success, 1 on any error\n"
     "(bad option, missing or corrupt plan or data file, wrong number of\n"
     "ranks, failure inside a step, unwritable output); the error is printed\n"
-    "once, as 'tessera-run: error: ...', naming the file at fault.\n";
+    "once, as 'tessera-run: error: ...', naming the file at fault.\n"
+    "If a rank dies or a collective blocks longer than --collective-timeout-s\n"
+    "(default 300 s), every other rank exits with status 1 naming the lost\n"
+    "rank or the collective's sequence number.\n";
 
 namespace {
 
@@ -244,8 +270,12 @@ namespace {
 bool allRanksOk(const mpi::Communicator &world, const std::string &error) {
   int mine = error.empty() ? INT_MAX : world.rank();
   int first = INT_MAX;
-  if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.handle()) !=
-      MPI_SUCCESS) {
+  int rc;
+  {
+    mpi::watchdog::Guard guard("all_reduce of the error check", world.size());
+    rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.handle());
+  }
+  if (rc != MPI_SUCCESS) {
     llvm::errs() << "tessera-run: error: MPI_Allreduce failed\n";
     MPI_Abort(world.handle(), 1);
   }
@@ -303,9 +333,12 @@ std::string writeTrace(const mpi::Communicator &world,
   bool isRoot = world.rank() == 0;
   std::vector<int> counts(isRoot ? world.size() : 0),
       displs(isRoot ? world.size() : 0);
-  if (MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0,
-                 world.handle()) != MPI_SUCCESS)
-    abortAll(world, "--trace: MPI_Gather of the event counts failed");
+  {
+    mpi::watchdog::Guard guard("gather of the trace", world.size());
+    if (MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0,
+                   world.handle()) != MPI_SUCCESS)
+      abortAll(world, "--trace: MPI_Gather of the event counts failed");
+  }
   int64_t total = 0;
   for (int r = 0; r < static_cast<int>(counts.size()); ++r) {
     displs[r] = static_cast<int>(total);
@@ -314,9 +347,13 @@ std::string writeTrace(const mpi::Communicator &world,
       abortAll(world, "--trace: too many events to gather");
   }
   std::vector<double> all(isRoot ? total : 0);
-  if (MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
-                  displs.data(), MPI_DOUBLE, 0, world.handle()) != MPI_SUCCESS)
-    abortAll(world, "--trace: MPI_Gatherv of the events failed");
+  {
+    mpi::watchdog::Guard guard("gather of the trace", world.size());
+    if (MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
+                    displs.data(), MPI_DOUBLE, 0,
+                    world.handle()) != MPI_SUCCESS)
+      abortAll(world, "--trace: MPI_Gatherv of the events failed");
+  }
   if (!isRoot)
     return "";
 
@@ -480,6 +517,17 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  // The watchdog (collective: gathers every rank's host and pid). Every rank
+  // has the same options, so all start it or none do.
+  bool timeoutOk = collectiveTimeout >= 0 && std::isfinite(collectiveTimeout);
+  if (timeoutOk && collectiveTimeout > 0)
+    if (llvm::Error err =
+            mpi::watchdog::start(collectiveTimeout, "tessera-run")) {
+      llvm::errs() << "tessera-run: error: " << llvm::toString(std::move(err))
+                   << "\n";
+      MPI_Abort(world.handle(), 1);
+    }
+
   // Everything that can fail before the first collective: every rank checks,
   // then all agree.
   std::string error;
@@ -492,6 +540,9 @@ int main(int argc, char **argv) {
     error = "--steps must be >= 0";
   else if (logEvery < 0)
     error = "--log-every must be >= 0";
+  else if (!timeoutOk)
+    error = "--collective-timeout-s must be a number of seconds >= 0 (0: no "
+            "watchdog)";
 
   std::unique_ptr<exec::Backend> backend;
   if (error.empty()) {
@@ -615,7 +666,10 @@ int main(int argc, char **argv) {
 #ifndef NDEBUG
     // The loss is the global mean: every rank must hold the same value.
     double range[2] = {*loss, -*loss}, extreme[2];
-    MPI_Allreduce(range, extreme, 2, MPI_DOUBLE, MPI_MAX, world.handle());
+    {
+      mpi::watchdog::Guard guard("all_reduce of the loss check", world.size());
+      MPI_Allreduce(range, extreme, 2, MPI_DOUBLE, MPI_MAX, world.handle());
+    }
     if (extreme[0] != -extreme[1] && !(std::isnan(*loss)))
       abortAll(world,
                "step " + std::to_string(s) + ": ranks disagree on the loss");
@@ -625,6 +679,8 @@ int main(int argc, char **argv) {
     bool gatherPeaks = plan->pipeline() && !metricsPath.empty();
     if (gatherPeaks) {
       int64_t mine = executor->peakActivationSets();
+      mpi::watchdog::Guard guard("gather of peak_activation_sets",
+                                 world.size());
       if (MPI_Gather(&mine, 1, MPI_INT64_T, peaks.data(), 1, MPI_INT64_T, 0,
                      world.handle()) != MPI_SUCCESS)
         abortAll(world, "step " + std::to_string(s) +
@@ -636,11 +692,13 @@ int main(int argc, char **argv) {
     int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
                                    use.stepHeap, use.total()};
     lastMemory.assign(isRoot ? kMemFields * world.size() : 0, 0);
-    if ((!metricsPath.empty() || memoryReport) &&
-        MPI_Gather(mineMem, kMemFields, MPI_INT64_T, lastMemory.data(),
-                   kMemFields, MPI_INT64_T, 0, world.handle()) != MPI_SUCCESS)
-      abortAll(world, "step " + std::to_string(s) +
-                          ": MPI_Gather of peak_bytes failed");
+    if (!metricsPath.empty() || memoryReport) {
+      mpi::watchdog::Guard guard("gather of peak_bytes", world.size());
+      if (MPI_Gather(mineMem, kMemFields, MPI_INT64_T, lastMemory.data(),
+                     kMemFields, MPI_INT64_T, 0, world.handle()) != MPI_SUCCESS)
+        abortAll(world, "step " + std::to_string(s) +
+                            ": MPI_Gather of peak_bytes failed");
+    }
     if (!isRoot)
       continue;
     double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;

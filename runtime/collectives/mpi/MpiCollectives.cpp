@@ -1,6 +1,7 @@
 //===- MpiCollectives.cpp - MPI communicators, grids, collectives ---------===//
 
 #include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/collectives/mpi/Watchdog.h"
 
 #include <climits>
 #include <cmath>
@@ -129,6 +130,8 @@ void mpi::finalize() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
+  // The watchdog would take peers that finalised and exited for lost ones.
+  watchdog::stop();
   if (init && !fin)
     MPI_Finalize();
 }
@@ -353,6 +356,7 @@ llvm::Error mpi::allReduce(Tensor &t, ReduceOp op, const Communicator &comm,
     counter->record(CollectiveKind::AllReduce, (double)t.bytes(), comm.size());
   if (comm.size() == 1 || t.numel() == 0)
     return llvm::Error::success();
+  watchdog::Guard guard("all_reduce", comm.size());
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.raw(), (int)t.numel(),
                           mpiType(t.dtype()), reduceOp(t.dtype(), op),
                           comm.handle()),
@@ -370,6 +374,7 @@ llvm::Error mpi::allReduceF64(double *data, int64_t count, ReduceOp op,
                     static_cast<double>(count) * sizeof(double), comm.size());
   if (comm.size() == 1 || count == 0)
     return llvm::Error::success();
+  watchdog::Guard guard("all_reduce", comm.size());
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, (int)count, MPI_DOUBLE,
                           op == ReduceOp::Max ? MPI_MAX : MPI_SUM,
                           comm.handle()),
@@ -406,6 +411,8 @@ llvm::Error mpi::startAllReduce(const Tensor &in, Tensor &out, ReduceOp op,
 llvm::Error mpi::wait(MPI_Request *request) {
   if (*request == MPI_REQUEST_NULL)
     return llvm::Error::success();
+  // The request does not tell its communicator's size.
+  watchdog::Guard guard("wait for all_reduce", 0);
   MPI_CHECK(MPI_Wait(request, MPI_STATUS_IGNORE), "wait");
   return llvm::Error::success();
 }
@@ -428,12 +435,14 @@ llvm::Error mpi::allGather(const Tensor &in, int64_t dim,
   int count = (int)in.numel();
   MPI_Datatype type = mpiType(in.dtype());
   if (outer == 1 || n == 1) {
+    watchdog::Guard guard("all_gather", n);
     MPI_CHECK(MPI_Allgather(in.raw(), count, type, out.raw(), count, type,
                             comm.handle()),
               "all_gather");
     return llvm::Error::success();
   }
   std::vector<char> tmp(out.bytes());
+  watchdog::Guard guard("all_gather", n);
   MPI_CHECK(MPI_Allgather(in.raw(), count, type, tmp.data(), count, type,
                           comm.handle()),
             "all_gather");
@@ -470,6 +479,7 @@ llvm::Error mpi::reduceScatter(const Tensor &in, int64_t dim,
                out.numel() / outer, esize);
     src = tmp.data();
   }
+  watchdog::Guard guard("reduce_scatter", n);
   MPI_CHECK(MPI_Reduce_scatter_block(src, out.raw(), (int)out.numel(),
                                      mpiType(in.dtype()),
                                      reduceOp(in.dtype(), op), comm.handle()),
@@ -509,6 +519,7 @@ llvm::Error mpi::allToAll(const Tensor &in, int64_t splitDim, int64_t concatDim,
     swapBlocks(static_cast<const char *>(in.raw()), sendBuf.data(), outerS, n,
                chunkN / outerS, esize);
   MPI_Datatype type = mpiType(in.dtype());
+  watchdog::Guard guard("all_to_all", n);
   MPI_CHECK(MPI_Alltoall(sendBuf.data(), (int)chunkN, type, recvBuf.data(),
                          (int)chunkN, type, comm.handle()),
             "all_to_all");
@@ -526,6 +537,7 @@ llvm::Error mpi::send(const Tensor &t, int dest, const Communicator &comm,
     return e;
   if (counter)
     counter->record(CollectiveKind::Send, (double)t.bytes(), comm.size());
+  watchdog::Guard guard("send", comm.size(), dest);
   MPI_CHECK(MPI_Send(t.raw(), (int)t.numel(), mpiType(t.dtype()), dest, tag,
                      comm.handle()),
             "send");
@@ -536,6 +548,7 @@ llvm::Error mpi::recv(Tensor &t, int src, const Communicator &comm, int tag) {
   if (auto e = checkCount(t.numel(), "recv"))
     return e;
   MPI_Status status;
+  watchdog::Guard guard("recv", comm.size(), src);
   MPI_CHECK(MPI_Recv(t.raw(), (int)t.numel(), mpiType(t.dtype()), src, tag,
                      comm.handle(), &status),
             "recv");
@@ -549,6 +562,7 @@ llvm::Error mpi::recv(Tensor &t, int src, const Communicator &comm, int tag) {
 }
 
 llvm::Error mpi::barrier(const Communicator &comm) {
+  watchdog::Guard guard("barrier", comm.size());
   MPI_CHECK(MPI_Barrier(comm.handle()), "barrier");
   return llvm::Error::success();
 }

@@ -1,0 +1,150 @@
+//===- WatchdogTest.cpp - the collective watchdog's tracker and decision --===//
+//
+// Serial: the in-flight tracker, the decision function and the message,
+// and the /proc liveness check on real child processes (no MPI_Init).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/collectives/mpi/Watchdog.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace tessera::runtime::mpi::watchdog;
+
+namespace {
+
+constexpr int64_t kSecond = 1000000000;
+
+TEST(WatchdogTracker, NumbersOperationsAndClearsThem) {
+  EXPECT_EQ(inFlight().seq, 0u);
+  uint64_t before = lastSequence();
+  {
+    Guard g("all_reduce", 4);
+    Operation op = inFlight();
+    EXPECT_EQ(op.seq, before + 1);
+    EXPECT_STREQ(op.name, "all_reduce");
+    EXPECT_EQ(op.ranks, 4);
+    EXPECT_EQ(op.peer, -1);
+    EXPECT_LE(op.startNs, nowNs());
+    {
+      // Nested: only the outermost counts.
+      Guard inner("barrier", 2);
+      EXPECT_EQ(inFlight().seq, before + 1);
+      EXPECT_STREQ(inFlight().name, "all_reduce");
+    }
+    EXPECT_EQ(inFlight().seq, before + 1);
+  }
+  EXPECT_EQ(inFlight().seq, 0u);
+  {
+    Guard g("recv", 2, 1);
+    EXPECT_EQ(inFlight().seq, before + 2);
+    EXPECT_EQ(inFlight().peer, 1);
+  }
+  EXPECT_EQ(lastSequence(), before + 2);
+}
+
+TEST(WatchdogTracker, Describes) {
+  Operation op;
+  op.name = "all_reduce";
+  op.ranks = 4;
+  EXPECT_EQ(describe(op), "all_reduce over 4 ranks");
+  op.name = "send";
+  op.peer = 3;
+  EXPECT_EQ(describe(op), "send to rank 3 of 4");
+  op.name = "recv";
+  EXPECT_EQ(describe(op), "recv from rank 3 of 4");
+  op.name = "wait for recv";
+  op.ranks = 0;
+  op.peer = -1;
+  EXPECT_EQ(describe(op), "wait for recv");
+}
+
+Operation running(uint64_t seq, int64_t start) {
+  Operation op;
+  op.seq = seq;
+  op.name = "all_reduce";
+  op.ranks = 4;
+  op.startNs = start;
+  return op;
+}
+
+TEST(WatchdogDecide, NothingInFlightDecidesNothing) {
+  // Even with a dead peer and a start time far in the past.
+  Decision d = decide(Operation(), 100 * kSecond, 2.0, {true, false});
+  EXPECT_EQ(d.verdict, Verdict::Continue);
+}
+
+TEST(WatchdogDecide, TimesOutAtTheTimeout) {
+  Operation op = running(7, 10 * kSecond);
+  EXPECT_EQ(decide(op, 11 * kSecond, 2.0, {true}).verdict, Verdict::Continue);
+  EXPECT_EQ(decide(op, 12 * kSecond - 1, 2.0, {true}).verdict,
+            Verdict::Continue);
+  EXPECT_EQ(decide(op, 12 * kSecond, 2.0, {true}).verdict, Verdict::TimedOut);
+  // No timeout: never.
+  EXPECT_EQ(decide(op, 1000 * kSecond, 0.0, {true}).verdict, Verdict::Continue);
+}
+
+TEST(WatchdogDecide, LostPeerComesFirstAndIsTheFirstLost) {
+  Operation op = running(7, 10 * kSecond);
+  Decision d = decide(op, 10 * kSecond, 2.0, {true, false, false});
+  EXPECT_EQ(d.verdict, Verdict::PeerLost);
+  EXPECT_EQ(d.lost, 1);
+  // Also past the timeout: the lost peer is the better message.
+  d = decide(op, 100 * kSecond, 2.0, {false, true});
+  EXPECT_EQ(d.verdict, Verdict::PeerLost);
+  EXPECT_EQ(d.lost, 0);
+}
+
+TEST(WatchdogMessage, NamesTheLostRankAndTheSequenceNumber) {
+  Operation op = running(57, 10 * kSecond);
+  Peer p;
+  p.rank = 1;
+  p.pid = 4242;
+  p.host = "node7";
+  Decision d;
+  d.verdict = Verdict::PeerLost;
+  d.lost = 0;
+  EXPECT_EQ(
+      formatFailure("tessera-run", 2, d, op, 10 * kSecond + 400000000, 2.0, &p),
+      "tessera-run: error: rank 2: lost rank 1 (pid 4242 on node7) "
+      "during collective #57 (all_reduce over 4 ranks, running 0.4 s); "
+      "aborting");
+  d.verdict = Verdict::TimedOut;
+  EXPECT_EQ(
+      formatFailure("tessera-run", 2, d, op, 12 * kSecond, 2.0, nullptr),
+      "tessera-run: error: rank 2: collective #57 (all_reduce over 4 ranks) "
+      "timed out after 2.0 s (--collective-timeout-s 2); a peer is lost or "
+      "stuck; aborting");
+}
+
+TEST(WatchdogLiveness, SeesAKilledChildAsLostEvenAsAZombie) {
+  EXPECT_TRUE(processAlive(getpid(), processStartTime(getpid())));
+  EXPECT_NE(processStartTime(getpid()), 0u);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  uint64_t start = processStartTime(child);
+  EXPECT_NE(start, 0u);
+  EXPECT_TRUE(processAlive(child, start));
+  // A different start time: the pid was reused by another process.
+  EXPECT_FALSE(processAlive(child, start + 1));
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  // Not reaped yet: a zombie, which must count as lost.
+  for (int i = 0; i < 200 && processAlive(child, start); ++i)
+    usleep(10000);
+  EXPECT_FALSE(processAlive(child, start));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_FALSE(processAlive(child, start));
+  EXPECT_FALSE(processAlive(0, 0));
+  EXPECT_FALSE(processAlive(-5, 0));
+}
+
+} // namespace
