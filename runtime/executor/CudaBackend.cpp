@@ -491,27 +491,13 @@ llvm::Error CudaBackend::bindWidened(StringRef name, mlir::DictionaryAttr attrs,
                                      ArrayRef<TensorType> outs,
                                      const CompileOptions &options,
                                      Instruction &inst) {
-  auto widen = [](TensorType t) {
-    if (is16(t.dtype))
-      t.dtype = DType::F32;
-    return t;
-  };
-  std::vector<TensorType> wideIns, wideOuts;
-  std::vector<bool> narrowIn, narrowOut;
-  for (const TensorType &t : ins) {
-    wideIns.push_back(widen(t));
-    narrowIn.push_back(is16(t.dtype));
-  }
-  for (const TensorType &t : outs) {
-    wideOuts.push_back(widen(t));
-    narrowOut.push_back(is16(t.dtype));
-  }
+  WidenedTypes w = widenFloat16(ins, outs);
+  std::vector<bool> narrowIn = w.narrowIn, narrowOut = w.narrowOut;
   Instruction inner;
   inner.where = inst.where;
   inner.commIndex = inst.commIndex;
   inner.commSize = inst.commSize;
-  if (llvm::Error e =
-          bindNative(name, attrs, wideIns, wideOuts, options, inner))
+  if (llvm::Error e = bindNative(name, attrs, w.ins, w.outs, options, inner))
     return e;
   if (!inner.allocateResults)
     return fail("kernel \"" + name + "\" has no bf16/f16 form");

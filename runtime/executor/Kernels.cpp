@@ -26,6 +26,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
@@ -909,26 +910,13 @@ bool hasFloat16Bit(ArrayRef<TensorType> ins, ArrayRef<TensorType> outs) {
 llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
                            ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
                            const CompileOptions &options, Instruction &inst) {
-  auto widen = [](TensorType t) {
-    if (isFloat16Bit(t.dtype))
-      t.dtype = DType::F32;
-    return t;
-  };
-  std::vector<TensorType> wideIns, wideOuts;
-  std::vector<bool> narrowIn, narrowOut;
-  for (const TensorType &t : ins) {
-    wideIns.push_back(widen(t));
-    narrowIn.push_back(isFloat16Bit(t.dtype));
-  }
-  for (const TensorType &t : outs) {
-    wideOuts.push_back(widen(t));
-    narrowOut.push_back(isFloat16Bit(t.dtype));
-  }
+  WidenedTypes w = widenFloat16(ins, outs);
+  std::vector<bool> narrowIn = w.narrowIn, narrowOut = w.narrowOut;
   Instruction inner;
   inner.commIndex = inst.commIndex; // kernels that communicate themselves
   inner.commSize = inst.commSize;
   RETURN_IF_ERROR(
-      exec::resolveKernel(name, dict, wideIns, wideOuts, options, inner));
+      exec::resolveKernel(name, dict, w.ins, w.outs, options, inner));
   if (!inner.allocateResults)
     return fail("kernel has no bf16/f16 form");
   KernelFn fn = std::move(inner.fn);
@@ -959,6 +947,20 @@ llvm::Error resolveWidened(StringRef name, mlir::DictionaryAttr dict,
 }
 
 } // namespace
+
+WidenedTypes exec::widenFloat16(ArrayRef<TensorType> ins,
+                                ArrayRef<TensorType> outs) {
+  WidenedTypes w;
+  for (auto [from, to, narrow] : {std::tuple{ins, &w.ins, &w.narrowIn},
+                                  std::tuple{outs, &w.outs, &w.narrowOut}})
+    for (TensorType t : from) {
+      narrow->push_back(isFloat16Bit(t.dtype));
+      if (isFloat16Bit(t.dtype))
+        t.dtype = DType::F32;
+      to->push_back(t);
+    }
+  return w;
+}
 
 double exec::hyperParameter(const CompileOptions &options, StringRef key,
                             double attrValue) {

@@ -33,6 +33,16 @@ llvm::Error resolveKernel(llvm::StringRef name, mlir::DictionaryAttr attrs,
 double hyperParameter(const CompileOptions &options, llvm::StringRef key,
                       double attrValue);
 
+/// The types a kernel with bf16/f16 operands or results runs on under the
+/// 16-bit adapter (both backends): every bf16/f16 type widened to f32, and
+/// which operands / results were widened.
+struct WidenedTypes {
+  std::vector<TensorType> ins, outs;
+  std::vector<bool> narrowIn, narrowOut;
+};
+WidenedTypes widenFloat16(llvm::ArrayRef<TensorType> ins,
+                          llvm::ArrayRef<TensorType> outs);
+
 /// Collective kinds of the tsrt dialect.
 /// AllSlice keeps the rank's block along `dim` (no communication).
 enum class CollectiveOp {
