@@ -364,8 +364,11 @@ llvm::Expected<cuda::DeviceStatus *> CudaBackend::statusAt(int slot) {
         cuda::emptyDevice(DType::I1, {static_cast<int64_t>(need)});
     if (!t)
       return t.takeError();
-    if (llvm::Error e = cuda::check(cudaMemset(t->raw(), 0, need),
-                                    "zeroing the kernels' status"))
+    // On the compute stream: the non-blocking stream is not ordered after
+    // the legacy default stream that cudaMemset would use.
+    if (llvm::Error e =
+            cuda::check(cudaMemsetAsync(t->raw(), 0, need, stream()),
+                        "zeroing the kernels' status"))
       return std::move(e);
     statusBuffer = *t;
   }

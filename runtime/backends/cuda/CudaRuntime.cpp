@@ -63,10 +63,17 @@ llvm::Expected<Tensor> cuda::toDevice(const Tensor &host) {
                            cudaMemcpyHostToDevice),
                 llvm::formatv("copying {0} bytes to the device", host.bytes())))
     return std::move(e);
+  // A pageable upload may still be in flight when cudaMemcpy returns; work
+  // on non-blocking streams is not ordered after it.
+  if (llvm::Error e = check(cudaDeviceSynchronize(), "finishing an upload"))
+    return std::move(e);
   return dev;
 }
 
 llvm::Expected<Tensor> cuda::toHost(const Tensor &device) {
+  // After the work of every stream, not only the legacy default one.
+  if (llvm::Error e = check(cudaDeviceSynchronize(), "waiting for the device"))
+    return std::move(e);
   Tensor host = Tensor::empty(device.dtype(), device.shape());
   if (llvm::Error e = check(
           cudaMemcpy(host.raw(), device.raw(), device.bytes(),

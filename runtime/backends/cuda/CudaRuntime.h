@@ -47,11 +47,12 @@ llvm::Expected<std::string> deviceName(int ordinal);
 /// (names the bytes asked for).
 llvm::Expected<Tensor> emptyDevice(DType dtype, std::vector<int64_t> shape);
 
-/// Device copy of host tensor `host` (synchronous cudaMemcpy).
+/// Device copy of host tensor `host` (synchronous: cudaMemcpy, then
+/// cudaDeviceSynchronize, so work on any stream may read it).
 llvm::Expected<Tensor> toDevice(const Tensor &host);
 
-/// Host copy of device tensor `device` (synchronous cudaMemcpy, after all
-/// work queued on the device before it).
+/// Host copy of device tensor `device` (cudaDeviceSynchronize, then a
+/// synchronous cudaMemcpy: after the work of every stream).
 llvm::Expected<Tensor> toHost(const Tensor &device);
 
 /// Copies `bytes` from device tensor `src` to `dst` (device or host
