@@ -92,21 +92,20 @@ std::function<bool()> collectiveOp(planner::Collective kind,
   return [] { return false; };
 }
 
-/// The processors the ranks share: the CPUs this process may run on (every
-/// rank of one node sees the same set when they are not bound).
-double cpusAvailable() {
+/// The processors the ranks share: the union of the CPUs the ranks may run
+/// on (their affinity masks, OR-ed over `world`; ranks bound to one core
+/// each still count every core the job has).
+double cpusAvailable(const mpi::Communicator &world) {
   cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
-    return CPU_COUNT(&cpus);
-  return static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
+    return static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
+  cpu_set_t all;
+  MPI_Allreduce(&cpus, &all, static_cast<int>(sizeof(cpus)), MPI_BYTE, MPI_BOR,
+                world.handle());
+  return CPU_COUNT(&all);
 }
 
-/// Times `op` on every rank at once: `reps` calls between two barriers,
-/// each rank timing from the first barrier to the end of the second, so
-/// that ranks sharing a core (oversubscribed: the OS runs them in turns)
-/// are timed together; the trial's time is the longest rank's. Returns the
-/// median over `trials` of the time of ONE call (seconds; the same on every
-/// rank). `op` returns false on failure (then the result is negative).
 double timeConcurrent(const mpi::Communicator &world,
                       const std::function<bool()> &op, int64_t reps,
                       int trials) {
@@ -437,13 +436,14 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   }
 
   // Oversubscription (more ranks than cores): how much of a core a rank
-  // waiting for a message still takes. Every rank runs a GEMM loop (all
-  // busy), then only the even ranks do while each odd rank waits for its
-  // even neighbour's message in MPI_Recv. With cores to spare the busy
+  // waiting for messages still takes. Every rank runs a GEMM loop (all
+  // busy), then only the even ranks do, sending a message to their odd
+  // neighbour after every GEMM, while the odd ranks wait for those
+  // messages in MPI_Recv. With cores to spare the busy
   // ranks' speed does not change (waiting share 1: nothing to gain); on a
   // shared core they speed up by as much as the waiting ranks give away
   // (processor sharing, tsrt::schedule::ComputeSharing).
-  c.coresPerNode = cpusAvailable();
+  c.coresPerNode = cpusAvailable(world);
   if (n >= 2 && c.coresPerNode < n) {
     const int64_t m = 256;
     Tensor a = Tensor::empty(DType::F32, {m, m});
@@ -465,15 +465,20 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
       MPI_Barrier(world.handle());
       double start = MPI_Wtime(), mine = 0;
       char token = 0;
+      // One message per GEMM (about a millisecond of work, a pipeline
+      // stage's micro-batch here): the waiting rank is woken as often as a
+      // stage in its bubble is, so its wake-ups are counted too.
       if (busy) {
-        for (int64_t r = 0; r < reps; ++r)
+        for (int64_t r = 0; r < reps; ++r) {
           gemm();
+          if (partner < n)
+            MPI_Send(&token, 1, MPI_CHAR, partner, 7200, world.handle());
+        }
         mine = MPI_Wtime() - start;
-        if (partner < n)
-          MPI_Send(&token, 1, MPI_CHAR, partner, 7200, world.handle());
       } else {
-        MPI_Recv(&token, 1, MPI_CHAR, partner, 7200, world.handle(),
-                 MPI_STATUS_IGNORE);
+        for (int64_t r = 0; r < reps; ++r)
+          MPI_Recv(&token, 1, MPI_CHAR, partner, 7200, world.handle(),
+                   MPI_STATUS_IGNORE);
       }
       double slowest = 0;
       MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, world.handle());
