@@ -24,7 +24,11 @@ predicted against measured and the median |relative error|. Exits 1 when
 Spearman < 0.9 or the median error > 15% (the targets of issue 6).
 
 Timing-based, so it is a benchmark, not a test: run it on an otherwise idle
-machine. MPI runs with OMPI_ALLOW_RUN_AS_ROOT, oversubscription allowed and
+machine. By default mpirun binds rank r to core r mod C (--bind-to core,
+--map-by core, for the calibration too), so that which ranks share a core
+is the same in every run: unbound, it is the OS's choice of the moment, and
+a rank waiting for a message speeds up the one sharing its core or not
+(--no-bind to compare). MPI runs with OMPI_ALLOW_RUN_AS_ROOT, oversubscription allowed and
 OPENBLAS_NUM_THREADS=1 (the conditions the calibration measures).
 """
 
@@ -66,7 +70,7 @@ PLANS = [
 ]
 
 
-def mpi_env():
+def mpi_env(bind=True):
     env = dict(os.environ)
     env.update({
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -74,6 +78,14 @@ def mpi_env():
         "OMPI_MCA_rmaps_base_oversubscribe": "1",
         "OPENBLAS_NUM_THREADS": "1",
     })
+    if bind:
+        # Each rank bound to one core, round-robin (rank r on core r mod C):
+        # which ranks share a core is then the same in every run, and in
+        # the calibration, instead of the OS's choice of the moment.
+        env.update({
+            "OMPI_MCA_hwloc_base_binding_policy": "core:overload-allowed",
+            "OMPI_MCA_rmaps_base_mapping_policy": "core",
+        })
     return env
 
 
@@ -120,6 +132,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--keep", help="keep the plans, predictions and metrics "
                     "in this directory")
+    ap.add_argument("--no-bind", action="store_true",
+                    help="let the OS place the ranks (default: mpirun binds "
+                    "rank r to core r mod C, for the calibration and every "
+                    "run)")
     args = ap.parse_args()
     if args.np != 4:
         sys.exit("--np: the plans are written for 4 ranks")
@@ -128,7 +144,7 @@ def main():
     runner = os.path.join(build, "tools/tessera-run/tessera-run")
     model = os.path.join(ROOT, "examples/gpt/gpt.onnx")
     data = os.path.join(ROOT, "examples/data/corpus.u16")
-    env = mpi_env()
+    env = mpi_env(bind=not args.no_bind)
     load = os.getloadavg()[0]
     if load > os.cpu_count():
         print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: "

@@ -437,12 +437,11 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
 
   // Oversubscription (more ranks than cores): how much of a core a rank
   // waiting for messages still takes. Every rank runs a GEMM loop (all
-  // busy), then only the even ranks do, sending a message to their odd
-  // neighbour after every GEMM, while the odd ranks wait for those
-  // messages in MPI_Recv. With cores to spare the busy
-  // ranks' speed does not change (waiting share 1: nothing to gain); on a
-  // shared core they speed up by as much as the waiting ranks give away
-  // (processor sharing, tsrt::schedule::ComputeSharing).
+  // busy), then the ranks run it in pairs that take turns (a two-stage
+  // ping-pong: one computes while its partner waits in MPI_Recv). With cores to
+  // spare the busy ranks' speed does not change (waiting share 1: nothing to
+  // gain); on a shared core they speed up by as much as the waiting ranks give
+  // away (processor sharing, tsrt::schedule::ComputeSharing).
   c.coresPerNode = cpusAvailable(world);
   if (n >= 2 && c.coresPerNode < n) {
     const int64_t m = 256;
@@ -457,32 +456,37 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     };
     int64_t reps = repsFor(world, gemm, computeTarget);
     double allBusy = timeConcurrent(world, gemm, reps, computeTrials);
+    // Two-stage ping-pong, as a pipeline's stages alternate: rank r of the
+    // first half computes a GEMM and sends to its partner r + half, which
+    // computes one in turn and answers, so at any time one rank of each
+    // pair computes while the other waits. Bound round-robin (rank r on
+    // core r mod C, mpirun --map-by core) a pair shares a core, as the
+    // stages of a pipeline do on this machine.
     int rank = world.rank();
-    bool busy = rank % 2 == 0;
-    int partner = busy ? rank + 1 : rank - 1;
+    int half = (n + 1) / 2;
+    bool first = rank < half;
+    int partner = first ? rank + half : rank - half;
+    bool paired = partner < n;
     std::vector<double> halfTimes;
     for (int t = 0; t < computeTrials; ++t) {
       MPI_Barrier(world.handle());
-      double start = MPI_Wtime(), mine = 0;
+      double start = MPI_Wtime();
       char token = 0;
-      // One message per GEMM (about a millisecond of work, a pipeline
-      // stage's micro-batch here): the waiting rank is woken as often as a
-      // stage in its bubble is, so its wake-ups are counted too.
-      if (busy) {
-        for (int64_t r = 0; r < reps; ++r) {
-          gemm();
-          if (partner < n)
-            MPI_Send(&token, 1, MPI_CHAR, partner, 7200, world.handle());
-        }
-        mine = MPI_Wtime() - start;
-      } else {
-        for (int64_t r = 0; r < reps; ++r)
+      for (int64_t r = 0; r < reps; ++r) {
+        if (!first)
+          MPI_Recv(&token, 1, MPI_CHAR, partner, 7200, world.handle(),
+                   MPI_STATUS_IGNORE);
+        gemm();
+        if (paired)
+          MPI_Send(&token, 1, MPI_CHAR, partner, 7200, world.handle());
+        if (first && paired)
           MPI_Recv(&token, 1, MPI_CHAR, partner, 7200, world.handle(),
                    MPI_STATUS_IGNORE);
       }
-      double slowest = 0;
+      double mine = MPI_Wtime() - start, slowest = 0;
       MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, world.handle());
-      halfTimes.push_back(slowest / static_cast<double>(reps));
+      // Per GEMM: each cycle runs two of them one after the other.
+      halfTimes.push_back(slowest / (2.0 * static_cast<double>(reps)));
     }
     double halfBusy = median(halfTimes);
     // speed-up s = allBusy / halfBusy = min(1, C / (a + share·w)) /

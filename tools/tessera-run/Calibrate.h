@@ -22,11 +22,12 @@
 //    "attention_grad": seconds per score of cpu::attentionForward /
 //    attentionBackward (causal, 128 x 128, head size 16).
 //  - `cores_per_node` (the CPUs the ranks may run on) and, when the ranks
-//    outnumber them, `waiting_rank_share`: half the ranks run a GEMM loop
-//    while the other half wait in MPI_Recv; the busy ranks' speed-up over
-//    all-busy gives the share of a core a waiting rank keeps (0: it yields
-//    its core entirely, 1: it keeps spinning), which the pipeline
-//    simulation uses.
+//    outnumber them, `waiting_rank_share`: the ranks run GEMMs in pairs
+//    that take turns (rank r and r + N/2, a two-stage ping-pong over
+//    MPI_Send/MPI_Recv; bound with --map-by core a pair shares a core); the
+//    speed-up over all ranks busy gives the share of a core a waiting rank
+//    keeps (0: it yields its core entirely, 1: it keeps spinning), which
+//    the pipeline simulation uses.
 //  - `collectives.<kind>.intra_node` for all_reduce, all_gather,
 //    reduce_scatter, all_to_all (runtime/collectives/mpi over
 //    MPI_COMM_WORLD) and send_recv (a ring exchange with
