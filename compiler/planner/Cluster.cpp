@@ -156,6 +156,8 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
         return v.takeError();
       *field = *v;
     }
+  if (c.waitingRankShare > 1)
+    return r.bad("waiting_rank_share", "must be in [0, 1]");
   if (obj->get("kernel_seconds_per_element")) {
     auto kernels = r.object("kernel_seconds_per_element");
     if (!kernels)

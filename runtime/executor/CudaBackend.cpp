@@ -190,6 +190,37 @@ public:
 
   cuda::BlasHandle &blas() { return *blasHandle; }
 
+  /// The closure of an instruction whose kernel is `launch(in, out, status,
+  /// scratch)`: `status` is a DeviceStatus slot of its own when
+  /// `needsStatus` (else null), `scratch` at least `scratchBytes` of the
+  /// shared scratch (null when 0); both are registered now and looked up
+  /// when it runs (they are allocated in the first step). A failed launch
+  /// becomes an error naming the kernel.
+  template <typename Launch>
+  KernelFn launchWith(const Instruction &inst, StringRef kernel,
+                      bool needsStatus, size_t scratchBytes, Launch launch) {
+    int slot = needsStatus ? newStatusSlot(inst.where, kernel) : -1;
+    scratchNeed = std::max(scratchNeed, scratchBytes);
+    return [this, slot, scratchBytes, name = kernel.str(),
+            launch](const ExecContext &, In in, Out out) -> llvm::Error {
+      cuda::DeviceStatus *status = nullptr;
+      if (slot >= 0) {
+        llvm::Expected<cuda::DeviceStatus *> s = statusAt(slot);
+        if (!s)
+          return s.takeError();
+        status = *s;
+      }
+      void *ws = nullptr;
+      if (scratchBytes > 0) {
+        llvm::Expected<void *> w = scratch(scratchBytes);
+        if (!w)
+          return w.takeError();
+        ws = *w;
+      }
+      return launched(launch(in, out, status, ws), name);
+    };
+  }
+
 private:
   using BindFn = llvm::Error (CudaBackend::*)(StringRef, mlir::DictionaryAttr,
                                               ArrayRef<TensorType>,
@@ -551,130 +582,93 @@ llvm::Error CudaBackend::bindNN(StringRef name, mlir::DictionaryAttr attrs,
                                 ArrayRef<TensorType> outs,
                                 const CompileOptions &options,
                                 Instruction &inst) {
-  std::string kernel = name.str();
+  using Status = cuda::DeviceStatus *;
+  cudaStream_t s = stream();
   if (name == "gather") {
-    int slot = newStatusSlot(inst.where, name);
-    inst.fn = [this, slot, kernel](const ExecContext &, In in, Out out) {
-      llvm::Expected<cuda::DeviceStatus *> status = statusAt(slot);
-      if (!status)
-        return status.takeError();
-      return launched(cuda::gather(*in[0], *in[1], out[0], *status, stream()),
-                      kernel);
-    };
+    inst.fn =
+        launchWith(inst, name, /*needsStatus=*/true, 0,
+                   [s](In in, Out out, Status status, void *) {
+                     return cuda::gather(*in[0], *in[1], out[0], status, s);
+                   });
     return llvm::Error::success();
   }
   if (name == "gather_grad") {
-    int slot = newStatusSlot(inst.where, name);
     size_t bytes = 0;
     if (llvm::Error e =
             launched(cuda::gatherGradScratchBytes(shapeNumel(ins[0].shape),
                                                   outs[0].shape[0], &bytes),
                      "gather_grad scratch size"))
       return e;
-    scratchNeed = std::max(scratchNeed, bytes);
-    inst.fn = [this, slot, bytes, kernel](const ExecContext &, In in,
-                                          Out out) -> llvm::Error {
-      llvm::Expected<cuda::DeviceStatus *> status = statusAt(slot);
-      if (!status)
-        return status.takeError();
-      llvm::Expected<void *> ws = scratch(bytes);
-      if (!ws)
-        return ws.takeError();
-      return launched(
-          cuda::gatherGrad(*in[0], *in[1], out[0], *ws, *status, stream()),
-          kernel);
-    };
+    inst.fn = launchWith(
+        inst, name, true, bytes, [s](In in, Out out, Status status, void *ws) {
+          return cuda::gatherGrad(*in[0], *in[1], out[0], ws, status, s);
+        });
     return llvm::Error::success();
   }
   if (name == "layer_norm" || name == "layer_norm_grad") {
     int64_t axis = axisOf(intAttr(attrs, "axis"), ins[0].shape.size());
     float eps = static_cast<float>(floatAttr(attrs, "epsilon"));
     if (name == "layer_norm") {
-      inst.fn = [this, axis, eps, kernel](const ExecContext &, In in, Out out) {
-        return launched(cuda::layerNorm(*in[0], *in[1], *in[2], axis, eps,
-                                        out[0], stream()),
-                        kernel);
-      };
+      inst.fn = launchWith(inst, name, false, 0,
+                           [s, axis, eps](In in, Out out, Status, void *) {
+                             return cuda::layerNorm(*in[0], *in[1], *in[2],
+                                                    axis, eps, out[0], s);
+                           });
       return llvm::Error::success();
     }
-    size_t bytes = cuda::layerNormGradScratchBytes(ins[0].shape, axis);
-    scratchNeed = std::max(scratchNeed, bytes);
-    inst.fn = [this, axis, eps, bytes, kernel](const ExecContext &, In in,
-                                               Out out) -> llvm::Error {
-      llvm::Expected<void *> ws = scratch(bytes);
-      if (!ws)
-        return ws.takeError();
-      return launched(cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps,
-                                          out[0], out[1], out[2], *ws,
-                                          stream()),
-                      kernel);
-    };
+    inst.fn = launchWith(
+        inst, name, false, cuda::layerNormGradScratchBytes(ins[0].shape, axis),
+        [s, axis, eps](In in, Out out, Status, void *ws) {
+          return cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
+                                     out[1], out[2], ws, s);
+        });
     return llvm::Error::success();
   }
   if (name == "softmax" || name == "softmax_grad") {
     int64_t axis = axisOf(intAttr(attrs, "axis"), ins[0].shape.size());
     bool grad = name == "softmax_grad";
-    inst.fn = [this, axis, grad, kernel](const ExecContext &, In in, Out out) {
-      return launched(
-          grad ? cuda::softmaxGrad(*in[0], *in[1], axis, out[0], stream())
-               : cuda::softmax(*in[0], axis, out[0], stream()),
-          kernel);
-    };
+    inst.fn = launchWith(
+        inst, name, false, 0, [s, axis, grad](In in, Out out, Status, void *) {
+          return grad ? cuda::softmaxGrad(*in[0], *in[1], axis, out[0], s)
+                      : cuda::softmax(*in[0], axis, out[0], s);
+        });
     return llvm::Error::success();
   }
-  if (name == "cross_entropy" || name == "cross_entropy_grad") {
-    int slot = newStatusSlot(inst.where, name);
-    if (name == "cross_entropy_grad") {
-      inst.fn = [this, slot, kernel](const ExecContext &, In in,
-                                     Out out) -> llvm::Error {
-        llvm::Expected<cuda::DeviceStatus *> status = statusAt(slot);
-        if (!status)
-          return status.takeError();
-        return launched(cuda::crossEntropyGrad(*in[0], *in[1], *in[2], out[0],
-                                               *status, stream()),
-                        kernel);
-      };
-      return llvm::Error::success();
-    }
-    size_t bytes = cuda::crossEntropyScratchBytes(ins[0].shape[0]);
-    scratchNeed = std::max(scratchNeed, bytes);
-    inst.fn = [this, slot, bytes, kernel](const ExecContext &, In in,
-                                          Out out) -> llvm::Error {
-      llvm::Expected<cuda::DeviceStatus *> status = statusAt(slot);
-      if (!status)
-        return status.takeError();
-      llvm::Expected<void *> ws = scratch(bytes);
-      if (!ws)
-        return ws.takeError();
-      return launched(
-          cuda::crossEntropy(*in[0], *in[1], out[0], *ws, *status, stream()),
-          kernel);
-    };
+  if (name == "cross_entropy") {
+    inst.fn = launchWith(
+        inst, name, true, cuda::crossEntropyScratchBytes(ins[0].shape[0]),
+        [s](In in, Out out, Status status, void *ws) {
+          return cuda::crossEntropy(*in[0], *in[1], out[0], ws, status, s);
+        });
     return llvm::Error::success();
   }
+  if (name == "cross_entropy_grad") {
+    inst.fn = launchWith(inst, name, true, 0,
+                         [s](In in, Out out, Status status, void *) {
+                           return cuda::crossEntropyGrad(*in[0], *in[1], *in[2],
+                                                         out[0], status, s);
+                         });
+    return llvm::Error::success();
+  }
+  auto hyper = [&](StringRef key) {
+    return hyperParameter(options, key, floatAttr(attrs, key));
+  };
   if (name == "sgd_update") {
-    double lr = hyperParameter(options, "lr", floatAttr(attrs, "lr"));
-    double wd = hyperParameter(options, "weight_decay",
-                               floatAttr(attrs, "weight_decay"));
-    inst.fn = [this, lr, wd, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::sgdUpdate(*in[0], *in[1], lr, wd, out[0], stream()),
-                      kernel);
-    };
+    double lr = hyper("lr"), wd = hyper("weight_decay");
+    inst.fn = launchWith(
+        inst, name, false, 0, [s, lr, wd](In in, Out out, Status, void *) {
+          return cuda::sgdUpdate(*in[0], *in[1], lr, wd, out[0], s);
+        });
     return llvm::Error::success();
   }
   // adamw_update
-  double lr = hyperParameter(options, "lr", floatAttr(attrs, "lr"));
-  double b1 = hyperParameter(options, "beta1", floatAttr(attrs, "beta1"));
-  double b2 = hyperParameter(options, "beta2", floatAttr(attrs, "beta2"));
-  double eps = hyperParameter(options, "eps", floatAttr(attrs, "eps"));
-  double wd =
-      hyperParameter(options, "weight_decay", floatAttr(attrs, "weight_decay"));
-  inst.fn = [=](const ExecContext &, In in, Out out) {
-    return launched(cuda::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4],
-                                      lr, b1, b2, eps, wd, out[0], out[1],
-                                      out[2], stream()),
-                    kernel);
-  };
+  double lr = hyper("lr"), b1 = hyper("beta1"), b2 = hyper("beta2"),
+         eps = hyper("eps"), wd = hyper("weight_decay");
+  inst.fn =
+      launchWith(inst, name, false, 0, [=](In in, Out out, Status, void *) {
+        return cuda::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4], lr, b1,
+                                 b2, eps, wd, out[0], out[1], out[2], s);
+      });
   return llvm::Error::success();
 }
 
@@ -766,25 +760,18 @@ llvm::Error CudaBackend::bindElementwise(StringRef name,
     int64_t bytes = cuda::reduceScratchBytes(ins[0].dtype, ins[0].shape, axes);
     if (bytes < 0)
       return fail("reduction axes not sorted, unique and in range");
-    scratchNeed = std::max(scratchNeed, static_cast<size_t>(bytes));
     using ReduceFn =
         cudaError_t (*)(const Tensor &, const std::vector<int64_t> &, bool,
                         Tensor &, void *, int64_t, cudaStream_t);
     ReduceFn fn = name == "reduce_sum"    ? &cuda::reduceSum
                   : name == "reduce_mean" ? &cuda::reduceMean
                                           : &cuda::reduceMax;
-    inst.fn = [this, fn, axes, keep, bytes, kernel](const ExecContext &, In in,
-                                                    Out out) -> llvm::Error {
-      void *ws = nullptr;
-      if (bytes > 0) {
-        llvm::Expected<void *> s = scratch(static_cast<size_t>(bytes));
-        if (!s)
-          return s.takeError();
-        ws = *s;
-      }
-      return launched(fn(*in[0], axes, keep, out[0], ws, bytes, stream()),
-                      kernel);
-    };
+    cudaStream_t s = stream();
+    inst.fn = launchWith(inst, name, false, static_cast<size_t>(bytes),
+                         [fn, axes, keep, bytes,
+                          s](In in, Out out, cuda::DeviceStatus *, void *ws) {
+                           return fn(*in[0], axes, keep, out[0], ws, bytes, s);
+                         });
     return llvm::Error::success();
   }
   return fail("the cuda backend has no kernel \"" + name + "\"");
@@ -883,24 +870,16 @@ llvm::Error CudaBackend::bindAttention(StringRef name,
     };
     return llvm::Error::success();
   }
-  size_t bytes =
-      static_cast<size_t>(cuda::flashAttentionScratchBytes(d, dtype, true));
-  scratchNeed = std::max(scratchNeed, bytes);
-  inst.fn = [=](const ExecContext &, In in, Out out) -> llvm::Error {
-    void *ws = nullptr;
-    if (bytes > 0) {
-      llvm::Expected<void *> s = scratch(bytes);
-      if (!s)
-        return s.takeError();
-      ws = *s;
-    }
-    return launched(
-        cuda::flashAttentionBackward(
+  cudaStream_t s = stream();
+  inst.fn = launchWith(
+      inst, name, false,
+      static_cast<size_t>(cuda::flashAttentionScratchBytes(d, dtype, true)),
+      [=](In in, Out out, cuda::DeviceStatus *, void *ws) {
+        return cuda::flashAttentionBackward(
             d, dtype, in[0]->raw(), in[1]->raw(), in[2]->raw(), in[3]->raw(),
             static_cast<const float *>(in[4]->raw()), in[5]->raw(),
             hasMask ? static_cast<const float *>(in[6]->raw()) : nullptr, scale,
-            causal, out[0].raw(), out[1].raw(), out[2].raw(), ws, stream()),
-        kernel);
-  };
+            causal, out[0].raw(), out[1].raw(), out[2].raw(), ws, s);
+      });
   return llvm::Error::success();
 }

@@ -13,9 +13,7 @@ using namespace tessera::runtime;
 using namespace tessera::runtime::mpi;
 using llvm::ArrayRef;
 
-namespace {
-
-int worldRank() {
+int mpi::worldRank() {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -25,6 +23,8 @@ int worldRank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
+
+namespace {
 
 llvm::Error mpiError(int code, const char *what) {
   char msg[MPI_MAX_ERROR_STRING + 1] = {0};

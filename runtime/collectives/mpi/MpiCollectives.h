@@ -38,6 +38,9 @@ namespace mpi {
 llvm::Error initialize(int *argc, char ***argv);
 /// MPI_Finalize if initialised and not yet finalised. Free every Grid first.
 void finalize();
+/// This process's rank in MPI_COMM_WORLD, or -1 when MPI is not (or no
+/// longer) initialised. For error messages.
+int worldRank();
 
 /// A non-owning handle on an MPI communicator with its rank and size cached.
 /// Cheap to copy. The MPI_Comm is owned by whoever created it (the world, or

@@ -20,16 +20,7 @@ using llvm::ArrayRef;
 
 namespace {
 
-int worldRank() {
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (!init || fin)
-    return -1;
-  int r = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using mpi::worldRank;
 
 llvm::Error plainError(const llvm::Twine &what, const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -18,6 +18,7 @@
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/executor/Backend.h"
 #include "runtime/executor/Executor.h"
 #include "runtime/executor/Plan.h"
 
@@ -100,22 +101,24 @@ json::Object manifest(std::vector<int64_t> grid, int64_t batch, int64_t seq,
                       {"results", std::move(results)}};
 }
 
-/// Packs and loads a plan from memory.
+/// Packs and loads a plan from memory (for `backend`; null: the CPU).
 llvm::Expected<std::unique_ptr<Plan>>
 loadPlan(llvm::StringRef program, const json::Object &m,
-         const std::map<std::string, Tensor> &weights = {}) {
+         const std::map<std::string, Tensor> &weights = {},
+         Backend *backend = nullptr) {
   llvm::Expected<std::string> bytes = test::packPlan(program, m, weights);
   if (!bytes)
     return bytes.takeError();
   llvm::Expected<SafeTensorsFile> file = parseSafeTensors(*bytes, "test.tsr");
   if (!file)
     return file.takeError();
-  return Plan::fromSafeTensors(std::move(*file), "test.tsr");
+  return Plan::fromSafeTensors(std::move(*file), "test.tsr", backend);
 }
 
 /// The error message of loading, or "" if it loaded.
-std::string loadError(llvm::StringRef program, const json::Object &m) {
-  auto plan = loadPlan(program, m);
+std::string loadError(llvm::StringRef program, const json::Object &m,
+                      Backend *backend = nullptr) {
+  auto plan = loadPlan(program, m, {}, backend);
   if (plan)
     return "";
   return llvm::toString(plan.takeError());
@@ -811,6 +814,53 @@ TEST(PlanErrors, CorruptArtifacts) {
   ASSERT_FALSE(static_cast<bool>(plan));
   EXPECT_NE(llvm::toString(plan.takeError()).find("initial value of 'x'"),
             std::string::npos);
+}
+
+/// What the CUDA backend looks like to the loader, without a GPU: device
+/// (not host) memory and no collectives; the kernels are the CPU's.
+class NoCommunicationBackend final : public Backend {
+public:
+  llvm::StringRef name() const override { return "nocomm"; }
+  bool hostMemory() const override { return false; }
+  llvm::Expected<Tensor> allocate(DType dtype,
+                                  std::vector<int64_t> shape) override {
+    return cpuBackend().allocate(dtype, std::move(shape));
+  }
+  llvm::Expected<Arena> allocateArena(int64_t bytes) override {
+    return cpuBackend().allocateArena(bytes);
+  }
+  llvm::Expected<Tensor> upload(const Tensor &host) override {
+    return host.clone();
+  }
+  llvm::Expected<Tensor> download(const Tensor &t) override {
+    return t.clone();
+  }
+  llvm::Error copy(const Tensor &src, Tensor &dst) override {
+    return cpuBackend().copy(src, dst);
+  }
+  llvm::Error bindKernel(llvm::StringRef, mlir::DictionaryAttr,
+                         llvm::ArrayRef<TensorType>, llvm::ArrayRef<TensorType>,
+                         const CompileOptions &, Instruction &) override {
+    return llvm::Error::success();
+  }
+  llvm::Error supportsCommunication(llvm::StringRef what) const override {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   what + " needs a collective");
+  }
+  llvm::Error finishStep() override { return llvm::Error::success(); }
+};
+
+// A backend without collectives refuses a program that has one when it is
+// loaded, naming the op, never mid-step.
+TEST(ExecutorBackend, DeviceBackendRefusesCollectivesAtLoad) {
+  NoCommunicationBackend backend;
+  std::string err =
+      loadError(twoLayerProgram(2, 1), twoLayerManifest(2, 1), &backend);
+  EXPECT_NE(err.find("test.tsr: op #"), std::string::npos) << err;
+  EXPECT_NE(err.find("needs a collective"), std::string::npos) << err;
+  EXPECT_NE(err.find("tsrt.all_"), std::string::npos) << err;
+  // The CPU backend loads the same plan.
+  EXPECT_EQ(loadError(twoLayerProgram(2, 1), twoLayerManifest(2, 1)), "");
 }
 
 } // namespace

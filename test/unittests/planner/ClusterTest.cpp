@@ -232,6 +232,7 @@ TEST(ClusterJSON, CalibratedFields) {
     "inter_node": {"bandwidth": 4e9, "latency": 1e-5},
     "memory_bandwidth": 1.5e10, "op_overhead": 3e-6,
     "transcendental_rate": 4e7, "gemm_peak_fraction": 0.9,
+    "cores_per_node": 2, "waiting_rank_share": 0.25,
     "kernel_seconds_per_element": {"layer_norm": 4e-9, "adamw_update": 7e-9},
     "gemm": [{"dtype": "fp32", "m": 64, "n": 128, "k": 256, "flops": 2e10}],
     "collectives": {"all_to_all": {"intra_node": {"bandwidth": 1e9,
@@ -243,6 +244,8 @@ TEST(ClusterJSON, CalibratedFields) {
   EXPECT_DOUBLE_EQ(c->opOverhead, 3e-6);
   EXPECT_DOUBLE_EQ(c->transcendentalRate, 4e7);
   EXPECT_DOUBLE_EQ(c->gemmPeakFraction, 0.9);
+  EXPECT_DOUBLE_EQ(c->coresPerNode, 2);
+  EXPECT_DOUBLE_EQ(c->waitingRankShare, 0.25);
   EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("layer_norm"), 4e-9);
   EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("adamw_update"), 7e-9);
   ASSERT_EQ(c->gemm.size(), 1u);
@@ -270,6 +273,11 @@ TEST(ClusterJSON, CalibratedFields) {
     return errorOf(parseCluster(w));
   };
   EXPECT_NE(errorWith("gemm_peak_fraction", 1.5).find("must be in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(errorWith("waiting_rank_share", 1.5)
+                .find("'waiting_rank_share' must be in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(errorWith("cores_per_node", -2).find("'cores_per_node'"),
             std::string::npos);
   EXPECT_NE(errorWith("transcendental_rate", -1)
                 .find("field 'transcendental_rate' must be a number >= 0"),
