@@ -136,6 +136,9 @@ public:
   mpi::TrafficCounter &traffic() { return counter; }
   /// Kernels' own measurements since the executor was created.
   const ExecContext::KernelStats &kernelStats() const { return stats; }
+  /// Starts (or stops) the per-instruction-kind profile of the steps that
+  /// follow (KernelStats::opTimes; tessera-run --profile).
+  void setProfiling(bool on) { stats.profile = on; }
   const Plan &plan() const { return planRef; }
   /// This rank's grid coordinates (rank axes only).
   const std::vector<int64_t> &coords() const { return gridRef.coords(); }

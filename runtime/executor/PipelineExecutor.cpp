@@ -206,18 +206,29 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
       --liveSets;
       stash.erase(it);
     }
-    for (auto [i, b] : llvm::enumerate(f.results))
-      if (b.kind == Binding::Kind::Acc)
-        accumulate(acc[b.index], (*results)[i]);
+    {
+      OpTimer timer(&stats, "pipeline.accumulate");
+      for (auto [i, b] : llvm::enumerate(f.results))
+        if (b.kind == Binding::Kind::Acc)
+          accumulate(acc[b.index], (*results)[i]);
+    }
     results->clear();
     // Free the buffers of the sends that have completed.
-    if (llvm::Error err = p2p->releaseCompleted())
-      return stepError(name, std::move(err));
+    llvm::Error released = [&] {
+      OpTimer timer(&stats, "pipeline.complete_sends");
+      return p2p->releaseCompleted();
+    }();
+    if (released)
+      return stepError(name, std::move(released));
     record(forward ? TraceEvent::Kind::Forward : TraceEvent::Kind::Backward,
            a.chunk, a.microBatch, start, p2p->recvWaitSeconds - waitBefore);
   }
-  if (llvm::Error err = p2p->waitAll())
-    return stepError("completing the sends", std::move(err));
+  llvm::Error sent = [&] {
+    OpTimer timer(&stats, "pipeline.complete_sends");
+    return p2p->waitAll();
+  }();
+  if (sent)
+    return stepError("completing the sends", std::move(sent));
 
   // Apply, in ascending chunk order; every apply reads the step's initial
   // state, and the new state is swapped in once all have run.
@@ -247,8 +258,11 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
   // The loss lives on the last stage.
   double value = loss;
   mpi::watchdog::Guard bcastGuard("broadcast", p2p->comm.size());
-  int rc = MPI_Bcast(&value, 1, MPI_DOUBLE,
+  int rc = [&] {
+    OpTimer timer(&stats, "pipeline.loss_broadcast");
+    return MPI_Bcast(&value, 1, MPI_DOUBLE,
                      static_cast<int>(p.shape.stages - 1), p2p->comm.handle());
+  }();
   if (rc != MPI_SUCCESS)
     return stepError("loss",
                      mpi::failure(rc, "MPI_Bcast from pp rank " +

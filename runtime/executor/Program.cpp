@@ -19,6 +19,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -622,6 +623,12 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
   return p;
 }
 
+double OpTimer::now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 llvm::Expected<std::vector<Tensor>>
 Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
   if (args.size() != argTys.size())
@@ -725,6 +732,7 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
   llvm::SmallVector<Tensor, 4> out;
   in.reserve(maxOperands);
   for (const Instruction &inst : insts) {
+    OpTimer timer(ctx.stats, inst.kernel);
     if (inst.kind == Instruction::Kind::Send) {
       const Tensor &data = slot[inst.operands[0]];
       std::string what = inst.where + ": MPI_Isend of " +

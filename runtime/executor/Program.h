@@ -40,6 +40,7 @@
 #include "runtime/collectives/mpi/MpiCollectives.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -134,6 +135,21 @@ struct ExecContext {
     /// (bytes): a row block of scale·QKᵀ (and of dP in the backward),
     /// never the full S x S (ring attention: of the local K/V block).
     int64_t attentionScoresBytes = 0;
+    /// Host wall time of one instruction kind, summed, and its calls.
+    struct OpTime {
+      double seconds = 0;
+      int64_t calls = 0;
+    };
+    /// When set (tessera-run --profile), Program::run adds every
+    /// instruction's host wall time to `opTimes` under its kind: the tsrt
+    /// kernel or op name ("matmul", "all_reduce", "recv", "send", "wait",
+    /// ...); the pipeline executor adds its own work between programs
+    /// ("pipeline.accumulate", "pipeline.complete_sends",
+    /// "pipeline.loss_broadcast"). A collective's time includes its wait
+    /// for the other ranks. On the cuda backend a kernel's time is its
+    /// launch, not its device time.
+    bool profile = false;
+    llvm::StringMap<OpTime> opTimes;
   };
   KernelStats *stats = nullptr;
   /// Pipeline plans: the transport of tsrt.send / tsrt.recv (null otherwise;
@@ -145,6 +161,31 @@ struct ExecContext {
   /// The arena of a program with a static memory plan (at least
   /// Program::arenaBytes() bytes); null otherwise.
   const Arena *arena = nullptr;
+};
+
+/// Adds the host wall time of its scope to `stats->opTimes[kind]` when
+/// `stats` is non-null and profiling (KernelStats::profile); otherwise
+/// costs one branch.
+class OpTimer {
+public:
+  OpTimer(ExecContext::KernelStats *stats, llvm::StringRef kind)
+      : stats(stats && stats->profile ? stats : nullptr), kind(kind),
+        start(this->stats ? now() : 0) {}
+  ~OpTimer() {
+    if (!stats)
+      return;
+    ExecContext::KernelStats::OpTime &t = stats->opTimes[kind];
+    t.seconds += now() - start;
+    ++t.calls;
+  }
+  OpTimer(const OpTimer &) = delete;
+  OpTimer &operator=(const OpTimer &) = delete;
+
+private:
+  static double now();
+  ExecContext::KernelStats *stats;
+  llvm::StringRef kind;
+  double start;
 };
 
 /// A resolved kernel: reads `in` (the operands) and writes `out` (the

@@ -2,7 +2,8 @@
 //
 // mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K
 //     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
-//     [--trace FILE.json] [--memory-per-device SIZE] [--memory-report]
+//     [--trace FILE.json] [--profile FILE.json] [--memory-per-device SIZE]
+//     [--memory-report]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -38,6 +39,16 @@
 // spent blocked on tsrt.recv (0 for other events): dur − recv_wait_us is the
 // action's compute, and what is left of the step is the pipeline bubble
 // (bench/pipeline_bubble.sh).
+//
+// --profile FILE writes, on rank 0 after the last step, where every rank's
+// step time went, per instruction kind (torch.profiler's key_averages, per
+// rank):
+//   {"steps": S, "ranks": [{"rank": 0, "coords": "dp=0 tp=0", "step_s": s,
+//    "ops": [{"kind": "matmul", "calls_per_step": c,
+//             "seconds_per_step": t}, ...]}, ...]}
+// (host wall seconds per step over the S profiled steps, step 0 left out as
+// warm-up; ops sorted by time). What the ops leave of step_s is the
+// executor's own work (slicing the batch, copying the new state).
 //
 // Memory: metrics records hold "peak_bytes", every rank's measured peak
 // bytes of the step (exec::MemoryUse: persistent state + constants + arena
@@ -231,6 +242,21 @@ static cl::opt<std::string> tracePath(
              "since a barrier before the first step"),
     cl::value_desc("trace.json"), cl::cat(category));
 
+static cl::opt<std::string> profilePath(
+    "profile",
+    cl::desc("After the last step, write every rank's per-instruction "
+             "profile to this file (rank 0) as JSON: for each instruction "
+             "kind (tsrt kernel or op: \"matmul\", \"all_reduce\", "
+             "\"recv\", ...; pipeline plans add \"pipeline.accumulate\", "
+             "\"pipeline.complete_sends\" and \"pipeline.loss_broadcast\"), "
+             "its calls and host wall seconds per step, sorted by time, next "
+             "to the rank's mean step seconds. Step 0 is left out as warm-up "
+             "when more than one step runs. A collective's time includes its "
+             "wait for the other ranks; on --backend cuda a kernel's time is "
+             "its launch, not its device time. Errors: the file cannot be "
+             "written"),
+    cl::value_desc("profile.json"), cl::cat(category));
+
 static cl::opt<double> collectiveTimeout(
     "collective-timeout-s",
     cl::desc("Seconds any one collective or point-to-point MPI operation may "
@@ -311,6 +337,128 @@ int exitAfterFailure() {
   return 1;
 }
 
+/// Writes `value` and a newline to `path`; returns "" or the error,
+/// "cannot write the <what> '<path>': <reason>".
+std::string writeJson(const std::string &path, llvm::json::Value value,
+                      llvm::StringRef what) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return ("cannot write the " + what + " '" + path + "': " + ec.message())
+        .str();
+  os << value << "\n";
+  os.close();
+  if (os.has_error()) {
+    std::string msg = ("cannot write the " + what + " '" + path +
+                       "': " + os.error().message())
+                          .str();
+    os.clear_error();
+    return msg;
+  }
+  return "";
+}
+
+/// Every rank's `mine` gathered on rank 0 (MPI_Gather of the counts, then
+/// MPI_Gatherv): `all` concatenates them in rank order, rank r's at
+/// displs[r], counts[r] elements (all empty on other ranks). Collective over
+/// `world`; `what` ("--trace", "--profile") names the option in the errors,
+/// which abort the job: more than INT_MAX elements, an MPI failure.
+template <typename T> struct Gathered {
+  std::vector<T> all;
+  std::vector<int> counts, displs;
+};
+template <typename T>
+Gathered<T> gatherOnRoot(const mpi::Communicator &world,
+                         const std::vector<T> &mine, MPI_Datatype type,
+                         const std::string &what) {
+  if (mine.size() > static_cast<size_t>(INT_MAX))
+    abortAll(world, what + ": too much to gather");
+  int count = static_cast<int>(mine.size());
+  bool isRoot = world.rank() == 0;
+  Gathered<T> g;
+  g.counts.assign(isRoot ? world.size() : 0, 0);
+  g.displs.assign(isRoot ? world.size() : 0, 0);
+  {
+    mpi::watchdog::Guard guard("gather", world.size());
+    if (MPI_Gather(&count, 1, MPI_INT, g.counts.data(), 1, MPI_INT, 0,
+                   world.handle()) != MPI_SUCCESS)
+      abortAll(world, what + ": MPI_Gather of the sizes failed");
+  }
+  int64_t total = 0;
+  for (int r = 0; r < static_cast<int>(g.counts.size()); ++r) {
+    g.displs[r] = static_cast<int>(total);
+    total += g.counts[r];
+    if (total > INT_MAX)
+      abortAll(world, what + ": too much to gather");
+  }
+  g.all.resize(isRoot ? total : 0);
+  {
+    mpi::watchdog::Guard guard("gather", world.size());
+    if (MPI_Gatherv(mine.data(), count, type, g.all.data(), g.counts.data(),
+                    g.displs.data(), type, 0, world.handle()) != MPI_SUCCESS)
+      abortAll(world, what + ": MPI_Gatherv failed");
+  }
+  return g;
+}
+
+/// Gathers every rank's --profile (KernelStats::opTimes over `steps`
+/// profiled steps of `stepSeconds` in all) on rank 0 and writes it there as
+/// JSON: {"steps": S, "ranks": [{"rank", "coords", "step_s", "ops":
+/// [{"kind", "calls_per_step", "seconds_per_step"}, ...]}]}, each rank's ops
+/// sorted by time, most first. Collective over `world`. Returns an error
+/// message (on rank 0 only) or "".
+std::string writeProfile(const mpi::Communicator &world,
+                         const exec::Executor &executor,
+                         const exec::Manifest &m, int64_t steps,
+                         double stepSeconds, const std::string &path) {
+  namespace json = llvm::json;
+  const double perStep = steps > 0 ? 1.0 / static_cast<double>(steps) : 0;
+  std::vector<std::pair<std::string, exec::ExecContext::KernelStats::OpTime>>
+      ops;
+  for (const auto &e : executor.kernelStats().opTimes)
+    ops.emplace_back(e.getKey().str(), e.getValue());
+  llvm::sort(ops, [](const auto &a, const auto &b) {
+    return a.second.seconds != b.second.seconds
+               ? a.second.seconds > b.second.seconds
+               : a.first < b.first;
+  });
+  json::Array opList;
+  for (const auto &[kind, t] : ops)
+    opList.push_back(
+        json::Object{{"kind", kind},
+                     {"calls_per_step", static_cast<double>(t.calls) * perStep},
+                     {"seconds_per_step", t.seconds * perStep}});
+  std::string coords;
+  std::vector<std::string> axes = m.rankAxes();
+  for (size_t a = 0; a < axes.size(); ++a)
+    coords +=
+        (a ? " " : "") + axes[a] + "=" + std::to_string(executor.coords()[a]);
+  std::string mine;
+  llvm::raw_string_ostream(mine)
+      << json::Value(json::Object{{"rank", world.rank()},
+                                  {"coords", coords},
+                                  {"step_s", stepSeconds * perStep},
+                                  {"ops", std::move(opList)}});
+
+  Gathered<char> g =
+      gatherOnRoot(world, std::vector<char>(mine.begin(), mine.end()), MPI_CHAR,
+                   "--profile");
+  if (world.rank() != 0)
+    return "";
+  json::Array ranks;
+  for (int r = 0; r < world.size(); ++r) {
+    llvm::Expected<json::Value> v =
+        json::parse(llvm::StringRef(g.all.data() + g.displs[r], g.counts[r]));
+    if (!v)
+      return "--profile: rank " + std::to_string(r) +
+             " sent a malformed profile: " + llvm::toString(v.takeError());
+    ranks.push_back(std::move(*v));
+  }
+  return writeJson(path,
+                   json::Object{{"steps", steps}, {"ranks", std::move(ranks)}},
+                   "profile");
+}
+
 /// Gathers every rank's trace events on rank 0 and writes them there as
 /// Chrome trace JSON (see the file comment). Collective over `world`. Returns
 /// an error message (on rank 0 only) or "".
@@ -327,34 +475,10 @@ std::string writeTrace(const mpi::Communicator &world,
                  static_cast<double>(e.microBatch),
                  static_cast<double>(e.stage), static_cast<double>(e.step),
                  e.start, e.end, e.recvWait});
-  if (mine.size() > static_cast<size_t>(INT_MAX))
-    abortAll(world, "--trace: too many events to gather");
-  int count = static_cast<int>(mine.size());
-  bool isRoot = world.rank() == 0;
-  std::vector<int> counts(isRoot ? world.size() : 0),
-      displs(isRoot ? world.size() : 0);
-  {
-    mpi::watchdog::Guard guard("gather of the trace", world.size());
-    if (MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0,
-                   world.handle()) != MPI_SUCCESS)
-      abortAll(world, "--trace: MPI_Gather of the event counts failed");
-  }
-  int64_t total = 0;
-  for (int r = 0; r < static_cast<int>(counts.size()); ++r) {
-    displs[r] = static_cast<int>(total);
-    total += counts[r];
-    if (total > INT_MAX)
-      abortAll(world, "--trace: too many events to gather");
-  }
-  std::vector<double> all(isRoot ? total : 0);
-  {
-    mpi::watchdog::Guard guard("gather of the trace", world.size());
-    if (MPI_Gatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
-                    displs.data(), MPI_DOUBLE, 0,
-                    world.handle()) != MPI_SUCCESS)
-      abortAll(world, "--trace: MPI_Gatherv of the events failed");
-  }
-  if (!isRoot)
+  Gathered<double> g = gatherOnRoot(world, mine, MPI_DOUBLE, "--trace");
+  const std::vector<double> &all = g.all;
+  const std::vector<int> &counts = g.counts, &displs = g.displs;
+  if (world.rank() != 0)
     return "";
 
   namespace json = llvm::json;
@@ -404,21 +528,10 @@ std::string writeTrace(const mpi::Communicator &world,
                                              {"step", e.step}}}});
     }
   }
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec);
-  if (ec)
-    return "cannot write the trace '" + path + "': " + ec.message();
-  os << json::Value(json::Object{{"traceEvents", std::move(events)},
-                                 {"displayTimeUnit", "ms"}})
-     << "\n";
-  os.close();
-  if (os.has_error()) {
-    std::string msg =
-        "cannot write the trace '" + path + "': " + os.error().message();
-    os.clear_error();
-    return msg;
-  }
-  return "";
+  return writeJson(path,
+                   json::Object{{"traceEvents", std::move(events)},
+                                {"displayTimeUnit", "ms"}},
+                   "trace");
 }
 
 /// --calibrate: measures (collective over `world`) and writes the cluster
@@ -603,8 +716,8 @@ int main(int argc, char **argv) {
     else
       error = llvm::toString(opened.takeError());
   }
-  for (const std::string *out :
-       {&saveWeights.getValue(), &tracePath.getValue()}) {
+  for (const std::string *out : {&saveWeights.getValue(), &tracePath.getValue(),
+                                 &profilePath.getValue()}) {
     if (!error.empty() || !isRoot || out->empty())
       continue;
     llvm::StringRef dir = llvm::sys::path::parent_path(*out);
@@ -651,7 +764,12 @@ int main(int argc, char **argv) {
   std::vector<int64_t> lastMemory; // rank 0: 5 fields per rank, last step
   const double tokensPerStep =
       static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
+  // --profile: every step but the first (warm-up), unless only one runs.
+  const int64_t firstProfiled = numSteps > 1 ? 1 : 0;
+  double profiledSeconds = 0;
   for (int64_t s = 0; s < numSteps; ++s) {
+    if (!profilePath.empty() && s == firstProfiled)
+      executor->setProfiling(true);
     auto start = std::chrono::steady_clock::now();
     auto batch = dataset->batch(s, m.globalBatch, m.seqLen, /*dpRank=*/0,
                                 /*dpSize=*/1);
@@ -663,6 +781,8 @@ int main(int argc, char **argv) {
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
+    if (s >= firstProfiled)
+      profiledSeconds += seconds;
 #ifndef NDEBUG
     // The loss is the global mean: every rank must hold the same value.
     double range[2] = {*loss, -*loss}, extreme[2];
@@ -755,6 +875,19 @@ int main(int argc, char **argv) {
       llvm::outs() << "  (no prediction: pipeline plans are not "
                       "memory-planned)\n";
     llvm::outs().flush();
+  }
+
+  // Every rank's per-instruction profile, on rank 0.
+  if (!profilePath.empty()) {
+    executor->setProfiling(false);
+    error = writeProfile(world, *executor, m,
+                         std::max<int64_t>(numSteps - firstProfiled, 0),
+                         profiledSeconds, profilePath);
+    if (!allRanksOk(world, error)) {
+      executor.reset();
+      grid.reset();
+      return exitAfterFailure();
+    }
   }
 
   // Every rank's timeline, on rank 0.
