@@ -10,6 +10,24 @@ using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
 
 Backend::~Backend() = default;
+Communication::~Communication() = default;
+
+llvm::Error Backend::bindCollective(const CollectiveSpec &, const TensorType &,
+                                    const TensorType &, Instruction &) {
+  return llvm::Error::success();
+}
+
+llvm::Error Backend::accumulate(Tensor &acc, const Tensor &value) {
+  if (acc.isNull()) {
+    acc = value.clone();
+    return llvm::Error::success();
+  }
+  float *a = acc.data<float>();
+  const float *v = value.data<float>();
+  for (int64_t i = 0, n = acc.numel(); i < n; ++i)
+    a[i] += v[i];
+  return llvm::Error::success();
+}
 
 static llvm::Error noCapture(llvm::StringRef backend) {
   return llvm::createStringError(
@@ -63,7 +81,8 @@ Backend &exec::cpuBackend() {
 #ifdef TESSERA_HAVE_CUDA
 namespace tessera::runtime::exec {
 // CudaBackend.cpp.
-llvm::Expected<std::unique_ptr<Backend>> createCudaBackend();
+llvm::Expected<std::unique_ptr<Backend>>
+createCudaBackend(const BackendOptions &options);
 } // namespace tessera::runtime::exec
 bool exec::cudaBackendBuilt() { return true; }
 #else
@@ -71,12 +90,19 @@ bool exec::cudaBackendBuilt() { return false; }
 #endif
 
 llvm::Expected<std::unique_ptr<Backend>>
-exec::createBackend(llvm::StringRef name) {
-  if (name == "cpu")
+exec::createBackend(llvm::StringRef name, const BackendOptions &options) {
+  if (name == "cpu") {
+    if (options.collectives != Transport::Mpi)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "--collectives nccl needs --backend cuda (the cpu backend's "
+          "collectives are MPI on host memory: only --collectives mpi is "
+          "valid with it)");
     return std::make_unique<CpuBackend>();
+  }
   if (name == "cuda") {
 #ifdef TESSERA_HAVE_CUDA
-    return createCudaBackend();
+    return createCudaBackend(options);
 #else
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),

@@ -15,6 +15,24 @@
 //  - a kernel whose CUDA form does not take a 16-bit operand is run in f32
 //    between device conversions (the CPU backend's widening adapter).
 //
+// Distributed (tessera-run --collectives, docs/CudaBackend.md
+// "Distributed"): `create` picks this rank's device (node-local rank mod
+// device count) and makes the Communication:
+//  - StagedCommunication (mpi): device -> host copy, the mpi:: collective,
+//    host -> device copy; pipeline send/recv are staged by Program::run;
+//  - NcclCommunication (nccl): NCCL on a communication stream ordered with
+//    the compute stream by events (compute -> comm before each collective;
+//    comm -> compute at once for synchronous ones, at tsrt.wait for
+//    all_reduce_start, whose buffers are held until then), its own
+//    scratch, one stream per directed stage pair for pipeline transfers,
+//    an NcclWatchdog told of every call and an async-error check of every
+//    communicator in finishStep.
+// Collectives are bound by bindCollective; kernels with grid_axes by
+// bindVocabParallel (gather, cross-entropy) and bindHostFallback (ring
+// attention: the CPU ring kernel on host copies).
+// --trace: CUDA event pairs around every kernel (compute stream) and every
+// collective (comm streams) of the last step (deviceTrace).
+//
 // Program::compile has already validated every kernel (Kernels.cpp), so
 // the binders only decode attributes.
 //
@@ -28,11 +46,16 @@
 #include "runtime/backends/cuda/ElementwiseKernels.h"
 #include "runtime/backends/cuda/FlashAttention.h"
 #include "runtime/backends/cuda/NNKernels.h"
+#include "runtime/executor/Communication.h"
 #include "runtime/executor/Kernels.h"
 #include "runtime/executor/Program.h"
+#ifdef TESSERA_HAVE_NCCL
+#include "runtime/collectives/nccl/NcclCollectives.h"
+#endif
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -40,9 +63,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <deque>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace tessera::runtime;
@@ -126,7 +153,9 @@ bool is16(DType t) { return isFloat16Bit(t); }
 
 class CudaBackend final : public Backend {
 public:
-  static llvm::Expected<std::unique_ptr<Backend>> create();
+  static llvm::Expected<std::unique_ptr<Backend>>
+  create(const BackendOptions &options);
+  ~CudaBackend() override;
 
   StringRef name() const override { return "cuda"; }
   bool hostMemory() const override { return false; }
@@ -145,12 +174,31 @@ public:
                          ArrayRef<TensorType> results,
                          const CompileOptions &options,
                          Instruction &inst) override;
-  llvm::Error supportsCommunication(StringRef what) const override {
-    return fail(what + " communicates between ranks, which the cuda backend "
-                       "cannot do yet (it has no NCCL collectives); run "
-                       "multi-rank plans with --backend cpu");
-  }
+  llvm::Error bindCollective(const CollectiveSpec &spec,
+                             const TensorType &operand,
+                             const TensorType &result,
+                             Instruction &inst) override;
+  llvm::Error supportsCommunication(StringRef what) const override;
+  llvm::Error connect(const mpi::Communicator &comm) override;
+  Communication *communication() override { return comm.get(); }
+  llvm::Error accumulate(Tensor &acc, const Tensor &value) override;
   llvm::Error finishStep() override;
+
+  void traceDevice(bool on) override { tracing = on; }
+  std::vector<DeviceTraceEvent> deviceTrace() const override {
+    return lastTrace;
+  }
+  std::vector<std::string> deviceTraceNames() const override {
+    return traceNames;
+  }
+  /// The trace name id of `name` (registered on first use).
+  int traceId(const std::string &name);
+  /// --trace: records a CUDA event on stream `on` and returns it, or null
+  /// when not tracing (or capturing).
+  cudaEvent_t traceMark(cudaStream_t on);
+  /// --trace: keeps the interval [begin, end] (events of traceMark) of
+  /// trace name `id` on stream `which`.
+  void traceInterval(int id, int which, cudaEvent_t begin, cudaEvent_t end);
 
   llvm::Error copyFromHost(const Tensor &host, Tensor &dst) override {
     if (llvm::Error e = cuda::check(
@@ -163,6 +211,11 @@ public:
   }
   bool canCaptureSteps() const override { return true; }
   llvm::Error beginCapture() override {
+    if (connected > 0 && comm->transport() == Transport::Mpi)
+      return fail("--cuda-graph cannot record host-staged collectives "
+                  "(--collectives mpi synchronises the stream); use "
+                  "--collectives nccl");
+    capturing = true; // no trace events inside a capture
     return cuda::check(
         cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal),
         "--cuda-graph: cudaStreamBeginCapture");
@@ -176,6 +229,9 @@ public:
   }
 
   cudaStream_t stream() const { return streamOwner.get(); }
+  /// The CUDA device of this rank.
+  int device() const { return deviceIndex; }
+  const BackendOptions &options() const { return opts; }
 
   /// The shared scratch buffer, at least `bytes` bytes (grown on first use;
   /// growing synchronises, which happens only in the first step).
@@ -202,7 +258,7 @@ public:
     int slot = needsStatus ? newStatusSlot(inst.where, kernel) : -1;
     scratchNeed = std::max(scratchNeed, scratchBytes);
     return [this, slot, scratchBytes, name = kernel.str(),
-            launch](const ExecContext &, In in, Out out) -> llvm::Error {
+            launch](const ExecContext &ctx, In in, Out out) -> llvm::Error {
       cuda::DeviceStatus *status = nullptr;
       if (slot >= 0) {
         llvm::Expected<cuda::DeviceStatus *> s = statusAt(slot);
@@ -217,7 +273,12 @@ public:
           return w.takeError();
         ws = *w;
       }
-      return launched(launch(in, out, status, ws), name);
+      // Kernels with grid_axes also take the context (communicators).
+      if constexpr (std::is_invocable_v<Launch, const ExecContext &, In, Out,
+                                        cuda::DeviceStatus *, void *>)
+        return launch(ctx, in, out, status, ws);
+      else
+        return launched(launch(in, out, status, ws), name);
     };
   }
 
@@ -250,7 +311,38 @@ private:
   static bool takesNative16Bit(StringRef name, ArrayRef<TensorType> ins,
                                ArrayRef<TensorType> outs);
 
+  /// Kernels with grid_axes: vocab-parallel gather, gather_grad,
+  /// cross_entropy and cross_entropy_grad.
+  llvm::Error bindVocabParallel(StringRef name, ArrayRef<TensorType> ins,
+                                ArrayRef<TensorType> outs, Instruction &inst);
+  /// Ring attention: the CPU kernel (ring over MPI) on host copies.
+  llvm::Error bindHostFallback(StringRef name, Instruction &inst);
+  /// Wraps `inst.fn` so that, while tracing, CUDA events bracket it on the
+  /// compute stream.
+  void traceCompute(StringRef name, Instruction &inst);
+  /// Converts the recorded events of the finished step into lastTrace.
+  llvm::Error collectTrace();
+
+  BackendOptions opts;
+  int deviceIndex = 0;
   std::shared_ptr<CUstream_st> streamOwner;
+  /// The communication (nccl or host-staged mpi), made by `create`; null
+  /// only for nccl in a build without NCCL (connect then says so).
+  std::unique_ptr<Communication> comm;
+  int connected = 0; ///< communicators connected
+  // --trace.
+  bool tracing = false, capturing = false;
+  std::vector<std::string> traceNames;
+  llvm::StringMap<int> traceIds;
+  struct RawInterval {
+    int id, which;
+    cudaEvent_t begin, end;
+  };
+  std::vector<RawInterval> rawTrace;
+  std::vector<cudaEvent_t> eventPool, eventsUsed;
+  cudaEvent_t traceRef = nullptr;
+  double traceRefSeconds = 0;
+  std::vector<DeviceTraceEvent> lastTrace;
   /// The captured step (--cuda-graph), instantiated.
   std::shared_ptr<CUgraphExec_st> graphExec;
   std::unique_ptr<cuda::BlasHandle> blasHandle;
@@ -260,18 +352,598 @@ private:
   Tensor statusBuffer; ///< statusWhere.size() DeviceStatus records
 };
 
+//===----------------------------------------------------------------------===//
+// Communication: host staging over MPI (--collectives mpi)
+//===----------------------------------------------------------------------===//
+
+/// Every collective as: device -> host copy (which waits for the compute
+/// stream), the MPI collective of runtime/collectives/mpi on the host copy,
+/// host -> device copy (synchronous). Several ranks may share one GPU. The
+/// MPI watchdog covers the MPI calls. Non-blocking all-reduces complete at
+/// their start.
+class StagedCommunication final : public Communication {
+public:
+  explicit StagedCommunication(CudaBackend &backend) : backend(backend) {}
+  Transport transport() const override { return Transport::Mpi; }
+  llvm::Error connect(const mpi::Communicator &) override {
+    return llvm::Error::success();
+  }
+  llvm::Error finishStep() override { return llvm::Error::success(); }
+
+  llvm::Error collective(const CollectiveSpec &spec, const Tensor &in,
+                         Tensor &out, const ExecContext &ctx,
+                         StringRef) override {
+    return staged(spec, in, out, ctx.comms[spec.commIndex], ctx.traffic);
+  }
+  llvm::Error allReduceF64(double *data, int64_t count, mpi::ReduceOp op,
+                           const mpi::Communicator &c, const ExecContext &ctx,
+                           StringRef) override {
+    std::vector<double> host(static_cast<size_t>(count));
+    size_t bytes = host.size() * sizeof(double);
+    if (llvm::Error e = cuda::check(cudaMemcpyAsync(host.data(), data, bytes,
+                                                    cudaMemcpyDeviceToHost,
+                                                    backend.stream()),
+                                    "copying statistics to the host"))
+      return e;
+    if (llvm::Error e = cuda::check(cudaStreamSynchronize(backend.stream()),
+                                    "waiting for the statistics"))
+      return e;
+    if (llvm::Error e =
+            mpi::allReduceF64(host.data(), count, op, c, ctx.traffic))
+      return e;
+    if (llvm::Error e = cuda::check(cudaMemcpyAsync(data, host.data(), bytes,
+                                                    cudaMemcpyHostToDevice,
+                                                    backend.stream()),
+                                    "copying statistics to the device"))
+      return e;
+    return cuda::check(cudaStreamSynchronize(backend.stream()),
+                       "waiting for the statistics' upload");
+  }
+  llvm::Error startAllReduce(const Tensor &in, Tensor &out, mpi::ReduceOp op,
+                             const mpi::Communicator &c, int,
+                             const ExecContext &ctx, StringRef) override {
+    CollectiveSpec spec{CollectiveOp::AllReduce, -1, c.size(), 0, 0,
+                        op == mpi::ReduceOp::Max};
+    return staged(spec, in, out, c, ctx.traffic);
+  }
+  llvm::Error waitAllReduce(int, StringRef) override {
+    return llvm::Error::success();
+  }
+
+private:
+  /// Device -> host, the MPI collective, host -> device (synchronous).
+  llvm::Error staged(const CollectiveSpec &spec, const Tensor &in, Tensor &out,
+                     const mpi::Communicator &c, mpi::TrafficCounter *traffic) {
+    llvm::Expected<Tensor> host = backend.download(in);
+    if (!host)
+      return host.takeError();
+    Tensor hostOut = Tensor::empty(out.dtype(), out.shape());
+    if (llvm::Error e = runHostCollective(spec, *host, hostOut, c, traffic))
+      return e;
+    return backend.copyFromHost(hostOut, out);
+  }
+
+  CudaBackend &backend;
+};
+
+#ifdef TESSERA_HAVE_NCCL
+//===----------------------------------------------------------------------===//
+// Communication: NCCL on a communication stream (--collectives nccl)
+//===----------------------------------------------------------------------===//
+
+/// NCCL collectives on the backend's communication stream, one
+/// NcclCommunicator per connected MPI communicator (a congruent one is
+/// shared). Ordering, per collective:
+///   compute stream --event--> comm stream: [copy] NCCL call --event-->
+///   compute stream (synchronous collectives wait at once; an
+///   all_reduce_start's event is waited for at its tsrt.wait).
+/// Tensors an all_reduce_start reads or writes are held (InFlightBuffers)
+/// until its wait, so the stream-ordered pool cannot reuse their memory
+/// for a compute kernel while NCCL uses it. The comm stream has its own
+/// scratch (layout transposes of all_gather / reduce_scatter / all_to_all).
+/// Every NCCL call is announced to the NcclWatchdog (sequence number and
+/// name), which aborts every communicator and exits when one runs past
+/// --collective-timeout-s or reports an asynchronous error.
+class NcclCommunication final : public Communication {
+public:
+  static llvm::Expected<std::unique_ptr<NcclCommunication>>
+  create(CudaBackend &backend) {
+    std::unique_ptr<NcclCommunication> c(new NcclCommunication(backend));
+    cudaStream_t s = nullptr;
+    if (llvm::Error e = cuda::check(
+            cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+            "--collectives nccl: creating the communication stream"))
+      return std::move(e);
+    c->commStream = s;
+    for (cudaEvent_t *ev : {&c->computeReady, &c->commReady})
+      if (llvm::Error e =
+              cuda::check(cudaEventCreateWithFlags(ev, cudaEventDisableTiming),
+                          "--collectives nccl: creating an event"))
+        return std::move(e);
+    double timeout = backend.options().collectiveTimeoutS;
+    if (timeout > 0)
+      c->watchdog = std::make_unique<nccl::NcclWatchdog>(timeout);
+    return c;
+  }
+  ~NcclCommunication() override {
+    // Finalize the communicators before the stream goes.
+    if (commStream)
+      cudaStreamSynchronize(commStream);
+    for (Pair &p : pairStreams) {
+      if (p.stream) {
+        cudaStreamSynchronize(p.stream);
+        cudaStreamDestroy(p.stream);
+      }
+      if (p.ready)
+        cudaEventDestroy(p.ready);
+    }
+    for (PendingSend &p : pendingSends)
+      cudaEventDestroy(p.done);
+    pendingSends.clear();
+    byHandle.clear();
+    watchdog.reset();
+    owned.clear();
+    for (cudaEvent_t ev : asyncDone)
+      if (ev)
+        cudaEventDestroy(ev);
+    for (cudaEvent_t ev : {computeReady, commReady})
+      if (ev)
+        cudaEventDestroy(ev);
+    if (commStream)
+      cudaStreamDestroy(commStream);
+  }
+  Transport transport() const override { return Transport::Nccl; }
+
+  /// One NcclCommunicator for `comm` (collective), or the one of a
+  /// congruent communicator connected before (same group, same order: the
+  /// decision is the same on every rank of the group).
+  llvm::Error connect(const mpi::Communicator &comm) override {
+    for (auto &[handle, nc] : byHandle) {
+      int result = MPI_UNEQUAL;
+      MPI_Comm_compare(handle, comm.handle(), &result);
+      if (result == MPI_IDENT || result == MPI_CONGRUENT) {
+        byHandle.emplace_back(comm.handle(), nc);
+        return llvm::Error::success();
+      }
+    }
+    nccl::NcclCommunicator::Options o;
+    o.device = backend.device();
+    double timeout = backend.options().collectiveTimeoutS;
+    o.pollTimeoutSeconds = timeout > 0 ? timeout : 0;
+    o.name = "tessera#" + std::to_string(owned.size());
+    llvm::Expected<std::unique_ptr<nccl::NcclCommunicator>> nc =
+        nccl::NcclCommunicator::create(comm, o);
+    if (!nc)
+      return nc.takeError();
+    if (watchdog)
+      watchdog->watch(**nc);
+    byHandle.emplace_back(comm.handle(), nc->get());
+    owned.push_back(std::move(*nc));
+    return llvm::Error::success();
+  }
+
+  llvm::Error collective(const CollectiveSpec &spec, const Tensor &in,
+                         Tensor &out, const ExecContext &ctx,
+                         StringRef where) override {
+    llvm::Expected<nccl::NcclCommunicator *> nc =
+        lookup(ctx.comms[spec.commIndex], where);
+    if (!nc)
+      return nc.takeError();
+    int n = (*nc)->size();
+    int64_t need = 0;
+    switch (spec.op) {
+    case CollectiveOp::AllGather:
+      need = nccl::allGatherScratchBytes(in.dtype(), in.shape(), spec.dim, n);
+      break;
+    case CollectiveOp::ReduceScatter:
+      need =
+          nccl::reduceScatterScratchBytes(in.dtype(), in.shape(), spec.dim, n);
+      break;
+    case CollectiveOp::AllToAll:
+      need = nccl::allToAllScratchBytes(in.dtype(), in.shape(), spec.dim,
+                                        spec.dim2, n);
+      break;
+    default:
+      break;
+    }
+    if (need < 0)
+      return fail(where + ": invalid collective arguments");
+    llvm::Expected<void *> ws = scratch(need);
+    if (!ws)
+      return ws.takeError();
+    const char *name = spec.op == CollectiveOp::AllReduce   ? "all_reduce"
+                       : spec.op == CollectiveOp::AllGather ? "all_gather"
+                       : spec.op == CollectiveOp::ReduceScatter
+                           ? "reduce_scatter"
+                           : "all_to_all";
+    Step step = begin(name, where);
+    llvm::Error err = llvm::Error::success();
+    switch (spec.op) {
+    case CollectiveOp::AllReduce:
+      err = cuda::copyAsync(out.raw(), in.raw(), in.bytes(), commStream,
+                            "all_reduce: copying the operand");
+      if (!err)
+        err = nccl::allReduce(
+            out, spec.max ? mpi::ReduceOp::Max : mpi::ReduceOp::Sum, **nc,
+            commStream, ctx.traffic);
+      break;
+    case CollectiveOp::AllGather:
+      err = nccl::allGather(in, spec.dim, **nc, out, *ws, need, commStream,
+                            ctx.traffic);
+      break;
+    case CollectiveOp::ReduceScatter:
+      err = nccl::reduceScatter(in, spec.dim, **nc, out, *ws, need, commStream,
+                                ctx.traffic);
+      break;
+    case CollectiveOp::AllToAll:
+      err = nccl::allToAll(in, spec.dim, spec.dim2, **nc, out, *ws, need,
+                           commStream, ctx.traffic);
+      break;
+    case CollectiveOp::AllSlice:
+      break;
+    }
+    if (err)
+      return fail(describe(step) + ": " + llvm::toString(std::move(err)));
+    return endSync(step);
+  }
+
+  llvm::Error allReduceF64(double *data, int64_t count, mpi::ReduceOp op,
+                           const mpi::Communicator &c, const ExecContext &ctx,
+                           StringRef where) override {
+    llvm::Expected<nccl::NcclCommunicator *> nc = lookup(c, where);
+    if (!nc)
+      return nc.takeError();
+    Step step = begin("all_reduce_f64", where);
+    if (llvm::Error err =
+            nccl::allReduceF64(data, count, op, **nc, commStream, ctx.traffic))
+      return fail(describe(step) + ": " + llvm::toString(std::move(err)));
+    return endSync(step);
+  }
+
+  llvm::Error startAllReduce(const Tensor &in, Tensor &out, mpi::ReduceOp op,
+                             const mpi::Communicator &c, int asyncIndex,
+                             const ExecContext &ctx, StringRef where) override {
+    llvm::Expected<nccl::NcclCommunicator *> nc = lookup(c, where);
+    if (!nc)
+      return nc.takeError();
+    if (asyncIndex >= static_cast<int>(asyncDone.size()))
+      asyncDone.resize(asyncIndex + 1, nullptr);
+    cudaEvent_t &done = asyncDone[asyncIndex];
+    if (!done)
+      if (llvm::Error e = cuda::check(
+              cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+              "all_reduce_start: creating an event"))
+        return e;
+    Step step = begin("all_reduce_start", where);
+    llvm::Error err =
+        cuda::copyAsync(out.raw(), in.raw(), in.bytes(), commStream,
+                        "all_reduce_start: copying the operand");
+    if (!err)
+      err = nccl::allReduce(out, op, **nc, commStream, ctx.traffic);
+    if (err)
+      return fail(describe(step) + ": " + llvm::toString(std::move(err)));
+    endTrace(step);
+    // Both buffers stay alive until the wait (see the class comment).
+    inFlight.hold(asyncIndex, in);
+    inFlight.hold(asyncIndex, out);
+    return cuda::check(cudaEventRecord(done, commStream),
+                       describe(step) + ": recording its completion");
+  }
+
+  llvm::Error waitAllReduce(int asyncIndex, StringRef where) override {
+    if (asyncIndex < 0 || asyncIndex >= static_cast<int>(asyncDone.size()) ||
+        !asyncDone[asyncIndex])
+      return fail(where + ": wait for an all_reduce_start that never started");
+    if (llvm::Error e = cuda::check(
+            cudaStreamWaitEvent(backend.stream(), asyncDone[asyncIndex], 0),
+            where + ": waiting for the all-reduce"))
+      return e;
+    // Freed now, on the compute stream, after the wait just queued.
+    inFlight.release(asyncIndex);
+    return llvm::Error::success();
+  }
+
+  bool pointToPoint() const override { return true; }
+
+  /// One NCCL communicator (over all of `pp`, created in the same order on
+  /// every rank) and one stream per directed pair of neighbouring stages
+  /// (a -> a ± 1 mod P): each stream then carries the transfers of one
+  /// sender to one receiver only, in the order both issue them (checked by
+  /// the Executor), so a send waits for nothing but its matching receive,
+  /// as an MPI send to a posted receive would.
+  llvm::Error connectPointToPoint(const mpi::Communicator &pp) override {
+    int stages = pp.size();
+    myStage = pp.rank();
+    std::set<std::pair<int, int>> pairs;
+    for (int a = 0; a < stages; ++a)
+      for (int d : {1, -1}) {
+        int b = (a + d + stages) % stages;
+        if (a != b)
+          pairs.insert({a, b});
+      }
+    for (auto [a, b] : pairs) {
+      nccl::NcclCommunicator::Options o;
+      o.device = backend.device();
+      double timeout = backend.options().collectiveTimeoutS;
+      o.pollTimeoutSeconds = timeout > 0 ? timeout : 0;
+      o.name = llvm::formatv("tessera-pp{0}->{1}", a, b).str();
+      llvm::Expected<std::unique_ptr<nccl::NcclCommunicator>> nc =
+          nccl::NcclCommunicator::create(pp, o);
+      if (!nc)
+        return nc.takeError();
+      if (watchdog)
+        watchdog->watch(**nc);
+      Pair pair{a, b, nc->get(), nullptr, nullptr};
+      owned.push_back(std::move(*nc));
+      if (a == myStage || b == myStage) {
+        if (llvm::Error e = cuda::check(
+                cudaStreamCreateWithFlags(&pair.stream, cudaStreamNonBlocking),
+                "creating a point-to-point stream"))
+          return e;
+        if (llvm::Error e = cuda::check(
+                cudaEventCreateWithFlags(&pair.ready, cudaEventDisableTiming),
+                "creating an event"))
+          return e;
+      }
+      pairStreams.push_back(pair);
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error send(const Tensor &t, int peer, StringRef where) override {
+    if (peer == myStage) {
+      // A chunk sending to a chunk of its own stage (interleaved schedules
+      // on one stage): no NCCL (a lone send to self never completes); the
+      // receive copies it, in order.
+      toSelf.push_back(t);
+      return llvm::Error::success();
+    }
+    Pair *pair = findPair(myStage, peer);
+    if (!pair || !pair->stream)
+      return fail(where + ": no NCCL channel to pp rank " + llvm::Twine(peer));
+    Step step = beginOn(pair->stream, pair->ready, "send", where);
+    if (llvm::Error err = nccl::send(t, peer, *pair->comm, pair->stream))
+      return fail(describe(step) + ": " + llvm::toString(std::move(err)));
+    if (step.traceBegin)
+      backend.traceInterval(step.traceId, 1, step.traceBegin,
+                            backend.traceMark(pair->stream));
+    // Keep `t` until the send completes; free the buffers of finished ones.
+    cudaEvent_t done = nullptr;
+    if (llvm::Error e =
+            cuda::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                        "creating an event"))
+      return e;
+    cudaEventRecord(done, pair->stream);
+    pendingSends.push_back({done, t});
+    releaseFinishedSends();
+    return llvm::Error::success();
+  }
+
+  llvm::Error recv(Tensor &t, int peer, StringRef where) override {
+    if (peer == myStage) {
+      if (toSelf.empty() || toSelf.front().bytes() != t.bytes())
+        return fail(where + ": no matching send to this stage before it");
+      Tensor from = std::move(toSelf.front());
+      toSelf.pop_front();
+      return backend.copy(from, t);
+    }
+    Pair *pair = findPair(peer, myStage);
+    if (!pair || !pair->stream)
+      return fail(where + ": no NCCL channel from pp rank " +
+                  llvm::Twine(peer));
+    // The stream waits for the compute stream (where `t` was allocated).
+    Step step = beginOn(pair->stream, pair->ready, "recv", where);
+    if (llvm::Error err = nccl::recv(t, peer, *pair->comm, pair->stream))
+      return fail(describe(step) + ": " + llvm::toString(std::move(err)));
+    if (step.traceBegin)
+      backend.traceInterval(step.traceId, 1, step.traceBegin,
+                            backend.traceMark(pair->stream));
+    if (llvm::Error e = cuda::check(cudaEventRecord(commReady, pair->stream),
+                                    describe(step) + ": recording completion"))
+      return e;
+    return cuda::check(cudaStreamWaitEvent(backend.stream(), commReady, 0),
+                       describe(step) + ": ordering the compute stream");
+  }
+
+  /// End of a step: both streams drained, every communicator's
+  /// asynchronous state checked; on failure every communicator is aborted
+  /// and the error names this rank and the last collective.
+  llvm::Error finishStep() override {
+    llvm::Error err = cuda::check(cudaStreamSynchronize(commStream),
+                                  "waiting for the communication stream");
+    for (const Pair &pair : pairStreams)
+      if (!err && pair.stream)
+        err = cuda::check(cudaStreamSynchronize(pair.stream),
+                          "waiting for a point-to-point stream");
+    if (!err)
+      releaseFinishedSends();
+    for (const auto &nc : owned)
+      if (!err)
+        err = nc->checkAsync();
+    if (err) {
+      for (const auto &nc : owned)
+        nc->abort();
+      return fail(llvm::formatv("rank {0}: NCCL collective #{1} ({2}) or one "
+                                "before it failed; communicators aborted: {3}",
+                                mpi::worldRank(), seq, lastName,
+                                llvm::toString(std::move(err))));
+    }
+    if (watchdog)
+      watchdog->end();
+    inFlight.releaseAll();
+    return llvm::Error::success();
+  }
+
+  /// Stops the communicators after a failed step (ncclCommAbort).
+  void abortAll() {
+    for (const auto &nc : owned)
+      nc->abort();
+  }
+
+private:
+  explicit NcclCommunication(CudaBackend &backend) : backend(backend) {}
+
+  struct Step {
+    uint64_t seq;
+    std::string name;
+    int traceId;
+    cudaEvent_t traceBegin;
+  };
+  std::string describe(const Step &s) const {
+    return llvm::formatv("NCCL collective #{0} ({1})", s.seq, s.name).str();
+  }
+
+  llvm::Expected<nccl::NcclCommunicator *> lookup(const mpi::Communicator &c,
+                                                  StringRef where) {
+    for (auto &[handle, nc] : byHandle)
+      if (handle == c.handle())
+        return nc;
+    return fail(where + ": its communicator was not connected to NCCL");
+  }
+
+  /// Announces the call to the watchdog and orders the comm stream after
+  /// the work queued on the compute stream so far.
+  Step begin(StringRef op, StringRef where) {
+    return beginOn(commStream, computeReady, op, where);
+  }
+  Step beginOn(cudaStream_t on, cudaEvent_t ready, StringRef op,
+               StringRef where) {
+    Step s{++seq, (op + " " + where).str(), -1, nullptr};
+    lastName = s.name;
+    if (watchdog)
+      watchdog->begin(s.seq, s.name);
+    cudaEventRecord(ready, backend.stream());
+    cudaStreamWaitEvent(on, ready, 0);
+    s.traceBegin = backend.traceMark(on);
+    if (s.traceBegin)
+      s.traceId = backend.traceId(op.str() + " " + where.str());
+    return s;
+  }
+
+  struct Pair {
+    int from, to;
+    nccl::NcclCommunicator *comm;
+    cudaStream_t stream; ///< null unless this rank is `from` or `to`
+    cudaEvent_t ready;
+  };
+  Pair *findPair(int from, int to) {
+    for (Pair &p : pairStreams)
+      if (p.from == from && p.to == to)
+        return &p;
+    return nullptr;
+  }
+  /// Drops the buffers of sends whose completion event has fired.
+  void releaseFinishedSends() {
+    std::vector<PendingSend> still;
+    for (PendingSend &p : pendingSends) {
+      if (cudaEventQuery(p.done) == cudaSuccess) {
+        cudaEventDestroy(p.done);
+        continue;
+      }
+      cudaGetLastError(); // cudaErrorNotReady is not an error
+      still.push_back(std::move(p));
+    }
+    pendingSends = std::move(still);
+  }
+  void endTrace(const Step &s) {
+    if (s.traceBegin)
+      backend.traceInterval(s.traceId, 1, s.traceBegin,
+                            backend.traceMark(commStream));
+  }
+  /// Orders the compute stream after the collective (synchronous form).
+  llvm::Error endSync(const Step &s) {
+    endTrace(s);
+    if (llvm::Error e = cuda::check(cudaEventRecord(commReady, commStream),
+                                    describe(s) + ": recording completion"))
+      return e;
+    return cuda::check(cudaStreamWaitEvent(backend.stream(), commReady, 0),
+                       describe(s) + ": ordering the compute stream");
+  }
+
+  /// The comm stream's own scratch (never the compute kernels').
+  llvm::Expected<void *> scratch(int64_t bytes) {
+    if (bytes <= 0)
+      return nullptr;
+    if (!scratchBuffer.isNull() &&
+        static_cast<int64_t>(scratchBuffer.bytes()) >= bytes)
+      return scratchBuffer.raw();
+    if (llvm::Error e = cuda::check(cudaStreamSynchronize(commStream),
+                                    "growing the collectives' scratch"))
+      return std::move(e);
+    scratchBuffer = Tensor();
+    llvm::Expected<Tensor> t = cuda::emptyDevice(DType::I1, {bytes});
+    if (!t)
+      return t.takeError();
+    scratchBuffer = *t;
+    return scratchBuffer.raw();
+  }
+
+  CudaBackend &backend;
+  cudaStream_t commStream = nullptr;
+  cudaEvent_t computeReady = nullptr, commReady = nullptr;
+  std::vector<cudaEvent_t> asyncDone;
+  std::vector<std::pair<MPI_Comm, nccl::NcclCommunicator *>> byHandle;
+  std::vector<std::unique_ptr<nccl::NcclCommunicator>> owned;
+  std::unique_ptr<nccl::NcclWatchdog> watchdog;
+  InFlightBuffers inFlight;
+  Tensor scratchBuffer;
+  uint64_t seq = 0;
+  std::string lastName;
+  // Pipeline point-to-point.
+  int myStage = 0;
+  std::vector<Pair> pairStreams;
+  struct PendingSend {
+    cudaEvent_t done;
+    Tensor data;
+  };
+  std::vector<PendingSend> pendingSends;
+  std::deque<Tensor> toSelf; ///< sends to this stage, not yet received
+};
+#endif // TESSERA_HAVE_NCCL
+
 } // namespace
 
 namespace tessera::runtime::exec {
-llvm::Expected<std::unique_ptr<Backend>> createCudaBackend() {
-  return CudaBackend::create();
+llvm::Expected<std::unique_ptr<Backend>>
+createCudaBackend(const BackendOptions &options) {
+  return CudaBackend::create(options);
 }
 } // namespace tessera::runtime::exec
 
-llvm::Expected<std::unique_ptr<Backend>> CudaBackend::create() {
+llvm::Expected<std::unique_ptr<Backend>>
+CudaBackend::create(const BackendOptions &options) {
+  // The device: node-local rank modulo the device count. Collective over
+  // the world (every rank takes part even without a device, so that all
+  // reach the same checks).
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess)
+    count = 0;
+  cudaGetLastError();
+  int device = count > 0 ? 0 : -1;
+  std::optional<SharedDevice> shared;
+  if (options.world) {
+    llvm::Expected<int> local = nodeLocalRankOf(*options.world);
+    if (!local)
+      return fail("--backend cuda: " + llvm::toString(local.takeError()));
+    device = chooseDevice(*local, count);
+    int localRank = 0;
+    std::vector<int> ranks, devices;
+    if (llvm::Error e =
+            nodeDeviceTable(*options.world, device, localRank, ranks, devices))
+      return fail("--backend cuda: " + llvm::toString(std::move(e)));
+    shared = findSharedDevice(ranks, devices);
+  }
   if (llvm::Error e = cuda::deviceAvailable())
     return fail("--backend cuda: " + llvm::toString(std::move(e)));
+  if (options.collectives == Transport::Nccl && shared)
+    return fail(sharedDeviceMessage(*shared));
+  if (llvm::Error e =
+          cuda::check(cudaSetDevice(device), "--backend cuda: cudaSetDevice(" +
+                                                 llvm::Twine(device) + ")"))
+    return std::move(e);
   auto backend = std::make_unique<CudaBackend>();
+  backend->opts = options;
+  backend->deviceIndex = device;
   cudaStream_t s = nullptr;
   if (llvm::Error e =
           cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
@@ -283,9 +955,7 @@ llvm::Expected<std::unique_ptr<Backend>> CudaBackend::create() {
   // Keep freed blocks in the stream-ordered pool instead of returning them
   // to the driver at every synchronisation.
   cudaMemPool_t pool;
-  int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess &&
-      cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
     uint64_t keep = UINT64_MAX;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
   }
@@ -294,7 +964,137 @@ llvm::Expected<std::unique_ptr<Backend>> CudaBackend::create() {
   if (!blas)
     return fail("--backend cuda: " + llvm::toString(blas.takeError()));
   backend->blasHandle = std::move(*blas);
+  if (options.collectives == Transport::Mpi) {
+    backend->comm = std::make_unique<StagedCommunication>(*backend);
+  } else {
+#ifdef TESSERA_HAVE_NCCL
+    llvm::Expected<std::unique_ptr<NcclCommunication>> nc =
+        NcclCommunication::create(*backend);
+    if (!nc)
+      return nc.takeError();
+    backend->comm = std::move(*nc);
+#endif
+  }
   return backend;
+}
+
+CudaBackend::~CudaBackend() {
+  // The communicators first (their finalize needs the device), then the
+  // trace events.
+  comm.reset();
+  if (traceRef)
+    cudaEventDestroy(traceRef);
+  for (cudaEvent_t ev : eventPool)
+    cudaEventDestroy(ev);
+  for (cudaEvent_t ev : eventsUsed)
+    cudaEventDestroy(ev);
+}
+
+llvm::Error CudaBackend::supportsCommunication(StringRef what) const {
+  (void)what;
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::connect(const mpi::Communicator &c) {
+  if (!comm)
+    // Only a plan that communicates needs NCCL.
+    return fail("--backend cuda --collectives nccl: this tessera-run was "
+                "built without NCCL (nccl.h or libnccl not found at "
+                "configure time), and the plan communicates; use "
+                "--collectives mpi");
+  if (llvm::Error e = comm->connect(c))
+    return fail("--backend cuda --collectives " +
+                StringRef(transportName(comm->transport())) + ": " +
+                llvm::toString(std::move(e)));
+  ++connected;
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::accumulate(Tensor &acc, const Tensor &value) {
+  if (acc.isNull()) {
+    llvm::Expected<Tensor> t = allocate(value.dtype(), value.shape());
+    if (!t)
+      return t.takeError();
+    acc = std::move(*t);
+    return copy(value, acc);
+  }
+  return launched(cuda::binary(cuda::BinaryOp::Add, acc, value, acc, stream()),
+                  "add (pipeline accumulator)");
+}
+
+int CudaBackend::traceId(const std::string &name) {
+  auto [it, inserted] =
+      traceIds.try_emplace(name, static_cast<int>(traceNames.size()));
+  if (inserted)
+    traceNames.push_back(name);
+  return it->second;
+}
+
+cudaEvent_t CudaBackend::traceMark(cudaStream_t on) {
+  if (!tracing || capturing)
+    return nullptr;
+  if (!traceRef) {
+    // The step's reference point: host time of an event on the compute
+    // stream (synchronises once per traced step).
+    if (cudaEventCreate(&traceRef) != cudaSuccess)
+      return nullptr;
+    cudaEventRecord(traceRef, stream());
+    cudaEventSynchronize(traceRef);
+    traceRefSeconds = MPI_Wtime();
+  }
+  cudaEvent_t ev = nullptr;
+  if (!eventPool.empty()) {
+    ev = eventPool.back();
+    eventPool.pop_back();
+  } else if (cudaEventCreate(&ev) != cudaSuccess) {
+    return nullptr;
+  }
+  eventsUsed.push_back(ev);
+  cudaEventRecord(ev, on);
+  return ev;
+}
+
+void CudaBackend::traceInterval(int id, int which, cudaEvent_t begin,
+                                cudaEvent_t end) {
+  if (begin && end)
+    rawTrace.push_back({id, which, begin, end});
+}
+
+void CudaBackend::traceCompute(StringRef name, Instruction &inst) {
+  int id = traceId((name + " " + inst.where).str());
+  KernelFn fn = std::move(inst.fn);
+  inst.fn = [this, fn, id](const ExecContext &ctx, In in,
+                           Out out) -> llvm::Error {
+    if (!tracing || capturing)
+      return fn(ctx, in, out);
+    cudaEvent_t begin = traceMark(stream());
+    llvm::Error err = fn(ctx, in, out);
+    traceInterval(id, 0, begin, traceMark(stream()));
+    return err;
+  };
+}
+
+llvm::Error CudaBackend::collectTrace() {
+  if (!traceRef)
+    return llvm::Error::success();
+  std::vector<DeviceTraceEvent> events;
+  for (const RawInterval &r : rawTrace) {
+    float a = 0, b = 0;
+    if (cudaEventElapsedTime(&a, traceRef, r.begin) != cudaSuccess ||
+        cudaEventElapsedTime(&b, traceRef, r.end) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    events.push_back({r.id, r.which, traceRefSeconds + a * 1e-3,
+                      traceRefSeconds + b * 1e-3});
+  }
+  lastTrace = std::move(events);
+  rawTrace.clear();
+  eventPool.insert(eventPool.end(), eventsUsed.begin(), eventsUsed.end());
+  eventsUsed.clear();
+  cudaEventDestroy(traceRef);
+  traceRef = nullptr;
+  return llvm::Error::success();
 }
 
 llvm::Expected<Tensor> CudaBackend::allocate(DType dtype,
@@ -355,6 +1155,7 @@ llvm::Expected<Tensor> CudaBackend::download(const Tensor &t) {
 }
 
 llvm::Error CudaBackend::endCapture() {
+  capturing = false;
   cudaGraph_t graph = nullptr;
   if (llvm::Error e = cuda::check(cudaStreamEndCapture(stream(), &graph),
                                   "--cuda-graph: cudaStreamEndCapture"))
@@ -407,9 +1208,16 @@ llvm::Expected<cuda::DeviceStatus *> CudaBackend::statusAt(int slot) {
 }
 
 llvm::Error CudaBackend::finishStep() {
+  if (comm)
+    if (llvm::Error e = comm->finishStep())
+      return e;
+  if (llvm::Error e = cuda::check(cudaStreamSynchronize(stream()),
+                                  "waiting for the step's kernels"))
+    return e;
+  if (llvm::Error e = collectTrace())
+    return e;
   if (statusBuffer.isNull())
-    return cuda::check(cudaStreamSynchronize(stream()),
-                       "waiting for the step's kernels");
+    return llvm::Error::success();
   std::vector<cuda::DeviceStatus> status(statusWhere.size());
   size_t bytes = status.size() * sizeof(cuda::DeviceStatus);
   if (llvm::Error e =
@@ -484,9 +1292,91 @@ llvm::Error CudaBackend::bindKernel(StringRef name, mlir::DictionaryAttr attrs,
   bool has16 =
       llvm::any_of(ins, [](const TensorType &t) { return is16(t.dtype); }) ||
       llvm::any_of(outs, [](const TensorType &t) { return is16(t.dtype); });
-  if (has16 && !takesNative16Bit(name, ins, outs))
-    return bindWidened(name, attrs, ins, outs, options, inst);
-  return bindNative(name, attrs, ins, outs, options, inst);
+  llvm::Error err = llvm::Error::success();
+  if (inst.commIndex >= 0 && (name == "attention" || name == "attention_grad"))
+    err = bindHostFallback(name, inst); // ring attention
+  else if (has16 && !takesNative16Bit(name, ins, outs))
+    err = bindWidened(name, attrs, ins, outs, options, inst);
+  else
+    err = bindNative(name, attrs, ins, outs, options, inst);
+  if (err)
+    return err;
+  traceCompute(name, inst);
+  return llvm::Error::success();
+}
+
+/// Ring attention runs the CPU kernel (Kernels.cpp's closure, already in
+/// inst.fn, rotating K/V blocks with MPI_Sendrecv_replace over the ring's
+/// communicator) on host copies of the operands; the results are copied
+/// back. Correct under both transports; slow (no CUDA ring kernel yet).
+llvm::Error CudaBackend::bindHostFallback(StringRef name, Instruction &inst) {
+  if (!inst.allocateResults)
+    return fail("kernel \"" + name + "\" has no host fallback");
+  KernelFn cpuFn = inst.fn;
+  inst.fn = [this, cpuFn](const ExecContext &ctx, In in,
+                          Out out) -> llvm::Error {
+    std::vector<Tensor> hostIn;
+    hostIn.reserve(in.size());
+    for (const Tensor *t : in) {
+      llvm::Expected<Tensor> h = download(*t);
+      if (!h)
+        return h.takeError();
+      hostIn.push_back(std::move(*h));
+    }
+    std::vector<const Tensor *> inPtrs;
+    for (const Tensor &t : hostIn)
+      inPtrs.push_back(&t);
+    std::vector<Tensor> hostOut;
+    for (const Tensor &t : out)
+      hostOut.push_back(Tensor::empty(t.dtype(), t.shape()));
+    if (llvm::Error e = cpuFn(ctx, inPtrs, hostOut))
+      return e;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (llvm::Error e = copyFromHost(hostOut[i], out[i]))
+        return e;
+    return llvm::Error::success();
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindCollective(const CollectiveSpec &spec,
+                                        const TensorType &operand,
+                                        const TensorType &, Instruction &inst) {
+  int commIndex = spec.commIndex;
+  const char *name = "all_slice";
+  if (spec.op == CollectiveOp::AllSlice) {
+    // This rank's block along `dim`: a slice kernel, no communication.
+    int64_t dim = spec.dim < 0
+                      ? spec.dim + static_cast<int64_t>(operand.shape.size())
+                      : spec.dim;
+    std::vector<int64_t> shape = operand.shape;
+    inst.fn = [this, commIndex, dim, shape](const ExecContext &ctx, In in,
+                                            Out out) -> llvm::Error {
+      int64_t block = out[0].shape()[dim];
+      std::vector<int64_t> starts(shape.size(), 0), limits = shape,
+                                                    strides(shape.size(), 1);
+      starts[dim] = ctx.comms[commIndex].rank() * block;
+      limits[dim] = starts[dim] + block;
+      return launched(
+          cuda::slice(*in[0], starts, limits, strides, out[0], stream()),
+          "all_slice");
+    };
+    traceCompute(name, inst);
+  } else {
+    name = spec.op == CollectiveOp::AllReduce       ? "all_reduce"
+           : spec.op == CollectiveOp::AllGather     ? "all_gather"
+           : spec.op == CollectiveOp::ReduceScatter ? "reduce_scatter"
+                                                    : "all_to_all";
+    std::string where = inst.where;
+    inst.fn = [spec, where](const ExecContext &ctx, In in,
+                            Out out) -> llvm::Error {
+      if (!ctx.communication)
+        return fail("the cuda backend's collectives need its communication "
+                    "(none in this context)");
+      return ctx.communication->collective(spec, *in[0], out[0], ctx, where);
+    };
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error CudaBackend::bindNative(StringRef name, mlir::DictionaryAttr attrs,
@@ -584,6 +1474,8 @@ llvm::Error CudaBackend::bindNN(StringRef name, mlir::DictionaryAttr attrs,
                                 Instruction &inst) {
   using Status = cuda::DeviceStatus *;
   cudaStream_t s = stream();
+  if (inst.commIndex >= 0)
+    return bindVocabParallel(name, ins, outs, inst);
   if (name == "gather") {
     inst.fn =
         launchWith(inst, name, /*needsStatus=*/true, 0,
@@ -668,6 +1560,124 @@ llvm::Error CudaBackend::bindNN(StringRef name, mlir::DictionaryAttr attrs,
       launchWith(inst, name, false, 0, [=](In in, Out out, Status, void *) {
         return cuda::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4], lr, b1,
                                  b2, eps, wd, out[0], out[1], out[2], s);
+      });
+  return llvm::Error::success();
+}
+
+/// The communicator `comm` of `ctx`, or an error.
+static llvm::Expected<const mpi::Communicator *> commAt(const ExecContext &ctx,
+                                                        int comm) {
+  if (comm < 0 || comm >= static_cast<int>(ctx.comms.size()))
+    return fail(llvm::formatv("needs communicator #{0} for its grid_axes but "
+                              "the executor provides {1}",
+                              comm, ctx.comms.size()));
+  return &ctx.comms[comm];
+}
+
+/// Megatron-LM's vocab parallelism (Shoeybi et al. 2019) on the device: the
+/// lookup and its gradient mask the ids outside this rank's rows (no
+/// communication); the cross-entropy runs the CUDA phases of NNKernels.h
+/// (row max, sums, loss or gradient from the statistics), all-reducing the
+/// f64 statistics between them through the communication (MAX for the row
+/// max, SUM for the sums of exponentials and target logits), exactly as
+/// Kernels.cpp's CPU closure does with MPI.
+llvm::Error CudaBackend::bindVocabParallel(StringRef name,
+                                           ArrayRef<TensorType> ins,
+                                           ArrayRef<TensorType> outs,
+                                           Instruction &inst) {
+  using Status = cuda::DeviceStatus *;
+  cudaStream_t s = stream();
+  int comm = inst.commIndex;
+  std::string kernel = name.str();
+  if (name == "gather") {
+    inst.fn = launchWith(
+        inst, name, true, 0,
+        [s, comm, kernel](const ExecContext &ctx, In in, Out out, Status status,
+                          void *) -> llvm::Error {
+          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
+          if (!c)
+            return c.takeError();
+          int64_t local = in[0]->dim(0);
+          return launched(
+              cuda::gatherMasked(*in[0], *in[1], (*c)->rank() * local,
+                                 (*c)->size() * local, out[0], status, s),
+              kernel);
+        });
+    return llvm::Error::success();
+  }
+  if (name == "gather_grad") {
+    size_t bytes = 0;
+    if (llvm::Error e =
+            launched(cuda::gatherGradScratchBytes(shapeNumel(ins[0].shape),
+                                                  outs[0].shape[0], &bytes),
+                     "gather_grad scratch size"))
+      return e;
+    inst.fn = launchWith(
+        inst, name, true, bytes,
+        [s, comm, kernel](const ExecContext &ctx, In in, Out out, Status status,
+                          void *ws) -> llvm::Error {
+          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
+          if (!c)
+            return c.takeError();
+          int64_t local = out[0].dim(0);
+          return launched(cuda::gatherGradMasked(
+                              *in[0], *in[1], (*c)->rank() * local,
+                              (*c)->size() * local, out[0], ws, status, s),
+                          kernel);
+        });
+    return llvm::Error::success();
+  }
+  if (name != "cross_entropy" && name != "cross_entropy_grad")
+    return fail("the cuda backend has no kernel \"" + name +
+                "\" with grid_axes");
+  bool grad = name == "cross_entropy_grad";
+  int64_t k = tessera::tsrt::vocabParallelScratchPerRow(name);
+  std::string where = inst.where;
+  inst.fn = launchWith(
+      inst, name, true, 0,
+      [this, s, comm, grad, k, kernel, where](const ExecContext &ctx, In in,
+                                              Out out, Status status,
+                                              void *) -> llvm::Error {
+        llvm::Expected<const mpi::Communicator *> cm = commAt(ctx, comm);
+        if (!cm)
+          return cm.takeError();
+        const mpi::Communicator &c = **cm;
+        if (!ctx.communication)
+          return fail("vocab-parallel cross-entropy needs the backend's "
+                      "communication");
+        const Tensor &logits = *in[0];
+        int64_t n = logits.dim(0), local = logits.dim(1);
+        // The statistics, f64 (I64 storage), from the stream-ordered pool:
+        // freed on the compute stream after it has waited for the
+        // all-reduces.
+        llvm::Expected<Tensor> stats = allocate(DType::I64, {k * n});
+        if (!stats)
+          return stats.takeError();
+        double *rowMax = static_cast<double *>(stats->raw());
+        double *sumExp = rowMax + n, *target = grad ? nullptr : rowMax + 2 * n;
+        if (llvm::Error e =
+                launched(cuda::crossEntropyRowMax(logits, rowMax, s), kernel))
+          return e;
+        if (llvm::Error e = ctx.communication->allReduceF64(
+                rowMax, n, mpi::ReduceOp::Max, c, ctx, where))
+          return e;
+        if (llvm::Error e =
+                launched(cuda::crossEntropyRowSums(
+                             logits, *in[1], c.rank() * local, c.size() * local,
+                             rowMax, sumExp, target, status, s),
+                         kernel))
+          return e;
+        if (llvm::Error e = ctx.communication->allReduceF64(
+                sumExp, grad ? n : 2 * n, mpi::ReduceOp::Sum, c, ctx, where))
+          return e;
+        if (grad)
+          return launched(cuda::crossEntropyGradFromStats(
+                              logits, *in[1], c.rank() * local, rowMax, sumExp,
+                              *in[2], out[0], s),
+                          kernel);
+        return launched(
+            cuda::crossEntropyFromStats(n, rowMax, sumExp, target, out[0], s),
+            kernel);
       });
   return llvm::Error::success();
 }
@@ -829,8 +1839,8 @@ llvm::Error CudaBackend::bindLayout(StringRef name, mlir::DictionaryAttr attrs,
 /// tsrt "attention" (q, k, v [, mask]) -> (o, lse) and "attention_grad"
 /// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv) through the fused flash
 /// attention kernels; the leading dims of q are the batch (B·H). Ring
-/// attention (grid_axes) never reaches here: supportsCommunication refuses
-/// it.
+/// attention (grid_axes) never reaches here: bindKernel runs the CPU ring
+/// kernel on host copies (bindHostFallback).
 llvm::Error CudaBackend::bindAttention(StringRef name,
                                        mlir::DictionaryAttr attrs,
                                        ArrayRef<TensorType> ins,

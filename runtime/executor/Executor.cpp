@@ -52,7 +52,17 @@ llvm::Error Executor::enableTrace() {
     return err;
   traceOrigin = MPI_Wtime();
   tracing = true;
+  backend->traceDevice(true);
   return llvm::Error::success();
+}
+
+std::vector<DeviceTraceEvent> Executor::deviceTrace() const {
+  std::vector<DeviceTraceEvent> events = backend->deviceTrace();
+  for (DeviceTraceEvent &e : events) {
+    e.start -= traceOrigin;
+    e.end -= traceOrigin;
+  }
+  return events;
 }
 
 double Executor::now() const { return MPI_Wtime() - traceOrigin; }
@@ -88,15 +98,11 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
                 "uses " +
                 shapeToString(grid.rankOrder()));
   std::unique_ptr<Executor> ex(new Executor(plan, grid));
-  Backend &backend = plan.pipeline() ? cpuBackend() : plan.program().backend();
+  Backend &backend = plan.backend();
   ex->backend = &backend;
-  if (!backend.hostMemory() && grid.parent().size() != 1)
-    return fail(plan.source() + ": the " + backend.name() +
-                " backend runs single-rank plans only (multi-rank runs need "
-                "device collectives, which are not built yet); this job has " +
-                llvm::Twine(grid.parent().size()) + " ranks");
   ex->ctx.traffic = &ex->counter;
   ex->ctx.stats = &ex->stats;
+  ex->ctx.communication = backend.communication();
 
   if (plan.pipeline()) {
     // The pp communicator and every chunk's sub-communicators.
@@ -108,6 +114,8 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
       llvm::Expected<mpi::Communicator> comm = grid.subComm(axes);
       if (!comm)
         return comm.takeError();
+      if (llvm::Error err = backend.connect(*comm))
+        return std::move(err);
       ex->ctx.comms.push_back(*comm);
     }
     // The static memory plan's arena, once for all steps.

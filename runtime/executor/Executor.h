@@ -49,6 +49,7 @@
 
 #include "runtime/Tensor.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/executor/Backend.h"
 #include "runtime/executor/Plan.h"
 
 #include "llvm/Support/Error.h"
@@ -175,6 +176,11 @@ public:
   llvm::Error enableTrace();
   /// Events recorded so far, in the order they ended.
   const std::vector<TraceEvent> &traceEvents() const { return trace; }
+  /// With tracing on a device backend (--backend cuda): the device
+  /// intervals of the last step (every kernel on the compute stream, every
+  /// collective on the communication stream; Backend::deviceTrace), in
+  /// seconds since the trace origin. Empty for the CPU backend.
+  std::vector<DeviceTraceEvent> deviceTrace() const;
 
 private:
   Executor(const Plan &plan, mpi::Grid &grid) : planRef(plan), gridRef(grid) {}

@@ -9,6 +9,7 @@
 #include "runtime/executor/Executor.h"
 
 #include "runtime/collectives/mpi/Watchdog.h"
+#include "runtime/executor/Backend.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
@@ -25,18 +27,27 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-/// Adds `value` into accumulator `acc`: the first contribution is copied
-/// (results may share storage with other values), later ones are added
-/// elementwise (f32, checked at load time).
-static void accumulate(Tensor &acc, const Tensor &value) {
-  if (acc.isNull()) {
-    acc = value.clone();
-    return;
-  }
-  float *a = acc.data<float>();
-  const float *v = value.data<float>();
-  for (int64_t i = 0, n = acc.numel(); i < n; ++i)
-    a[i] += v[i];
+/// checkPipelineMessageOrder over the sends and receives every stage
+/// issues: its actions in schedule order, each program's in instruction
+/// order.
+static llvm::Error checkTaglessOrder(const Pipeline &p) {
+  std::vector<std::vector<PipelineMessage>> sends(p.shape.stages),
+      recvs(p.shape.stages);
+  for (int64_t st = 0; st < p.shape.stages; ++st)
+    for (const schedule::Action &a : p.actions[st]) {
+      const PipelineChunk &chunk = p.chunks[a.chunk];
+      const Program &prog = a.phase == schedule::Phase::Forward
+                                ? chunk.forward.program
+                                : chunk.backward.program;
+      for (const Instruction &inst : prog.instructions()) {
+        int64_t peer = inst.peerChunk % p.shape.stages;
+        if (inst.kind == Instruction::Kind::Send)
+          sends[st].push_back({st, peer, inst.channel, a.microBatch});
+        else if (inst.kind == Instruction::Kind::Recv)
+          recvs[st].push_back({peer, st, inst.channel, a.microBatch});
+      }
+    }
+  return checkPipelineMessageOrder(sends, recvs);
 }
 
 llvm::Error Executor::initPipeline() {
@@ -64,6 +75,14 @@ llvm::Error Executor::initPipeline() {
   p2p->comm = *pp;
   p2p->stages = p.shape.stages;
   p2p->microBatches = p.shape.microBatches;
+  if (Communication *c = backend->communication(); c && c->pointToPoint()) {
+    // NCCL matches transfers by order (no tags): the schedule must issue
+    // them in the same order on both ends of every stage pair.
+    if (llvm::Error err = checkTaglessOrder(p))
+      return fail(planRef.source() + ": " + llvm::toString(std::move(err)));
+    if (llvm::Error err = c->connectPointToPoint(*pp))
+      return err;
+  }
 
   // Sub-communicators of every chunk's functions, in chunk order, on every
   // rank (MPI_Comm_split is collective over the whole grid).
@@ -77,11 +96,14 @@ llvm::Error Executor::initPipeline() {
         llvm::Expected<mpi::Communicator> comm = gridRef.subComm(axes);
         if (!comm)
           return comm.takeError();
+        if (llvm::Error err = backend->connect(*comm))
+          return err;
         fc.comms.push_back(*comm);
       }
       fc.traffic = &counter;
       fc.stats = &stats;
       fc.p2p = p2p.get();
+      fc.communication = backend->communication();
     }
     if (chunk.stage == myStage)
       myChunks.push_back(static_cast<int64_t>(c));
@@ -108,12 +130,17 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
   coords.push_back(0);
   for (int64_t mb = 0; mb < M; ++mb) {
     coords.back() = mb;
-    if (held[tokensArg])
-      tokenSlices[mb] = sliceToLocal(tokens, m.arguments[tokensArg].layout,
-                                     m.gridShape, coords);
-    if (held[labelsArg])
-      labelSlices[mb] = sliceToLocal(labels, m.arguments[labelsArg].layout,
-                                     m.gridShape, coords);
+    for (auto [arg, global, slices] :
+         {std::tuple{tokensArg, &tokens, &tokenSlices},
+          std::tuple{labelsArg, &labels, &labelSlices}}) {
+      if (!held[arg])
+        continue;
+      llvm::Expected<Tensor> local = backend->upload(
+          sliceToLocal(*global, m.arguments[arg].layout, m.gridShape, coords));
+      if (!local)
+        return stepError("the batch", local.takeError());
+      (*slices)[mb] = std::move(*local);
+    }
   }
 
   counter.beginStep();
@@ -210,7 +237,9 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
       OpTimer timer(&stats, "pipeline.accumulate");
       for (auto [i, b] : llvm::enumerate(f.results))
         if (b.kind == Binding::Kind::Acc)
-          accumulate(acc[b.index], (*results)[i]);
+          if (llvm::Error err =
+                  backend->accumulate(acc[b.index], (*results)[i]))
+            return stepError(name, std::move(err));
     }
     results->clear();
     // Free the buffers of the sends that have completed.
@@ -247,13 +276,19 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
       return stepError(name, results.takeError());
     for (auto [i, b] : llvm::enumerate(f.results)) {
       const ResultSpec &r = m.results[b.index];
-      if (r.role == Role::Loss)
-        loss = (*results)[i].data<float>()[0];
-      else
+      if (r.role == Role::Loss) {
+        llvm::Expected<Tensor> host = backend->download((*results)[i]);
+        if (!host)
+          return stepError(name, host.takeError());
+        loss = host->data<float>()[0];
+      } else
         next[r.argument] = (*results)[i];
     }
     record(TraceEvent::Kind::Apply, c, -1, start);
   }
+
+  if (llvm::Error err = backend->finishStep())
+    return stepError("finishing the step", std::move(err));
 
   // The loss lives on the last stage.
   double value = loss;
@@ -321,7 +356,14 @@ Executor::gatherWeightsPipeline(int root) const {
     Tensor gathered;
     if (isRoot)
       gathered = Tensor::empty(DType::F32, {total});
-    const Tensor &local = state[a.index];
+    Tensor local;
+    if (mine) {
+      llvm::Expected<Tensor> host = backend->download(state[a.index]);
+      if (!host)
+        return fail("gatherWeights: '" + a.name +
+                    "': " + llvm::toString(host.takeError()));
+      local = std::move(*host);
+    }
     mpi::watchdog::Guard guard("gather", world.size());
     int rc = MPI_Gatherv(mine ? local.raw() : nullptr, mine, MPI_FLOAT,
                          isRoot ? gathered.raw() : nullptr, counts.data(),

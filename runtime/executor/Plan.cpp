@@ -383,8 +383,10 @@ namespace {
 class PipelineCompiler {
 public:
   PipelineCompiler(mlir::ModuleOp module, const Manifest &m,
-                   llvm::StringRef source)
-      : module(module), m(m), source(source) {}
+                   llvm::StringRef source, Backend *backend)
+      : module(module), m(m), source(source) {
+    options.backend = backend;
+  }
 
   llvm::Expected<Pipeline> compile();
 
@@ -815,12 +817,10 @@ static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
   }
 
   if (m.isPipeline()) {
-    if (backend && !backend->hostMemory())
-      return fail(source + ": the " + backend->name() +
-                  " backend does not run pipeline plans (their sends and "
-                  "receives need device collectives, which are not built "
-                  "yet); use --backend cpu");
-    llvm::Expected<Pipeline> p = PipelineCompiler(*module, m, source).compile();
+    // A backend that cannot run the sends and receives refuses them when
+    // they are compiled (naming the op).
+    llvm::Expected<Pipeline> p =
+        PipelineCompiler(*module, m, source, backend).compile();
     if (!p)
       return p.takeError();
     pipe = std::move(*p);
@@ -851,6 +851,7 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
 
   std::unique_ptr<Plan> plan(new Plan());
   plan->src = source.str();
+  plan->device = backend ? backend : &cpuBackend();
   plan->man = std::move(*manifest);
   const Manifest &m = plan->man;
 

@@ -228,10 +228,14 @@ public:
   const Tensor *initialValue(llvm::StringRef name) const;
   /// Where the plan came from (path or buffer name).
   const std::string &source() const { return src; }
+  /// The backend its programs were compiled for (the CPU backend when
+  /// loaded with none).
+  Backend &backend() const { return *device; }
 
 private:
   Plan() = default;
   std::string src;
+  Backend *device = nullptr;
   Manifest man;
   Program prog;
   std::optional<Pipeline> pipe;

@@ -142,6 +142,19 @@ static llvm::Expected<Tensor> materialise(Attribute value,
               "dense_resource<...>)");
 }
 
+/// The CollectiveOp of a tsrt collective (not all_reduce_start).
+static CollectiveOp collectiveOf(Operation &op) {
+  if (isa<tessera::tsrt::AllReduceOp>(op))
+    return CollectiveOp::AllReduce;
+  if (isa<tessera::tsrt::AllGatherOp>(op))
+    return CollectiveOp::AllGather;
+  if (isa<tessera::tsrt::ReduceScatterOp>(op))
+    return CollectiveOp::ReduceScatter;
+  if (isa<tessera::tsrt::AllSliceOp>(op))
+    return CollectiveOp::AllSlice;
+  return CollectiveOp::AllToAll;
+}
+
 llvm::Expected<Arena> Arena::allocate(int64_t bytes) {
   Arena a;
   a.bytes = bytes;
@@ -583,6 +596,22 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
                                 i64("split_dim"), i64("concat_dim"), false,
                                 inTypes[0], outTypes[0], inst);
       }
+      if (!err && inst.kind == Instruction::Kind::Call) {
+        // The backend binds it (the CPU backend keeps the MPI closure).
+        CollectiveSpec spec{collectiveOf(op), commIndex, n, 0, 0, false};
+        if (auto ar = dyn_cast<tessera::tsrt::AllReduceOp>(op))
+          spec.max = ar.getReduction() == "max";
+        else if (isa<tessera::tsrt::AllToAllOp>(op))
+          spec.dim = i64("split_dim"), spec.dim2 = i64("concat_dim");
+        else
+          spec.dim = i64("dim");
+        // Negative dims count from the end (as resolveCollective reads them).
+        int64_t rank = static_cast<int64_t>(inTypes[0].shape.size());
+        spec.dim += spec.dim < 0 ? rank : 0;
+        spec.dim2 += spec.dim2 < 0 ? rank : 0;
+        inst.where = where;
+        err = p.device->bindCollective(spec, inTypes[0], outTypes[0], inst);
+      }
     } else {
       return opError("unsupported operation in a runtime program");
     }
@@ -694,7 +723,11 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       (ctx.microBatch < 0 || ctx.microBatch >= ctx.p2p->microBatches))
     return fail(llvm::formatv("micro-batch {0} is out of range [0, {1})",
                               ctx.microBatch, ctx.p2p->microBatches));
-  for (size_t i = 0; i < recvInsts.size(); ++i) {
+  // NCCL point-to-point (a device backend's communication) receives at
+  // the instruction; MPI receives are posted now.
+  bool devicePointToPoint =
+      ctx.communication && ctx.communication->pointToPoint();
+  for (size_t i = 0; i < recvInsts.size() && !devicePointToPoint; ++i) {
     const Instruction &inst = insts[recvInsts[i]];
     const TensorType &t = inst.resultTypes[0];
     posted[i].data = Tensor::empty(t.dtype, t.shape);
@@ -734,7 +767,27 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
   for (const Instruction &inst : insts) {
     OpTimer timer(ctx.stats, inst.kernel);
     if (inst.kind == Instruction::Kind::Send) {
-      const Tensor &data = slot[inst.operands[0]];
+      if (devicePointToPoint) {
+        const Tensor &data = slot[inst.operands[0]];
+        if (llvm::Error err = ctx.communication->send(
+                data, static_cast<int>(inst.peerChunk % ctx.p2p->stages),
+                inst.where + ": send to " + peerText(inst)))
+          return fail(llvm::toString(std::move(err)));
+        if (ctx.traffic)
+          ctx.traffic->record(mpi::CollectiveKind::Send,
+                              static_cast<double>(data.bytes()), 2);
+        for (int s : inst.release)
+          slot[s] = Tensor();
+        continue;
+      }
+      Tensor data = slot[inst.operands[0]];
+      if (!device->hostMemory()) {
+        // Host staging: MPI sends the host copy.
+        llvm::Expected<Tensor> host = device->download(data);
+        if (!host)
+          return fail(inst.where + ": " + llvm::toString(host.takeError()));
+        data = std::move(*host);
+      }
       std::string what = inst.where + ": MPI_Isend of " +
                          TensorType{data.dtype(), data.shape()}.str() + " to " +
                          peerText(inst);
@@ -756,7 +809,10 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       continue;
     }
     if (inst.kind == Instruction::Kind::Wait) {
-      if (llvm::Error err = mpi::wait(&requests[inst.asyncIndex]))
+      if (llvm::Error err = ctx.communication
+                                ? ctx.communication->waitAllReduce(
+                                      inst.asyncIndex, inst.where)
+                                : mpi::wait(&requests[inst.asyncIndex]))
         return fail(inst.where + ": " + llvm::toString(std::move(err)));
       slot[inst.results[0]] = slot[inst.operands[0]];
       for (int s : inst.release)
@@ -764,6 +820,21 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       continue;
     }
     if (inst.kind == Instruction::Kind::Recv) {
+      if (devicePointToPoint) {
+        const TensorType &t = inst.resultTypes[0];
+        llvm::Expected<Tensor> data = device->allocate(t.dtype, t.shape);
+        if (!data)
+          return fail(inst.where + ": " + llvm::toString(data.takeError()));
+        if (llvm::Error err = ctx.communication->recv(
+                *data, static_cast<int>(inst.peerChunk % ctx.p2p->stages),
+                inst.where + ": receive of " + t.str() + " from " +
+                    peerText(inst)))
+          return fail(llvm::toString(std::move(err)));
+        slot[inst.results[0]] = std::move(*data);
+        for (int s : inst.release)
+          slot[s] = Tensor();
+        continue;
+      }
       PostedRecv &r = posted[inst.recvIndex];
       MPI_Status status;
       double waitStart = MPI_Wtime();
@@ -781,7 +852,15 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
                                   "expected {3} ({4})",
                                   inst.where, count, peerText(inst),
                                   r.data.numel(), inst.resultTypes[0].str()));
-      slot[inst.results[0]] = std::move(r.data);
+      if (device->hostMemory()) {
+        slot[inst.results[0]] = std::move(r.data);
+      } else {
+        llvm::Expected<Tensor> placed = device->upload(r.data);
+        if (!placed)
+          return fail(inst.where + ": " + llvm::toString(placed.takeError()));
+        slot[inst.results[0]] = std::move(*placed);
+        r.data = Tensor();
+      }
       for (int s : inst.release)
         slot[s] = Tensor();
       continue;
@@ -816,11 +895,16 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
                                         offset + std::max<int64_t>(used, 64));
       }
     if (inst.kind == Instruction::Kind::AllReduceStart) {
-      if (llvm::Error err = mpi::startAllReduce(
-              *in[0], out[0],
-              inst.reduceMax ? mpi::ReduceOp::Max : mpi::ReduceOp::Sum,
-              ctx.comms[inst.commIndex], &requests[inst.asyncIndex],
-              ctx.traffic))
+      mpi::ReduceOp op =
+          inst.reduceMax ? mpi::ReduceOp::Max : mpi::ReduceOp::Sum;
+      if (llvm::Error err =
+              ctx.communication
+                  ? ctx.communication->startAllReduce(
+                        *in[0], out[0], op, ctx.comms[inst.commIndex],
+                        inst.asyncIndex, ctx, inst.where)
+                  : mpi::startAllReduce(
+                        *in[0], out[0], op, ctx.comms[inst.commIndex],
+                        &requests[inst.asyncIndex], ctx.traffic))
         return fail(inst.where + ": " + llvm::toString(std::move(err)));
     } else if (llvm::Error err = inst.fn(ctx, in, out))
       return fail(inst.where + ": " + llvm::toString(std::move(err)));

@@ -59,6 +59,7 @@ namespace runtime {
 namespace exec {
 
 class Backend;
+class Communication;
 
 /// Static type of a program value.
 struct TensorType {
@@ -161,6 +162,10 @@ struct ExecContext {
   /// The arena of a program with a static memory plan (at least
   /// Program::arenaBytes() bytes); null otherwise.
   const Arena *arena = nullptr;
+  /// A device backend's communication (Backend::communication(); every
+  /// entry of `comms` and the pp communicator connected to it); null for
+  /// the CPU backend, whose instructions call MPI themselves.
+  Communication *communication = nullptr;
 };
 
 /// Adds the host wall time of its scope to `stats->opTimes[kind]` when
@@ -203,8 +208,10 @@ struct Instruction {
   /// and yields it as result 0.
   /// AllReduceStart: posts MPI_Iallreduce of operand 0 into result 0
   /// (allocated as a Call's) over comm `commIndex`, as request
-  /// `asyncIndex`. Wait: completes request `asyncIndex`; result 0 is a view
-  /// of operand 0.
+  /// `asyncIndex` (with ExecContext::communication: its startAllReduce).
+  /// Wait: completes request `asyncIndex`; result 0 is a view of operand 0.
+  /// Send/Recv of a device backend without host memory go through host
+  /// copies (download before MPI_Isend, upload after the receive).
   enum class Kind { Call, Send, Recv, AllReduceStart, Wait };
   Kind kind = Kind::Call;
   /// AllReduceStart, and a Call whose `tsrt.kernel` has `grid_axes` (it

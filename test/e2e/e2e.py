@@ -78,6 +78,23 @@
         skipped), after checking that --backend cuda failed as it must: exit
         1 before any step, with a message that says no CUDA device exists.
 
+    e2e.py cuda-dist --build DIR --config NAME --optimizer sgd|adamw
+                     --collectives nccl|mpi [--dp N --tp M | --pp P]
+                     [--bucket-mb MB] [--rtol R]
+        The dp x tp plan (or, with --pp, a pp x 1 x 1 pipeline plan with 4
+        micro-batches, 1F1B) run on N ranks by tessera-run --backend cpu and
+        by --backend cuda --collectives X: every step's loss and every
+        final weight within rtol (fp32: 1e-4). With dp = tp = pp = 1
+        (a compiled dp=1 plan has no collective) the plan is instead the
+        1-rank bigram plan test/Run/Inputs/bigram-dp1-collectives.mlir,
+        which issues every collective kind (each an identity on one
+        rank), on tokens of make_tokens.py.
+        SKIPPED (exit 77, with the reason) without a usable GPU (after
+        checking that --backend cuda refused to start with a clear error),
+        and with --collectives nccl when there are fewer GPUs than ranks
+        (NCCL needs one GPU per rank; --collectives mpi lets the ranks share
+        one GPU).
+
 Runs use DESIGN.md's data order on examples/data/corpus.u16. Exit status 0
 means the check passed; the output shows every number compared.
 """
@@ -184,6 +201,105 @@ def check_cuda(args, work):
     print(f"losses: cuda --cuda-graph vs cuda, serial {what} (rtol 1e-6)")
     return check_run(args, graph_m, graph_w, gpu_m, gpu_w, 1e-6,
                      f"cuda graph {what}") and ok
+
+
+def cuda_unavailable(args):
+    """None when tessera-run --backend cuda can start here; else the reason
+    (after checking that the refusal is the clear one), or False when the
+    refusal is not clear (a failure)."""
+    probe = subprocess.run(
+        [os.path.join(args.build, "tools", "tessera-run", "tessera-run"),
+         "--backend", "cuda", "--collectives", "mpi", "--data", CORPUS,
+         "no-such-plan.tsr"],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if "no CUDA device" in probe.stdout or "without the CUDA backend" in \
+            probe.stdout:
+        clear = probe.returncode == 1 and "--backend cuda" in probe.stdout
+        print(f"tessera-run --backend cuda on this machine: exit "
+              f"{probe.returncode}: {probe.stdout.strip()}")
+        if not clear:
+            print("FAIL: expected exit 1 and a message naming --backend cuda")
+            return False
+        return "no usable GPU here; the CUDA backend was not run"
+    return None
+
+
+def gpu_count():
+    """Number of NVIDIA GPUs (nvidia-smi -L), 0 without a driver."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def serial_collectives_runs(args, work, collectives):
+    """The 1-rank bigram plan that issues every collective kind
+    (test/Run/Inputs/bigram-dp1-collectives.mlir, each collective an
+    identity on one rank) trained on --backend cpu and on --backend cuda
+    --collectives X; returns ((cpu metrics, weights), (cuda ...))."""
+    inputs = os.path.join(ROOT, "test", "Run", "Inputs")
+    plan = os.path.join(work, "collectives.tsr")
+    tokens = os.path.join(work, "tokens.u16")
+    run(["/usr/bin/python3", os.path.join(inputs, "make_tokens.py"), tokens])
+    run([os.path.join(args.build, "test", "unittests", "executor",
+                      "tessera-pack-plan"),
+         os.path.join(inputs, "bigram-dp1-collectives.mlir"),
+         os.path.join(inputs, "bigram-dp1.json"), "-o", plan])
+    out = []
+    for tag, backend in (("cpu", ["--backend", "cpu"]),
+                         ("cuda", ["--backend", "cuda", "--collectives",
+                                   collectives])):
+        metrics = os.path.join(work, f"{tag}.jsonl")
+        weights = os.path.join(work, f"{tag}.safetensors")
+        run([os.path.join(args.build, "tools", "tessera-run", "tessera-run"),
+             plan, "--data", tokens, "--steps", str(STEPS), "--metrics",
+             metrics, "--save-weights", weights] + backend)
+        out.append((metrics, weights))
+    return out
+
+
+def check_cuda_dist(args, work):
+    """A multi-rank plan on --backend cuda --collectives X against
+    --backend cpu on the same ranks (see the module docstring)."""
+    reason = cuda_unavailable(args)
+    if reason is False:
+        return False
+    ranks = args.dp * args.tp * args.pp
+    if reason is None and args.collectives == "nccl" and gpu_count() < ranks:
+        reason = (f"--collectives nccl on {ranks} ranks needs {ranks} GPUs "
+                  f"(NCCL refuses two ranks on one device); this machine "
+                  f"has {gpu_count()}")
+    if reason:
+        print(f"SKIPPED: {reason}")
+        return SKIPPED
+    rtol = args.rtol or 1e-4
+    if ranks == 1:
+        (cpu_m, cpu_w), (gpu_m, gpu_w) = serial_collectives_runs(
+            args, work, args.collectives)
+        print(f"losses: cuda --collectives {args.collectives} vs cpu, one "
+              f"rank, every collective kind (rtol {rtol})")
+        return check_run(args, gpu_m, gpu_w, cpu_m, cpu_w, rtol,
+                         f"cuda {args.collectives} serial collectives")
+    extra, pp = [], 1
+    if args.pp > 1:
+        extra = ["--pp", str(args.pp), "--micro-batches", "4",
+                 "--schedule", "1f1b"]
+        pp = args.pp
+    if args.bucket_mb is not None:
+        extra += ["--bucket-mb", args.bucket_mb]
+    what = f"dp{args.dp} x tp{args.tp} x pp{args.pp}"
+    cpu_m, cpu_w = tessera(args, work, args.dp, args.tp, "cpu", extra, pp,
+                           run_extra=["--backend", "cpu"])
+    gpu_m, gpu_w = tessera(args, work, args.dp, args.tp, "cuda", extra, pp,
+                           run_extra=["--backend", "cuda", "--collectives",
+                                      args.collectives])
+    print(f"losses: cuda --collectives {args.collectives} vs cpu, {what} "
+          f"(rtol {rtol})")
+    return check_run(args, gpu_m, gpu_w, cpu_m, cpu_w, rtol,
+                     f"cuda {args.collectives} {what}")
 
 
 def drop_key_bias(weights):
@@ -363,7 +479,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["torch", "parallel", "pipeline",
-                                    "recompute", "precision", "auto", "cuda"])
+                                    "recompute", "precision", "auto", "cuda",
+                                    "cuda-dist"])
+    p.add_argument("--collectives", choices=["nccl", "mpi"], default="nccl",
+                   help="cuda-dist: the transport of --backend cuda")
     p.add_argument("--build", required=True)
     p.add_argument("--config", required=True)
     p.add_argument("--optimizer", choices=["sgd", "adamw"], required=True)
@@ -406,8 +525,9 @@ def main():
             ok = check_recompute(args, work)
             print("PASS" if ok else "FAIL")
             return 0 if ok else 1
-        if args.mode == "cuda":
-            ok = check_cuda(args, work)
+        if args.mode in ("cuda", "cuda-dist"):
+            ok = (check_cuda if args.mode == "cuda" else check_cuda_dist)(
+                args, work)
             if ok is SKIPPED:
                 return SKIPPED
             print("PASS" if ok else "FAIL")

@@ -3,7 +3,8 @@
 // mpirun -np N tessera-run PLAN.tsr --data TOKENS.u16 --steps K
 //     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
 //     [--trace FILE.json] [--profile FILE.json] [--memory-per-device SIZE]
-//     [--memory-report]
+//     [--memory-report] [--backend cpu|cuda] [--collectives nccl|mpi]
+//     [--cuda-graph]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -49,6 +50,15 @@
 // (host wall seconds per step over the S profiled steps, step 0 left out as
 // warm-up; ops sorted by time). What the ops leave of step_s is the
 // executor's own work (slicing the batch, copying the new state).
+//
+// With --backend cuda the trace also holds, for the last step, one "X"
+// event per kernel (tid 1000, thread "compute") and per collective (tid
+// 1001, thread "comm") timed with CUDA events, named "<kernel> <op>"; args
+// {"stream": "compute"|"comm", "step", "stage"}. They show a bucketed
+// gradient all-reduce on the comm stream overlapping backward kernels.
+//
+// --backend cuda --collectives nccl|mpi: see --help and docs/CudaBackend.md
+// ("Distributed").
 //
 // Memory: metrics records hold "peak_bytes", every rank's measured peak
 // bytes of the step (exec::MemoryUse: persistent state + constants + arena
@@ -155,13 +165,34 @@ static cl::opt<bool>
 
 static cl::opt<std::string> backendName(
     "backend",
-    cl::desc("Where the step runs: cpu (OpenBLAS kernels, MPI collectives; "
-             "the default) or cuda (one GPU per rank: cuBLASLt GEMMs and "
-             "Tessera's CUDA kernels on one stream; single-rank, non-pipeline "
-             "plans for now). Error, before any step, when cuda is asked for "
-             "and this build has no CUDA backend or no usable GPU exists (the "
-             "driver's reason is printed)"),
+    cl::desc(
+        "Where the step runs: cpu (OpenBLAS kernels, MPI collectives; "
+        "the default) or cuda (one GPU per rank: cuBLASLt GEMMs and "
+        "Tessera's CUDA kernels on a compute stream; collectives as "
+        "--collectives says). Error, before any step, when cuda is asked for "
+        "and this build has no CUDA backend or no usable GPU exists (the "
+        "driver's reason is printed)"),
     cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(category));
+
+static cl::opt<std::string> collectivesName(
+    "collectives",
+    cl::desc("How collectives, sends and receives move data between ranks. "
+             "--backend cuda: 'nccl' (the default; NCCL collectives on each "
+             "GPU, on a communication stream that overlaps the compute "
+             "stream; needs one GPU per rank: each rank takes device "
+             "(node-local rank mod number of devices), and two ranks on one "
+             "device are an error naming both ranks and the device, since "
+             "NCCL refuses them: NCCL User Guide, usage/communicators.html) "
+             "or 'mpi' (host staging: every collective copies its device "
+             "tensors to the host, runs the MPI collective and copies the "
+             "result back; several ranks may share a GPU; slow). --backend "
+             "cpu: only 'mpi' (its tensors are in host memory); 'nccl' is an "
+             "error. Tensors keep the plan's shapes and dtypes under both; "
+             "NCCL sums bf16/f16 in its own order, so results agree with "
+             "mpi to rounding. Errors, before any step: an unknown name, "
+             "nccl with --backend cpu, or in a build without NCCL for a "
+             "plan that communicates"),
+    cl::value_desc("nccl|mpi"), cl::init(""), cl::cat(category));
 
 static cl::opt<bool> cudaGraph(
     "cuda-graph",
@@ -239,7 +270,10 @@ static cl::opt<std::string> tracePath(
              "per step (cat \"step\") and, for pipeline plans, per "
              "forward/backward action (\"F<chunk>.<micro-batch>\") and apply; "
              "pid = world rank, tid = pipeline stage, ts/dur in microseconds "
-             "since a barrier before the first step"),
+             "since a barrier before the first step. --backend cuda adds, "
+             "for the last step, one event per kernel (thread \"compute\", "
+             "tid 1000) and per collective (thread \"comm\", tid 1001) "
+             "timed with CUDA events"),
     cl::value_desc("trace.json"), cl::cat(category));
 
 static cl::opt<std::string> profilePath(
@@ -464,10 +498,12 @@ std::string writeProfile(const mpi::Communicator &world,
 /// an error message (on rank 0 only) or "".
 std::string writeTrace(const mpi::Communicator &world,
                        const exec::Executor &executor, const exec::Manifest &m,
-                       const std::string &path) {
+                       const exec::Backend &backend, const std::string &path) {
   // Eight doubles per event: kind, chunk, micro-batch, stage, step, start,
-  // end, receive wait.
+  // end, receive wait. Device intervals (--backend cuda, last step) use
+  // kind kDeviceKind + stream and carry the backend's name id as chunk.
   constexpr int kFields = 8;
+  constexpr double kDeviceKind = 100;
   std::vector<double> mine;
   for (const exec::TraceEvent &e : executor.traceEvents())
     mine.insert(mine.end(),
@@ -475,9 +511,31 @@ std::string writeTrace(const mpi::Communicator &world,
                  static_cast<double>(e.microBatch),
                  static_cast<double>(e.stage), static_cast<double>(e.step),
                  e.start, e.end, e.recvWait});
+  for (const exec::DeviceTraceEvent &e : executor.deviceTrace())
+    mine.insert(mine.end(),
+                {kDeviceKind + e.stream, static_cast<double>(e.name), -1,
+                 static_cast<double>(executor.stage()),
+                 static_cast<double>(executor.stepsRun() - 1), e.start, e.end,
+                 0});
   Gathered<double> g = gatherOnRoot(world, mine, MPI_DOUBLE, "--trace");
   const std::vector<double> &all = g.all;
   const std::vector<int> &counts = g.counts, &displs = g.displs;
+  // Every rank's device interval names ('\n'-separated; the ranks of a
+  // pipeline run different programs, so each names its own).
+  std::string myNames;
+  for (const std::string &n : backend.deviceTraceNames())
+    myNames += n + "\n";
+  Gathered<char> names =
+      gatherOnRoot(world, std::vector<char>(myNames.begin(), myNames.end()),
+                   MPI_CHAR, "--trace");
+  std::vector<std::vector<std::string>> namesOf(names.counts.size());
+  for (int r = 0; r < static_cast<int>(namesOf.size()); ++r) {
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(names.all.data() + names.displs[r], names.counts[r])
+        .split(parts, '\n', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef part : parts)
+      namesOf[r].push_back(part.str());
+  }
   if (world.rank() != 0)
     return "";
 
@@ -503,7 +561,37 @@ std::string writeTrace(const mpi::Communicator &world,
         {"pid", r},
         {"tid", stage},
         {"args", json::Object{{"name", "stage " + std::to_string(stage)}}}});
+    bool deviceThreads = false;
     for (int i = displs[r]; i < displs[r] + counts[r]; i += kFields) {
+      if (all[i] >= kDeviceKind) {
+        // A device interval: tid 1000 + stream, named "compute" / "comm".
+        int stream = static_cast<int>(all[i] - kDeviceKind);
+        const char *streamName = stream == 0 ? "compute" : "comm";
+        if (!deviceThreads) {
+          for (int t = 0; t < 2; ++t)
+            events.push_back(json::Object{
+                {"name", "thread_name"},
+                {"ph", "M"},
+                {"pid", r},
+                {"tid", 1000 + t},
+                {"args", json::Object{{"name", t == 0 ? "compute" : "comm"}}}});
+          deviceThreads = true;
+        }
+        size_t id = static_cast<size_t>(all[i + 1]);
+        events.push_back(json::Object{
+            {"name", id < namesOf[r].size() ? namesOf[r][id] : "?"},
+            {"cat", streamName},
+            {"ph", "X"},
+            {"pid", r},
+            {"tid", 1000 + stream},
+            {"ts", all[i + 5] * 1e6},
+            {"dur", (all[i + 6] - all[i + 5]) * 1e6},
+            {"args",
+             json::Object{{"stream", streamName},
+                          {"step", static_cast<int64_t>(all[i + 4])},
+                          {"stage", static_cast<int64_t>(all[i + 3])}}}});
+        continue;
+      }
       exec::TraceEvent e;
       e.kind = static_cast<exec::TraceEvent::Kind>(all[i]);
       e.chunk = static_cast<int64_t>(all[i + 1]);
@@ -657,9 +745,24 @@ int main(int argc, char **argv) {
     error = "--collective-timeout-s must be a number of seconds >= 0 (0: no "
             "watchdog)";
 
+  // The transport of collectives: nccl by default on cuda, mpi on cpu.
+  exec::BackendOptions backendOptions;
+  if (error.empty()) {
+    std::string name = collectivesName.getNumOccurrences()
+                           ? collectivesName.getValue()
+                           : (backendName == "cuda" ? "nccl" : "mpi");
+    llvm::Expected<exec::Transport> t = exec::parseTransport(name, backendName);
+    if (t)
+      backendOptions.collectives = *t;
+    else
+      error = llvm::toString(t.takeError());
+  }
+  backendOptions.world = &world;
+  backendOptions.collectiveTimeoutS = collectiveTimeout;
+
   std::unique_ptr<exec::Backend> backend;
   if (error.empty()) {
-    auto made = exec::createBackend(backendName);
+    auto made = exec::createBackend(backendName, backendOptions);
     if (made)
       backend = std::move(*made);
     else
@@ -892,7 +995,7 @@ int main(int argc, char **argv) {
 
   // Every rank's timeline, on rank 0.
   if (!tracePath.empty()) {
-    error = writeTrace(world, *executor, m, tracePath);
+    error = writeTrace(world, *executor, m, *backend, tracePath);
     if (!allRanksOk(world, error)) {
       executor.reset();
       grid.reset();

@@ -49,11 +49,11 @@ TEST(Backend, CudaIsAvailableOrSaysWhyNot) {
   if (b) {
     EXPECT_EQ((*b)->name(), "cuda");
     EXPECT_FALSE((*b)->hostMemory());
-    // Device collectives do not exist yet: refused at load, by name.
-    llvm::Error e = (*b)->supportsCommunication("tsrt.all_reduce");
-    ASSERT_TRUE(static_cast<bool>(e));
-    EXPECT_NE(llvm::toString(std::move(e)).find("tsrt.all_reduce"),
-              std::string::npos);
+    // Collectives go through its communication (host-staged MPI by
+    // default here; tessera-run defaults to NCCL).
+    EXPECT_FALSE((*b)->supportsCommunication("tsrt.all_reduce"));
+    ASSERT_NE((*b)->communication(), nullptr);
+    EXPECT_EQ((*b)->communication()->transport(), Transport::Mpi);
     return;
   }
   std::string msg = llvm::toString(b.takeError());

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "PackPlan.h"
+#include "StagedHostBackend.h"
 
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/checkpoint/SafeTensors.h"
@@ -28,6 +29,7 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 using namespace tessera::runtime;
@@ -295,14 +297,20 @@ struct TwoLayerReference {
 /// Runs 2 steps of the two-layer model on a (dp, tp) grid over `comm` and
 /// checks losses, local shards and gathered weights against the reference.
 /// `tpSlowest`: ranks laid out with tp slowest ("rank_order": ["tp", "dp"]).
-void runTwoLayer(mpi::Communicator comm, int64_t dp, int64_t tp,
-                 bool tpSlowest = false) {
+/// `backend`: the plan's backend (null: the CPU).
+void runTwoLayer(
+    mpi::Communicator comm, int64_t dp, int64_t tp, bool tpSlowest = false,
+    Backend *backend = nullptr,
+    const std::function<std::string(std::string)> &edit = nullptr) {
   SCOPED_TRACE("grid dp=" + std::to_string(dp) + " x tp=" + std::to_string(tp) +
                (tpSlowest ? ", rank order tp, dp" : ""));
   json::Object man = twoLayerManifest(dp, tp);
   if (tpSlowest)
     (*man.getObject("grid"))["rank_order"] = json::Array{"tp", "dp"};
-  auto plan = loadPlan(twoLayerProgram(dp, tp), man);
+  std::string program = twoLayerProgram(dp, tp);
+  if (edit)
+    program = edit(program);
+  auto plan = loadPlan(program, man, {}, backend);
   ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
   EXPECT_EQ((*plan)->manifest().rankOrderIndices(),
             tpSlowest ? (std::vector<int64_t>{1, 0})
@@ -861,6 +869,52 @@ TEST(ExecutorBackend, DeviceBackendRefusesCollectivesAtLoad) {
   EXPECT_NE(err.find("tsrt.all_"), std::string::npos) << err;
   // The CPU backend loads the same plan.
   EXPECT_EQ(loadError(twoLayerProgram(2, 1), twoLayerManifest(2, 1)), "");
+}
+
+// A device-like backend (host tensors behind uploads and downloads, its
+// collectives through a Communication as --collectives mpi runs them) gives
+// the same losses, shards and weights as the CPU backend on every grid: the
+// device path of the executor (bindCollective with the right dims, connect
+// in program order, ExecContext::communication) is wired like the CPU's.
+TEST(ExecutorBackend, StagedDeviceBackendOnEveryGridOfTheWorld) {
+  mpi::Communicator world = mpi::Communicator::world();
+  int n = world.size();
+  for (int64_t dp = 1; dp <= n; ++dp) {
+    if (n % dp || kB % dp || kH % (n / dp))
+      continue;
+    test::StagedHostBackend backend;
+    runTwoLayer(world, dp, n / dp, false, &backend);
+    // Three communicators (tp, dp, dp x tp), 2 steps; every collective but
+    // the all_slice went through the communication.
+    EXPECT_EQ(backend.comm.connects, 3);
+    EXPECT_EQ(backend.comm.steps, 2);
+    EXPECT_EQ(backend.comm.collectives, 2 * 10);
+    EXPECT_GT(backend.downloads, 0);
+  }
+}
+
+// tsrt.all_reduce_start / tsrt.wait go through the communication: the
+// embedding gradient's all-reduce made asynchronous.
+TEST(ExecutorBackend, AsyncAllReduceGoesThroughTheCommunication) {
+  mpi::Communicator world = mpi::Communicator::world();
+  int n = world.size();
+  if (kB % n)
+    GTEST_SKIP() << "needs a world size dividing the batch";
+  test::StagedHostBackend backend;
+  runTwoLayer(world, n, 1, false, &backend, [](std::string program) {
+    std::string sync =
+        "%dE = tsrt.all_reduce %dEp {grid_axes = array<i16: 0>, reduction = "
+        "\"sum\"} : tensor<16x8xf32> -> tensor<16x8xf32>";
+    size_t at = program.find(sync);
+    EXPECT_NE(at, std::string::npos);
+    return program.replace(
+        at, sync.size(),
+        "%dEs = tsrt.all_reduce_start %dEp {grid_axes = array<i16: 0>} : "
+        "tensor<16x8xf32> -> tensor<16x8xf32>\n    %dE = tsrt.wait %dEs, %dEp "
+        ": tensor<16x8xf32>, tensor<16x8xf32> -> tensor<16x8xf32>");
+  });
+  EXPECT_EQ(backend.comm.starts, 2);
+  EXPECT_EQ(backend.comm.waits, 2);
 }
 
 } // namespace

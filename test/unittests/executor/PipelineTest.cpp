@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "PackPlan.h"
+#include "StagedHostBackend.h"
 
 #include "dialects/tsrt/PipelineSchedule.h"
 #include "runtime/backends/cpu/CpuKernels.h"
@@ -242,7 +243,8 @@ json::Object pipelineManifest(const Config &c) {
 
 llvm::Expected<std::unique_ptr<Plan>> loadPlan(llvm::StringRef program,
                                                const json::Object &m,
-                                               bool verifyWhenPacking = true) {
+                                               bool verifyWhenPacking = true,
+                                               Backend *backend = nullptr) {
   llvm::Expected<std::string> bytes =
       test::packPlan(program, m, {}, "pipeline.mlir", verifyWhenPacking);
   if (!bytes)
@@ -250,7 +252,7 @@ llvm::Expected<std::unique_ptr<Plan>> loadPlan(llvm::StringRef program,
   llvm::Expected<SafeTensorsFile> file = parseSafeTensors(*bytes, "pp.tsr");
   if (!file)
     return file.takeError();
-  return Plan::fromSafeTensors(std::move(*file), "pp.tsr");
+  return Plan::fromSafeTensors(std::move(*file), "pp.tsr", backend);
 }
 
 /// The load error of `program` + `m` (packed unverified), or "".
@@ -335,11 +337,12 @@ std::unique_ptr<mpi::Grid> makeGrid(mpi::Communicator comm, const Manifest &m) {
 /// Runs 2 steps of `c` over `comm` and checks everything against the
 /// serial reference. `expectedPeak[s]`: peak activation sets of stage s.
 void runPipeline(mpi::Communicator comm, const Config &c,
-                 std::vector<int64_t> expectedPeak) {
+                 std::vector<int64_t> expectedPeak,
+                 Backend *backend = nullptr) {
   SCOPED_TRACE(llvm::formatv("dp={0} pp={1} V={2} {3}", c.dp, c.stages,
                              c.virtualStages, schedule::kindName(c.kind))
                    .str());
-  auto plan = loadPlan(pipelineProgram(c), pipelineManifest(c));
+  auto plan = loadPlan(pipelineProgram(c), pipelineManifest(c), true, backend);
   ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
   const Manifest &m = (*plan)->manifest();
   ASSERT_TRUE(m.isPipeline());
@@ -429,6 +432,51 @@ TEST(Pipeline, OneFOneBOnTwoStages) {
   c.actions = {"F0.0 F0.1 B0.0 B0.1", "F1.0 B1.0 F1.1 B1.1"};
   // 1F1B: min(P - stage, M) sets in flight.
   runPipeline(world, c, {2, 1});
+}
+
+// The same through a device-like backend (host tensors behind uploads and
+// downloads; StagedHostBackend.h): sends download, receives upload,
+// accumulators and the loss go through the backend, as under --backend
+// cuda --collectives mpi.
+TEST(Pipeline, OneFOneBThroughAStagedDeviceBackend) {
+  mpi::Communicator world = mpi::Communicator::world();
+  if (world.size() != 2 && world.size() != 4)
+    GTEST_SKIP() << "needs 2 or 4 ranks";
+  Config c;
+  c.dp = world.size() / 2;
+  c.actions = {"F0.0 F0.1 B0.0 B0.1", "F1.0 B1.0 F1.1 B1.1"};
+  test::StagedHostBackend backend;
+  runPipeline(world, c, {2, 1}, &backend);
+  EXPECT_EQ(backend.comm.steps, 2);
+  EXPECT_GT(backend.uploads, 0);
+  EXPECT_GT(backend.downloads, 0);
+}
+
+// Sends and receives matched by order only, as NCCL matches them (no
+// tags): the executor's order check accepts 1F1B and GPipe, and the step
+// computes what the MPI (tagged) transport computes.
+TEST(Pipeline, TaglessPointToPointAsUnderNccl) {
+  mpi::Communicator world = mpi::Communicator::world();
+  if (world.size() != 2 && world.size() != 4)
+    GTEST_SKIP() << "needs 2 or 4 ranks";
+  for (schedule::Kind kind :
+       {schedule::Kind::OneFOneB, schedule::Kind::GPipe}) {
+    Config c;
+    c.dp = world.size() / 2;
+    c.kind = kind;
+    if (kind == schedule::Kind::OneFOneB)
+      c.actions = {"F0.0 F0.1 B0.0 B0.1", "F1.0 B1.0 F1.1 B1.1"};
+    test::StagedHostBackend backend;
+    backend.comm.tagless = true;
+    runPipeline(world, c,
+                kind == schedule::Kind::GPipe ? std::vector<int64_t>{2, 2}
+                                              : std::vector<int64_t>{2, 1},
+                &backend);
+    EXPECT_EQ(backend.comm.ppConnects, 1);
+    // 2 steps x 2 micro-batches: one send and one receive each way.
+    EXPECT_EQ(backend.comm.sends, 4);
+    EXPECT_EQ(backend.comm.recvs, 4);
+  }
 }
 
 TEST(Pipeline, GPipeOnTwoStages) {
