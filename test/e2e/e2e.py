@@ -173,19 +173,11 @@ def check_cuda(args, work):
     low = ["--precision", args.precision_type] if args.precision_type else []
     rtol = args.rtol or (2e-2 if low else 1e-4)
     what = args.precision_type or "fp32"
-    probe = subprocess.run(
-        [os.path.join(args.build, "tools", "tessera-run", "tessera-run"),
-         "--backend", "cuda", "--data", CORPUS, "no-such-plan.tsr"],
-        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if "no CUDA device" in probe.stdout or "without the CUDA backend" in \
-            probe.stdout:
-        clear = probe.returncode == 1 and "--backend cuda" in probe.stdout
-        print(f"tessera-run --backend cuda on this machine: exit "
-              f"{probe.returncode}: {probe.stdout.strip()}")
-        if not clear:
-            print("FAIL: expected exit 1 and a message naming --backend cuda")
-            return False
-        print("SKIPPED: no usable GPU here; the CUDA backend was not run")
+    reason = cuda_unavailable(args)
+    if reason is False:
+        return False
+    if reason:
+        print(f"SKIPPED: {reason}")
         return SKIPPED
     cpu_m, cpu_w = tessera(args, work, 1, 1, f"cpu-{what}", low,
                            run_extra=["--backend", "cpu"])
