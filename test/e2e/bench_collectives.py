@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`tessera-run --bench-collectives` prints nccl-tests' figures.
 
-    bench_collectives.py --build DIR --np N
+    bench_collectives.py --build DIR --np N [--backend cuda]
 
 Runs `mpirun -np N tessera-run --bench-collectives --bench-max-bytes 65536`
 and checks the table: one row per collective (all_reduce, all_gather,
@@ -10,6 +10,11 @@ positive times, algbw = size / time and busbw = algbw x nccl-tests' factor
 (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;
 send_recv 1), up to the printed rounding. Then `--bench-max-bytes 10` must
 fail with exit 1 and say why. Exit 0 when every check passes.
+
+With --backend cuda the table comes from NCCL on each rank's GPU (no
+send_recv row) and gets the same checks. Without a usable GPU (or NCCL)
+tessera-run must refuse with exit 1 and say so; the check is then SKIPPED
+(exit 77, ctest's skip code), never passed.
 """
 
 import argparse
@@ -29,19 +34,31 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True)
     ap.add_argument("--np", type=int, default=4)
+    ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
     n = args.np
     run = os.path.join(args.build, "tools", "tessera-run", "tessera-run")
     cmd = ["mpirun", "-np", str(n), run, "--bench-collectives",
-           "--bench-max-bytes", "65536"]
+           "--bench-max-bytes", "65536", "--backend", args.backend]
     print("+", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, env=env(), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
     print(p.stdout)
+    if args.backend == "cuda" and p.returncode != 0 and any(
+            why in p.stdout for why in ("no CUDA device", "without NCCL",
+                                        "NCCL needs one device per rank")):
+        said = "--bench-collectives --backend cuda:" in p.stdout
+        print("tessera-run refused --backend cuda "
+              f"({'says why' if said else 'no reason given'})")
+        if not said:
+            return 1
+        print("SKIPPED: no usable GPU (or NCCL) here; NCCL was not run")
+        return 77
     ok = p.returncode == 0
     factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
-              "reduce_scatter": (n - 1) / n, "all_to_all": (n - 1) / n,
-              "send_recv": 1.0}
+              "reduce_scatter": (n - 1) / n, "all_to_all": (n - 1) / n}
+    if args.backend == "cpu":
+        factor["send_recv"] = 1.0
     sizes = [1024, 4096, 16384, 65536]
     rows = {}
     for line in p.stdout.splitlines():

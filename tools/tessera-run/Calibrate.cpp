@@ -587,14 +587,24 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
 }
 
 llvm::Error calibrate::benchCollectives(const mpi::Communicator &world,
-                                        const BenchOptions &options) {
+                                        const BenchOptions &options,
+                                        const BenchOps *ops) {
   int n = world.size();
   bool root = world.rank() == 0;
   llvm::raw_ostream *out = root ? options.out : nullptr;
+  // The CPU backend's MPI collectives on host buffers.
+  std::unique_ptr<CollectiveBuffers> hostBuffers;
+  BenchOps mpiOps{"MPI (the CPU backend's collectives)",
+                  [&](Collective kind,
+                      int64_t elems) -> llvm::Expected<std::function<bool()>> {
+                    hostBuffers = std::make_unique<CollectiveBuffers>(elems, n);
+                    return collectiveOp(kind, world, *hostBuffers);
+                  }};
+  if (!ops)
+    ops = &mpiOps;
   if (out)
     *out << llvm::formatv(
-        "# tessera-run --bench-collectives: {0} ranks, MPI (the CPU "
-        "backend's collectives), float32, sum\n"
+        "# tessera-run --bench-collectives: {0} ranks, {8}, float32, sum\n"
         "# time: median over {1} trials of back-to-back calls, the slowest "
         "rank's; S as nccl-tests counts it\n"
         "# algbw = S / time; busbw = algbw * factor (nccl-tests): all_reduce "
@@ -602,7 +612,7 @@ llvm::Error calibrate::benchCollectives(const mpi::Communicator &world,
         "send_recv 1\n"
         "# {2,-15} {3,12} {4,10} {5,12} {6,12} {7,12}\n",
         n, options.trials, "collective", "size(B)", "count", "time(us)",
-        "algbw(GB/s)", "busbw(GB/s)");
+        "algbw(GB/s)", "busbw(GB/s)", ops->name);
   for (Collective kind :
        {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
         Collective::AllToAll, Collective::SendRecv}) {
@@ -612,8 +622,13 @@ llvm::Error calibrate::benchCollectives(const mpi::Communicator &world,
          bytes *= options.stepFactor) {
       int64_t elems = std::max<int64_t>(bytes / 4, n);
       elems = (elems + n - 1) / n * n;
-      CollectiveBuffers buffers(elems, n);
-      std::function<bool()> op = collectiveOp(kind, world, buffers);
+      llvm::Expected<std::function<bool()>> made = ops->make(kind, elems);
+      if (!made) {
+        // This transport cannot run `kind`: left out of the table.
+        llvm::consumeError(made.takeError());
+        break;
+      }
+      std::function<bool()> op = std::move(*made);
       int64_t reps = repsFor(world, op, options.secondsPerTrial);
       double t = timeConcurrent(world, op, reps, options.trials);
       if (t < 0)

@@ -51,10 +51,14 @@
 #define TESSERA_TOOLS_TESSERA_RUN_CALIBRATE_H
 
 #include "compiler/planner/Cluster.h"
+#include "compiler/planner/CostModel.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <functional>
+#include <string>
 
 namespace tessera::runtime::calibrate {
 
@@ -84,15 +88,30 @@ struct BenchOptions {
   llvm::raw_ostream *out = nullptr;
 };
 
+/// How a benchmark runs one collective: `make(kind, elems)` returns a call
+/// of `kind` on buffers of `elems` floats (S = 4·elems bytes as nccl-tests
+/// counts it; elems a multiple of the ranks) that returns false on
+/// failure, or an error when the kind cannot be benchmarked (it is then
+/// left out of the table). `name` heads the table ("MPI (the CPU backend's
+/// collectives)", "NCCL").
+struct BenchOps {
+  std::string name;
+  std::function<llvm::Expected<std::function<bool()>>(planner::Collective,
+                                                      int64_t elems)>
+      make;
+};
+
 /// nccl-tests for the CPU backend (issue 8): for all_reduce, all_gather,
 /// reduce_scatter, all_to_all over `world` and a send/recv ring exchange,
 /// at each size, the median time of back-to-back calls (slowest rank),
 /// algbw = S / time and busbw = algbw · busBandwidthFactor (nccl-tests'
 /// definitions, compiler/planner/CostModel.h), one row per size, printed by
 /// rank 0. Collective over `world`. Error: an MPI failure (names the
-/// collective and size).
+/// collective and size). `ops` (default: the CPU backend's MPI
+/// collectives) runs them on another transport (NcclBench.h).
 llvm::Error benchCollectives(const mpi::Communicator &world,
-                             const BenchOptions &options);
+                             const BenchOptions &options,
+                             const BenchOps *ops = nullptr);
 
 } // namespace tessera::runtime::calibrate
 

@@ -84,6 +84,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "Calibrate.h"
+#ifdef TESSERA_HAVE_NCCL
+#include "NcclBench.h"
+#endif
 
 #include "compiler/planner/Cluster.h"
 #include "runtime/backends/cpu/CpuKernels.h"
@@ -151,7 +154,10 @@ static cl::opt<bool> benchCollectivesFlag(
              "and print, per size, the median time (us), algbw = S / time "
              "and busbw = algbw x the nccl-tests factor (GB/s), as "
              "nccl-tests does; needs no plan. --bench-max-bytes sets the "
-             "largest size"),
+             "largest size. With --backend cuda: the NCCL collectives on "
+             "each rank's GPU instead (one GPU per rank; no send/recv row; "
+             "each timed call waits for its stream). Errors: no CUDA device, "
+             "NCCL initialisation, a build without NCCL"),
     cl::init(false), cl::cat(category));
 static cl::opt<int64_t> benchMaxBytes(
     "bench-max-bytes",
@@ -708,9 +714,30 @@ int main(int argc, char **argv) {
     calibrate::BenchOptions options;
     options.maxBytes = benchMaxBytes;
     options.out = &llvm::outs();
-    if (benchMaxBytes < options.minBytes)
+    // --backend cuda: the same table on NCCL (NcclBench.h).
+    std::optional<calibrate::BenchOps> ops;
+    if (benchMaxBytes < options.minBytes) {
       error = "--bench-max-bytes must be >= 1024";
-    else if (llvm::Error err = calibrate::benchCollectives(world, options))
+    } else if (backendName == "cuda") {
+#ifdef TESSERA_HAVE_NCCL
+      llvm::Expected<calibrate::BenchOps> nccl = calibrate::ncclBenchOps(world);
+      if (nccl)
+        ops = std::move(*nccl);
+      else
+        error = "--bench-collectives --backend cuda: " +
+                llvm::toString(nccl.takeError());
+#else
+      error = "--bench-collectives --backend cuda: this tessera-run was "
+              "built without NCCL";
+#endif
+    } else if (backendName != "cpu") {
+      error = "--bench-collectives: unknown --backend '" + backendName +
+              "' (cpu or cuda)";
+    }
+    if (!allRanksOk(world, error))
+      return exitAfterFailure();
+    if (llvm::Error err =
+            calibrate::benchCollectives(world, options, ops ? &*ops : nullptr))
       error = "--bench-collectives: " + llvm::toString(std::move(err));
     if (!allRanksOk(world, error))
       return exitAfterFailure();
