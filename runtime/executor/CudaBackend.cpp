@@ -91,6 +91,19 @@ llvm::Error launched(cudaError_t err, StringRef kernel) {
   return cuda::check(err, "CUDA kernel \"" + kernel + "\"");
 }
 
+/// Device scratch bytes of gather_grad (plain or vocab-parallel) for
+/// operands `ins` (ids first) and result `outs[0]` (the table's rows).
+llvm::Expected<size_t> gatherGradScratch(ArrayRef<TensorType> ins,
+                                         ArrayRef<TensorType> outs) {
+  size_t bytes = 0;
+  if (llvm::Error e =
+          launched(cuda::gatherGradScratchBytes(shapeNumel(ins[0].shape),
+                                                outs[0].shape[0], &bytes),
+                   "gather_grad scratch size"))
+    return std::move(e);
+  return bytes;
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes (already validated by resolveKernel)
 //===----------------------------------------------------------------------===//
@@ -1485,14 +1498,11 @@ llvm::Error CudaBackend::bindNN(StringRef name, mlir::DictionaryAttr attrs,
     return llvm::Error::success();
   }
   if (name == "gather_grad") {
-    size_t bytes = 0;
-    if (llvm::Error e =
-            launched(cuda::gatherGradScratchBytes(shapeNumel(ins[0].shape),
-                                                  outs[0].shape[0], &bytes),
-                     "gather_grad scratch size"))
-      return e;
+    llvm::Expected<size_t> bytes = gatherGradScratch(ins, outs);
+    if (!bytes)
+      return bytes.takeError();
     inst.fn = launchWith(
-        inst, name, true, bytes, [s](In in, Out out, Status status, void *ws) {
+        inst, name, true, *bytes, [s](In in, Out out, Status status, void *ws) {
           return cuda::gatherGrad(*in[0], *in[1], out[0], ws, status, s);
         });
     return llvm::Error::success();
@@ -1606,14 +1616,11 @@ llvm::Error CudaBackend::bindVocabParallel(StringRef name,
     return llvm::Error::success();
   }
   if (name == "gather_grad") {
-    size_t bytes = 0;
-    if (llvm::Error e =
-            launched(cuda::gatherGradScratchBytes(shapeNumel(ins[0].shape),
-                                                  outs[0].shape[0], &bytes),
-                     "gather_grad scratch size"))
-      return e;
+    llvm::Expected<size_t> bytes = gatherGradScratch(ins, outs);
+    if (!bytes)
+      return bytes.takeError();
     inst.fn = launchWith(
-        inst, name, true, bytes,
+        inst, name, true, *bytes,
         [s, comm, kernel](const ExecContext &ctx, In in, Out out, Status status,
                           void *ws) -> llvm::Error {
           llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);

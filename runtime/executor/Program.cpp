@@ -767,40 +767,34 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
   for (const Instruction &inst : insts) {
     OpTimer timer(ctx.stats, inst.kernel);
     if (inst.kind == Instruction::Kind::Send) {
+      Tensor data = slot[inst.operands[0]];
       if (devicePointToPoint) {
-        const Tensor &data = slot[inst.operands[0]];
         if (llvm::Error err = ctx.communication->send(
                 data, static_cast<int>(inst.peerChunk % ctx.p2p->stages),
                 inst.where + ": send to " + peerText(inst)))
           return fail(llvm::toString(std::move(err)));
-        if (ctx.traffic)
-          ctx.traffic->record(mpi::CollectiveKind::Send,
-                              static_cast<double>(data.bytes()), 2);
-        for (int s : inst.release)
-          slot[s] = Tensor();
-        continue;
+      } else {
+        if (!device->hostMemory()) {
+          // Host staging: MPI sends the host copy.
+          llvm::Expected<Tensor> host = device->download(data);
+          if (!host)
+            return fail(inst.where + ": " + llvm::toString(host.takeError()));
+          data = std::move(*host);
+        }
+        std::string what = inst.where + ": MPI_Isend of " +
+                           TensorType{data.dtype(), data.shape()}.str() +
+                           " to " + peerText(inst);
+        PointToPoint::PendingSend send;
+        send.data = data; // keeps the buffer alive until the send completes
+        send.what = what;
+        int rc = MPI_Isend(data.raw(), static_cast<int>(data.numel()),
+                           mpi::dataType(data.dtype()),
+                           static_cast<int>(inst.peerChunk % ctx.p2p->stages),
+                           tagOf(inst), ctx.p2p->comm.handle(), &send.request);
+        if (rc != MPI_SUCCESS)
+          return mpi::failure(rc, what);
+        ctx.p2p->pending.push_back(std::move(send));
       }
-      Tensor data = slot[inst.operands[0]];
-      if (!device->hostMemory()) {
-        // Host staging: MPI sends the host copy.
-        llvm::Expected<Tensor> host = device->download(data);
-        if (!host)
-          return fail(inst.where + ": " + llvm::toString(host.takeError()));
-        data = std::move(*host);
-      }
-      std::string what = inst.where + ": MPI_Isend of " +
-                         TensorType{data.dtype(), data.shape()}.str() + " to " +
-                         peerText(inst);
-      PointToPoint::PendingSend send;
-      send.data = data; // keeps the buffer alive until the send completes
-      send.what = what;
-      int rc = MPI_Isend(data.raw(), static_cast<int>(data.numel()),
-                         mpi::dataType(data.dtype()),
-                         static_cast<int>(inst.peerChunk % ctx.p2p->stages),
-                         tagOf(inst), ctx.p2p->comm.handle(), &send.request);
-      if (rc != MPI_SUCCESS)
-        return mpi::failure(rc, what);
-      ctx.p2p->pending.push_back(std::move(send));
       if (ctx.traffic)
         ctx.traffic->record(mpi::CollectiveKind::Send,
                             static_cast<double>(data.bytes()), 2);

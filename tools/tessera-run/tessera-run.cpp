@@ -731,8 +731,8 @@ int main(int argc, char **argv) {
               "built without NCCL";
 #endif
     } else if (backendName != "cpu") {
-      error = "--bench-collectives: unknown --backend '" + backendName +
-              "' (cpu or cuda)";
+      error = "--bench-collectives: unknown backend '" + backendName +
+              "' (expected cpu or cuda)";
     }
     if (!allRanksOk(world, error))
       return exitAfterFailure();
