@@ -587,3 +587,23 @@ Timeline tessera::tsrt::schedule::simulate(ArrayRef<StageActions> actions,
   }
   return timeline;
 }
+
+double tessera::tsrt::schedule::fitWaitingShare(
+    ArrayRef<StageActions> actions, ArrayRef<ChunkComms> comms,
+    const Shape &shape, ArrayRef<double> fwd, ArrayRef<double> bwd,
+    ComputeSharing sharing, double makespan) {
+  auto at = [&](double share) {
+    sharing.waitingShare = share;
+    return simulate(actions, comms, shape, fwd, bwd, &sharing).makespan;
+  };
+  if (makespan <= at(0.0))
+    return 0.0;
+  if (makespan >= at(1.0))
+    return 1.0;
+  double lo = 0.0, hi = 1.0;
+  while (hi - lo > 1e-4) {
+    double mid = (lo + hi) / 2;
+    (at(mid) < makespan ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}

@@ -156,6 +156,18 @@ Timeline simulate(llvm::ArrayRef<StageActions> actions,
                   llvm::ArrayRef<double> fwd, llvm::ArrayRef<double> bwd,
                   const ComputeSharing *sharing = nullptr);
 
+/// The inverse of simulate in `sharing.waitingShare`: the share in [0, 1]
+/// for which simulate(actions, comms, shape, fwd, bwd, &sharing) has
+/// `makespan` (same unit as fwd and bwd), by bisection to 1e-4 (the
+/// makespan does not decrease as the share grows). A makespan at or below
+/// the share-0 one gives 0, at or above the share-1 one gives 1. This is how
+/// `tessera-run --calibrate` turns a measured pipeline step into the
+/// cluster's `waiting_rank_share`.
+double fitWaitingShare(llvm::ArrayRef<StageActions> actions,
+                       llvm::ArrayRef<ChunkComms> comms, const Shape &shape,
+                       llvm::ArrayRef<double> fwd, llvm::ArrayRef<double> bwd,
+                       ComputeSharing sharing, double makespan);
+
 } // namespace tessera::tsrt::schedule
 
 #endif // TESSERA_DIALECTS_TSRT_PIPELINESCHEDULE_H

@@ -2,7 +2,9 @@
 """ctest calibrate.quick: `mpirun -np 2 tessera-run --calibrate-quick OUT`
 writes a cluster JSON with every calibrated field, refuses to overwrite it
 without --force, and tessera-partition reads it (as a file and as the cpu:2
-preset from TESSERA_CALIBRATION_DIR) to predict a small plan's step.
+preset from TESSERA_CALIBRATION_DIR) to predict a small plan's step. Two
+ranks confined to one CPU (taskset) measure `waiting_rank_share` with the
+synthetic two-stage 1F1B step.
 
     calibrate_quick.py --build BUILD
 """
@@ -67,6 +69,25 @@ def main():
                       f"{kind}.{side}: {link}")
         check(c["source"].startswith("measured by tessera-run --calibrate"),
               c["source"])
+
+        # Oversubscribed (2 ranks confined to one CPU): the calibration
+        # measures the share of its core a waiting rank keeps with a
+        # two-stage 1F1B step, fitted through the pipeline simulation.
+        shared_out = os.path.join(tmp, "shared.json")
+        shared_env = dict(env, OMPI_MCA_hwloc_base_binding_policy="none")
+        p = subprocess.run(["taskset", "-c", "0", "mpirun", "-np", "2",
+                            runner, "--calibrate-quick", shared_out],
+                           env=shared_env, capture_output=True, text=True,
+                           timeout=300)
+        check(p.returncode == 0, f"oversubscribed --calibrate-quick failed:\n"
+              f"{p.stdout}{p.stderr}")
+        shared = json.load(open(shared_out))
+        check(shared["cores_per_node"] == 1,
+              f"cores_per_node {shared['cores_per_node']} (one CPU)")
+        check(0 <= shared["waiting_rank_share"] <= 1,
+              f"waiting_rank_share {shared['waiting_rank_share']}")
+        check("two-stage 1F1B step of 4 micro-batches" in p.stdout + p.stderr,
+              f"no pipeline measurement in the log:\n{p.stdout}{p.stderr}")
 
         # Not overwritten without --force.
         before = open(out).read()

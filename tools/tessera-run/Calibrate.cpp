@@ -4,6 +4,7 @@
 
 #include "compiler/planner/CostModel.h"
 #include "dialects/tsrt/AttentionWorkspace.h"
+#include "dialects/tsrt/PipelineSchedule.h"
 #include "runtime/backends/cpu/Attention.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 
@@ -135,6 +136,42 @@ int64_t repsFor(const mpi::Communicator &world, const std::function<bool()> &op,
     return 1;
   return std::clamp<int64_t>(static_cast<int64_t>(target / once), 1, 100000);
 }
+
+/// A step's compute between two collectives, in miniature: one transformer
+/// MLP block on `rows` tokens of width 128 (layer norm, [rows, 128] x
+/// [128, 512], GeLU, [rows, 512] x [512, 128]) through the CPU backend's
+/// kernels. Its kernel mix and working set (about 0.6 MB) are a layer's, so a
+/// collective timed right after it meets the caches, the memory traffic and
+/// (oversubscribed) the scheduling a collective meets inside a step; about
+/// half a millisecond per rank with 4 ranks on 2 cores at 32 rows.
+class LayerSegment {
+public:
+  explicit LayerSegment(int64_t rows)
+      : x(filled({rows, kWidth}, 0.5f)), normed(filled({rows, kWidth}, 0)),
+        gamma(filled({kWidth}, 1)), beta(filled({kWidth}, 0)),
+        w1(filled({kWidth, 4 * kWidth}, 0.01f)),
+        h(filled({rows, 4 * kWidth}, 0)), a(filled({rows, 4 * kWidth}, 0)),
+        w2(filled({4 * kWidth, kWidth}, 0.01f)), y(filled({rows, kWidth}, 0)) {
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<float>()[i] = static_cast<float>(i % 89) / 89.0f - 0.5f;
+  }
+  bool operator()() {
+    cpu::layerNorm(x, gamma, beta, 1, 1e-5f, normed);
+    cpu::matmul(normed, w1, false, false, h);
+    cpu::gelu(h, cpu::GeluApproximate::None, a);
+    cpu::matmul(a, w2, false, false, y);
+    return true;
+  }
+
+private:
+  static constexpr int64_t kWidth = 128;
+  static Tensor filled(std::initializer_list<int64_t> shape, float value) {
+    Tensor t = Tensor::empty(DType::F32, std::vector<int64_t>(shape));
+    std::fill_n(t.data<float>(), t.numel(), value);
+    return t;
+  }
+  Tensor x, normed, gamma, beta, w1, h, a, w2, y;
+};
 
 /// Weighted least squares of t = a·x + b·y (x, y >= 0) with weights 1/t²,
 /// a and b clamped to >= 0 (refitting the other alone). Returns {a, b}.
@@ -436,73 +473,116 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   }
 
   // Oversubscription (more ranks than cores): how much of a core a rank
-  // waiting for messages still takes. Every rank runs a GEMM loop (all
-  // busy), then the ranks run it in pairs that take turns (a two-stage
-  // ping-pong: one computes while its partner waits in MPI_Recv). With cores to
-  // spare the busy ranks' speed does not change (waiting share 1: nothing to
-  // gain); on a shared core they speed up by as much as the waiting ranks give
-  // away (processor sharing, tsrt::schedule::ComputeSharing).
+  // waiting for a message still takes (Cluster::waitingRankShare), measured
+  // the way a pipeline meets it. Ranks r < n/2 and r + n/2 form a two-stage
+  // pipeline (bound round-robin, rank r on core r mod C, they share a core,
+  // as the stages of the benchmark's pipelines do) and run a 1F1B step of
+  // kPipelineMicroBatches micro-batches: a forward is one LayerSegment, a
+  // backward two, and each boundary a 16 KiB message (MPI_Isend, MPI_Recv,
+  // as the pipeline executor transfers). The share is the one for which
+  // tsrt::schedule::simulate, with the chunks at the all-busy speed of one
+  // LayerSegment, predicts the measured step: the same simulation StepCost
+  // runs for pipeline plans, so the figure means what the planner uses it
+  // for (0: bubbles are free, the running stage gets the whole core; 1: a
+  // waiting rank keeps its share).
   c.coresPerNode = cpusAvailable(world);
   if (n >= 2 && c.coresPerNode < n) {
-    const int64_t m = 256;
-    Tensor a = Tensor::empty(DType::F32, {m, m});
-    Tensor b = Tensor::empty(DType::F32, {m, m});
-    Tensor out = Tensor::empty(DType::F32, {m, m});
-    std::fill_n(a.data<float>(), a.numel(), 0.5f);
-    std::fill_n(b.data<float>(), b.numel(), 0.25f);
-    auto gemm = [&] {
-      cpu::matmul(a, b, false, false, out);
+    using namespace tsrt::schedule;
+    constexpr int64_t kPipelineMicroBatches = 4;
+    Shape shape;
+    shape.stages = 2;
+    shape.microBatches = kPipelineMicroBatches;
+    auto built = build(Kind::OneFOneB, shape);
+    if (!built)
+      return built.takeError();
+    std::vector<StageActions> schedule = std::move(*built);
+    LayerSegment segment(32);
+    std::function<bool()> chunkWork = [&] { return segment(); };
+    // Sent (read only, possibly by several sends in flight) and received.
+    std::vector<float> message(4096, 1.0f), received(4096);
+    int64_t reps = repsFor(world, chunkWork, computeTarget);
+
+    int rank = world.rank();
+    int half = n / 2;
+    // With n odd the last rank has no partner and runs stage 0's work alone.
+    bool paired = rank < 2 * half;
+    int stage = paired && rank >= half ? 1 : 0;
+    int partner = stage == 0 ? rank + half : rank - half;
+    auto tagOf = [](const Action &a) {
+      return 7200 + 2 * static_cast<int>(a.microBatch) +
+             (a.phase == Phase::Backward ? 1 : 0);
+    };
+    std::function<bool()> pipelineStep = [&] {
+      std::vector<MPI_Request> sends;
+      for (const Action &a : schedule[stage]) {
+        bool forward = a.phase == Phase::Forward;
+        // Stage 1 receives activations before its forward; stage 0 the
+        // gradient before its backward.
+        if (paired && (stage == 1) == forward)
+          MPI_Recv(received.data(), static_cast<int>(received.size()),
+                   MPI_FLOAT, partner, tagOf(a), world.handle(),
+                   MPI_STATUS_IGNORE);
+        for (int i = 0; i < (forward ? 1 : 2); ++i)
+          segment();
+        if (paired && (stage == 0) == forward) {
+          sends.emplace_back();
+          MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_FLOAT,
+                    partner, tagOf(a), world.handle(), &sends.back());
+        }
+        // The executor completes finished sends after every action
+        // (runtime/executor Pipeline: MPI_Testsome).
+        if (!sends.empty()) {
+          int done = 0;
+          std::vector<int> indices(sends.size());
+          MPI_Testsome(static_cast<int>(sends.size()), sends.data(), &done,
+                       indices.data(), MPI_STATUSES_IGNORE);
+        }
+      }
+      MPI_Waitall(static_cast<int>(sends.size()), sends.data(),
+                  MPI_STATUSES_IGNORE);
       return true;
     };
-    int64_t reps = repsFor(world, gemm, computeTarget);
-    double allBusy = timeConcurrent(world, gemm, reps, computeTrials);
-    // Two-stage ping-pong, as a pipeline's stages alternate: rank r of the
-    // first half computes a GEMM and sends to its partner r + half, which
-    // computes one in turn and answers, so at any time one rank of each
-    // pair computes while the other waits. Bound round-robin (rank r on
-    // core r mod C, mpirun --map-by core) a pair shares a core, as the
-    // stages of a pipeline do on this machine.
-    int rank = world.rank();
-    int half = (n + 1) / 2;
-    bool first = rank < half;
-    int partner = first ? rank + half : rank - half;
-    bool paired = partner < n;
-    std::vector<double> halfTimes;
-    for (int t = 0; t < computeTrials; ++t) {
-      MPI_Barrier(world.handle());
-      double start = MPI_Wtime();
-      char token = 0;
-      for (int64_t r = 0; r < reps; ++r) {
-        if (!first)
-          MPI_Recv(&token, 1, MPI_CHAR, partner, 7200, world.handle(),
-                   MPI_STATUS_IGNORE);
-        gemm();
-        if (paired)
-          MPI_Send(&token, 1, MPI_CHAR, partner, 7200, world.handle());
-        if (first && paired)
-          MPI_Recv(&token, 1, MPI_CHAR, partner, 7200, world.handle(),
-                   MPI_STATUS_IGNORE);
+    // The host's speed drifts over seconds, so each trial times the
+    // all-busy segment and the pipeline step back to back, and their ratio
+    // (the step in units of one all-busy chunk) is taken over trials.
+    const int64_t stepReps = std::max<int64_t>(1, reps / 12);
+    std::vector<double> ratios, busyTimes;
+    for (int t = 0; t < 2 * computeTrials + 1; ++t) {
+      double busy = timeConcurrent(world, chunkWork, reps, 1);
+      double step = timeConcurrent(world, pipelineStep, stepReps, 1);
+      if (busy > 0 && step > 0) {
+        ratios.push_back(step / busy);
+        busyTimes.push_back(busy);
       }
-      double mine = MPI_Wtime() - start, slowest = 0;
-      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, world.handle());
-      // Per GEMM: each cycle runs two of them one after the other.
-      halfTimes.push_back(slowest / (2.0 * static_cast<double>(reps)));
     }
-    double halfBusy = median(halfTimes);
-    // speed-up s = allBusy / halfBusy = min(1, C / (a + share·w)) /
-    // min(1, C / n) with a busy and w waiting ranks; solved for share.
-    double cores = c.coresPerNode;
-    double busyRanks = std::ceil(n / 2.0), waiting = n - busyRanks;
-    double calibrated = std::min(1.0, cores / n);
-    double speedup = allBusy > 0 && halfBusy > 0 ? allBusy / halfBusy : 1.0;
-    double load = cores / std::max(speedup * calibrated, 1e-9);
+    double allBusy = ratios.empty() ? 0 : median(busyTimes);
+    double measured = ratios.empty() ? 0 : median(ratios) * allBusy;
+
+    // The simulated step for a share, in seconds.
+    std::vector<ChunkComms> comms(2);
+    comms[0].forward.push_back({/*isSend=*/true, /*peer=*/1, /*channel=*/0});
+    comms[0].backward.push_back({false, 1, 1});
+    comms[1].forward.push_back({false, 0, 0});
+    comms[1].backward.push_back({true, 0, 1});
+    const double fwd[] = {allBusy, allBusy}, bwd[] = {2 * allBusy, 2 * allBusy};
+    ComputeSharing sharing;
+    sharing.processes = n;
+    sharing.processesPerStage = std::max(1, n / 2);
+    sharing.cores = c.coresPerNode;
+    auto simulated = [&](double share) {
+      sharing.waitingShare = share;
+      return simulate(schedule, comms, shape, fwd, bwd, &sharing).makespan;
+    };
     c.waitingRankShare =
-        std::clamp((load - busyRanks) / std::max(waiting, 1.0), 0.0, 1.0);
+        fitWaitingShare(schedule, comms, shape, fwd, bwd, sharing, measured);
     if (log)
-      *log << llvm::formatv("calibrate: {0} ranks on {1} cores; half the "
-                            "ranks waiting speeds the others up {2:F2}x: a "
-                            "waiting rank takes {3:F2} of its core share\n",
-                            n, cores, speedup, c.waitingRankShare);
+      *log << llvm::formatv(
+          "calibrate: {0} ranks on {1} cores; a two-stage 1F1B step of {2} "
+          "micro-batches took {3:F3} ms (simulated: {4:F3} ms with free "
+          "bubbles, {5:F3} ms with none): a waiting rank takes {6:F2} of its "
+          "core share\n",
+          n, c.coresPerNode, kPipelineMicroBatches, measured * 1e3,
+          simulated(0) * 1e3, simulated(1) * 1e3, c.waitingRankShare);
   }
 
   // Collectives over all n ranks, sizes as nccl-tests counts them.
@@ -515,21 +595,13 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
                               Collective::SendRecv};
   // A step meets its collectives between kernels, each rank arriving from
   // its own compute (and, oversubscribed, from its turn on a shared core),
-  // not from the previous collective. So every timed collective follows a
-  // fixed compute burst (kBurst 128^3 GEMMs, about as much work as a small
-  // step has between two collectives) and the burst's time alone, measured
-  // with the same repetitions right before, is subtracted.
-  constexpr int kBurst = 4;
-  Tensor ba = Tensor::empty(DType::F32, {128, 128});
-  Tensor bb = Tensor::empty(DType::F32, {128, 128});
-  Tensor bout = Tensor::empty(DType::F32, {128, 128});
-  std::fill_n(ba.data<float>(), ba.numel(), 0.5f);
-  std::fill_n(bb.data<float>(), bb.numel(), 0.25f);
-  auto burst = [&] {
-    for (int i = 0; i < kBurst; ++i)
-      cpu::matmul(ba, bb, false, false, bout);
-    return true;
-  };
+  // with its caches full of the layer's tensors, not from the previous
+  // collective. So every timed collective follows a layer-like compute
+  // segment (LayerSegment: an MLP block on 32 tokens) and the segment's
+  // time alone, measured with the same repetitions right before, is
+  // subtracted.
+  LayerSegment segment(32);
+  std::function<bool()> burst = [&] { return segment(); };
   for (Collective kind : kinds) {
     if (n < 2 && kind != Collective::SendRecv)
       continue;

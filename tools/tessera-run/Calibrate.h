@@ -22,12 +22,16 @@
 //    "attention_grad": seconds per score of cpu::attentionForward /
 //    attentionBackward (causal, 128 x 128, head size 16).
 //  - `cores_per_node` (the CPUs the ranks may run on) and, when the ranks
-//    outnumber them, `waiting_rank_share`: the ranks run GEMMs in pairs
-//    that take turns (rank r and r + N/2, a two-stage ping-pong over
-//    MPI_Send/MPI_Recv; bound with --map-by core a pair shares a core); the
-//    speed-up over all ranks busy gives the share of a core a waiting rank
-//    keeps (0: it yields its core entirely, 1: it keeps spinning), which
-//    the pipeline simulation uses.
+//    outnumber them, `waiting_rank_share`: ranks r and r + N/2 (bound with
+//    --map-by core, a pair shares a core) run a two-stage 1F1B step of 4
+//    micro-batches (a forward is one LayerSegment, a backward two, 16 KiB
+//    messages over MPI_Isend/MPI_Recv, MPI_Testsome after every action as
+//    the pipeline executor does), timed back to back with the all-busy
+//    LayerSegment in every trial (the host's speed drifts over seconds;
+//    the ratio does not). tsrt::schedule::fitWaitingShare finds the share
+//    of its core a waiting rank keeps (0: it yields its core entirely, 1:
+//    it keeps spinning) for which the pipeline simulation StepCost uses
+//    predicts that step.
 //  - `collectives.<kind>.intra_node` for all_reduce, all_gather,
 //    reduce_scatter, all_to_all (runtime/collectives/mpi over
 //    MPI_COMM_WORLD) and send_recv (a ring exchange with
@@ -35,11 +39,12 @@
 //    least-squares fit of t = α·ringSteps + busBandwidthFactor·S/β
 //    (compiler/planner/CostModel.h, S as nccl-tests counts it) over several
 //    message sizes, weighted by 1/t² (relative error) so that small and
-//    large messages count alike. Each timed collective follows a fixed
-//    compute burst (four 128^3 GEMMs) whose time alone is subtracted, so the
-//    collective is timed as a step meets it: ranks arriving from compute
-//    (oversubscribed: from their turn on a shared core), not from the
-//    previous collective. inter_node is the same (one node), and the plain
+//    large messages count alike. Each timed collective follows a
+//    LayerSegment (an MLP block on 32 tokens of width 128: layer norm, two
+//    GEMMs, GeLU; about 0.6 MB touched) whose time alone is subtracted, so
+//    the collective is timed as a step meets it: ranks arriving from a
+//    layer's compute with its tensors in cache (oversubscribed: from their
+//    turn on a shared core), not from the previous collective. inter_node is the same (one node), and the plain
 //    intra_node / inter_node links are all_reduce's.
 //
 // Every timing is taken between MPI_Barriers; a trial's time is the slowest

@@ -469,6 +469,38 @@ TEST(PipelineSchedule, SharedCoresMakeBubblesCheaper) {
   EXPECT_LT(t.makespan, 3.0 * (8 + 4 - 1));
 }
 
+TEST(PipelineSchedule, FitWaitingShareInvertsSimulate) {
+  // 2 stages on 1 core, 1F1B, 4 micro-batches: the makespan simulated for a
+  // share is fitted back to that share; outside the share-0..1 range the
+  // fit clamps.
+  Shape shape{2, 1, 4};
+  std::vector<StageActions> actions = mustBuild(Kind::OneFOneB, shape);
+  std::vector<ChunkComms> comms = linearComms(2);
+  std::vector<double> fwd{1.0, 1.0}, bwd{2.0, 2.0};
+  ComputeSharing sharing{2, 1, 1.0, 0.0};
+  for (double share : {0.1, 0.37, 0.5, 0.9}) {
+    sharing.waitingShare = share;
+    double makespan =
+        simulate(actions, comms, shape, fwd, bwd, &sharing).makespan;
+    EXPECT_NEAR(
+        fitWaitingShare(actions, comms, shape, fwd, bwd, sharing, makespan),
+        share, 1e-3)
+        << "share " << share;
+  }
+  sharing.waitingShare = 0.0;
+  double free = simulate(actions, comms, shape, fwd, bwd, &sharing).makespan;
+  sharing.waitingShare = 1.0;
+  double spinning =
+      simulate(actions, comms, shape, fwd, bwd, &sharing).makespan;
+  ASSERT_LT(free, spinning);
+  EXPECT_EQ(
+      fitWaitingShare(actions, comms, shape, fwd, bwd, sharing, 0.5 * free),
+      0.0);
+  EXPECT_EQ(
+      fitWaitingShare(actions, comms, shape, fwd, bwd, sharing, 2 * spinning),
+      1.0);
+}
+
 TEST(PipelineSchedule, TimelineBubbleAveragesStages) {
   Timeline t;
   EXPECT_EQ(t.bubble(), 0.0);
