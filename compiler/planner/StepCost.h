@@ -68,8 +68,12 @@
 //    executor's per-instruction bookkeeping.
 //  - On an oversubscribed CPU (more ranks than cores) every collective inside
 //    the step also waits for ranks descheduled from a shared core; the
-//    calibrated alpha does not capture all of it, so plans with many
-//    in-step collectives (tensor parallelism) are predicted too fast.
+//    calibrated alpha does not capture all of it, so plans with
+//    collectives inside the step (tensor and sequence parallelism, ZeRO-3)
+//    are predicted 7-28% too fast and pipelines 21-37% on this machine,
+//    against about +-10% for plans that synchronise only at the end of the
+//    step (bench/planner_calibration.py; docs/Planner.md, "The class
+//    bias").
 //  - The step's fixed work outside the program (batch slicing, copying the
 //    updated state back) is not counted.
 //  - Pipeline plans (a tsrt.pipeline_schedule with per-chunk forward,
