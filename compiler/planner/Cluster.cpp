@@ -68,12 +68,8 @@ struct FieldReader {
 };
 } // namespace
 
-static llvm::Expected<Cluster::Link> parseLink(const FieldReader &parent,
-                                               StringRef key) {
-  auto obj = parent.object(key);
-  if (!obj)
-    return obj.takeError();
-  FieldReader r{**obj, parent.prefix + key.str() + "."};
+/// The "bandwidth" and "latency" fields of `r`'s object.
+static llvm::Expected<Cluster::Link> parseLinkFields(const FieldReader &r) {
   Cluster::Link link;
   auto bw = r.number("bandwidth");
   if (!bw)
@@ -84,6 +80,14 @@ static llvm::Expected<Cluster::Link> parseLink(const FieldReader &parent,
   link.bandwidth = *bw;
   link.latency = *lat;
   return link;
+}
+
+static llvm::Expected<Cluster::Link> parseLink(const FieldReader &parent,
+                                               StringRef key) {
+  auto obj = parent.object(key);
+  if (!obj)
+    return obj.takeError();
+  return parseLinkFields(FieldReader{**obj, parent.prefix + key.str() + "."});
 }
 
 llvm::Expected<Cluster>
@@ -237,6 +241,34 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
           return l.takeError();
         pair.interNode = *l;
       }
+      if ((*links)->get("groups")) {
+        const llvm::json::Array *groups = (*links)->getArray("groups");
+        if (!groups)
+          return lr.bad("groups", "must be an array");
+        for (auto [i, g] : llvm::enumerate(*groups)) {
+          std::string element = "groups[" + std::to_string(i) + "]";
+          const llvm::json::Object *go = g.getAsObject();
+          if (!go)
+            return lr.bad(element, "must be an object");
+          FieldReader gr{*go, lr.prefix + element + "."};
+          Cluster::GroupLink group;
+          auto size = gr.positiveInt("size");
+          if (!size)
+            return size.takeError();
+          auto stride = gr.positiveInt("stride");
+          if (!stride)
+            return stride.takeError();
+          if (*size < 2)
+            return gr.bad("size", "must be at least 2");
+          group.size = *size;
+          group.stride = *stride;
+          auto l = parseLinkFields(gr);
+          if (!l)
+            return l.takeError();
+          group.link = *l;
+          pair.groups.push_back(group);
+        }
+      }
       c.collectiveLinks[kind.str()] = pair;
     }
   }
@@ -289,6 +321,16 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
         links["intra_node"] = link(*pair.intraNode);
       if (pair.interNode)
         links["inter_node"] = link(*pair.interNode);
+      if (!pair.groups.empty()) {
+        llvm::json::Array groups;
+        for (const Cluster::GroupLink &g : pair.groups) {
+          llvm::json::Object o = link(g.link);
+          o["size"] = g.size;
+          o["stride"] = g.stride;
+          groups.push_back(std::move(o));
+        }
+        links["groups"] = std::move(groups);
+      }
       kinds[kind] = std::move(links);
     }
     out["collectives"] = std::move(kinds);

@@ -34,7 +34,10 @@
 //       {"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops": 4.1e10}, ...
 //     ],
 //     "collectives": {                 // per-kind α-β, overriding the links
-//       "all_reduce": {"intra_node": {"bandwidth": 3e9, "latency": 2e-5}},
+//       "all_reduce": {"intra_node": {"bandwidth": 3e9, "latency": 2e-5},
+//                      "groups": [      // inside a node, by group shape
+//                        {"size": 2, "stride": 1, "bandwidth": 2e9,
+//                         "latency": 4e-5}, ...]},
 //       ...                            // also all_gather, reduce_scatter,
 //     }                                // all_to_all, send_recv; inter_node
 //
@@ -120,16 +123,48 @@ struct Cluster {
   /// Per-collective links ("all_reduce", "all_gather", "reduce_scatter",
   /// "all_to_all", "send_recv"), measured by calibration with nccl-tests'
   /// bus-bandwidth definitions; a kind not listed uses intraNode/interNode.
+  /// α-β of one collective kind measured on groups of `size` ranks that
+  /// are `stride` ranks apart ({b, b + stride, ..., b + (size-1)·stride}),
+  /// every group of that shape running at once, inside one node. What a
+  /// group costs depends on its shape, not only on the link: the library
+  /// picks its algorithm by group size (Open MPI's tuned all-reduce takes a
+  /// segmented ring for 2 ranks and Rabenseifner's for 4, at 64 KiB), and
+  /// on an oversubscribed CPU a stride decides whether the group's ranks
+  /// share a core.
+  struct GroupLink {
+    int64_t size = 0, stride = 0;
+    Link link;
+  };
   struct LinkPair {
     std::optional<Link> intraNode, interNode;
+    /// Inside a node, by group shape (JSON "groups": [{"size", "stride",
+    /// "bandwidth", "latency"}, ...]).
+    std::vector<GroupLink> groups;
   };
   std::map<std::string, LinkPair> collectiveLinks;
 
   /// The link collectives of `kind` use inside a node (`withinNode`) or
-  /// across nodes.
-  const Link &link(llvm::StringRef kind, bool withinNode) const {
+  /// across nodes. Inside a node, for a group of `groupSize` ranks `stride`
+  /// apart (0: not known), a measured group of that size and stride is
+  /// preferred, then one of that size (the smallest stride), then the
+  /// kind's own link, then the cluster's.
+  const Link &link(llvm::StringRef kind, bool withinNode, int64_t groupSize = 0,
+                   int64_t stride = 0) const {
     auto it = collectiveLinks.find(kind.str());
     if (it != collectiveLinks.end()) {
+      if (withinNode && groupSize > 0) {
+        const GroupLink *sameSize = nullptr;
+        for (const GroupLink &g : it->second.groups) {
+          if (g.size != groupSize)
+            continue;
+          if (stride > 0 && g.stride == stride)
+            return g.link;
+          if (!sameSize || g.stride < sameSize->stride)
+            sameSize = &g;
+        }
+        if (sameSize)
+          return sameSize->link;
+      }
       const std::optional<Link> &l =
           withinNode ? it->second.intraNode : it->second.interNode;
       if (l)

@@ -106,8 +106,16 @@ tessera::planner::linkFor(const Cluster &cluster,
 double tessera::planner::collectiveSecondsOnAxis(
     Collective kind, double bytes, const Cluster &cluster,
     const std::vector<int64_t> &gridShape, size_t axis) {
-  return collectiveSeconds(kind, bytes, gridShape[axis],
-                           linkFor(cluster, gridShape, axis));
+  // The axis's groups are gridShape[axis] ranks, the product of the faster
+  // axes apart; a calibrated cluster has measured such groups per kind.
+  int64_t stride = 1;
+  for (size_t i = axis + 1; i < gridShape.size(); ++i)
+    stride *= gridShape[i];
+  return collectiveSeconds(
+      kind, bytes, gridShape[axis],
+      cluster.link(collectiveName(kind),
+                   axisWithinNode(cluster, gridShape, axis), gridShape[axis],
+                   stride));
 }
 
 double tessera::planner::pipelineBubbleFraction(int64_t stages,

@@ -83,8 +83,10 @@ const Cluster::Link &linkFor(const Cluster &cluster,
                              const std::vector<int64_t> &gridShape,
                              size_t axis);
 
-/// collectiveSeconds of `kind` over grid axis `axis` (n = its size, the
-/// link from linkFor).
+/// collectiveSeconds of `kind` over grid axis `axis`: n = its size, the
+/// link Cluster::link(kind, axisWithinNode, n, stride) with stride the
+/// product of the faster axes (the kind's measured link for groups of that
+/// shape on a calibrated cluster, else linkFor's).
 double collectiveSecondsOnAxis(Collective kind, double bytes,
                                const Cluster &cluster,
                                const std::vector<int64_t> &gridShape,

@@ -156,6 +156,30 @@ llvm::Expected<StepCost> planner::predictStepCost(
                  " ranks but cluster '" + cluster.name + "' has " +
                  llvm::Twine(cluster.devices()) + " devices");
 
+  // The rank stride of a group over `axes` when its ranks are evenly
+  // spaced ({b, b + s, ...}: the axes, ordered by stride, nest without
+  // gaps), else 0.
+  auto groupStride = [&](ArrayRef<int16_t> axes) -> int64_t {
+    std::vector<std::pair<int64_t, int64_t>> strideSize;
+    for (int16_t axis : axes) {
+      if (axis < 0 || static_cast<size_t>(axis) >= rankPosition.size() ||
+          rankPosition[axis] < 0)
+        return 0;
+      int64_t stride = 1;
+      for (size_t p = size_t(rankPosition[axis]) + 1; p < rankShape.size(); ++p)
+        stride *= rankShape[p];
+      if (cost.gridShape[axis] > 1)
+        strideSize.push_back({stride, cost.gridShape[axis]});
+    }
+    if (strideSize.empty())
+      return 0;
+    llvm::sort(strideSize);
+    for (size_t i = 1; i < strideSize.size(); ++i)
+      if (strideSize[i].first !=
+          strideSize[i - 1].first * strideSize[i - 1].second)
+        return 0;
+    return strideSize.front().first;
+  };
   llvm::Error err = llvm::Error::success();
   auto addCollectiveBytes = [&](Operation *op, Collective kind,
                                 ArrayRef<int16_t> axes, double bytes) {
@@ -177,8 +201,10 @@ llvm::Expected<StepCost> planner::predictStepCost(
         c.withinNode &=
             axisWithinNode(cluster, rankShape, size_t(rankPosition[axis]));
     }
+    c.groupStride = groupStride(axes);
     c.seconds = collectiveSeconds(
-        kind, bytes, n, cluster.link(collectiveName(kind), c.withinNode));
+        kind, bytes, n,
+        cluster.link(collectiveName(kind), c.withinNode, n, c.groupStride));
     cost.communicationSeconds += c.seconds;
     cost.collectives.push_back(std::move(c));
   };

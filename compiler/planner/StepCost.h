@@ -45,10 +45,12 @@
 // the two f64 all-reduces of its row statistics (8·N bytes, then 16·N
 // forward or 8·N backward for N rows). n is
 // the product of the collective's grid axis sizes; the link is
-// Cluster::link(kind, withinNode), intra-node when every axis of the group
-// stays inside a node (axisWithinNode on the module's `shard.grid @grid`,
-// its rank axes laid out in `rankOrder`, the last fastest), else the network.
-// `shard.all_slice` is local (no communication) and costs nothing.
+// Cluster::link(kind, withinNode, n, stride) (a calibrated group of that
+// size and rank stride when the cluster has one), intra-node when every
+// axis of the group stays inside a node (axisWithinNode on the module's
+// `shard.grid @grid`, its rank axes laid out in `rankOrder`, the last fastest),
+// else the network. `shard.all_slice` is local (no communication) and costs
+// nothing.
 //
 // Limits (stated, not hidden):
 //  - No overlap: compute and communication are added, as if every collective
@@ -69,11 +71,10 @@
 //  - On an oversubscribed CPU (more ranks than cores) every collective inside
 //    the step also waits for ranks descheduled from a shared core; the
 //    calibrated alpha does not capture all of it, so plans with
-//    collectives inside the step (tensor and sequence parallelism, ZeRO-3)
-//    are predicted 7-28% too fast and pipelines 21-37% on this machine,
-//    against about +-10% for plans that synchronise only at the end of the
-//    step (bench/planner_calibration.py; docs/Planner.md, "The class
-//    bias").
+//    collectives in the forward pass (tensor and sequence parallelism,
+//    ZeRO-3) are predicted 7-28% too fast and pipelines 21-37% on this
+//    machine, against about +-10% for data-parallel plans
+//    (bench/planner_calibration.py; docs/Planner.md, "The class bias").
 //  - The step's fixed work outside the program (batch slicing, copying the
 //    updated state back) is not counted.
 //  - Pipeline plans (a tsrt.pipeline_schedule with per-chunk forward,
@@ -122,6 +123,10 @@ struct CollectiveCost {
   double seconds = 0;
   /// True when every group stays inside a node (intra-node link).
   bool withinNode = true;
+  /// Ranks between consecutive members of a group when they are evenly
+  /// spaced, else 0; with the group size it picks the cluster's measured
+  /// group link (Cluster::link).
+  int64_t groupStride = 0;
 };
 
 /// Predicted time of one training step on one rank.

@@ -67,6 +67,13 @@ def main():
                 link = c["collectives"][kind][side]
                 check(link["bandwidth"] > 0 and link["latency"] >= 0,
                       f"{kind}.{side}: {link}")
+            # 2 ranks: the only group shape is the world's (2 ranks, 1 apart).
+            groups = c["collectives"][kind]["groups"]
+            check([(g["size"], g["stride"]) for g in groups] == [(2, 1)],
+                  f"{kind}.groups: {groups}")
+            check(groups[0]["bandwidth"] ==
+                  c["collectives"][kind]["intra_node"]["bandwidth"],
+                  f"{kind}: the world group is the intra-node link")
         check(c["source"].startswith("measured by tessera-run --calibrate"),
               c["source"])
 

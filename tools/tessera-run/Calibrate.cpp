@@ -602,16 +602,18 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   // subtracted.
   LayerSegment segment(32);
   std::function<bool()> burst = [&] { return segment(); };
-  for (Collective kind : kinds) {
-    if (n < 2 && kind != Collective::SendRecv)
-      continue;
+  // α-β of `kind` over `comm` (every rank of the world in one such group,
+  // all groups at once, timed by the slowest rank).
+  auto measureLink = [&](Collective kind, const mpi::Communicator &comm)
+      -> llvm::Expected<planner::Cluster::Link> {
+    int g = comm.size();
     std::vector<double> steps, volume, times;
     for (int64_t bytesS : sizes) {
-      // Floats of S, rounded up to a multiple of n.
-      int64_t elems = std::max<int64_t>(bytesS / 4, n);
-      elems = (elems + n - 1) / n * n;
-      CollectiveBuffers buffers(elems, n);
-      std::function<bool()> op = collectiveOp(kind, world, buffers);
+      // Floats of S, rounded up to a multiple of the group size.
+      int64_t elems = std::max<int64_t>(bytesS / 4, g);
+      elems = (elems + g - 1) / g * g;
+      CollectiveBuffers buffers(elems, g);
+      std::function<bool()> op = collectiveOp(kind, comm, buffers);
       std::function<bool()> inStep = [&] { return burst() && op(); };
       int64_t reps = repsFor(world, inStep, target);
       double alone = timeConcurrent(world, burst, reps, trials);
@@ -623,8 +625,8 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
       // smaller than that).
       t = std::max(t - alone, timeConcurrent(world, op, reps, 1));
       double s = 4.0 * static_cast<double>(elems);
-      steps.push_back(static_cast<double>(planner::ringSteps(kind, n)));
-      volume.push_back(planner::busBandwidthFactor(kind, n) * s);
+      steps.push_back(static_cast<double>(planner::ringSteps(kind, g)));
+      volume.push_back(planner::busBandwidthFactor(kind, g) * s);
       times.push_back(std::max(t, 1e-12));
     }
     auto [alpha, invBeta] = fitTwo(steps, volume, times);
@@ -632,12 +634,49 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     link.latency = alpha;
     // A vanishing slope (all latency): a very fast link rather than 0.
     link.bandwidth = invBeta > 0 ? 1.0 / invBeta : 1e15;
-    c.collectiveLinks[planner::collectiveName(kind).str()] = {link, link};
+    return link;
+  };
+  // The group shapes a grid axis (or several nested ones) can have on n
+  // ranks: size g >= 2 with stride s, g·s dividing n, besides the world.
+  std::vector<std::pair<int, int>> shapes;
+  for (int g = 2; g < n; ++g)
+    for (int s = 1; g * s <= n; ++s)
+      if (n % (g * s) == 0)
+        shapes.push_back({g, s});
+  for (Collective kind : kinds) {
+    if (n < 2 && kind != Collective::SendRecv)
+      continue;
+    llvm::StringRef name = planner::collectiveName(kind);
+    auto link = measureLink(kind, world);
+    if (!link)
+      return link.takeError();
+    planner::Cluster::LinkPair pair{*link, *link, {}};
     if (log)
       *log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta {2:F3} "
                             "GB/s\n",
-                            planner::collectiveName(kind), alpha * 1e6,
-                            link.bandwidth * 1e-9);
+                            name, link->latency * 1e6, link->bandwidth * 1e-9);
+    if (n >= 2)
+      pair.groups.push_back({n, 1, *link});
+    for (auto [g, s] : shapes) {
+      // Groups {b, b + s, ..., b + (g-1)·s}.
+      int rank = world.rank();
+      MPI_Comm sub = MPI_COMM_NULL;
+      if (MPI_Comm_split(world.handle(), (rank / (g * s)) * s + rank % s, rank,
+                         &sub) != MPI_SUCCESS)
+        return fail("MPI_Comm_split for groups of " + llvm::Twine(g));
+      mpi::Communicator group(sub);
+      auto groupLink = measureLink(kind, group);
+      MPI_Comm_free(&sub);
+      if (!groupLink)
+        return groupLink.takeError();
+      pair.groups.push_back({g, s, *groupLink});
+      if (log)
+        *log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta "
+                              "{2:F3} GB/s on groups of {3} ranks {4} apart\n",
+                              name, groupLink->latency * 1e6,
+                              groupLink->bandwidth * 1e-9, g, s);
+    }
+    c.collectiveLinks[name.str()] = std::move(pair);
   }
   auto ar = c.collectiveLinks.find("all_reduce");
   if (ar != c.collectiveLinks.end()) {

@@ -44,7 +44,13 @@
 //    GEMMs, GeLU; about 0.6 MB touched) whose time alone is subtracted, so
 //    the collective is timed as a step meets it: ranks arriving from a
 //    layer's compute with its tensors in cache (oversubscribed: from their
-//    turn on a shared core), not from the previous collective. inter_node is the same (one node), and the plain
+//    turn on a shared core), not from the previous collective.
+//    `collectives.<kind>.groups` repeats the fit for every group shape a
+//    grid axis can take on N ranks (size g >= 2, ranks s apart, g·s
+//    dividing N; MPI_Comm_split, all groups at once) and the world (N, 1):
+//    the library picks its algorithm by group size, and bound round-robin
+//    the stride decides whether a group's ranks share a core. StepCost
+//    uses the group of each collective's size and stride. inter_node is the same (one node), and the plain
 //    intra_node / inter_node links are all_reduce's.
 //
 // Every timing is taken between MPI_Barriers; a trial's time is the slowest

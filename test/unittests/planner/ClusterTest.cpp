@@ -236,7 +236,12 @@ TEST(ClusterJSON, CalibratedFields) {
     "kernel_seconds_per_element": {"layer_norm": 4e-9, "adamw_update": 7e-9},
     "gemm": [{"dtype": "fp32", "m": 64, "n": 128, "k": 256, "flops": 2e10}],
     "collectives": {"all_to_all": {"intra_node": {"bandwidth": 1e9,
-                                                  "latency": 4e-5}}}})");
+                                                  "latency": 4e-5}},
+                    "all_reduce": {"groups": [
+                      {"size": 2, "stride": 2, "bandwidth": 3e8,
+                       "latency": 9e-5},
+                      {"size": 2, "stride": 1, "bandwidth": 2e8,
+                       "latency": 8e-5}]}}})");
   ASSERT_TRUE(static_cast<bool>(v));
   llvm::Expected<Cluster> c = parseCluster(*v);
   ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
@@ -256,6 +261,15 @@ TEST(ClusterJSON, CalibratedFields) {
   EXPECT_DOUBLE_EQ(c->link("all_to_all", true).bandwidth, 1e9);
   EXPECT_DOUBLE_EQ(c->link("all_to_all", false).bandwidth, 4e9);
   EXPECT_DOUBLE_EQ(c->link("all_reduce", true).latency, 1e-5);
+  // Measured groups: the same size and stride, else the same size with the
+  // smallest stride; a size never measured, or across nodes, falls back.
+  EXPECT_DOUBLE_EQ(c->link("all_reduce", true, 2, 2).bandwidth, 3e8);
+  EXPECT_DOUBLE_EQ(c->link("all_reduce", true, 2, 1).bandwidth, 2e8);
+  EXPECT_DOUBLE_EQ(c->link("all_reduce", true, 2, 0).bandwidth, 2e8);
+  EXPECT_DOUBLE_EQ(c->link("all_reduce", true, 2, 4).bandwidth, 2e8);
+  EXPECT_DOUBLE_EQ(c->link("all_reduce", true, 4, 1).bandwidth, 4e9);
+  EXPECT_DOUBLE_EQ(c->link("all_reduce", false, 2, 1).bandwidth, 4e9);
+  EXPECT_DOUBLE_EQ(c->link("all_to_all", true, 2, 1).bandwidth, 1e9);
 
   llvm::Expected<Cluster> back = parseCluster(toJSON(*c));
   ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
@@ -291,5 +305,28 @@ TEST(ClusterJSON, CalibratedFields) {
                 .find("'collectives.broadcast' is not a collective"),
             std::string::npos);
   EXPECT_NE(errorWith("op_overhead", -1.0).find("'op_overhead'"),
+            std::string::npos);
+  auto groupsError = [&](llvm::json::Value groups) {
+    return errorWith(
+        "collectives",
+        llvm::json::Object{
+            {"all_reduce", llvm::json::Object{{"groups", std::move(groups)}}}});
+  };
+  EXPECT_NE(groupsError(3).find("'collectives.all_reduce.groups' must be an "
+                                "array"),
+            std::string::npos);
+  EXPECT_NE(groupsError(llvm::json::Array{1})
+                .find("'collectives.all_reduce.groups[0]' must be an object"),
+            std::string::npos);
+  EXPECT_NE(
+      groupsError(
+          llvm::json::Array{llvm::json::Object{
+              {"size", 1}, {"stride", 1}, {"bandwidth", 1e9}, {"latency", 0}}})
+          .find("'collectives.all_reduce.groups[0].size' must be at least 2"),
+      std::string::npos);
+  EXPECT_NE(groupsError(llvm::json::Array{llvm::json::Object{
+                            {"size", 2}, {"bandwidth", 1e9}, {"latency", 0}}})
+                .find("missing field 'collectives.all_reduce.groups[0]."
+                      "stride'"),
             std::string::npos);
 }

@@ -149,6 +149,53 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
             std::string::npos);
 }
 
+TEST_F(StepCostTest, CalibratedGroupLinksByGroupSizeAndStride) {
+  // dp=2 x tp=2 on 4 ranks, tp fastest: tp's pairs are ranks {0, 1} (stride
+  // 1), dp's {0, 2} (stride 2), the (dp, tp) group all four (stride 1).
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module attributes {tsr.grid_axes = ["dp", "tp"]} {
+  shard.grid @grid(shape = 2x2)
+  func.func @train_step(%x: tensor<1024xf32>) -> (tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>) {
+    %t = shard.all_reduce %x on @grid grid_axes = [1] : tensor<1024xf32> -> tensor<1024xf32>
+    %d = shard.all_reduce %x on @grid grid_axes = [0] : tensor<1024xf32> -> tensor<1024xf32>
+    %w = shard.all_reduce %x on @grid grid_axes = [0, 1] : tensor<1024xf32> -> tensor<1024xf32>
+    return %t, %d, %w : tensor<1024xf32>, tensor<1024xf32>, tensor<1024xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  Cluster c;
+  c.name = "cpu:4";
+  c.devicesPerNode = 4;
+  c.peakFlops["fp32"] = 1e10;
+  c.intraNode = c.interNode = {1e9, 1e-5};
+  auto &groups = c.collectiveLinks["all_reduce"].groups;
+  groups.push_back({2, 1, {4e9, 1e-6}});
+  groups.push_back({2, 2, {1e8, 1e-4}});
+  groups.push_back({4, 1, {2e9, 2e-6}});
+  llvm::Expected<StepCost> cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  ASSERT_EQ(cost->collectives.size(), 3u);
+  const double bytes = 4096;
+  // tp: n = 2, 2 ring steps, bus factor 1, on the stride-1 pairs' link.
+  EXPECT_EQ(cost->collectives[0].groupStride, 1);
+  EXPECT_DOUBLE_EQ(cost->collectives[0].seconds, 2 * 1e-6 + bytes / 4e9);
+  // dp: the stride-2 pairs' link.
+  EXPECT_EQ(cost->collectives[1].groupStride, 2);
+  EXPECT_DOUBLE_EQ(cost->collectives[1].seconds, 2 * 1e-4 + bytes / 1e8);
+  // (dp, tp): all four ranks, 6 ring steps, bus factor 2·3/4.
+  EXPECT_EQ(cost->collectives[2].groupStride, 1);
+  EXPECT_DOUBLE_EQ(cost->collectives[2].seconds, 6 * 2e-6 + 1.5 * bytes / 2e9);
+  // Laid out with dp fastest, dp's pairs are the stride-1 ones.
+  llvm::Expected<StepCost> swapped =
+      predictStepCost(*module, c, "fp32", std::nullopt, {"tp", "dp"});
+  ASSERT_TRUE(static_cast<bool>(swapped))
+      << llvm::toString(swapped.takeError());
+  EXPECT_EQ(swapped->collectives[0].groupStride, 2);
+  EXPECT_EQ(swapped->collectives[1].groupStride, 1);
+  EXPECT_DOUBLE_EQ(swapped->collectives[1].seconds, 2 * 1e-6 + bytes / 4e9);
+}
+
 /// A calibrated CPU-like cluster of 2 devices: GEMM table on the full grid
 /// m, n, k in {16, 256}, memory bandwidth, op overhead and an all_reduce
 /// link of its own.
