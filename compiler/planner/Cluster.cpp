@@ -68,8 +68,10 @@ struct FieldReader {
 };
 } // namespace
 
-/// The "bandwidth" and "latency" fields of `r`'s object.
-static llvm::Expected<Cluster::Link> parseLinkFields(const FieldReader &r) {
+/// The "bandwidth" and "latency" fields of `r`'s object, and with
+/// `measuredRanks` > 0 (a group of that size) the optional "measured".
+static llvm::Expected<Cluster::Link>
+parseLinkFields(const FieldReader &r, int64_t measuredRanks = 0) {
   Cluster::Link link;
   auto bw = r.number("bandwidth");
   if (!bw)
@@ -79,6 +81,28 @@ static llvm::Expected<Cluster::Link> parseLinkFields(const FieldReader &r) {
     return lat.takeError();
   link.bandwidth = *bw;
   link.latency = *lat;
+  const llvm::json::Value *v =
+      measuredRanks > 0 ? r.obj.get("measured") : nullptr;
+  if (v) {
+    link.measuredRanks = measuredRanks;
+    const llvm::json::Array *points = v->getAsArray();
+    if (!points)
+      return r.bad("measured", "must be an array of [bytes, seconds]");
+    for (auto [i, p] : llvm::enumerate(*points)) {
+      std::string element = "measured[" + std::to_string(i) + "]";
+      const llvm::json::Array *pair = p.getAsArray();
+      std::optional<double> bytes, seconds;
+      if (pair && pair->size() == 2) {
+        bytes = (*pair)[0].getAsNumber();
+        seconds = (*pair)[1].getAsNumber();
+      }
+      if (!bytes || !seconds || !(*bytes > 0) || !(*seconds > 0))
+        return r.bad(element, "must be [bytes > 0, seconds > 0]");
+      if (!link.measured.empty() && !(*bytes > link.measured.back().first))
+        return r.bad(element, "must have more bytes than the one before");
+      link.measured.push_back({*bytes, *seconds});
+    }
+  }
   return link;
 }
 
@@ -262,7 +286,7 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
             return gr.bad("size", "must be at least 2");
           group.size = *size;
           group.stride = *stride;
-          auto l = parseLinkFields(gr);
+          auto l = parseLinkFields(gr, *size);
           if (!l)
             return l.takeError();
           group.link = *l;
@@ -280,8 +304,14 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
   for (const auto &[dtype, f] : c.peakFlops)
     flops[dtype] = f;
   auto link = [](const Cluster::Link &l) {
-    return llvm::json::Object{{"bandwidth", l.bandwidth},
-                              {"latency", l.latency}};
+    llvm::json::Object o{{"bandwidth", l.bandwidth}, {"latency", l.latency}};
+    if (!l.measured.empty()) {
+      llvm::json::Array points;
+      for (auto [bytes, seconds] : l.measured)
+        points.push_back(llvm::json::Array{bytes, seconds});
+      o["measured"] = std::move(points);
+    }
+    return o;
   };
   llvm::json::Object out{{"name", c.name},
                          {"nodes", c.nodes},

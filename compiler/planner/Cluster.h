@@ -37,7 +37,9 @@
 //       "all_reduce": {"intra_node": {"bandwidth": 3e9, "latency": 2e-5},
 //                      "groups": [      // inside a node, by group shape
 //                        {"size": 2, "stride": 1, "bandwidth": 2e9,
-//                         "latency": 4e-5}, ...]},
+//                         "latency": 4e-5,
+//                         "measured": [[256, 9e-6], [1024, 1.2e-5], ...]},
+//                        ...]},               // optional: S bytes, seconds
 //       ...                            // also all_gather, reduce_scatter,
 //     }                                // all_to_all, send_recv; inter_node
 //
@@ -76,6 +78,22 @@ struct Cluster {
   struct Link {
     double bandwidth = 0;
     double latency = 0;
+    /// Measured times of one collective on this link, {S bytes (as
+    /// nccl-tests counts them), seconds}, S strictly ascending (JSON
+    /// "measured": [[S, seconds], ...], in a "groups" element only;
+    /// calibration writes it). When
+    /// present, collectiveSeconds interpolates it linearly in S instead of
+    /// taking the α-β line: below the first size it takes the first time,
+    /// beyond the last it adds the α-β bandwidth term for the excess. A
+    /// library switches protocol and algorithm with the message size (Open
+    /// MPI: eager below 4 KiB, then rendezvous; ring, recursive doubling or
+    /// Rabenseifner by size), so one line fits small and large messages
+    /// badly; Alpa's collective profiling database interpolates measured
+    /// sizes the same way (Zheng et al., OSDI 2022).
+    std::vector<std::pair<double, double>> measured;
+    /// The group size `measured` was taken on; collectiveSeconds uses it
+    /// for groups of this many ranks only (JSON: the group's "size").
+    int64_t measuredRanks = 0;
   };
   /// Device to device inside a node (NVLink/NVSwitch on DGX) and device to
   /// device across nodes (the network adapter(s) serving one device).
@@ -138,7 +156,7 @@ struct Cluster {
   struct LinkPair {
     std::optional<Link> intraNode, interNode;
     /// Inside a node, by group shape (JSON "groups": [{"size", "stride",
-    /// "bandwidth", "latency"}, ...]).
+    /// "bandwidth", "latency", optional "measured"}, ...]).
     std::vector<GroupLink> groups;
   };
   std::map<std::string, LinkPair> collectiveLinks;

@@ -51,8 +51,21 @@ double tessera::planner::collectiveSeconds(Collective kind, double bytes,
                                            int64_t n,
                                            const Cluster::Link &link) {
   assert(link.bandwidth > 0 && "link bandwidth must be positive");
-  return link.latency * double(ringSteps(kind, n)) +
-         busBandwidthFactor(kind, n) * bytes / link.bandwidth;
+  const auto &m = link.measured;
+  if (m.empty() || link.measuredRanks != n || ringSteps(kind, n) == 0)
+    return link.latency * double(ringSteps(kind, n)) +
+           busBandwidthFactor(kind, n) * bytes / link.bandwidth;
+  if (bytes <= m.front().first)
+    return m.front().second;
+  if (bytes >= m.back().first)
+    return m.back().second + busBandwidthFactor(kind, n) *
+                                 (bytes - m.back().first) / link.bandwidth;
+  auto hi = std::upper_bound(
+      m.begin(), m.end(), bytes,
+      [](double b, const std::pair<double, double> &p) { return b < p.first; });
+  auto lo = std::prev(hi);
+  double f = (bytes - lo->first) / (hi->first - lo->first);
+  return lo->second + f * (hi->second - lo->second);
 }
 
 int64_t AxisPlacement::axisIndex(llvm::StringRef name) const {

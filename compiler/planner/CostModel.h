@@ -54,6 +54,8 @@ int64_t ringSteps(Collective kind, int64_t n);
 /// (all n chunks) for all-to-all; the message for send/recv. Since busbw ≈ β
 /// at large sizes, S / algbw = factor · S / β is the bandwidth term.
 /// A collective over one rank (n < 2) costs 0; send/recv ignores `n`.
+/// When `link` carries times measured on groups of n ranks
+/// (Cluster::Link::measured), they are interpolated instead.
 double collectiveSeconds(Collective kind, double bytes, int64_t n,
                          const Cluster::Link &link);
 

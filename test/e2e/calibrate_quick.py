@@ -74,6 +74,17 @@ def main():
             check(groups[0]["bandwidth"] ==
                   c["collectives"][kind]["intra_node"]["bandwidth"],
                   f"{kind}: the world group is the intra-node link")
+            # The times behind the fit, one per message size (quick: 1, 16
+            # and 256 KiB), sizes ascending, times positive and never
+            # smaller for a larger message; the plain link has none.
+            measured = groups[0].get("measured", [])
+            check(len(measured) == 3 and
+                  all(t > 0 for _, t in measured) and
+                  all(a[0] < b[0] and a[1] <= b[1]
+                      for a, b in zip(measured, measured[1:])),
+                  f"{kind}.groups[0].measured: {measured}")
+            check("measured" not in c["collectives"][kind]["intra_node"],
+                  f"{kind}.intra_node has no measured times")
         check(c["source"].startswith("measured by tessera-run --calibrate"),
               c["source"])
 

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <sched.h>
 #include <unistd.h>
 #include <vector>
@@ -173,6 +174,27 @@ private:
   Tensor x, normed, gamma, beta, w1, h, a, w2, y;
 };
 
+/// The non-decreasing sequence closest to `v` in least squares (pool
+/// adjacent violators: a run that decreases is replaced by its mean).
+std::vector<double> nonDecreasingFit(const std::vector<double> &v) {
+  std::vector<std::pair<double, int>> blocks; // {mean, count}
+  for (double x : v) {
+    blocks.push_back({x, 1});
+    while (blocks.size() > 1 &&
+           blocks[blocks.size() - 2].first > blocks.back().first) {
+      auto [m2, c2] = blocks.back();
+      blocks.pop_back();
+      auto &[m1, c1] = blocks.back();
+      m1 = (m1 * c1 + m2 * c2) / (c1 + c2);
+      c1 += c2;
+    }
+  }
+  std::vector<double> out;
+  for (auto [m, c] : blocks)
+    out.insert(out.end(), c, m);
+  return out;
+}
+
 /// Weighted least squares of t = a·x + b·y (x, y >= 0) with weights 1/t²,
 /// a and b clamped to >= 0 (refitting the other alone). Returns {a, b}.
 std::pair<double, double> fitTwo(const std::vector<double> &x,
@@ -245,6 +267,10 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   // up to a scheduler time slice (milliseconds), which must stay small
   // against the work timed between two of them.
   const int computeTrials = quick ? 3 : 3;
+  // A collective's cost in a step is a difference of two noisy times
+  // (segment + collective, segment alone): more, shorter paired trials.
+  const int collectiveTrials = quick ? 3 : 15;
+  const double collectiveTarget = quick ? 2e-3 : 10e-3;
   const double computeTarget = quick ? 2e-3 : 100e-3;
 
   planner::Cluster c;
@@ -607,26 +633,51 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   auto measureLink = [&](Collective kind, const mpi::Communicator &comm)
       -> llvm::Expected<planner::Cluster::Link> {
     int g = comm.size();
-    std::vector<double> steps, volume, times;
-    for (int64_t bytesS : sizes) {
+    // One buffer set, timed operation and repetition count per size.
+    struct PerSize {
+      std::unique_ptr<CollectiveBuffers> buffers;
+      std::function<bool()> op, inStep;
+      int64_t reps = 1;
+      std::vector<double> diffs;
+    };
+    std::vector<PerSize> perSize(sizes.size());
+    std::vector<double> steps, volume, times, sizesS;
+    for (auto [i, bytesS] : llvm::enumerate(sizes)) {
       // Floats of S, rounded up to a multiple of the group size.
       int64_t elems = std::max<int64_t>(bytesS / 4, g);
       elems = (elems + g - 1) / g * g;
-      CollectiveBuffers buffers(elems, g);
-      std::function<bool()> op = collectiveOp(kind, comm, buffers);
-      std::function<bool()> inStep = [&] { return burst() && op(); };
-      int64_t reps = repsFor(world, inStep, target);
-      double alone = timeConcurrent(world, burst, reps, trials);
-      double t = timeConcurrent(world, inStep, reps, trials);
-      if (t < 0)
-        return fail(llvm::Twine(planner::collectiveName(kind)) +
-                    " failed while timing it");
-      // At least the collective on its own (noise can make the difference
-      // smaller than that).
-      t = std::max(t - alone, timeConcurrent(world, op, reps, 1));
+      PerSize &p = perSize[i];
+      p.buffers = std::make_unique<CollectiveBuffers>(elems, g);
+      p.op = collectiveOp(kind, comm, *p.buffers);
+      p.inStep = [&p, &burst] { return burst() && p.op(); };
+      p.reps = repsFor(world, p.inStep, collectiveTarget);
       double s = 4.0 * static_cast<double>(elems);
+      sizesS.push_back(s);
       steps.push_back(static_cast<double>(planner::ringSteps(kind, g)));
       volume.push_back(planner::busBandwidthFactor(kind, g) * s);
+    }
+    // Paired: the segment alone and the segment + collective back to back
+    // in every trial, the median of the differences (the host's speed
+    // drifts over seconds, which unpaired medians would take for cost).
+    // The trials sweep the sizes in several passes, so that a burst of
+    // other work (seconds long) spoils a few trials of several sizes, which
+    // the median drops, rather than every trial of one size.
+    const int passes = std::min(3, collectiveTrials);
+    for (int pass = 0; pass < passes; ++pass)
+      for (PerSize &p : perSize)
+        for (int k = pass; k < collectiveTrials; k += passes) {
+          double alone = timeConcurrent(world, burst, p.reps, 1);
+          double with = timeConcurrent(world, p.inStep, p.reps, 1);
+          if (with < 0)
+            return fail(llvm::Twine(planner::collectiveName(kind)) +
+                        " failed while timing it");
+          p.diffs.push_back(with - alone);
+        }
+    for (PerSize &p : perSize) {
+      // At least the collective on its own (noise can make the difference
+      // smaller than that).
+      double t =
+          std::max(median(p.diffs), timeConcurrent(world, p.op, p.reps, 1));
       times.push_back(std::max(t, 1e-12));
     }
     auto [alpha, invBeta] = fitTwo(steps, volume, times);
@@ -634,6 +685,12 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     link.latency = alpha;
     // A vanishing slope (all latency): a very fast link rather than 0.
     link.bandwidth = invBeta > 0 ? 1.0 / invBeta : 1e15;
+    // The times themselves, made non-decreasing in S (a larger message
+    // never costs less; the trials' noise can say so).
+    std::vector<double> monotone = nonDecreasingFit(times);
+    for (size_t i = 0; i < sizesS.size(); ++i)
+      link.measured.push_back({sizesS[i], monotone[i]});
+    link.measuredRanks = g;
     return link;
   };
   // The group shapes a grid axis (or several nested ones) can have on n
@@ -650,7 +707,10 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     auto link = measureLink(kind, world);
     if (!link)
       return link.takeError();
-    planner::Cluster::LinkPair pair{*link, *link, {}};
+    // The plain links are the α-β fit alone: they stand in for groups of
+    // any size.
+    planner::Cluster::Link line{link->bandwidth, link->latency, {}, 0};
+    planner::Cluster::LinkPair pair{line, line, {}};
     if (log)
       *log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta {2:F3} "
                             "GB/s\n",

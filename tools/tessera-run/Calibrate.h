@@ -41,17 +41,24 @@
 //    message sizes, weighted by 1/t² (relative error) so that small and
 //    large messages count alike. Each timed collective follows a
 //    LayerSegment (an MLP block on 32 tokens of width 128: layer norm, two
-//    GEMMs, GeLU; about 0.6 MB touched) whose time alone is subtracted, so
-//    the collective is timed as a step meets it: ranks arriving from a
-//    layer's compute with its tensors in cache (oversubscribed: from their
-//    turn on a shared core), not from the previous collective.
-//    `collectives.<kind>.groups` repeats the fit for every group shape a
-//    grid axis can take on N ranks (size g >= 2, ranks s apart, g·s
-//    dividing N; MPI_Comm_split, all groups at once) and the world (N, 1):
-//    the library picks its algorithm by group size, and bound round-robin
-//    the stride decides whether a group's ranks share a core. StepCost
-//    uses the group of each collective's size and stride. inter_node is the same (one node), and the plain
-//    intra_node / inter_node links are all_reduce's.
+//    GEMMs, GeLU; about 0.6 MB touched), and the segment alone is timed
+//    right before it in every trial (15 paired trials, the median of the
+//    differences), so the collective is timed as a step meets it: ranks
+//    arriving from a layer's compute with its tensors in cache
+//    (oversubscribed: from their turn on a shared core), not from the
+//    previous collective. `collectives.<kind>.groups` repeats the
+//    measurement for every group shape a grid axis can take on N ranks
+//    (size g >= 2, ranks s apart, g·s dividing N; MPI_Comm_split, all
+//    groups at once) and the world (N, 1): the library picks its algorithm
+//    by group size, and bound round-robin the stride decides whether a
+//    group's ranks share a core. Each group also keeps its times per size
+//    ("measured": [[S, seconds], ...], made non-decreasing in S by pool
+//    adjacent violators), which the planner interpolates instead of the
+//    α-β line (planner::collectiveSeconds): one line fits the protocol and
+//    algorithm switches between 256 B and 4 MiB badly, most of all at the
+//    1-64 KiB a small model's collectives have. StepCost uses the group of
+//    each collective's size and stride. inter_node is the same (one node),
+//    and the plain intra_node / inter_node links are all_reduce's α-β.
 //
 // Every timing is taken between MPI_Barriers; a trial's time is the slowest
 // rank's, and each figure is the median of several trials.

@@ -1,6 +1,7 @@
 //===- ClusterTest.cpp - cluster presets, JSON and errors -----------------===//
 
 #include "compiler/planner/Cluster.h"
+#include "compiler/planner/CostModel.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -329,4 +330,56 @@ TEST(ClusterJSON, CalibratedFields) {
                 .find("missing field 'collectives.all_reduce.groups[0]."
                       "stride'"),
             std::string::npos);
+  auto measuredError = [&](llvm::json::Value measured) {
+    return groupsError(llvm::json::Array{
+        llvm::json::Object{{"size", 2},
+                           {"stride", 1},
+                           {"bandwidth", 1e9},
+                           {"latency", 0},
+                           {"measured", std::move(measured)}}});
+  };
+  EXPECT_NE(measuredError(1).find("'collectives.all_reduce.groups[0]."
+                                  "measured' must be an array"),
+            std::string::npos);
+  EXPECT_NE(measuredError(llvm::json::Array{llvm::json::Array{256, 0}})
+                .find("'collectives.all_reduce.groups[0].measured[0]' must "
+                      "be [bytes > 0, seconds > 0]"),
+            std::string::npos);
+  EXPECT_NE(measuredError(llvm::json::Array{llvm::json::Array{1024, 2e-5},
+                                            llvm::json::Array{256, 3e-5}})
+                .find("'collectives.all_reduce.groups[0].measured[1]' must "
+                      "have more bytes than the one before"),
+            std::string::npos);
+}
+
+TEST(ClusterJSON, MeasuredCollectiveTimes) {
+  // A group's measured times are read with the group's size, written back,
+  // and used by collectiveSeconds for groups of that size only.
+  llvm::Expected<llvm::json::Value> v = llvm::json::parse(R"({
+    "nodes": 1, "devices_per_node": 4, "peak_flops": {"fp32": 5e10},
+    "memory_bytes": 6e9,
+    "intra_node": {"bandwidth": 4e9, "latency": 1e-5},
+    "inter_node": {"bandwidth": 4e9, "latency": 1e-5},
+    "collectives": {"all_reduce": {
+      "intra_node": {"bandwidth": 1e9, "latency": 1e-5,
+                     "measured": [[256, 1e-3]]},
+      "groups": [{"size": 2, "stride": 1, "bandwidth": 1e9, "latency": 1e-5,
+                  "measured": [[1024, 2e-5], [4096, 5e-5]]}]}}})");
+  ASSERT_TRUE(static_cast<bool>(v));
+  llvm::Expected<Cluster> c = parseCluster(*v);
+  ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+  const Cluster::Link &pair = c->link("all_reduce", true, 2, 1);
+  ASSERT_EQ(pair.measured.size(), 2u);
+  EXPECT_EQ(pair.measuredRanks, 2);
+  EXPECT_DOUBLE_EQ(pair.measured[1].first, 4096);
+  EXPECT_DOUBLE_EQ(pair.measured[1].second, 5e-5);
+  // "measured" belongs to a group of known size; on a plain link it is
+  // not read.
+  EXPECT_TRUE(c->link("all_reduce", true).measured.empty());
+  EXPECT_DOUBLE_EQ(collectiveSeconds(Collective::AllReduce, 2048, 2, pair),
+                   2e-5 + (2048.0 - 1024) / (4096 - 1024) * (5e-5 - 2e-5));
+  llvm::Expected<Cluster> back = parseCluster(toJSON(*c));
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(toJSON(*back), toJSON(*c));
+  EXPECT_EQ(back->link("all_reduce", true, 2, 1).measured, pair.measured);
 }

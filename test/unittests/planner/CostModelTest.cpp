@@ -58,6 +58,35 @@ TEST(CostModel, CollectiveSecondsHandComputed) {
               1e-9);
 }
 
+TEST(CostModel, CollectiveSecondsInterpolatesMeasuredTimes) {
+  // Times measured on groups of 2 at 1, 4 and 16 KiB; the α-β line
+  // (1 GB/s, 1 µs) would say 2 µs + S / 1e9.
+  Cluster::Link link{
+      1e9, 1e-6, {{1024, 30e-6}, {4096, 40e-6}, {16384, 100e-6}}, 2};
+  auto t = [&](double bytes, int64_t n = 2) {
+    return collectiveSeconds(Collective::AllReduce, bytes, n, link);
+  };
+  // At a measured size: the measurement.
+  EXPECT_DOUBLE_EQ(t(4096), 40e-6);
+  // Between two: linear in S (a third of the way from 4 to 16 KiB).
+  EXPECT_DOUBLE_EQ(t(8192), 40e-6 + (8192.0 - 4096) / 12288 * 60e-6);
+  // Below the first size: the first time (latency bound).
+  EXPECT_DOUBLE_EQ(t(4), 30e-6);
+  // Beyond the last: the last time plus the α-β bandwidth term of the
+  // excess, busBandwidthFactor(all_reduce, 2) = 1.
+  EXPECT_DOUBLE_EQ(t(16384 + 1e6), 100e-6 + 1e6 / 1e9);
+  // Never decreasing over the table and past it.
+  double previous = 0;
+  for (double bytes = 1; bytes < 1e7; bytes *= 1.5) {
+    EXPECT_GE(t(bytes), previous) << bytes;
+    previous = t(bytes);
+  }
+  // Groups of another size: the α-β line, not the table.
+  EXPECT_DOUBLE_EQ(t(4096, 4), 6 * 1e-6 + 1.5 * 4096 / 1e9);
+  // One rank: still nothing to communicate.
+  EXPECT_EQ(t(4096, 1), 0.0);
+}
+
 TEST(CostModel, AxisPlacementOnDgxH100) {
   Cluster c = *clusterPreset("dgx-h100:16"); // 16 nodes × 8 GPUs
   // dp = 16, tp = 8 (tp fastest): tp groups are the 8 GPUs of one node.
