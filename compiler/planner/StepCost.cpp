@@ -436,6 +436,24 @@ llvm::Expected<StepCost> planner::predictStepCost(
   sharing.waitingShare = cluster.waitingRankShare;
   bool shared = sharing.cores > 0 && sharing.cores < double(cost.ranks) &&
                 sharing.waitingShare < 1;
+  // Ranks bound round-robin, as mpirun --map-by core --bind-to core places
+  // them: world rank r on core (r mod devices per node) mod cores of its
+  // node. A stage's ranks are those of its pp coordinate in the rank layout.
+  int64_t coresPerNode = int64_t(std::floor(cluster.coresPerNode));
+  if (shared && coresPerNode >= 1 && ppAxis >= 0 && rankPosition[ppAxis] >= 0) {
+    int64_t ppStride = 1;
+    for (size_t p = size_t(rankPosition[ppAxis]) + 1; p < rankShape.size(); ++p)
+      ppStride *= rankShape[p];
+    sharing.stageCores.assign(size_t(shape.stages), {});
+    for (int64_t r = 0; r < cost.ranks; ++r) {
+      int64_t stage = (r / ppStride) % cost.gridShape[ppAxis];
+      int64_t node = r / cluster.devicesPerNode;
+      int64_t core =
+          node * coresPerNode + (r % cluster.devicesPerNode) % coresPerNode;
+      if (stage < shape.stages)
+        sharing.stageCores[size_t(stage)].push_back(core);
+    }
+  }
   tsrt::schedule::Timeline timeline =
       tsrt::schedule::simulate(actions, *comms, shape, fwdSeconds, bwdSeconds,
                                shared ? &sharing : nullptr);

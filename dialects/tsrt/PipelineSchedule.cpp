@@ -539,6 +539,32 @@ Timeline tessera::tsrt::schedule::simulate(ArrayRef<StageActions> actions,
   // The running action of each stage: its start and its work left (in
   // calibrated seconds); a stage not running has left < 0.
   std::vector<double> started(numStages, 0), left(numStages, -1);
+  // Ranks bound to cores: each running stage at its slowest rank's speed,
+  // from the running and waiting ranks of that rank's core.
+  bool bound = sharing && sharing->stageCores.size() == numStages;
+  auto boundSpeeds = [&](std::vector<double> &v) {
+    std::map<int64_t, std::pair<int64_t, int64_t>> hostedRunning;
+    for (size_t s = 0; s < numStages; ++s)
+      for (int64_t core : sharing->stageCores[s]) {
+        ++hostedRunning[core].first;
+        if (left[s] >= 0)
+          ++hostedRunning[core].second;
+      }
+    for (size_t s = 0; s < numStages; ++s) {
+      if (left[s] < 0)
+        continue;
+      v[s] = INFINITY;
+      for (int64_t core : sharing->stageCores[s]) {
+        auto [hosted, active] = hostedRunning[core];
+        double waiting = double(hosted - active);
+        double now = std::min(
+            1.0, 1.0 / (double(active) + sharing->waitingShare * waiting));
+        v[s] = std::min(v[s], now / std::min(1.0, 1.0 / double(hosted)));
+      }
+      if (!std::isfinite(v[s]))
+        v[s] = 1.0; // a stage without ranks listed
+    }
+  };
   // When each sent message becomes available: the end of its sending action.
   std::map<Message, double> sentAt;
 
@@ -564,15 +590,18 @@ Timeline tessera::tsrt::schedule::simulate(ArrayRef<StageActions> actions,
     size_t running = llvm::count_if(left, [](double l) { return l >= 0; });
     if (running == 0)
       break;
-    double v = speed(running), step = INFINITY;
-    for (double l : left)
-      if (l >= 0)
-        step = std::min(step, l / v);
+    std::vector<double> v(numStages, speed(running));
+    if (bound)
+      boundSpeeds(v);
+    double step = INFINITY;
+    for (size_t s = 0; s < numStages; ++s)
+      if (left[s] >= 0)
+        step = std::min(step, left[s] / v[s]);
     now += step;
     for (size_t s = 0; s < numStages; ++s) {
       if (left[s] < 0)
         continue;
-      left[s] -= step * v;
+      left[s] -= step * v[s];
       if (left[s] > 1e-12 * (1 + now))
         continue;
       const Action &a = actions[s][next[s]];

@@ -146,10 +146,22 @@ struct Timeline {
 /// its calibrated speed (processor sharing): bubbles cost less than their
 /// calibrated length. Without `sharing`, with cores >= processes or with
 /// waitingShare = 1, the speed is always 1.
+///
+/// With `stageCores` (the core of each rank of each stage, as mpirun
+/// --map-by core --bind-to core pins them: world rank r on core r mod C),
+/// the sharing is per core instead: a rank runs at
+/// min(1, 1 / (a + waitingShare·w)) / min(1, 1 / h) of its calibrated speed,
+/// where its core hosts h ranks, a of them running and w = h − a waiting,
+/// and a stage at the speed of its slowest rank. A bound rank cannot use
+/// another core that its stage's bubble left idle: with 4 stages on 2 cores
+/// (stages 0 and 2 on one, 1 and 3 on the other) the pooled model lets the
+/// two busy stages of one core borrow the other core, which they cannot.
+/// When every core hosts one rank of every stage, both models agree.
 struct ComputeSharing {
   int64_t processes = 1, processesPerStage = 1;
   double cores = 1;
   double waitingShare = 1;
+  std::vector<std::vector<int64_t>> stageCores;
 };
 Timeline simulate(llvm::ArrayRef<StageActions> actions,
                   llvm::ArrayRef<ChunkComms> comms, const Shape &shape,

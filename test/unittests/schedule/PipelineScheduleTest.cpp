@@ -469,6 +469,49 @@ TEST(PipelineSchedule, SharedCoresMakeBubblesCheaper) {
   EXPECT_LT(t.makespan, 3.0 * (8 + 4 - 1));
 }
 
+// Ranks bound to cores (mpirun --map-by core --bind-to core): a running
+// stage can only use its own core, however idle the others are.
+TEST(PipelineSchedule, BoundRanksCannotBorrowAnIdleCore) {
+  // pp=2 x dp=2 on 2 cores, rank r on core r mod 2: each core hosts one
+  // rank of each stage, so per-core sharing is the pooled sharing.
+  for (int64_t m : {1, 4, 8})
+    for (double share : {0.0, 0.3, 1.0}) {
+      Shape shape{2, 1, m};
+      std::vector<StageActions> actions = mustBuild(Kind::OneFOneB, shape);
+      std::vector<double> fwd{1.0, 1.5}, bwd{2.0, 3.5};
+      ComputeSharing pooled{4, 2, 2.0, share};
+      ComputeSharing bound = pooled;
+      bound.stageCores = {{0, 1}, {0, 1}};
+      EXPECT_NEAR(
+          simulate(actions, linearComms(2), shape, fwd, bwd, &bound).makespan,
+          simulate(actions, linearComms(2), shape, fwd, bwd, &pooled).makespan,
+          1e-9)
+          << "M = " << m << " share " << share;
+    }
+
+  // pp=4 on 2 cores: stages 0 and 2 on core 0, 1 and 3 on core 1, the last
+  // stage three times as heavy. Core 1 must run 8 x (1 + 2) of stage 1 and
+  // 8 x (3 + 6) of stage 3, calibrated at half a core: 48 seconds at
+  // least. Pooled, stage 3 borrows core 0 while stages 0 and 2 wait and
+  // finishes sooner; bound, it cannot.
+  Shape four{4, 1, 8};
+  std::vector<StageActions> actions = mustBuild(Kind::OneFOneB, four);
+  std::vector<double> fwd{1, 1, 1, 3}, bwd{2, 2, 2, 6};
+  ComputeSharing pooled{4, 1, 2.0, 0.0};
+  ComputeSharing bound = pooled;
+  bound.stageCores = {{0}, {1}, {0}, {1}};
+  double pooledSpan =
+      simulate(actions, linearComms(4), four, fwd, bwd, &pooled).makespan;
+  double boundSpan =
+      simulate(actions, linearComms(4), four, fwd, bwd, &bound).makespan;
+  EXPECT_GE(boundSpan, 48.0 - 1e-9);
+  EXPECT_LT(pooledSpan, 48.0);
+  // Without sharing (every stage on its own core at calibrated speed) the
+  // step is longer still: the last stage's 72 seconds.
+  EXPECT_GE(simulate(actions, linearComms(4), four, fwd, bwd).makespan, 72.0);
+  EXPECT_LT(boundSpan, 72.0);
+}
+
 TEST(PipelineSchedule, FitWaitingShareInvertsSimulate) {
   // 2 stages on 1 core, 1F1B, 4 micro-batches: the makespan simulated for a
   // share is fitted back to that share; outside the share-0..1 range the
