@@ -69,12 +69,15 @@
 //    exp and erf). op_overhead is a kernel call's fixed cost, not the
 //    executor's per-instruction bookkeeping.
 //  - On an oversubscribed CPU (more ranks than cores) every collective inside
-//    the step also waits for ranks descheduled from a shared core; the
-//    calibrated alpha does not capture all of it, so plans with
+//    the step also waits for ranks descheduled from a shared core. The
+//    calibration measures each collective's time per message size right
+//    after a layer-like compute segment, yet inside a step the forward's
+//    collectives take about twice that (tp4 on 4 ranks / 2 cores: ~5.5 ms
+//    against 2.9 ms predicted, measured by skipping them), so plans with
 //    collectives in the forward pass (tensor and sequence parallelism,
-//    ZeRO-3) are predicted 7-28% too fast and pipelines 21-37% on this
-//    machine, against about +-10% for data-parallel plans
-//    (bench/planner_calibration.py; docs/Planner.md, "The class bias").
+//    ZeRO-3) are predicted up to ~25% too fast on this machine; pipelines
+//    hinge on the noisy waiting_rank_share (bench/planner_calibration.py;
+//    docs/Planner.md, "Measured times per message size").
 //  - The step's fixed work outside the program (batch slicing, copying the
 //    updated state back) is not counted.
 //  - Pipeline plans (a tsrt.pipeline_schedule with per-chunk forward,
@@ -82,8 +85,11 @@
 //    send_recv over the pp axis, and the schedule simulated with those
 //    times (tsrt::schedule::simulate; with more ranks than the cluster's
 //    cores_per_node, a stage waiting in its bubble frees its core and the
-//    running stages speed up); the step is the makespan plus the
-//    slowest stage's apply, and the per-rank figures are the busiest
+//    running stages on that core speed up: ranks are taken as bound
+//    round-robin, world rank r on core r mod cores_per_node, as mpirun
+//    --map-by core --bind-to core places them, and a stage's ranks are
+//    those of its pp coordinate in the rank order); the step is the makespan
+//    plus the slowest stage's apply, and the per-rank figures are the busiest
 //    stage's. The grid's `mb` axis is not ranks.
 //
 // MFU follows the "model FLOPs utilisation" accounting of Narayanan et al.
