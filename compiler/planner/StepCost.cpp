@@ -159,15 +159,21 @@ llvm::Expected<StepCost> planner::predictStepCost(
   // The rank stride of a group over `axes` when its ranks are evenly
   // spaced ({b, b + s, ...}: the axes, ordered by stride, nest without
   // gaps), else 0.
+  // Ranks between neighbours along grid axis `axis` (a rank axis): the
+  // product of the axes laid out faster.
+  auto rankStride = [&](int64_t axis) {
+    int64_t stride = 1;
+    for (size_t p = size_t(rankPosition[axis]) + 1; p < rankShape.size(); ++p)
+      stride *= rankShape[p];
+    return stride;
+  };
   auto groupStride = [&](ArrayRef<int16_t> axes) -> int64_t {
     std::vector<std::pair<int64_t, int64_t>> strideSize;
     for (int16_t axis : axes) {
       if (axis < 0 || static_cast<size_t>(axis) >= rankPosition.size() ||
           rankPosition[axis] < 0)
         return 0;
-      int64_t stride = 1;
-      for (size_t p = size_t(rankPosition[axis]) + 1; p < rankShape.size(); ++p)
-        stride *= rankShape[p];
+      int64_t stride = rankStride(axis);
       if (cost.gridShape[axis] > 1)
         strideSize.push_back({stride, cost.gridShape[axis]});
     }
@@ -441,9 +447,7 @@ llvm::Expected<StepCost> planner::predictStepCost(
   // node. A stage's ranks are those of its pp coordinate in the rank layout.
   int64_t coresPerNode = int64_t(std::floor(cluster.coresPerNode));
   if (shared && coresPerNode >= 1 && ppAxis >= 0 && rankPosition[ppAxis] >= 0) {
-    int64_t ppStride = 1;
-    for (size_t p = size_t(rankPosition[ppAxis]) + 1; p < rankShape.size(); ++p)
-      ppStride *= rankShape[p];
+    int64_t ppStride = rankStride(ppAxis);
     sharing.stageCores.assign(size_t(shape.stages), {});
     for (int64_t r = 0; r < cost.ranks; ++r) {
       int64_t stage = (r / ppStride) % cost.gridShape[ppAxis];

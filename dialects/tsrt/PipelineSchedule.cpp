@@ -542,24 +542,27 @@ Timeline tessera::tsrt::schedule::simulate(ArrayRef<StageActions> actions,
   // Ranks bound to cores: each running stage at its slowest rank's speed,
   // from the running and waiting ranks of that rank's core.
   bool bound = sharing && sharing->stageCores.size() == numStages;
+  std::map<int64_t, int64_t> hosted; // ranks per core
+  if (bound)
+    for (const std::vector<int64_t> &cores : sharing->stageCores)
+      for (int64_t core : cores)
+        ++hosted[core];
   auto boundSpeeds = [&](std::vector<double> &v) {
-    std::map<int64_t, std::pair<int64_t, int64_t>> hostedRunning;
+    std::map<int64_t, int64_t> running; // running ranks per core
     for (size_t s = 0; s < numStages; ++s)
-      for (int64_t core : sharing->stageCores[s]) {
-        ++hostedRunning[core].first;
-        if (left[s] >= 0)
-          ++hostedRunning[core].second;
-      }
+      if (left[s] >= 0)
+        for (int64_t core : sharing->stageCores[s])
+          ++running[core];
     for (size_t s = 0; s < numStages; ++s) {
       if (left[s] < 0)
         continue;
       v[s] = INFINITY;
       for (int64_t core : sharing->stageCores[s]) {
-        auto [hosted, active] = hostedRunning[core];
-        double waiting = double(hosted - active);
+        int64_t h = hosted[core], active = running[core];
+        double waiting = double(h - active);
         double now = std::min(
             1.0, 1.0 / (double(active) + sharing->waitingShare * waiting));
-        v[s] = std::min(v[s], now / std::min(1.0, 1.0 / double(hosted)));
+        v[s] = std::min(v[s], now / std::min(1.0, 1.0 / double(h)));
       }
       if (!std::isfinite(v[s]))
         v[s] = 1.0; // a stage without ranks listed

@@ -261,14 +261,12 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
   const int n = world.size();
   const bool isRoot = world.rank() == 0;
   llvm::raw_ostream *log = isRoot ? options.log : nullptr;
-  const int trials = quick ? 3 : 5;
-  const double target = quick ? 2e-3 : 20e-3; // seconds per trial
-  // Compute trials are longer: with ranks sharing cores, each barrier costs
+  // Compute trials are long: with ranks sharing cores, each barrier costs
   // up to a scheduler time slice (milliseconds), which must stay small
   // against the work timed between two of them.
   const int computeTrials = quick ? 3 : 3;
   // A collective's cost in a step is a difference of two noisy times
-  // (segment + collective, segment alone): more, shorter paired trials.
+  // (segment + collective, segment alone): many shorter paired trials.
   const int collectiveTrials = quick ? 3 : 15;
   const double collectiveTarget = quick ? 2e-3 : 10e-3;
   const double computeTarget = quick ? 2e-3 : 100e-3;
