@@ -68,6 +68,13 @@ double tessera::planner::collectiveSeconds(Collective kind, double bytes,
   return lo->second + f * (hi->second - lo->second);
 }
 
+std::vector<double>
+tessera::planner::nonDecreasingTimes(std::vector<double> times) {
+  for (size_t i = times.size(); i-- > 1;)
+    times[i - 1] = std::min(times[i - 1], times[i]);
+  return times;
+}
+
 int64_t AxisPlacement::axisIndex(llvm::StringRef name) const {
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == name)

@@ -174,27 +174,6 @@ private:
   Tensor x, normed, gamma, beta, w1, h, a, w2, y;
 };
 
-/// The non-decreasing sequence closest to `v` in least squares (pool
-/// adjacent violators: a run that decreases is replaced by its mean).
-std::vector<double> nonDecreasingFit(const std::vector<double> &v) {
-  std::vector<std::pair<double, int>> blocks; // {mean, count}
-  for (double x : v) {
-    blocks.push_back({x, 1});
-    while (blocks.size() > 1 &&
-           blocks[blocks.size() - 2].first > blocks.back().first) {
-      auto [m2, c2] = blocks.back();
-      blocks.pop_back();
-      auto &[m1, c1] = blocks.back();
-      m1 = (m1 * c1 + m2 * c2) / (c1 + c2);
-      c1 += c2;
-    }
-  }
-  std::vector<double> out;
-  for (auto [m, c] : blocks)
-    out.insert(out.end(), c, m);
-  return out;
-}
-
 /// Weighted least squares of t = a·x + b·y (x, y >= 0) with weights 1/t²,
 /// a and b clamped to >= 0 (refitting the other alone). Returns {a, b}.
 std::pair<double, double> fitTwo(const std::vector<double> &x,
@@ -685,7 +664,7 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     link.bandwidth = invBeta > 0 ? 1.0 / invBeta : 1e15;
     // The times themselves, made non-decreasing in S (a larger message
     // never costs less; the trials' noise can say so).
-    std::vector<double> monotone = nonDecreasingFit(times);
+    std::vector<double> monotone = planner::nonDecreasingTimes(times);
     for (size_t i = 0; i < sizesS.size(); ++i)
       link.measured.push_back({sizesS[i], monotone[i]});
     link.measuredRanks = g;

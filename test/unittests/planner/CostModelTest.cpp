@@ -58,6 +58,25 @@ TEST(CostModel, CollectiveSecondsHandComputed) {
               1e-9);
 }
 
+TEST(CostModel, NonDecreasingTimesLowerADisturbedSmallSize) {
+  // 256 B disturbed to 6.6 ms: it is lowered to the next size's time, and
+  // the larger sizes keep theirs (a least-squares fit would have priced
+  // the first seven at about 1 ms).
+  std::vector<double> t = {6.6e-3, 30e-6,  40e-6,  60e-6,
+                           90e-6,  150e-6, 400e-6, 4e-3};
+  std::vector<double> out = nonDecreasingTimes(t);
+  std::vector<double> expected = t;
+  expected[0] = 30e-6;
+  EXPECT_EQ(out, expected);
+  // A dip in the middle lowers every smaller size above it.
+  EXPECT_EQ(nonDecreasingTimes({10, 20, 50, 15, 30}),
+            (std::vector<double>{10, 15, 15, 15, 30}));
+  // Already non-decreasing, one value, none: unchanged.
+  EXPECT_EQ(nonDecreasingTimes({1, 1, 2}), (std::vector<double>{1, 1, 2}));
+  EXPECT_EQ(nonDecreasingTimes({5}), (std::vector<double>{5}));
+  EXPECT_TRUE(nonDecreasingTimes({}).empty());
+}
+
 TEST(CostModel, CollectiveSecondsInterpolatesMeasuredTimes) {
   // Times measured on groups of 2 at 1, 4 and 16 KiB; the α-β line
   // (1 GB/s, 1 µs) would say 2 µs + S / 1e9.
