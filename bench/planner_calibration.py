@@ -2,11 +2,13 @@
 """Benchmark: the planner's predicted step time against the measured one.
 
     bench/planner_calibration.py [--build build] [--cluster FILE] [--np 4]
-        [--steps 20] [--repeat 6] [--keep DIR]
+        [--steps 20] [--repeat 6] [--keep DIR] [--no-fit-share]
 
 Calibrates this machine for --np ranks (`mpirun -np N tessera-run
---calibrate`, into a temporary file; --cluster FILE uses an existing
-calibration instead), then for each of 18 plans of the example GPT on N
+--calibrate`, into a temporary file, then bench/fit_waiting_share.py, which
+fits the pipelines' waiting_rank_share to real pipeline steps of a
+reference GPT that is not the example; --no-fit-share skips that, --cluster
+FILE uses an existing calibration as it is), then for each of 18 plans of the example GPT on N
 ranks (data, tensor, sequence and pipeline parallel, ZeRO, recomputation,
 gradient accumulation): partitions it with `--cluster
 FILE --predict-json`, runs --steps steps with `mpirun -np N tessera-run
@@ -142,6 +144,11 @@ def main():
                     help="let the OS place the ranks (default: mpirun binds "
                     "rank r to core r mod C, for the calibration and every "
                     "run)")
+    ap.add_argument("--no-fit-share", action="store_true",
+                    help="keep the calibration's own waiting_rank_share "
+                    "(default: fit it to real pipeline steps of a reference "
+                    "model with bench/fit_waiting_share.py; only when this "
+                    "script calibrates, not with --cluster)")
     args = ap.parse_args()
     if args.np != 4:
         sys.exit("--np: the plans are written for 4 ranks")
@@ -166,6 +173,18 @@ def main():
         out = run(["mpirun", "-np", str(args.np), runner, "--calibrate",
                    cluster, "--force"], env)
         sys.stdout.write(out)
+        if not args.no_fit_share:
+            # The pipelines' waiting share from real pipeline steps of a
+            # reference model (bench/fit_waiting_share.py says why).
+            fitted = os.path.join(work, f"cpu-{args.np}.fitted.json")
+            cmd = [sys.executable,
+                   os.path.join(ROOT, "bench/fit_waiting_share.py"),
+                   "--cluster", cluster, "-o", fitted, "--force",
+                   "--build", args.build, "--np", str(args.np)]
+            if args.no_bind:
+                cmd.append("--no-bind")
+            sys.stdout.write(run(cmd, env))
+            cluster = fitted
 
     # Partition and predict every plan, then run them round-robin (repeat
     # r runs every plan once), so that a slow drift of the machine's load
