@@ -139,6 +139,10 @@ struct ExecContext {
     /// Host wall time of one instruction kind, summed, and its calls.
     struct OpTime {
       double seconds = 0;
+      /// The rank's own processor time in the op (its thread's CPU
+      /// clock): on cores shared by several ranks, `seconds` also counts
+      /// the time the rank was descheduled.
+      double cpuSeconds = 0;
       int64_t calls = 0;
     };
     /// When set (tessera-run --profile), Program::run adds every
@@ -175,12 +179,13 @@ class OpTimer {
 public:
   OpTimer(ExecContext::KernelStats *stats, llvm::StringRef kind)
       : stats(stats && stats->profile ? stats : nullptr), kind(kind),
-        start(this->stats ? now() : 0) {}
+        start(this->stats ? now() : 0), cpuStart(this->stats ? cpuNow() : 0) {}
   ~OpTimer() {
     if (!stats)
       return;
     ExecContext::KernelStats::OpTime &t = stats->opTimes[kind];
     t.seconds += now() - start;
+    t.cpuSeconds += cpuNow() - cpuStart;
     ++t.calls;
   }
   OpTimer(const OpTimer &) = delete;
@@ -188,9 +193,10 @@ public:
 
 private:
   static double now();
+  static double cpuNow();
   ExecContext::KernelStats *stats;
   llvm::StringRef kind;
-  double start;
+  double start, cpuStart;
 };
 
 /// A resolved kernel: reads `in` (the operands) and writes `out` (the

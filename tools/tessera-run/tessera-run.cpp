@@ -46,10 +46,14 @@
 // rank):
 //   {"steps": S, "ranks": [{"rank": 0, "coords": "dp=0 tp=0", "step_s": s,
 //    "ops": [{"kind": "matmul", "calls_per_step": c,
-//             "seconds_per_step": t}, ...]}, ...]}
-// (host wall seconds per step over the S profiled steps, step 0 left out as
-// warm-up; ops sorted by time). What the ops leave of step_s is the
-// executor's own work (slicing the batch, copying the new state).
+//             "seconds_per_step": t, "cpu_seconds_per_step": u}, ...]},
+//    ...]}
+// (host wall seconds t and the rank's processor seconds u, its thread's
+// CPU clock, per step over the S profiled steps, step 0 left out as
+// warm-up; ops sorted by wall time). With ranks sharing cores, t − u is
+// time the rank was descheduled inside the op (a collective's wait, spent
+// partly spinning: u, partly yielding the core: t − u). What the ops leave of
+// step_s is the executor's own work (slicing the batch, copying the new state).
 //
 // With --backend cuda the trace also holds, for the last step, one "X"
 // event per kernel (tid 1000, thread "compute") and per collective (tid
@@ -289,8 +293,11 @@ static cl::opt<std::string> profilePath(
              "kind (tsrt kernel or op: \"matmul\", \"all_reduce\", "
              "\"recv\", ...; pipeline plans add \"pipeline.accumulate\", "
              "\"pipeline.complete_sends\" and \"pipeline.loss_broadcast\"), "
-             "its calls and host wall seconds per step, sorted by time, next "
-             "to the rank's mean step seconds. Step 0 is left out as warm-up "
+             "its calls, host wall seconds and the rank's processor seconds "
+             "(its thread's CPU clock) per step, sorted by wall time, next "
+             "to the rank's mean step seconds; with ranks sharing cores, wall "
+             "minus processor seconds is time the rank was descheduled. Step "
+             "0 is left out as warm-up "
              "when more than one step runs. A collective's time includes its "
              "wait for the other ranks; on --backend cuda a kernel's time is "
              "its launch, not its device time. Errors: the file cannot be "
@@ -444,7 +451,8 @@ Gathered<T> gatherOnRoot(const mpi::Communicator &world,
 /// Gathers every rank's --profile (KernelStats::opTimes over `steps`
 /// profiled steps of `stepSeconds` in all) on rank 0 and writes it there as
 /// JSON: {"steps": S, "ranks": [{"rank", "coords", "step_s", "ops":
-/// [{"kind", "calls_per_step", "seconds_per_step"}, ...]}]}, each rank's ops
+/// [{"kind", "calls_per_step", "seconds_per_step", "cpu_seconds_per_step"},
+/// ...]}]}, each rank's ops
 /// sorted by time, most first. Collective over `world`. Returns an error
 /// message (on rank 0 only) or "".
 std::string writeProfile(const mpi::Communicator &world,
@@ -467,7 +475,8 @@ std::string writeProfile(const mpi::Communicator &world,
     opList.push_back(
         json::Object{{"kind", kind},
                      {"calls_per_step", static_cast<double>(t.calls) * perStep},
-                     {"seconds_per_step", t.seconds * perStep}});
+                     {"seconds_per_step", t.seconds * perStep},
+                     {"cpu_seconds_per_step", t.cpuSeconds * perStep}});
   std::string coords;
   std::vector<std::string> axes = m.rankAxes();
   for (size_t a = 0; a < axes.size(); ++a)

@@ -80,6 +80,14 @@ def main():
             ok = False
             print(f"FAIL rank {r}: calls per step {sorted(got.items())}, "
                   f"expected {sorted(expected.items())}")
+        # A rank's processor time in an op cannot exceed the op's wall
+        # time (clock granularity aside).
+        for o in rank["ops"]:
+            cpu = o["cpu_seconds_per_step"]
+            if cpu < 0 or cpu > o["seconds_per_step"] * 1.01 + 2e-5:
+                ok = False
+                print(f"FAIL rank {r}: {o['kind']} took {cpu} s of processor "
+                      f"time in {o['seconds_per_step']} s")
         seconds = sum(o["seconds_per_step"] for o in rank["ops"])
         if min(o["seconds_per_step"] for o in rank["ops"]) < 0 or \
                 seconds > rank["step_s"] * 1.001 + 1e-6:
