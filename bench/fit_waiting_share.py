@@ -52,7 +52,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from planner_calibration import ROOT, mpi_env, run  # noqa: E402
+from planner_calibration import ROOT, mpi_env, run, step_times  # noqa: E402
 
 
 def reference_plans(n):
@@ -137,9 +137,7 @@ def main():
                  os.path.join(work, f"plan{i}.tsr"), "--data", data,
                  "--steps", str(args.steps), "--metrics", metrics,
                  "--log-every", "0"], env)
-            with open(metrics) as f:
-                steps = [json.loads(line)["step_time_s"] for line in f][1:]
-            medians[i].append(statistics.median(steps))
+            medians[i].append(statistics.median(step_times(metrics)))
     measured = [statistics.median(m) for m in medians]
 
     shares = [k / 20 for k in range(21)]

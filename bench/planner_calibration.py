@@ -107,6 +107,13 @@ def run(cmd, env):
     return proc.stdout
 
 
+def step_times(metrics):
+    """A `tessera-run --metrics` file's step_time_s values, seconds, without
+    the first step (warm-up)."""
+    with open(metrics) as f:
+        return [json.loads(line)["step_time_s"] for line in f][1:]
+
+
 def ranks(values):
     """1-based ranks, ties averaged."""
     order = sorted(range(len(values)), key=lambda i: values[i])
@@ -207,8 +214,7 @@ def main():
             run(["mpirun", "-np", str(args.np), runner, plans[i], "--data",
                  data, "--steps", str(args.steps), "--metrics", metrics,
                  "--log-every", "0"], env)
-            times = [json.loads(line)["step_time_s"]
-                     for line in open(metrics)][1:]
+            times = step_times(metrics)
             medians[i].append(statistics.median(times))
             all_steps[i] += times
             print(f"  run {r + 1}/{args.repeat} {name:<26} predicted "

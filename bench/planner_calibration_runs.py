@@ -31,7 +31,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from planner_calibration import PLANS, spearman  # noqa: E402
+from planner_calibration import PLANS, spearman, step_times  # noqa: E402
 
 
 def load_run(directory):
@@ -49,8 +49,7 @@ def load_run(directory):
             predicted.append(json.load(f)["step_s"])
         medians = []
         for path in runs:
-            with open(path) as f:
-                steps = [json.loads(line)["step_time_s"] for line in f][1:]
+            steps = step_times(path)
             if steps:
                 medians.append(statistics.median(steps))
         if not medians:

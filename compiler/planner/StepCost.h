@@ -71,13 +71,12 @@
 //  - On an oversubscribed CPU (more ranks than cores) every collective inside
 //    the step also waits for ranks descheduled from a shared core. The
 //    calibration measures each collective's time per message size right
-//    after a layer-like compute segment, yet inside a step the forward's
-//    collectives take about twice that (tp4 on 4 ranks / 2 cores: ~5.5 ms
-//    against 2.9 ms predicted, measured by skipping them), so plans with
-//    collectives in the forward pass (tensor and sequence parallelism,
-//    ZeRO-3) are predicted up to ~25% too fast on this machine; pipelines
-//    hinge on the noisy waiting_rank_share (bench/planner_calibration.py;
-//    docs/Planner.md, "Measured times per message size").
+//    after a layer-like compute segment; against that, data-parallel-only
+//    plans are predicted 15-25% slow relative to plans with tensor or
+//    sequence parallelism on this machine, for a reason not yet found.
+//    Pipelines hinge on waiting_rank_share, which bench/fit_waiting_share.py
+//    fits to real pipeline steps (bench/planner_calibration.py;
+//    docs/Planner.md, "The waiting share, from real pipeline steps").
 //  - The step's fixed work outside the program (batch slicing, copying the
 //    updated state back) is not counted.
 //  - Pipeline plans (a tsrt.pipeline_schedule with per-chunk forward,

@@ -52,8 +52,8 @@
 //    groups at once) and the world (N, 1): the library picks its algorithm
 //    by group size, and bound round-robin the stride decides whether a
 //    group's ranks share a core. Each group also keeps its times per size
-//    ("measured": [[S, seconds], ...], made non-decreasing in S by pool
-//    adjacent violators), which the planner interpolates instead of the
+//    ("measured": [[S, seconds], ...], made non-decreasing in S by
+//    planner::nonDecreasingTimes), which the planner interpolates instead of the
 //    α-β line (planner::collectiveSeconds): one line fits the protocol and
 //    algorithm switches between 256 B and 4 MiB badly, most of all at the
 //    1-64 KiB a small model's collectives have. StepCost uses the group of
