@@ -81,15 +81,19 @@ parseLinkFields(const FieldReader &r, int64_t measuredRanks = 0) {
     return lat.takeError();
   link.bandwidth = *bw;
   link.latency = *lat;
-  const llvm::json::Value *v =
-      measuredRanks > 0 ? r.obj.get("measured") : nullptr;
-  if (v) {
+  // "measured" and "measured_back_to_back": [[bytes, seconds], ...].
+  auto readPoints =
+      [&](StringRef key,
+          std::vector<std::pair<double, double>> &out) -> llvm::Error {
+    const llvm::json::Value *v = r.obj.get(key);
+    if (!v)
+      return llvm::Error::success();
     link.measuredRanks = measuredRanks;
     const llvm::json::Array *points = v->getAsArray();
     if (!points)
-      return r.bad("measured", "must be an array of [bytes, seconds]");
+      return r.bad(key, "must be an array of [bytes, seconds]");
     for (auto [i, p] : llvm::enumerate(*points)) {
-      std::string element = "measured[" + std::to_string(i) + "]";
+      std::string element = (key + "[" + llvm::Twine(i) + "]").str();
       const llvm::json::Array *pair = p.getAsArray();
       std::optional<double> bytes, seconds;
       if (pair && pair->size() == 2) {
@@ -98,10 +102,18 @@ parseLinkFields(const FieldReader &r, int64_t measuredRanks = 0) {
       }
       if (!bytes || !seconds || !(*bytes > 0) || !(*seconds > 0))
         return r.bad(element, "must be [bytes > 0, seconds > 0]");
-      if (!link.measured.empty() && !(*bytes > link.measured.back().first))
+      if (!out.empty() && !(*bytes > out.back().first))
         return r.bad(element, "must have more bytes than the one before");
-      link.measured.push_back({*bytes, *seconds});
+      out.push_back({*bytes, *seconds});
     }
+    return llvm::Error::success();
+  };
+  if (measuredRanks > 0) {
+    if (llvm::Error e = readPoints("measured", link.measured))
+      return std::move(e);
+    if (llvm::Error e =
+            readPoints("measured_back_to_back", link.measuredBackToBack))
+      return std::move(e);
   }
   return link;
 }
@@ -177,7 +189,8 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
         std::pair{"op_overhead", &c.opOverhead},
         std::pair{"transcendental_rate", &c.transcendentalRate},
         std::pair{"cores_per_node", &c.coresPerNode},
-        std::pair{"waiting_rank_share", &c.waitingRankShare}})
+        std::pair{"waiting_rank_share", &c.waitingRankShare},
+        std::pair{"sync_lag_fraction", &c.syncLagFraction}})
     if (obj->get(key)) {
       auto v = r.number(key, /*allowZero=*/true);
       if (!v)
@@ -186,6 +199,14 @@ tessera::planner::parseCluster(const llvm::json::Value &value) {
     }
   if (c.waitingRankShare > 1)
     return r.bad("waiting_rank_share", "must be in [0, 1]");
+  for (auto [key, field] : {std::pair{"sync_lag_window", &c.syncLagWindow},
+                            std::pair{"compute_scale", &c.computeScale}})
+    if (obj->get(key)) {
+      auto v = r.number(key);
+      if (!v)
+        return v.takeError();
+      *field = *v;
+    }
   if (obj->get("kernel_seconds_per_element")) {
     auto kernels = r.object("kernel_seconds_per_element");
     if (!kernels)
@@ -311,6 +332,12 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
         points.push_back(llvm::json::Array{bytes, seconds});
       o["measured"] = std::move(points);
     }
+    if (!l.measuredBackToBack.empty()) {
+      llvm::json::Array points;
+      for (auto [bytes, seconds] : l.measuredBackToBack)
+        points.push_back(llvm::json::Array{bytes, seconds});
+      o["measured_back_to_back"] = std::move(points);
+    }
     return o;
   };
   llvm::json::Object out{{"name", c.name},
@@ -326,6 +353,9 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
                          {"transcendental_rate", c.transcendentalRate},
                          {"cores_per_node", c.coresPerNode},
                          {"waiting_rank_share", c.waitingRankShare},
+                         {"sync_lag_fraction", c.syncLagFraction},
+                         {"sync_lag_window", c.syncLagWindow},
+                         {"compute_scale", c.computeScale},
                          {"gemm_peak_fraction", c.gemmPeakFraction}};
   if (!c.kernelSecondsPerElement.empty()) {
     llvm::json::Object kernels;

@@ -29,6 +29,9 @@
 //     "transcendental_rate": 2e8,      // exp/erf/... evaluations per second
 //     "cores_per_node": 2,             // processors the node's devices share
 //     "waiting_rank_share": 0.6,       // core share a waiting rank keeps
+//     "sync_lag_fraction": 0.15,       // compute after a collective, extra
+//     "sync_lag_window": 2e-3,         // ... counted up to this, seconds
+//     "compute_scale": 0.9,            // factor on every kernel's time
 //     "gemm_peak_fraction": 0.8,       // best fraction of peak a GEMM reaches
 //     "gemm": [                        // measured GEMMs C[m,n] = A[m,k]·B[k,n]
 //       {"dtype": "fp32", "m": 512, "n": 512, "k": 512, "flops": 4.1e10}, ...
@@ -94,6 +97,16 @@ struct Cluster {
     /// The group size `measured` was taken on; collectiveSeconds uses it
     /// for groups of this many ranks only (JSON: the group's "size").
     int64_t measuredRanks = 0;
+    /// Measured times of the same collective right after another one (no
+    /// compute between: the ranks arrive together), {S bytes, seconds}, S
+    /// strictly ascending (JSON "measured_back_to_back", in a "groups"
+    /// element only; calibration writes it). `measured` is taken after a
+    /// layer-like compute segment, whose end the ranks reach apart; a
+    /// collective that directly follows another one in a step (ZeRO's
+    /// reduce-scatters and all-gathers after the backward, gradient
+    /// all-reduces in a row) is timed from this table instead
+    /// (collectiveSeconds with backToBack). Empty: `measured` serves both.
+    std::vector<std::pair<double, double>> measuredBackToBack;
   };
   /// Device to device inside a node (NVLink/NVSwitch on DGX) and device to
   /// device across nodes (the network adapter(s) serving one device).
@@ -120,6 +133,29 @@ struct Cluster {
   /// 0: it yields its core entirely), measured by calibration (JSON
   /// "waiting_rank_share"; default 1, i.e. no speed-up).
   double waitingRankShare = 1.0;
+  /// With coresPerNode < devicesPerNode: how much longer the compute right
+  /// after a collective takes, as a fraction of it (JSON
+  /// "sync_lag_fraction", >= 0; default 0, i.e. none). Ranks that share a
+  /// core leave a collective apart: the first resumes computing while its
+  /// core-mate still waits for its last message, which the scheduler
+  /// delivers only when the first one's time slice ends, and the ranks on
+  /// the other core that need the late one idle meanwhile. So each
+  /// collective followed by compute w costs syncLagFraction · min(w,
+  /// syncLagWindow) more (StepCost.h). bench/fit_waiting_share.py fits it
+  /// to real steps of a reference model; it is 0 for the presets (a GPU
+  /// does not share its processor).
+  double syncLagFraction = 0;
+  /// A factor on every kernel's time (JSON "compute_scale", > 0; default 1).
+  /// The calibration times each kernel by the slowest of its ranks, all
+  /// computing at once on shared cores; in a step a rank's long stretches
+  /// of kernels even out over a time slice and run faster than that.
+  /// bench/fit_waiting_share.py fits it, with syncLagFraction, to real steps
+  /// of a reference model; the presets leave it at 1.
+  double computeScale = 1.0;
+  /// The most compute after one collective that syncLagFraction applies to,
+  /// seconds (JSON "sync_lag_window", > 0; default 2e-3, the order of a
+  /// Linux scheduler time slice with two runnable tasks on a core).
+  double syncLagWindow = 2e-3;
   /// The largest fraction of peakFlops a GEMM reaches (cuBLAS on large
   /// shapes); the GEMM model's ceiling when `gemm` has no measurement.
   double gemmPeakFraction = 1.0;

@@ -48,10 +48,12 @@ int64_t tessera::planner::ringSteps(Collective kind, int64_t n) {
 }
 
 double tessera::planner::collectiveSeconds(Collective kind, double bytes,
-                                           int64_t n,
-                                           const Cluster::Link &link) {
+                                           int64_t n, const Cluster::Link &link,
+                                           bool backToBack) {
   assert(link.bandwidth > 0 && "link bandwidth must be positive");
-  const auto &m = link.measured;
+  const auto &m = backToBack && !link.measuredBackToBack.empty()
+                      ? link.measuredBackToBack
+                      : link.measured;
   if (m.empty() || link.measuredRanks != n || ringSteps(kind, n) == 0)
     return link.latency * double(ringSteps(kind, n)) +
            busBandwidthFactor(kind, n) * bytes / link.bandwidth;

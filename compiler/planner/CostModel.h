@@ -55,9 +55,11 @@ int64_t ringSteps(Collective kind, int64_t n);
 /// at large sizes, S / algbw = factor · S / β is the bandwidth term.
 /// A collective over one rank (n < 2) costs 0; send/recv ignores `n`.
 /// When `link` carries times measured on groups of n ranks
-/// (Cluster::Link::measured), they are interpolated instead.
+/// (Cluster::Link::measured), they are interpolated instead; with
+/// `backToBack` (the collective directly follows another one, no compute
+/// between) and Cluster::Link::measuredBackToBack present, that table is.
 double collectiveSeconds(Collective kind, double bytes, int64_t n,
-                         const Cluster::Link &link);
+                         const Cluster::Link &link, bool backToBack = false);
 
 /// Measured times of one operation at growing sizes (calibration's
 /// Cluster::Link::measured), made non-decreasing by lowering each to the

@@ -187,8 +187,38 @@ llvm::Expected<StepCost> planner::predictStepCost(
     return strideSize.front().first;
   };
   llvm::Error err = llvm::Error::success();
+  // The sync lag (Cluster::syncLagFraction): compute since the function's
+  // last collective (ops' kernel time, overhead left out), and whether it
+  // had one.
+  double sinceCollective = 0;
+  bool afterCollective = false;
+  // Not in a pipeline: its ranks that share a core are in different stages
+  // (pp is the slowest rank axis), not in one collective, and the schedule
+  // simulation gives them their turns (ComputeSharing).
+  auto endSegment = [&] {
+    if (afterCollective && !schedule) {
+      double window = std::min(sinceCollective, cluster.syncLagWindow);
+      cost.syncLagComputeSeconds += window;
+      cost.syncLagSeconds += cluster.syncLagFraction * window;
+    }
+    sinceCollective = 0;
+  };
+  // `syncPoint`: the collective counts for the sync lag (a pipeline's sends
+  // do not: the schedule simulation times their stages' waits).
+  // `inKernel`: a kernel's own message (ring attention's rotations, the
+  // vocab-parallel cross-entropy's statistics), which its compute separates
+  // from the previous one, so never back to back.
   auto addCollectiveBytes = [&](Operation *op, Collective kind,
-                                ArrayRef<int16_t> axes, double bytes) {
+                                ArrayRef<int16_t> axes, double bytes,
+                                bool syncPoint = true, bool inKernel = false) {
+    // Right after another collective, no kernel time between: the ranks
+    // arrive together (Cluster::Link::measuredBackToBack).
+    bool backToBack =
+        syncPoint && !inKernel && afterCollective && sinceCollective == 0;
+    if (syncPoint) {
+      endSegment();
+      afterCollective = true;
+    }
     CollectiveCost c;
     c.kind = collectiveName(kind).str();
     c.axes.assign(axes.begin(), axes.end());
@@ -210,19 +240,22 @@ llvm::Expected<StepCost> planner::predictStepCost(
     c.groupStride = groupStride(axes);
     c.seconds = collectiveSeconds(
         kind, bytes, n,
-        cluster.link(collectiveName(kind), c.withinNode, n, c.groupStride));
+        cluster.link(collectiveName(kind), c.withinNode, n, c.groupStride),
+        backToBack);
+    c.backToBack = backToBack;
     cost.communicationSeconds += c.seconds;
     cost.collectives.push_back(std::move(c));
   };
   auto addCollective = [&](Operation *op, Collective kind,
-                           ArrayRef<int16_t> axes, Type sized) {
+                           ArrayRef<int16_t> axes, Type sized,
+                           bool syncPoint = true) {
     double bytes = tensorBytes(sized);
     if (bytes < 0) {
       err = error(op->getName().getStringRef() +
                   " on a tensor without a static shape");
       return;
     }
-    addCollectiveBytes(op, kind, axes, bytes);
+    addCollectiveBytes(op, kind, axes, bytes, syncPoint);
   };
   // Ring attention's K/V rotations (runtime/backends/cpu/Attention.cpp):
   // fp32 blocks, sent with MPI_Sendrecv_replace around the ring.
@@ -237,9 +270,10 @@ llvm::Expected<StepCost> planner::predictStepCost(
     int64_t rotations = ring.getInt() - 1;
     for (int64_t i = 0; i < rotations && !err; ++i)
       addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(),
-                         backward ? 2 * kv : kv);
+                         backward ? 2 * kv : kv, true, /*inKernel=*/true);
     if (backward && !err)
-      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(), kv);
+      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(), kv, true,
+                         /*inKernel=*/true);
   };
   // Vocab-parallel cross-entropy (runtime/executor/Kernels.cpp): the kernel
   // all-reduces its N rows' max, then their sums of exponentials (and, in
@@ -250,14 +284,17 @@ llvm::Expected<StepCost> planner::predictStepCost(
       return;
     double rows = static_cast<double>(
         cast<RankedTensorType>(logits.getType()).getDimSize(0));
-    addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(), 8 * rows);
+    addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(), 8 * rows,
+                       true, /*inKernel=*/true);
     if (!err)
       addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(),
-                         (backward ? 8 : 16) * rows);
+                         (backward ? 8 : 16) * rows, true, /*inKernel=*/true);
   };
 
   double memoryBandwidth = cluster.memoryBandwidth;
   auto walkFunction = [&](func::FuncOp fn) {
+    sinceCollective = 0;
+    afterCollective = false;
     fn.walk([&](Operation *op) -> WalkResult {
       // A pipeline send: one message to the next (or previous) stage over pp
       // (its recv is the peer's send and costs nothing more).
@@ -265,7 +302,7 @@ llvm::Expected<StepCost> planner::predictStepCost(
         if (ppAxis >= 0)
           addCollective(op, Collective::SendRecv,
                         {static_cast<int16_t>(ppAxis)},
-                        send.getInput().getType());
+                        send.getInput().getType(), /*syncPoint=*/false);
         return err ? WalkResult::interrupt() : WalkResult::advance();
       }
       if (auto costOp = dyn_cast<tsr::CostOpInterface>(op)) {
@@ -285,11 +322,13 @@ llvm::Expected<StepCost> planner::predictStepCost(
         auto measured = cluster.kernelSecondsPerElement.find(
             op->getName().stripDialect().str());
         bool isAttention = isa<tsr::AttentionOp, tsr::AttentionGradOp>(op);
+        // This op's kernel time: GEMM-like (gemmSeconds) or other.
+        double opGemm = 0, opOther = 0;
         if (isAttention && measured != cluster.kernelSecondsPerElement.end()) {
           // The fused attention kernel, measured per score it forms (one exp
           // each: getTranscendentals).
-          cost.gemmSeconds += static_cast<double>(costOp.getTranscendentals()) *
-                              measured->second;
+          opGemm = static_cast<double>(costOp.getTranscendentals()) *
+                   measured->second;
         } else if (!gemms.empty()) {
           double gemmFlops = 0, seconds = 0;
           for (const tsr::GemmShape &g : gemms) {
@@ -297,22 +336,28 @@ llvm::Expected<StepCost> planner::predictStepCost(
             seconds += gemmSeconds(cluster, dtype, peak, g.batch, g.m, g.n, g.k,
                                    gemmEfficiency);
           }
-          cost.gemmSeconds += seconds +
-                              std::max(0.0, flops - gemmFlops) / peak +
-                              transcendentals;
+          opGemm = seconds + std::max(0.0, flops - gemmFlops) / peak +
+                   transcendentals;
         } else if (measured != cluster.kernelSecondsPerElement.end() &&
                    op->getNumOperands() > 0) {
           // The backend's own kernel, measured per element of operand 0.
           auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
           double elements =
               in && in.hasStaticShape() ? double(in.getNumElements()) : 0;
-          cost.otherSeconds += elements * measured->second;
+          opOther = elements * measured->second;
         } else {
-          double seconds = flops / peak + transcendentals;
+          opOther = flops / peak + transcendentals;
           if (memoryBandwidth > 0)
-            seconds = std::max(seconds, bytes / memoryBandwidth);
-          cost.otherSeconds += seconds;
+            opOther = std::max(opOther, bytes / memoryBandwidth);
         }
+        opGemm *= cluster.computeScale;
+        opOther *= cluster.computeScale;
+        cost.gemmSeconds += opGemm;
+        cost.otherSeconds += opOther;
+        sinceCollective += opGemm + opOther;
+        OpKindCost &kind = cost.opKinds[op->getName().stripDialect().str()];
+        ++kind.calls;
+        kind.seconds += opGemm + opOther + cluster.opOverhead;
         llvm::TypeSwitch<Operation *>(op)
             .Case([&](tsr::AttentionOp o) {
               addRing(op, o.getKey(), o.getValue(), /*backward=*/false);
@@ -349,6 +394,7 @@ llvm::Expected<StepCost> planner::predictStepCost(
           .Default([](Operation *) {});
       return err ? WalkResult::interrupt() : WalkResult::advance();
     });
+    endSegment();
   };
 
   if (!schedule) {
@@ -359,7 +405,8 @@ llvm::Expected<StepCost> planner::predictStepCost(
         static_cast<double>(cost.kernels) * cluster.opOverhead;
     cost.computeSeconds =
         cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
-    cost.stepSeconds = cost.computeSeconds + cost.communicationSeconds;
+    cost.stepSeconds =
+        cost.computeSeconds + cost.communicationSeconds + cost.syncLagSeconds;
     cost.mfu = cost.stepSeconds > 0
                    ? cost.flopsPerRank / (cost.stepSeconds * peak)
                    : 0;
@@ -374,12 +421,14 @@ llvm::Expected<StepCost> planner::predictStepCost(
   // the busiest stage's: its chunks' forward and backward M times, and its
   // apply once.
   struct Parts {
-    double gemm = 0, other = 0, comm = 0, flops = 0;
+    double gemm = 0, other = 0, comm = 0, flops = 0, lag = 0, lagCompute = 0;
     int64_t kernels = 0;
     /// The function's collectives: cost.collectives[begin, end).
     size_t collectivesBegin = 0, collectivesEnd = 0;
+    /// The function's kernels by op kind.
+    std::map<std::string, OpKindCost> opKinds;
     double seconds(double overhead) const {
-      return gemm + other + comm + double(kernels) * overhead;
+      return gemm + other + comm + lag + double(kernels) * overhead;
     }
   };
   SymbolTableCollection symbols;
@@ -389,16 +438,28 @@ llvm::Expected<StepCost> planner::predictStepCost(
     if (!fn)
       return error("tsrt.pipeline_schedule names a missing function");
     // What this function adds to the running totals.
-    Parts before{
-        cost.gemmSeconds,  cost.otherSeconds, cost.communicationSeconds,
-        cost.flopsPerRank, cost.kernels,      cost.collectives.size()};
+    Parts before;
+    before.gemm = cost.gemmSeconds;
+    before.other = cost.otherSeconds;
+    before.comm = cost.communicationSeconds;
+    before.flops = cost.flopsPerRank;
+    before.lag = cost.syncLagSeconds;
+    before.lagCompute = cost.syncLagComputeSeconds;
+    before.kernels = cost.kernels;
+    before.collectivesBegin = cost.collectives.size();
+    std::map<std::string, OpKindCost> kindsBefore;
+    std::swap(kindsBefore, cost.opKinds);
     walkFunction(fn);
+    std::swap(parts.opKinds, cost.opKinds);
+    cost.opKinds = std::move(kindsBefore);
     if (err)
       return std::move(err);
     parts.gemm = cost.gemmSeconds - before.gemm;
     parts.other = cost.otherSeconds - before.other;
     parts.comm = cost.communicationSeconds - before.comm;
     parts.flops = cost.flopsPerRank - before.flops;
+    parts.lag = cost.syncLagSeconds - before.lag;
+    parts.lagCompute = cost.syncLagComputeSeconds - before.lagCompute;
     parts.kernels = cost.kernels - before.kernels;
     parts.collectivesBegin = before.collectivesBegin;
     parts.collectivesEnd = cost.collectives.size();
@@ -480,13 +541,22 @@ llvm::Expected<StepCost> planner::predictStepCost(
   }
   StepCost total = cost;
   total.gemmSeconds = total.otherSeconds = total.communicationSeconds = 0;
+  total.syncLagSeconds = total.syncLagComputeSeconds = 0;
   total.flopsPerRank = 0;
   total.kernels = 0;
   total.collectives.clear();
+  total.opKinds.clear();
   auto add = [&](const Parts &p, double times) {
+    for (const auto &[name, kind] : p.opKinds) {
+      OpKindCost &sum = total.opKinds[name];
+      sum.calls += int64_t(times) * kind.calls;
+      sum.seconds += times * kind.seconds;
+    }
     total.gemmSeconds += times * p.gemm;
     total.otherSeconds += times * p.other;
     total.communicationSeconds += times * p.comm;
+    total.syncLagSeconds += times * p.lag;
+    total.syncLagComputeSeconds += times * p.lagCompute;
     total.flopsPerRank += times * p.flops;
     total.kernels += int64_t(times) * p.kernels;
     for (int64_t k = 0; k < int64_t(times); ++k)
@@ -504,8 +574,9 @@ llvm::Expected<StepCost> planner::predictStepCost(
   cost.computeSeconds =
       cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
   cost.stepSeconds = timeline.makespan + applyMax;
-  cost.bubbleSeconds = std::max(0.0, cost.stepSeconds - cost.computeSeconds -
-                                         cost.communicationSeconds);
+  cost.bubbleSeconds =
+      std::max(0.0, cost.stepSeconds - cost.computeSeconds -
+                        cost.communicationSeconds - cost.syncLagSeconds);
   cost.mfu =
       cost.stepSeconds > 0 ? cost.flopsPerRank / (cost.stepSeconds * peak) : 0;
   return cost;
@@ -524,8 +595,18 @@ llvm::json::Value planner::toJSON(const StepCost &cost,
                                              {"axes", std::move(axes)},
                                              {"bytes", c.bytes},
                                              {"seconds", c.seconds},
-                                             {"within_node", c.withinNode}});
+                                             {"within_node", c.withinNode},
+                                             {"back_to_back", c.backToBack}});
   }
+  std::vector<std::pair<std::string, OpKindCost>> kinds(cost.opKinds.begin(),
+                                                        cost.opKinds.end());
+  llvm::stable_sort(kinds, [](const auto &a, const auto &b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  llvm::json::Array ops;
+  for (const auto &[name, kind] : kinds)
+    ops.push_back(llvm::json::Object{
+        {"kind", name}, {"calls", kind.calls}, {"seconds", kind.seconds}});
   return llvm::json::Object{{"cluster", cluster.name},
                             {"ranks", cost.ranks},
                             {"step_s", cost.stepSeconds},
@@ -536,7 +617,10 @@ llvm::json::Value planner::toJSON(const StepCost &cost,
                             {"bubble_s", cost.bubbleSeconds},
                             {"kernels", cost.kernels},
                             {"communication_s", cost.communicationSeconds},
+                            {"sync_lag_s", cost.syncLagSeconds},
+                            {"sync_lag_compute_s", cost.syncLagComputeSeconds},
                             {"flops_per_rank", cost.flopsPerRank},
                             {"mfu", cost.mfu},
-                            {"collectives", std::move(collectives)}};
+                            {"collectives", std::move(collectives)},
+                            {"ops", std::move(ops)}};
 }

@@ -7,7 +7,8 @@
 //   compute       = Σ_op  kernel(op) + op_overhead
 //   communication = Σ_collective collectiveSeconds(kind, bytes, n,
 //                                                  cluster.link(kind, node))
-//   step          = compute + communication
+//   sync lag      = Σ_collective syncLagFraction · min(w, syncLagWindow)
+//   step          = compute + communication + sync lag
 //
 // where, with the op's CostOpInterface answers (getFlops F, getBytesAccessed
 // B, getGemmShapes G) and peak = peakFlops[dtype]:
@@ -28,6 +29,8 @@
 //      max(F / peak + T / transcendental_rate, B / memory_bandwidth)
 //    (a term is left out when the cluster has no such figure): exp, erf in
 //    GELU, softmax and cross-entropy are bound by their libm calls.
+//  - every kernel time above is multiplied by cluster.computeScale (1 but
+//    for a calibration fitted to real steps: bench/fit_waiting_share.py).
 //  - every op but constants (materialised once, at load) is one kernel and
 //    pays the cluster's op_overhead; a reshape is a view (B = 0) but still
 //    one dispatched instruction.
@@ -71,12 +74,26 @@
 //  - On an oversubscribed CPU (more ranks than cores) every collective inside
 //    the step also waits for ranks descheduled from a shared core. The
 //    calibration measures each collective's time per message size right
-//    after a layer-like compute segment; against that, data-parallel-only
-//    plans are predicted 15-25% slow relative to plans with tensor or
-//    sequence parallelism on this machine, for a reason not yet found.
-//    Pipelines hinge on waiting_rank_share, which bench/fit_waiting_share.py
-//    fits to real pipeline steps (bench/planner_calibration.py;
-//    docs/Planner.md, "The waiting share, from real pipeline steps").
+//    after a layer-like compute segment; the sync lag (next item) adds
+//    what a step's longer segments cost on top of that. Pipelines hinge on
+//    waiting_rank_share, which bench/fit_waiting_share.py fits to real pipeline
+//    steps (bench/planner_calibration.py; docs/Planner.md, "The waiting share,
+//    from real pipeline steps").
+//  - The sync lag: with ranks sharing cores, each collective followed by
+//    compute w (kernel time up to the function's next collective or its
+//    end) costs cluster.syncLagFraction · min(w, cluster.syncLagWindow)
+//    more. Ranks sharing a core leave a collective apart; the first one
+//    computes on while its core-mate waits for a last message, and the
+//    ranks on other cores that need the late one idle until the scheduler
+//    gives it its turn. On this machine (2 cores, 4 ranks) it is why plans
+//    with collectives between their kernels (tensor and sequence
+//    parallelism, ZeRO-3's gathers) take longer than plans whose
+//    collectives come in one block (ZeRO-1, gradient accumulation). The
+//    fraction is fitted to real steps of a reference model (bench/
+//    fit_waiting_share.py); presets have none. Pipelines have none: their
+//    ranks that share a core are in different stages (pp is the slowest
+//    rank axis), not in one collective, and the schedule simulation gives
+//    them their turns; a pipeline's sends are not collectives here either.
 //  - The step's fixed work outside the program (batch slicing, copying the
 //    updated state back) is not counted.
 //  - Pipeline plans (a tsrt.pipeline_schedule with per-chunk forward,
@@ -109,6 +126,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -132,6 +150,17 @@ struct CollectiveCost {
   /// spaced, else 0; with the group size it picks the cluster's measured
   /// group link (Cluster::link).
   int64_t groupStride = 0;
+  /// True when it directly follows another collective of the same function
+  /// (no kernel time between), timed from the link's back-to-back table.
+  bool backToBack = false;
+};
+
+/// The predicted kernel time of one op kind on one rank.
+struct OpKindCost {
+  /// Kernels of this kind in the step (one per op).
+  int64_t calls = 0;
+  /// Their predicted time, op_overhead included, seconds.
+  double seconds = 0;
 };
 
 /// Predicted time of one training step on one rank.
@@ -151,7 +180,16 @@ struct StepCost {
   int64_t kernels = 0;
   /// Σ collective seconds, seconds.
   double communicationSeconds = 0;
-  /// computeSeconds + communicationSeconds (no overlap), seconds.
+  /// The sync lag (see the file comment): syncLagFraction ·
+  /// syncLagComputeSeconds, seconds.
+  double syncLagSeconds = 0;
+  /// Σ over collectives of min(compute after it up to the next collective,
+  /// the cluster's syncLagWindow), seconds (what syncLagFraction scales;
+  /// bench/fit_waiting_share.py fits the fraction from it).
+  double syncLagComputeSeconds = 0;
+  /// computeSeconds + communicationSeconds + syncLagSeconds (no overlap);
+  /// pipelines: the simulated schedule's makespan + the slowest apply,
+  /// seconds.
   double stepSeconds = 0;
   /// Σ getFlops() over the ops of @train_step (one rank), FLOP.
   double flopsPerRank = 0;
@@ -159,6 +197,10 @@ struct StepCost {
   double mfu = 0;
   /// The collectives in program order.
   std::vector<CollectiveCost> collectives;
+  /// computeSeconds by op kind (the op name without its dialect, as
+  /// `tessera-run --profile` names its instructions: "matmul",
+  /// "layer_norm_grad", ...), for comparing a prediction with a profile.
+  std::map<std::string, OpKindCost> opKinds;
   /// Grid shape of the plan (empty grid: one rank) and its rank count.
   std::vector<int64_t> gridShape;
   /// Axis names from the module attribute `tsr.grid_axes` (empty without).
@@ -195,8 +237,11 @@ predictStepCost(mlir::ModuleOp partitioned, const Cluster &cluster,
 
 /// The prediction as JSON (seconds, FLOP, bytes): {"cluster", "ranks",
 /// "step_s", "compute_s", "gemm_s", "other_s", "overhead_s", "kernels",
-/// "communication_s", "flops_per_rank", "mfu", "collectives": [{"kind",
-/// "axes", "bytes", "seconds", "within_node"}, ...]}.
+/// "communication_s", "sync_lag_s", "sync_lag_compute_s", "bubble_s",
+/// "flops_per_rank", "mfu", "collectives": [{"kind",
+/// "axes", "bytes", "seconds", "within_node", "back_to_back"}, ...],
+/// "ops": [{"kind",
+/// "calls", "seconds"}, ...] (opKinds, most seconds first)}.
 llvm::json::Value toJSON(const StepCost &cost, const Cluster &cluster);
 
 } // namespace tessera::planner

@@ -345,8 +345,16 @@ static void explainStepCost(const planner::StepCost &cost,
                                                 : "from the measured table"))
      << "): compute " << llvm::format("%.4g", cost.computeSeconds * 1e3)
      << " ms + communication "
-     << llvm::format("%.4g", cost.communicationSeconds * 1e3)
-     << " ms = " << llvm::format("%.4g", cost.stepSeconds * 1e3) << " ms, MFU "
+     << llvm::format("%.4g", cost.communicationSeconds * 1e3) << " ms"
+     << (cost.syncLagSeconds > 0
+             ? llvm::formatv(" + sync lag {0:F3} ms", cost.syncLagSeconds * 1e3)
+                   .str()
+             : std::string())
+     << (cost.bubbleSeconds > 0 ? llvm::formatv(" + pipeline bubble {0:F3} ms",
+                                                cost.bubbleSeconds * 1e3)
+                                      .str()
+                                : std::string())
+     << " = " << llvm::format("%.4g", cost.stepSeconds * 1e3) << " ms, MFU "
      << llvm::format("%.3g", cost.mfu * 100) << "%\n";
   os << "  (compute = GEMMs " << llvm::format("%.4g", cost.gemmSeconds * 1e3)
      << " ms + other kernels " << llvm::format("%.4g", cost.otherSeconds * 1e3)

@@ -615,7 +615,7 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
       std::unique_ptr<CollectiveBuffers> buffers;
       std::function<bool()> op, inStep;
       int64_t reps = 1;
-      std::vector<double> diffs;
+      std::vector<double> diffs, backToBack;
     };
     std::vector<PerSize> perSize(sizes.size());
     std::vector<double> steps, volume, times, sizesS;
@@ -645,17 +645,21 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
         for (int k = pass; k < collectiveTrials; k += passes) {
           double alone = timeConcurrent(world, burst, p.reps, 1);
           double with = timeConcurrent(world, p.inStep, p.reps, 1);
-          if (with < 0)
+          // The collective back to back: its ranks arrive together.
+          double chained = timeConcurrent(world, p.op, p.reps, 1);
+          if (with < 0 || chained < 0)
             return fail(llvm::Twine(planner::collectiveName(kind)) +
                         " failed while timing it");
           p.diffs.push_back(with - alone);
+          p.backToBack.push_back(chained);
         }
+    std::vector<double> chainedTimes;
     for (PerSize &p : perSize) {
-      // At least the collective on its own (noise can make the difference
-      // smaller than that).
-      double t =
-          std::max(median(p.diffs), timeConcurrent(world, p.op, p.reps, 1));
-      times.push_back(std::max(t, 1e-12));
+      // At least the collective back to back (noise can make the
+      // difference smaller than that).
+      double chained = std::max(median(p.backToBack), 1e-12);
+      chainedTimes.push_back(chained);
+      times.push_back(std::max(median(p.diffs), chained));
     }
     auto [alpha, invBeta] = fitTwo(steps, volume, times);
     planner::Cluster::Link link;
@@ -665,8 +669,12 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     // The times themselves, made non-decreasing in S (a larger message
     // never costs less; the trials' noise can say so).
     std::vector<double> monotone = planner::nonDecreasingTimes(times);
-    for (size_t i = 0; i < sizesS.size(); ++i)
+    std::vector<double> chainedMonotone =
+        planner::nonDecreasingTimes(chainedTimes);
+    for (size_t i = 0; i < sizesS.size(); ++i) {
       link.measured.push_back({sizesS[i], monotone[i]});
+      link.measuredBackToBack.push_back({sizesS[i], chainedMonotone[i]});
+    }
     link.measuredRanks = g;
     return link;
   };

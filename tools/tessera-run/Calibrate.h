@@ -53,12 +53,16 @@
 //    by group size, and bound round-robin the stride decides whether a
 //    group's ranks share a core. Each group also keeps its times per size
 //    ("measured": [[S, seconds], ...], made non-decreasing in S by
-//    planner::nonDecreasingTimes), which the planner interpolates instead of the
-//    α-β line (planner::collectiveSeconds): one line fits the protocol and
+//    planner::nonDecreasingTimes), which the planner interpolates instead of
+//    the α-β line (planner::collectiveSeconds): one line fits the protocol and
 //    algorithm switches between 256 B and 4 MiB badly, most of all at the
 //    1-64 KiB a small model's collectives have. StepCost uses the group of
-//    each collective's size and stride. inter_node is the same (one node),
-//    and the plain intra_node / inter_node links are all_reduce's α-β.
+//    each collective's size and stride. The same trials also time the
+//    collective back to back, without the segment ("measured_back_to_back",
+//    the median, made non-decreasing the same way): StepCost times a
+//    collective that directly follows another one from it. inter_node is the
+//    same (one node), and the plain intra_node / inter_node links are
+//    all_reduce's α-β.
 //
 // Every timing is taken between MPI_Barriers; a trial's time is the slowest
 // rank's, and each figure is the median of several trials.

@@ -234,6 +234,7 @@ TEST(ClusterJSON, CalibratedFields) {
     "memory_bandwidth": 1.5e10, "op_overhead": 3e-6,
     "transcendental_rate": 4e7, "gemm_peak_fraction": 0.9,
     "cores_per_node": 2, "waiting_rank_share": 0.25,
+    "sync_lag_fraction": 0.3, "sync_lag_window": 1e-3,
     "kernel_seconds_per_element": {"layer_norm": 4e-9, "adamw_update": 7e-9},
     "gemm": [{"dtype": "fp32", "m": 64, "n": 128, "k": 256, "flops": 2e10}],
     "collectives": {"all_to_all": {"intra_node": {"bandwidth": 1e9,
@@ -252,6 +253,8 @@ TEST(ClusterJSON, CalibratedFields) {
   EXPECT_DOUBLE_EQ(c->gemmPeakFraction, 0.9);
   EXPECT_DOUBLE_EQ(c->coresPerNode, 2);
   EXPECT_DOUBLE_EQ(c->waitingRankShare, 0.25);
+  EXPECT_DOUBLE_EQ(c->syncLagFraction, 0.3);
+  EXPECT_DOUBLE_EQ(c->syncLagWindow, 1e-3);
   EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("layer_norm"), 4e-9);
   EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("adamw_update"), 7e-9);
   ASSERT_EQ(c->gemm.size(), 1u);
@@ -293,6 +296,12 @@ TEST(ClusterJSON, CalibratedFields) {
                 .find("'waiting_rank_share' must be in [0, 1]"),
             std::string::npos);
   EXPECT_NE(errorWith("cores_per_node", -2).find("'cores_per_node'"),
+            std::string::npos);
+  EXPECT_NE(errorWith("sync_lag_fraction", -0.1)
+                .find("field 'sync_lag_fraction' must be a number >= 0"),
+            std::string::npos);
+  EXPECT_NE(errorWith("sync_lag_window", 0)
+                .find("field 'sync_lag_window' must be a number > 0"),
             std::string::npos);
   EXPECT_NE(errorWith("transcendental_rate", -1)
                 .find("field 'transcendental_rate' must be a number >= 0"),
@@ -364,7 +373,8 @@ TEST(ClusterJSON, MeasuredCollectiveTimes) {
       "intra_node": {"bandwidth": 1e9, "latency": 1e-5,
                      "measured": [[256, 1e-3]]},
       "groups": [{"size": 2, "stride": 1, "bandwidth": 1e9, "latency": 1e-5,
-                  "measured": [[1024, 2e-5], [4096, 5e-5]]}]}}})");
+                  "measured": [[1024, 2e-5], [4096, 5e-5]],
+                  "measured_back_to_back": [[1024, 1e-5], [4096, 3e-5]]}]}}})");
   ASSERT_TRUE(static_cast<bool>(v));
   llvm::Expected<Cluster> c = parseCluster(*v);
   ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
@@ -382,4 +392,26 @@ TEST(ClusterJSON, MeasuredCollectiveTimes) {
   ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
   EXPECT_EQ(toJSON(*back), toJSON(*c));
   EXPECT_EQ(back->link("all_reduce", true, 2, 1).measured, pair.measured);
+  // Back to back: its own table; without one, `measured` serves.
+  EXPECT_DOUBLE_EQ(
+      collectiveSeconds(Collective::AllReduce, 2048, 2, pair, true),
+      1e-5 + (2048.0 - 1024) / (4096 - 1024) * (3e-5 - 1e-5));
+  EXPECT_EQ(back->link("all_reduce", true, 2, 1).measuredBackToBack,
+            pair.measuredBackToBack);
+  Cluster::Link single = pair;
+  single.measuredBackToBack.clear();
+  EXPECT_DOUBLE_EQ(
+      collectiveSeconds(Collective::AllReduce, 2048, 2, single, true),
+      collectiveSeconds(Collective::AllReduce, 2048, 2, single));
+  // A malformed back-to-back table names its element.
+  llvm::json::Value w = *v;
+  llvm::json::Array *groups = w.getAsObject()
+                                  ->getObject("collectives")
+                                  ->getObject("all_reduce")
+                                  ->getArray("groups");
+  (*(*groups)[0].getAsObject())["measured_back_to_back"] = llvm::json::Array{
+      llvm::json::Array{4096, 1e-5}, llvm::json::Array{1024, 2e-5}};
+  EXPECT_NE(errorOf(parseCluster(w))
+                .find("measured_back_to_back[1]' must have more bytes"),
+            std::string::npos);
 }

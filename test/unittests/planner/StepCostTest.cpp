@@ -309,6 +309,79 @@ module attributes {tsr.grid_axes = ["dp"]} {
   EXPECT_EQ(o->getString("cluster"), "cpu:2");
 }
 
+TEST_F(StepCostTest, SyncLagBackToBackAndOpKinds) {
+  // Two adds (1024 elements each, memory bound: 3 · 4096 B at 5e9 B/s) and
+  // three all-reduces: one between the adds, two in a row at the end.
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module attributes {tsr.grid_axes = ["dp"]} {
+  shard.grid @grid(shape = 2)
+  func.func @train_step(%x: tensor<1024xf32>) -> (tensor<1024xf32>, tensor<1024xf32>) {
+    %a = tsr.add %x, %x : tensor<1024xf32>
+    %r = shard.all_reduce %a on @grid grid_axes = [0] : tensor<1024xf32> -> tensor<1024xf32>
+    %b = tsr.add %r, %r : tensor<1024xf32>
+    %s = shard.all_reduce %b on @grid grid_axes = [0] : tensor<1024xf32> -> tensor<1024xf32>
+    %t = shard.all_reduce %x on @grid grid_axes = [0] : tensor<1024xf32> -> tensor<1024xf32>
+    return %s, %t : tensor<1024xf32>, tensor<1024xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  Cluster c = calibrated();
+  // A measured group of 2 ranks: 1e-4 s after compute, 1e-5 s back to back.
+  Cluster::Link measured{2e9, 2e-5, {{4096, 1e-4}}, 2, {{4096, 1e-5}}};
+  c.collectiveLinks["all_reduce"].groups.push_back({2, 1, measured});
+  const double add = 3 * 4096 / 5e9;
+
+  // Without a sync lag (the default): compute + communication.
+  llvm::Expected<StepCost> cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  ASSERT_EQ(cost->collectives.size(), 3u);
+  EXPECT_FALSE(cost->collectives[0].backToBack);
+  EXPECT_FALSE(cost->collectives[1].backToBack);
+  EXPECT_TRUE(cost->collectives[2].backToBack);
+  EXPECT_DOUBLE_EQ(cost->collectives[1].seconds, 1e-4);
+  EXPECT_DOUBLE_EQ(cost->collectives[2].seconds, 1e-5);
+  // The compute after each collective: the second add after the first;
+  // nothing after the second (the third follows at once) or the third.
+  EXPECT_DOUBLE_EQ(cost->syncLagComputeSeconds, add);
+  EXPECT_DOUBLE_EQ(cost->syncLagSeconds, 0);
+  EXPECT_DOUBLE_EQ(cost->stepSeconds,
+                   cost->computeSeconds + cost->communicationSeconds);
+  // The adds by kind: two kernels, their roofline plus the overhead.
+  ASSERT_EQ(cost->opKinds.size(), 1u);
+  EXPECT_EQ(cost->opKinds.at("add").calls, 2);
+  EXPECT_DOUBLE_EQ(cost->opKinds.at("add").seconds, 2 * (add + 1e-6));
+
+  // With a fraction, the lag is added to the step; a window below the
+  // segment caps it.
+  c.syncLagFraction = 0.5;
+  cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  EXPECT_DOUBLE_EQ(cost->syncLagSeconds, 0.5 * add);
+  EXPECT_DOUBLE_EQ(cost->stepSeconds, cost->computeSeconds +
+                                          cost->communicationSeconds +
+                                          0.5 * add);
+  c.syncLagWindow = add / 4;
+  cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  EXPECT_DOUBLE_EQ(cost->syncLagComputeSeconds, add / 4);
+  EXPECT_DOUBLE_EQ(cost->syncLagSeconds, 0.5 * add / 4);
+
+  // The JSON form names them.
+  llvm::json::Value json = toJSON(*cost, c);
+  const llvm::json::Object *o = json.getAsObject();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->getNumber("sync_lag_s"), cost->syncLagSeconds);
+  EXPECT_EQ(o->getNumber("sync_lag_compute_s"), cost->syncLagComputeSeconds);
+  const llvm::json::Array *ops = o->getArray("ops");
+  ASSERT_TRUE(ops && ops->size() == 1);
+  EXPECT_EQ((*ops)[0].getAsObject()->getString("kind"), "add");
+  EXPECT_EQ((*ops)[0].getAsObject()->getInteger("calls"), 2);
+  const llvm::json::Array *colls = o->getArray("collectives");
+  ASSERT_TRUE(colls && colls->size() == 3);
+  EXPECT_EQ((*colls)[2].getAsObject()->getBoolean("back_to_back"), true);
+}
+
 TEST_F(StepCostTest, TranscendentalsAtTheirOwnRate) {
   // exp on 1024 elements: one transcendental each (getTranscendentals), 1
   // FLOP each, 2 · 4096 bytes. gelu_grad: two per element (erf and exp).
