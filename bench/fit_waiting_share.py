@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fits a calibration's `waiting_rank_share` to real pipeline steps.
+"""Fits a calibration's `compute_scale`, `sync_lag_fraction` and
+`waiting_rank_share` to real steps of a reference GPT.
 
     bench/fit_waiting_share.py --cluster IN.json -o OUT.json [--force]
         [--build build] [--np 4] [--steps 20] [--repeat 8] [--no-bind]
@@ -19,18 +20,37 @@ model, here a GPT that is not the example (4 layers, hidden 64, 4 heads,
 sequence 32, batch 16, vocabulary 256; written by
 examples/gpt/make_gpt_onnx.py --with-weights).
 
+`sync_lag_fraction` and `compute_scale` (compiler/planner/Cluster.h,
+StepCost.h) say how a step's kernels run against the calibration's: the
+compute right after a collective takes longer when ranks share cores (the
+ranks leave a collective apart and the late ones wait for their turn on a
+core), while long stretches of kernels run faster than the calibration's
+kernels, which it times by the slowest of the ranks all computing at once.
+On this machine plans whose collectives sit between their kernels (tp, sp,
+ZeRO-3) ran 10-15% slower relative to plans whose collectives come in one
+block (ZeRO-1, accumulation) than the calibrated kernels and collectives
+say (docs/Planner.md, "The sync lag"); no synthetic measurement
+reproduced it, so both are fitted here.
+
 For each reference plan (pipelines: pp2 x dp(N/2) with 4 micro-batches, pp
 N with 2N micro-batches, pp2 x tp(N/2) with 4 micro-batches, 1F1B;
-anchors: dpN, tpN, dp(N/2) x tp2) it partitions the model, runs `mpirun
--np N tessera-run` --repeat times round-robin (the median over runs of
-each run's median step, the first step left out), and predicts the step
-with `tessera-partition --cluster --predict-json` for waiting_rank_share
-0, 0.05, ..., 1. The share written is the one for which each pipeline's
-time relative to the anchors (their geometric mean) is predicted closest
-to the measured one (least squares of the log ratios): relative, because
-the host's speed drifts between a calibration and later runs by 10-20%
-(docs/Planner.md), and an absolute fit would read that drift as a share.
-OUT.json is IN.json with that share and a note in its `source`.
+anchors: dpN, tpN, dp(N/2) x tp2, dpN with ZeRO-1) it partitions the
+model, runs `mpirun -np N tessera-run` --repeat times round-robin (the
+median over runs of each run's median step, the first step left out), and
+predicts the step with `tessera-partition --cluster --predict-json`.
+First the compute scale (0.5, 0.52, ..., 1.5) and the sync lag fraction
+(0, 0.025, ..., 0.5), from the anchors: the pair whose predictions are
+closest to the measured steps (least squares of the log errors; for each
+scale the predictions are linear in the fraction: step at fraction 0 +
+fraction x `sync_lag_compute_s`). This fit is absolute: the scale also
+takes up the host's drift between the calibration and these runs, which
+the plans run right after them share. Then the share, with those: the
+pipelines predicted for waiting_rank_share 0, 0.05, ..., 1, and the share
+written is the one for which each pipeline's time relative to the anchors
+(their geometric mean) is predicted closest to the measured one (least
+squares of the log ratios; relative, so that the anchors' remaining error
+is not read as a share). OUT.json is IN.json with the three and a note in
+its `source`.
 
 MPI runs as bench/planner_calibration.py runs it (ranks bound to cores
 round-robin, OMPI_ALLOW_RUN_AS_ROOT, oversubscription allowed,
@@ -68,6 +88,7 @@ def reference_plans(n):
         (f"dp{n}", ["--dp", str(n)]),
         (f"tp{n}", ["--tp", str(n)]),
         (f"dp{n // 2} tp2", ["--dp", str(n // 2), "--tp", "2"]),
+        (f"dp{n} zero1", ["--dp", str(n), "--zero", "1"]),
     ]
     return pipelines, anchors
 
@@ -140,50 +161,83 @@ def main():
             medians[i].append(statistics.median(step_times(metrics)))
     measured = [statistics.median(m) for m in medians]
 
-    shares = [k / 20 for k in range(21)]
-    predicted = {}  # share -> [seconds per plan]
-    for share in shares:
-        trial = dict(cluster, waiting_rank_share=share)
+    def predict(trial, flags):
+        """tessera-partition's prediction JSON for `flags` on `trial`."""
         trial_file = os.path.join(work, "cluster.json")
         with open(trial_file, "w") as f:
             json.dump(trial, f)
-        row = []
-        for i, (_, flags) in enumerate(plans):
-            if share > 0 and i >= len(pipelines):
-                # No pipeline: the share does not enter its prediction.
-                row.append(predicted[0.0][i])
-                continue
-            pred_file = os.path.join(work, "predict.json")
-            run([partition, model, "-o", os.path.join(work, "p.tsr"),
-                 "--cluster", trial_file, "--predict-json", pred_file] +
-                flags, env)
-            with open(pred_file) as f:
-                row.append(json.load(f)["step_s"])
-        predicted[share] = row
+        pred_file = os.path.join(work, "predict.json")
+        run([partition, model, "-o", os.path.join(work, "p.tsr"),
+             "--cluster", trial_file, "--predict-json", pred_file] + flags,
+            env)
+        with open(pred_file) as f:
+            return json.load(f)
 
-    # Each pipeline relative to the anchors (the geometric mean of the
-    # plans without a pipeline, whose prediction the share does not
-    # touch), so that a calibration taken in a faster or slower moment of
-    # the host than these runs moves anchors and pipelines alike and not
-    # the share.
     k = len(pipelines)
+    anchor_meas = measured[k:]
+
+    # 1. The compute scale and the sync lag, from the anchors alone (no
+    # pipeline: the share does not enter their predictions). For each scale
+    # the fraction enters linearly: step at fraction 0 + fraction x
+    # sync_lag_compute_s.
+    scales = [round(0.5 + j / 50, 2) for j in range(51)]
+    fractions = [j / 40 for j in range(21)]
+    lag0 = {scale: [predict(dict(cluster, compute_scale=scale,
+                                 sync_lag_fraction=0.0), flags)
+                    for _, flags in anchors]
+            for scale in scales}
+
+    def anchor_pred(scale, fraction):
+        return [p["step_s"] + fraction * p["sync_lag_compute_s"]
+                for p in lag0[scale]]
+
+    def log_error(pred, meas):
+        """Σ log(p/m)²: how far the predictions are from the runs."""
+        return sum(math.log(p / m) ** 2 for p, m in zip(pred, meas))
+
+    scale, fraction = min(
+        ((sc, fr) for sc in scales for fr in fractions),
+        key=lambda sf: log_error(anchor_pred(*sf), anchor_meas))
+    cluster["compute_scale"] = scale
+    cluster["sync_lag_fraction"] = fraction
+    as_calibrated = anchor_pred(1.0, 0.0)
+    anchors_fitted = anchor_pred(scale, fraction)
+
+    # 2. The share, with that lag: each pipeline relative to the anchors
+    # (their geometric mean, which the share does not touch), so that a
+    # calibration taken in a faster or slower moment of the host than these
+    # runs moves anchors and pipelines alike and not the share.
+    shares = [j / 20 for j in range(21)]
+    piped = {share: [predict(dict(cluster, waiting_rank_share=share),
+                             flags)["step_s"] for _, flags in pipelines]
+             for share in shares}
 
     def loss(share):
-        pred, anchor_pred = predicted[share], geomean(predicted[share][k:])
-        anchor_meas = geomean(measured[k:])
-        return sum(math.log((p / anchor_pred) / (m / anchor_meas)) ** 2
-                   for p, m in zip(pred[:k], measured[:k]))
+        am, ap = geomean(anchor_meas), geomean(anchors_fitted)
+        return sum(math.log((p / ap) / (m / am)) ** 2
+                   for p, m in zip(piped[share], measured[:k]))
 
     best = min(shares, key=loss)
     print(f"reference GPT (4 layers, hidden 64, seq 32, batch 16) on "
           f"{args.np} ranks, {cores:g} cores; calibration {args.cluster} "
           f"(its share {cluster.get('waiting_rank_share', 1)})")
-    print(f"  {'plan':<16} {'measured ms':>11} {'share 0':>8} "
+    print(f"  {'anchor':<16} {'measured ms':>11} {'calibrated':>10} "
+          f"{'fitted':>8}")
+    for (name, _), m, p0, p in zip(anchors, anchor_meas, as_calibrated,
+                                   anchors_fitted):
+        print(f"  {name:<16} {m * 1e3:11.3f} {p0 * 1e3:10.3f} "
+              f"{p * 1e3:8.3f}")
+    print(f"  fitted compute_scale {scale:.2f} and sync_lag_fraction "
+          f"{fraction:.3f} (sum of squared log errors "
+          f"{log_error(anchors_fitted, anchor_meas):.4f}; as calibrated, "
+          f"scale 1 and no lag: "
+          f"{log_error(as_calibrated, anchor_meas):.4f})")
+    print(f"  {'pipeline':<16} {'measured ms':>11} {'share 0':>8} "
           f"{'share 1':>8} {'fitted':>8}")
-    for i, (name, _) in enumerate(plans):
+    for i, (name, _) in enumerate(pipelines):
         print(f"  {name:<16} {measured[i] * 1e3:11.3f} "
-              f"{predicted[0.0][i] * 1e3:8.3f} {predicted[1.0][i] * 1e3:8.3f}"
-              f" {predicted[best][i] * 1e3:8.3f}")
+              f"{piped[0.0][i] * 1e3:8.3f} {piped[1.0][i] * 1e3:8.3f}"
+              f" {piped[best][i] * 1e3:8.3f}")
     print(f"  fitted waiting_rank_share {best:.2f} (pipelines against the "
           f"anchors' geometric mean: sum of squared log ratios "
           f"{loss(best):.4f}; with share 0: {loss(0.0):.4f})")
@@ -191,8 +245,9 @@ def main():
     cluster["waiting_rank_share"] = best
     cluster["source"] = (
         cluster.get("source", "") +
-        f"; waiting_rank_share {best:.2f} fitted by "
-        f"bench/fit_waiting_share.py to real 1F1B steps of a reference GPT "
+        f"; compute_scale {scale:.2f}, sync_lag_fraction {fraction:.3f} and "
+        f"waiting_rank_share {best:.2f} fitted by bench/fit_waiting_share.py to real steps of "
+        f"a reference GPT "
         f"({', '.join(f'{n}: {m * 1e3:.2f} ms' for (n, _), m in zip(plans, measured))})")
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:

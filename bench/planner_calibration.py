@@ -6,8 +6,9 @@
 
 Calibrates this machine for --np ranks (`mpirun -np N tessera-run
 --calibrate`, into a temporary file, then bench/fit_waiting_share.py, which
-fits the pipelines' waiting_rank_share to real pipeline steps of a
-reference GPT that is not the example; --no-fit-share skips that, --cluster
+fits the compute scale, the sync lag and the pipelines' waiting_rank_share
+to real steps of a reference GPT that is not the example; --no-fit-share
+skips that, --cluster
 FILE uses an existing calibration as it is), then for each of 18 plans of the example GPT on N
 ranks (data, tensor, sequence and pipeline parallel, ZeRO, recomputation,
 gradient accumulation): partitions it with `--cluster
@@ -152,10 +153,11 @@ def main():
                     "rank r to core r mod C, for the calibration and every "
                     "run)")
     ap.add_argument("--no-fit-share", action="store_true",
-                    help="keep the calibration's own waiting_rank_share "
-                    "(default: fit it to real pipeline steps of a reference "
-                    "model with bench/fit_waiting_share.py; only when this "
-                    "script calibrates, not with --cluster)")
+                    help="keep the calibration as it is (default: fit "
+                    "compute_scale, sync_lag_fraction and waiting_rank_share "
+                    "to real steps of a reference model with "
+                    "bench/fit_waiting_share.py; only when this script "
+                    "calibrates, not with --cluster)")
     args = ap.parse_args()
     if args.np != 4:
         sys.exit("--np: the plans are written for 4 ranks")

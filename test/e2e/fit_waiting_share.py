@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """ctest e2e.fit_waiting_share: bench/fit_waiting_share.py runs the
-reference GPT's three pipeline plans and three anchors without a pipeline
-on 4 ranks, predicts them for shares 0, 0.05, ..., 1 on a given cluster,
-and writes that cluster with the share whose pipeline-to-anchor ratios are
-closest to the measured ones (and a note in its source); every other field
-is kept. It refuses to overwrite OUT without
+reference GPT's three pipeline plans and four anchors without a pipeline
+on 4 ranks; it fits the compute scale (0.5, 0.52, ..., 1.5) and sync lag
+fraction (0, 0.025, ..., 0.5) whose anchor predictions are closest to the
+measured steps, then predicts the pipelines for shares 0, 0.05, ..., 1 with
+them, and writes the cluster with all three (and a note in its source);
+every other field is kept. It refuses to overwrite OUT without
 --force, and fails with a message for a calibration whose ranks do not
 share cores and for a missing one.
 
@@ -56,6 +57,11 @@ def main():
         check(p.returncode == 0, f"fit failed:\n{p.stdout}{p.stderr}")
         fitted = json.load(open(out))
         share = fitted["waiting_rank_share"]
+        fraction = fitted["sync_lag_fraction"]
+        check(any(abs(fraction - k / 40) < 1e-9 for k in range(21)),
+              f"sync lag fraction {fraction} is not on the grid 0, 0.025, "
+              "..., 0.5")
+
         check(any(abs(share - k / 20) < 1e-9 for k in range(21)),
               f"share {share} is not on the grid 0, 0.05, ..., 1")
         m = re.search(r"fitted waiting_rank_share ([0-9.]+)", p.stdout)
@@ -65,37 +71,64 @@ def main():
               fitted["source"].startswith("test cluster"),
               f"source: {fitted['source']}")
         for key, value in cluster.items():
-            if key not in ("waiting_rank_share", "source"):
+            if key not in ("waiting_rank_share", "sync_lag_fraction",
+                           "compute_scale", "source"):
                 check(fitted[key] == value, f"{key} changed: {fitted[key]}")
-        # The table: three pipelines, each predicted slower with share 1
-        # than with share 0 (a waiting rank that keeps its core share
-        # leaves the running stages less), the fitted prediction in
-        # between; three anchors without a pipeline, the same for every
-        # share.
-        rows = re.findall(r"^  ((?:pp|dp|tp)\S*(?: \S+)*?)\s+([0-9.]+)\s+"
-                          r"([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", p.stdout,
-                          re.M)
-        check(len(rows) == 6, f"expected 6 plan rows:\n{p.stdout}")
-        rows = [(name, *map(float, r)) for name, *r in rows]
-        pipes = [r for r in rows if r[0].startswith("pp")]
-        anchors = [r for r in rows if not r[0].startswith("pp")]
-        check(len(pipes) == 3, f"expected 3 pipelines:\n{p.stdout}")
+        # The tables: four anchors (measured, predicted as calibrated,
+        # with the fitted scale and lag), three pipelines (measured, share
+        # 0, share 1, fitted).
+        num = r"\s+([0-9.]+)"
+        anchors = re.findall(r"^  ((?:dp|tp)\S*(?: \S+)*?)" + num * 3 + "$",
+                             p.stdout, re.M)
+        pipes = re.findall(r"^  (pp\S*(?: \S+)*?)" + num * 4 + "$",
+                           p.stdout, re.M)
+        check(len(anchors) == 4 and len(pipes) == 3,
+              f"expected 4 anchor and 3 pipeline rows:\n{p.stdout}")
+        anchors = [(name, *map(float, r)) for name, *r in anchors]
+        pipes = [(name, *map(float, r)) for name, *r in pipes]
+        check(any(r[0] == "dp4 zero1" for r in anchors),
+              f"no ZeRO-1 anchor:\n{p.stdout}")
+        scale = fitted["compute_scale"]
+        check(any(abs(scale - (0.5 + k / 50)) < 1e-9 for k in range(51)),
+              f"compute scale {scale} is not on the grid 0.5, 0.52, ..., 1.5")
+        m = re.search(r"fitted compute_scale ([0-9.]+) and "
+                      r"sync_lag_fraction ([0-9.]+) \(sum of squared log "
+                      r"errors ([0-9.]+); as calibrated, scale 1 and no "
+                      r"lag: ([0-9.]+)\)", p.stdout)
+        check(m and abs(float(m.group(1)) - scale) < 1e-9 and
+              abs(float(m.group(2)) - fraction) < 1e-9,
+              f"printed scale and fraction differ from the written "
+              f"{scale}, {fraction}:\n{p.stdout}")
+        # The fitted pair is at least as close to the runs as the
+        # calibration alone (the table's figures give the same sums).
+        fit_loss, cal_loss = float(m.group(3)), float(m.group(4))
+        check(fit_loss <= cal_loss, f"fitted loss {fit_loss} above the "
+              f"calibration's {cal_loss}")
+
+        def log_error(col):
+            return sum(math.log(r[col] / r[1]) ** 2 for r in anchors)
+        check(abs(log_error(3) - fit_loss) < 2e-3 and
+              abs(log_error(2) - cal_loss) < 2e-3,
+              f"table and sums disagree:\n{p.stdout}")
+        for name, measured, calibrated, fit in anchors:
+            check(measured > 0 and calibrated > 0 and fit > 0,
+                  f"anchor {name}: {measured}, {calibrated}, {fit}")
+        # Each pipeline predicted slower with share 1 than with share 0 (a
+        # waiting rank that keeps its core share leaves the running stages
+        # less), the fitted prediction in between.
         for name, measured, s0, s1, fit in pipes:
             check(measured > 0 and s0 < s1 and s0 <= fit <= s1,
                   f"{name}: measured {measured}, share 0 {s0}, share 1 "
                   f"{s1}, fitted {fit}")
-        for name, measured, s0, s1, fit in anchors:
-            check(measured > 0 and s0 == s1 == fit,
-                  f"anchor {name}: share 0 {s0}, share 1 {s1}, fit {fit}")
 
-        # The fitted share beats both ends of the grid, pipelines against
+        # The fitted share beats both ends of its grid, pipelines against
         # the anchors' geometric mean.
         def geomean(values):
             return math.exp(sum(map(math.log, values)) / len(values))
 
         def loss(col):
             am = geomean([r[1] for r in anchors])
-            ap = geomean([r[col] for r in anchors])
+            ap = geomean([r[3] for r in anchors])
             return sum(math.log((r[col] / ap) / (r[1] / am)) ** 2
                        for r in pipes)
         check(loss(4) <= min(loss(2), loss(3)) + 1e-4,
