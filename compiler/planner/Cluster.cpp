@@ -326,18 +326,18 @@ llvm::json::Value tessera::planner::toJSON(const Cluster &c) {
     flops[dtype] = f;
   auto link = [](const Cluster::Link &l) {
     llvm::json::Object o{{"bandwidth", l.bandwidth}, {"latency", l.latency}};
-    if (!l.measured.empty()) {
+    // [[bytes, seconds], ...], as parseLinkFields reads it back.
+    auto putPoints = [&](StringRef key,
+                         const std::vector<std::pair<double, double>> &v) {
+      if (v.empty())
+        return;
       llvm::json::Array points;
-      for (auto [bytes, seconds] : l.measured)
+      for (auto [bytes, seconds] : v)
         points.push_back(llvm::json::Array{bytes, seconds});
-      o["measured"] = std::move(points);
-    }
-    if (!l.measuredBackToBack.empty()) {
-      llvm::json::Array points;
-      for (auto [bytes, seconds] : l.measuredBackToBack)
-        points.push_back(llvm::json::Array{bytes, seconds});
-      o["measured_back_to_back"] = std::move(points);
-    }
+      o[key] = std::move(points);
+    };
+    putPoints("measured", l.measured);
+    putPoints("measured_back_to_back", l.measuredBackToBack);
     return o;
   };
   llvm::json::Object out{{"name", c.name},

@@ -421,14 +421,14 @@ llvm::Expected<StepCost> planner::predictStepCost(
   // the busiest stage's: its chunks' forward and backward M times, and its
   // apply once.
   struct Parts {
-    double gemm = 0, other = 0, comm = 0, flops = 0, lag = 0, lagCompute = 0;
+    double gemm = 0, other = 0, comm = 0, flops = 0;
     int64_t kernels = 0;
     /// The function's collectives: cost.collectives[begin, end).
     size_t collectivesBegin = 0, collectivesEnd = 0;
     /// The function's kernels by op kind.
     std::map<std::string, OpKindCost> opKinds;
     double seconds(double overhead) const {
-      return gemm + other + comm + lag + double(kernels) * overhead;
+      return gemm + other + comm + double(kernels) * overhead;
     }
   };
   SymbolTableCollection symbols;
@@ -443,8 +443,6 @@ llvm::Expected<StepCost> planner::predictStepCost(
     before.other = cost.otherSeconds;
     before.comm = cost.communicationSeconds;
     before.flops = cost.flopsPerRank;
-    before.lag = cost.syncLagSeconds;
-    before.lagCompute = cost.syncLagComputeSeconds;
     before.kernels = cost.kernels;
     before.collectivesBegin = cost.collectives.size();
     std::map<std::string, OpKindCost> kindsBefore;
@@ -458,8 +456,6 @@ llvm::Expected<StepCost> planner::predictStepCost(
     parts.other = cost.otherSeconds - before.other;
     parts.comm = cost.communicationSeconds - before.comm;
     parts.flops = cost.flopsPerRank - before.flops;
-    parts.lag = cost.syncLagSeconds - before.lag;
-    parts.lagCompute = cost.syncLagComputeSeconds - before.lagCompute;
     parts.kernels = cost.kernels - before.kernels;
     parts.collectivesBegin = before.collectivesBegin;
     parts.collectivesEnd = cost.collectives.size();
@@ -541,7 +537,6 @@ llvm::Expected<StepCost> planner::predictStepCost(
   }
   StepCost total = cost;
   total.gemmSeconds = total.otherSeconds = total.communicationSeconds = 0;
-  total.syncLagSeconds = total.syncLagComputeSeconds = 0;
   total.flopsPerRank = 0;
   total.kernels = 0;
   total.collectives.clear();
@@ -555,8 +550,6 @@ llvm::Expected<StepCost> planner::predictStepCost(
     total.gemmSeconds += times * p.gemm;
     total.otherSeconds += times * p.other;
     total.communicationSeconds += times * p.comm;
-    total.syncLagSeconds += times * p.lag;
-    total.syncLagComputeSeconds += times * p.lagCompute;
     total.flopsPerRank += times * p.flops;
     total.kernels += int64_t(times) * p.kernels;
     for (int64_t k = 0; k < int64_t(times); ++k)
@@ -574,9 +567,8 @@ llvm::Expected<StepCost> planner::predictStepCost(
   cost.computeSeconds =
       cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
   cost.stepSeconds = timeline.makespan + applyMax;
-  cost.bubbleSeconds =
-      std::max(0.0, cost.stepSeconds - cost.computeSeconds -
-                        cost.communicationSeconds - cost.syncLagSeconds);
+  cost.bubbleSeconds = std::max(0.0, cost.stepSeconds - cost.computeSeconds -
+                                         cost.communicationSeconds);
   cost.mfu =
       cost.stepSeconds > 0 ? cost.flopsPerRank / (cost.stepSeconds * peak) : 0;
   return cost;
