@@ -234,7 +234,7 @@ TEST(ClusterJSON, CalibratedFields) {
     "memory_bandwidth": 1.5e10, "op_overhead": 3e-6,
     "transcendental_rate": 4e7, "gemm_peak_fraction": 0.9,
     "cores_per_node": 2, "waiting_rank_share": 0.25,
-    "sync_lag_fraction": 0.3, "sync_lag_window": 1e-3,
+    "sync_lag_fraction": 0.3, "sync_lag_window": 1e-3, "compute_scale": 0.9,
     "kernel_seconds_per_element": {"layer_norm": 4e-9, "adamw_update": 7e-9},
     "gemm": [{"dtype": "fp32", "m": 64, "n": 128, "k": 256, "flops": 2e10}],
     "collectives": {"all_to_all": {"intra_node": {"bandwidth": 1e9,
@@ -255,6 +255,7 @@ TEST(ClusterJSON, CalibratedFields) {
   EXPECT_DOUBLE_EQ(c->waitingRankShare, 0.25);
   EXPECT_DOUBLE_EQ(c->syncLagFraction, 0.3);
   EXPECT_DOUBLE_EQ(c->syncLagWindow, 1e-3);
+  EXPECT_DOUBLE_EQ(c->computeScale, 0.9);
   EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("layer_norm"), 4e-9);
   EXPECT_DOUBLE_EQ(c->kernelSecondsPerElement.at("adamw_update"), 7e-9);
   ASSERT_EQ(c->gemm.size(), 1u);
@@ -302,6 +303,9 @@ TEST(ClusterJSON, CalibratedFields) {
             std::string::npos);
   EXPECT_NE(errorWith("sync_lag_window", 0)
                 .find("field 'sync_lag_window' must be a number > 0"),
+            std::string::npos);
+  EXPECT_NE(errorWith("compute_scale", 0)
+                .find("field 'compute_scale' must be a number > 0"),
             std::string::npos);
   EXPECT_NE(errorWith("transcendental_rate", -1)
                 .find("field 'transcendental_rate' must be a number >= 0"),
