@@ -342,6 +342,25 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
       return {};
   if (parser.parseGreater())
     return {};
+  // A grid axis splits at most one dimension, and a partial axis splits
+  // none: every rank holds one block of the tensor.
+  SmallVector<int16_t> seen;
+  for (shard::GridAxesAttr dim : split)
+    for (int16_t a : dim.asArrayRef()) {
+      if (llvm::is_contained(seen, a)) {
+        parser.emitError(parser.getNameLoc(), "grid axis ")
+            << a << " splits more than one dimension";
+        return {};
+      }
+      seen.push_back(a);
+    }
+  for (auto [k, a] : llvm::enumerate(partial))
+    if (llvm::is_contained(seen, a) ||
+        llvm::is_contained(ArrayRef<int16_t>(partial).take_front(k), a)) {
+      parser.emitError(parser.getNameLoc(), "grid axis ")
+          << a << " is partial and also splits a dimension or is repeated";
+      return {};
+    }
   if (!anyFactored)
     enc.clear();
   return ShardingAttr::get(ctx, grid, shard::GridAxesArrayAttr::get(ctx, split),

@@ -268,6 +268,21 @@ struct Partitioner {
     TensorSharding t = TensorSharding::fromAttr(
         attrs[r], cast<RankedTensorType>(op->getResult(r).getType()));
     t.canonicalize(grid);
+    // Each grid axis may split one dimension only; a layout that reuses one
+    // has no consistent local block (a bug in the pass that recorded it).
+    SmallVector<int16_t> seen;
+    for (const auto &dim : t.dims)
+      if (dim)
+        for (const SubFactor &f : *dim)
+          for (int16_t a : f.axes) {
+            if (llvm::is_contained(seen, a)) {
+              op->emitOpError("result #")
+                  << r << " has a sharding that splits two dimensions over "
+                  << "grid axis " << a << ": " << attrs[r];
+              return failure();
+            }
+            seen.push_back(a);
+          }
     return t;
   }
 

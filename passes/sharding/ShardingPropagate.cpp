@@ -94,11 +94,15 @@ struct ShardingPropagatePass
           resolveFactors(rule, operands, results, grid, Priority::MostSplit);
       bool changed = false;
       // A dim takes the projection when it is unknown, or when the
-      // projection splits it more ways over axes no other dim of the value
-      // uses (splits only grow, so this terminates): a layout reached late
-      // (Megatron-SP's sequence split arriving at a row-parallel matmul's
-      // output from the residual add after it) still wins over an unsplit
-      // one reached first.
+      // projection splits it more ways (splits only grow, so this
+      // terminates): a layout reached late (Megatron-SP's sequence split
+      // arriving at a row-parallel matmul's output from the residual add
+      // after it) still wins over an unsplit one reached first. Either way
+      // only over grid axes that no other dim of the value uses: a value's
+      // dims are split over disjoint axes (two projections of one op can
+      // each be valid alone and clash together, e.g. gather_grad's vocab
+      // dim split by the table's update and its hidden dim by the incoming
+      // gradient).
       auto merge = [&](Value v, const tsr::ShardingRule::TensorFactors &dims) {
         TensorSharding proj = project(rule, dims, assignment, grid);
         TensorSharding &cur = state[v];
@@ -107,12 +111,8 @@ struct ShardingPropagatePass
         for (auto [d, dim] : llvm::enumerate(proj.dims)) {
           if (!dim)
             continue;
-          if (!cur.dims[d]) {
-            cur.dims[d] = dim;
-            changed = true;
-            continue;
-          }
-          if (splitWays(*dim, grid) <= splitWays(*cur.dims[d], grid))
+          if (cur.dims[d] &&
+              splitWays(*dim, grid) <= splitWays(*cur.dims[d], grid))
             continue;
           bool clash = false;
           for (auto [e, other] : llvm::enumerate(cur.dims))

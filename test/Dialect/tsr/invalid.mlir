@@ -269,3 +269,19 @@ func.func @attention_grad_ring_divisible(%q: tensor<2x6x8xf32>, %l: tensor<2x6xf
   %dq, %dk, %dv = tsr.attention_grad %q, %q, %q, %q, %l, %q {ring_size = 4 : i64, scale = 1.0 : f32} : tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x6x8xf32>, tensor<2x6xf32>
   return
 }
+
+// -----
+
+func.func @sharding_axis_twice(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{grid axis 1 splits more than one dimension}}
+  %0 = tsr.sharding_constraint %x {sharding = #tsr.sharding<@grid, [[1], [0, 1]]>} : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @sharding_partial_and_split(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{grid axis 0 is partial and also splits a dimension or is repeated}}
+  %0 = tsr.sharding_constraint %x {sharding = #tsr.sharding<@grid, [[0], []] partial = [0]>} : tensor<4x8xf32>
+  return
+}

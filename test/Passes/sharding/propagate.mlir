@@ -1,6 +1,6 @@
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=MHA
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=MLP
-// RUN: tessera-opt --tsr-sharding-propagate %s | FileCheck %s
+// RUN: tessera-opt --tsr-sharding-propagate --split-input-file %s | FileCheck %s
 
 // Transformer block, dp=2 tp=2: Megatron's plan falls out of the op rules.
 // MHA-LABEL: func.func @train_step
@@ -71,5 +71,27 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
     // CHECK: tsr.softmax {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]}
     %s = tsr.softmax %y {axis = 1 : i64} : tensor<4x8xf32>
     return %s : tensor<4x8xf32>
+  }
+}
+
+// -----
+// A value's dims are split over disjoint grid axes. The vocab-parallel
+// embedding's gradient (issue 20's LLaMA at tp2): gather_grad's result takes
+// its vocab split from the table's update and, separately, its hidden split
+// from the incoming gradient; both over tp. Each projection is valid alone;
+// together they would split two dims over one axis, which has no local
+// block (partition then mixed rows of different vocab shards). The hidden
+// split, reached first, stays; the update's vocab split is resharded to.
+module attributes {tsr.grid_axes = ["tp"]} {
+  shard.grid @grid(shape = 2)
+  // CHECK-LABEL: func.func @disjoint_axes
+  func.func @disjoint_axes(%table: tensor<8x4xf32> {tsr.sharding = #tsr.sharding<@grid, [[0], []]>},
+                           %ids: tensor<2x3xi64> {tsr.sharding = #tsr.sharding<@grid, [[], []]>},
+                           %g: tensor<2x3x4xf32> {tsr.sharding = #tsr.sharding<@grid, [[], [], [0]]>}) -> tensor<8x4xf32> {
+    // CHECK: tsr.gather_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0]]>]}
+    %gg = tsr.gather_grad %ids, %g : tensor<2x3xi64>, tensor<2x3x4xf32> -> tensor<8x4xf32>
+    // CHECK: tsr.sgd_update {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]
+    %u = tsr.sgd_update %table, %gg {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    return %u : tensor<8x4xf32>
   }
 }
