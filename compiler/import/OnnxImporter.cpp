@@ -9,7 +9,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/import/OnnxImporter.h"
+#include "compiler/import/ConstEval.h"
 #include "compiler/import/ConstTensor.h"
+#include "compiler/import/ExternalData.h"
+#include "compiler/import/Initializers.h"
 #include "compiler/import/RaisePatterns.h"
 
 #include "dialects/tsr/TsrDialect.h"
@@ -26,7 +29,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 
 #include <onnx/checker.h>
@@ -35,6 +40,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -75,46 +81,8 @@ struct Slot {
   std::shared_ptr<const ConstTensor> cst;
 };
 
-enum class Bin {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Max,
-  Min,
-  Mod,
-  Equal,
-  Less,
-  Greater,
-  LessEq,
-  GreaterEq,
-  And,
-  Or,
-  Xor
-};
-enum class Un {
-  Neg,
-  Abs,
-  Sqrt,
-  Exp,
-  Log,
-  Floor,
-  Ceil,
-  Relu,
-  Tanh,
-  Erf,
-  Reciprocal,
-  Sign,
-  Not,
-  Sigmoid
-};
-
-bool isCompare(Bin k) {
-  return k == Bin::Equal || k == Bin::Less || k == Bin::Greater ||
-         k == Bin::LessEq || k == Bin::GreaterEq;
-}
-bool isLogical(Bin k) { return k == Bin::And || k == Bin::Or || k == Bin::Xor; }
+using eval::Bin;
+using eval::Un;
 
 //===----------------------------------------------------------------------===//
 // Importer
@@ -122,9 +90,11 @@ bool isLogical(Bin k) { return k == Bin::And || k == Bin::Or || k == Bin::Xor; }
 
 class Importer {
 public:
-  Importer(MLIRContext &ctx, StringRef file, const ImportOptions &opts)
+  Importer(MLIRContext &ctx, StringRef file, const ImportOptions &opts,
+           StringRef modelDir)
       : ctx(ctx), file(file.str()), opts(opts),
-        fileLoc(FileLineColLoc::get(&ctx, file, 0, 0)), b(&ctx) {}
+        fileLoc(FileLineColLoc::get(&ctx, file, 0, 0)), b(&ctx),
+        external(modelDir.str()) {}
 
   OwningOpRef<ModuleOp> run(const onnx::ModelProto &model);
 
@@ -190,10 +160,19 @@ private:
   }
 
   // Tensors ------------------------------------------------------------------
+  /// The bytes of `t` (little-endian, one element after another): inline
+  /// raw_data, external data, or the typed fields re-encoded into `scratch`.
+  FailureOr<TensorBytes> tensorBytes(const onnx::TensorProto &t,
+                                     const std::string &what,
+                                     std::vector<char> &scratch);
   FailureOr<ConstTensor> readTensor(const onnx::TensorProto &t,
                                     const std::string &what);
   FailureOr<DenseResourceElementsAttr>
   readInitializerBlob(const onnx::TensorProto &t, RankedTensorType type);
+  /// A resource attribute holding `raw` (zero-copy for mapped external
+  /// data whose address suits the element type).
+  DenseResourceElementsAttr blobAttr(StringRef name, RankedTensorType type,
+                                     const TensorBytes &raw);
 
   // Environment --------------------------------------------------------------
   bool hasInput(const onnx::NodeProto &n, int idx) {
@@ -221,6 +200,14 @@ private:
   LogicalResult bind(const onnx::NodeProto &n, int idx, Slot s);
   LogicalResult define(const onnx::NodeProto &n, int idx, Value v);
   LogicalResult defineConst(const onnx::NodeProto &n, int idx, ConstTensor c);
+  /// defineConst of an evaluator result, or the evaluator's error.
+  LogicalResult defineEval(const onnx::NodeProto &n, int idx,
+                           llvm::Expected<ConstTensor> c);
+  /// Whether every present input of `n` is a compile-time constant.
+  bool allConstant(const onnx::NodeProto &n);
+  /// The error for an op that Tessera evaluates only at compile time (it has
+  /// no tsr op) but whose input depends on the model's inputs.
+  LogicalResult constantOnly(const onnx::NodeProto &n);
 
   // Building -------------------------------------------------------------
   RankedTensorType withShape(Value v, ArrayRef<int64_t> shape) {
@@ -240,6 +227,7 @@ private:
   LogicalResult convertWhere(const onnx::NodeProto &n);
   LogicalResult convertCast(const onnx::NodeProto &n);
   LogicalResult convertShape(const onnx::NodeProto &n);
+  LogicalResult convertSize(const onnx::NodeProto &n);
   LogicalResult convertReshapeLike(const onnx::NodeProto &n);
   LogicalResult convertTranspose(const onnx::NodeProto &n);
   LogicalResult convertSlice(const onnx::NodeProto &n);
@@ -256,7 +244,23 @@ private:
   LogicalResult convertReduce(const onnx::NodeProto &n);
   LogicalResult convertDropout(const onnx::NodeProto &n);
   LogicalResult convertGelu(const onnx::NodeProto &n);
+  LogicalResult convertTrilu(const onnx::NodeProto &n);
+  LogicalResult convertCumSum(const onnx::NodeProto &n);
+  LogicalResult convertIsInf(const onnx::NodeProto &n);
+  LogicalResult convertPad(const onnx::NodeProto &n);
 
+public:
+  /// How the importer handles one ONNX op type (default domain).
+  struct OpHandler {
+    std::function<LogicalResult(Importer &, const onnx::NodeProto &)> convert;
+    /// The op lowers to tsr ops when its data input depends on the model's
+    /// inputs; otherwise it is evaluated only at compile time (ConstEval.h).
+    bool runtime;
+  };
+  /// Every ONNX op type the importer converts.
+  static const llvm::StringMap<OpHandler> &handlers();
+
+private:
   FailureOr<Value> buildMatmul(const onnx::NodeProto &n, Value a, Value bv,
                                Location loc);
   FailureOr<Value> buildSlice(Value v, ArrayRef<int64_t> start,
@@ -271,6 +275,7 @@ private:
   int64_t opset = 0;
   llvm::StringMap<Slot> env;
   llvm::StringSet<> used; ///< names read by some node or graph output
+  ExternalDataReader external;
 };
 
 //===----------------------------------------------------------------------===//
@@ -318,181 +323,210 @@ double halfBitsToDouble(uint16_t bits, int32_t dt) {
   return f.convertToDouble();
 }
 
-/// Whether a float initializer of `n` elements holds its values in the file.
-/// It does not when its data is external (Tessera never reads external data
-/// files) or when it has dims but neither raw_data bytes nor typed data
-/// (e.g. a shapes-only export); such a parameter's values are unknown. A
-/// tensor with some but not all of its data is not "without data": reading
-/// it reports the size mismatch.
+/// Whether a float initializer of `n` elements has values: inline (raw_data
+/// or typed data) or in an external file. One with dims but neither (e.g. a
+/// shapes-only export) has unknown values. A tensor with some but not all of
+/// its data is not "without data": reading it reports the size mismatch.
 bool initializerHasData(const onnx::TensorProto &t, int64_t n) {
-  if (t.data_location() == onnx::TensorProto::EXTERNAL ||
-      t.external_data_size() > 0)
-    return false;
-  if (n == 0)
+  if (ExternalDataReader::isExternal(t) || n == 0)
     return true;
   return !t.raw_data().empty() || t.float_data_size() > 0 ||
-         t.double_data_size() > 0 || t.int32_data_size() > 0;
+         t.double_data_size() > 0 || t.int32_data_size() > 0 ||
+         t.int64_data_size() > 0 || t.uint64_data_size() > 0;
 }
 
-FailureOr<ConstTensor> Importer::readTensor(const onnx::TensorProto &t,
-                                            const std::string &what) {
-  if (t.data_location() == onnx::TensorProto::EXTERNAL ||
-      t.external_data_size() > 0)
-    return error() << what << " '" << t.name()
-                   << "' uses external data, which Tessera does not support "
-                      "(save the model with all tensors inline)";
-  ConstTensor c;
-  c.dtype = t.data_type();
-  if (!dtypeToType(c.dtype, &ctx))
+template <typename T> void appendLE(std::vector<char> &out, T v) {
+  char buf[sizeof(T)];
+  std::memcpy(buf, &v, sizeof(T));
+  out.insert(out.end(), buf, buf + sizeof(T));
+}
+
+FailureOr<TensorBytes> Importer::tensorBytes(const onnx::TensorProto &t,
+                                             const std::string &what,
+                                             std::vector<char> &scratch) {
+  int32_t dt = t.data_type();
+  int64_t bytes = dtypeBytes(dt);
+  if (!bytes || !dtypeToType(dt, &ctx))
     return error() << what << " '" << t.name() << "' has unsupported type "
-                   << dtypeName(c.dtype);
-  c.shape.assign(t.dims().begin(), t.dims().end());
-  int64_t n = numElements(c.shape);
-  if (n < 0)
+                   << dtypeName(dt);
+  Shape dims(t.dims().begin(), t.dims().end());
+  int64_t n = numElements(dims);
+  if (n < 0 || n > (int64_t(1) << 40) / bytes)
     return error() << what << " '" << t.name() << "' has invalid dims "
-                   << shapeStr(c.shape);
-  if (n > kMaxFoldElements * 4)
-    return error() << what << " '" << t.name() << "' is too large (" << n
-                   << " elements) for a constant";
-  int64_t bytes = dtypeBytes(c.dtype);
+                   << shapeStr(dims);
+  if (ExternalDataReader::isExternal(t)) {
+    auto r = external.read(t, n * bytes);
+    if (!r)
+      return error() << llvm::toString(r.takeError());
+    return *r;
+  }
   if (t.has_raw_data()) {
     const std::string &raw = t.raw_data();
     if (static_cast<int64_t>(raw.size()) != n * bytes)
       return error() << what << " '" << t.name() << "' has " << raw.size()
                      << " bytes of raw_data, expected " << n * bytes;
-    const char *p = raw.data();
-    for (int64_t k = 0; k < n; ++k, p += bytes) {
-      switch (c.dtype) {
-      case kFloat:
-        c.push(readLE<float>(p));
-        break;
-      case kDouble:
-        c.push(readLE<double>(p));
-        break;
-      case kFloat16:
-      case kBFloat16:
-        c.push(halfBitsToDouble(readLE<uint16_t>(p), c.dtype));
-        break;
-      case kBool:
-      case kUInt8:
-        c.pushInt(readLE<uint8_t>(p));
-        break;
-      case kInt8:
-        c.pushInt(readLE<int8_t>(p));
-        break;
-      case kInt16:
-        c.pushInt(readLE<int16_t>(p));
-        break;
-      case kUInt16:
-        c.pushInt(readLE<uint16_t>(p));
-        break;
-      case kInt32:
-        c.pushInt(readLE<int32_t>(p));
-        break;
-      case kUInt32:
-        c.pushInt(readLE<uint32_t>(p));
-        break;
-      default:
-        c.pushInt(readLE<int64_t>(p));
-        break;
-      }
-    }
-    return c;
+    return TensorBytes{ArrayRef<char>(raw.data(), raw.size()), nullptr};
   }
+  // Typed fields (TensorProto's storage rules), re-encoded little-endian.
   auto expect = [&](int64_t have) -> LogicalResult {
     if (have != n)
       return error() << what << " '" << t.name() << "' has " << have
                      << " data elements, expected " << n;
     return success();
   };
-  switch (c.dtype) {
+  scratch.clear();
+  scratch.reserve(n * bytes);
+  switch (dt) {
   case kFloat:
     if (failed(expect(t.float_data_size())))
       return failure();
     for (float v : t.float_data())
-      c.push(v);
+      appendLE(scratch, v);
     break;
   case kDouble:
     if (failed(expect(t.double_data_size())))
       return failure();
     for (double v : t.double_data())
-      c.push(v);
+      appendLE(scratch, v);
     break;
   case kInt64:
     if (failed(expect(t.int64_data_size())))
       return failure();
     for (int64_t v : t.int64_data())
-      c.pushInt(v);
+      appendLE(scratch, v);
     break;
   case kUInt32:
+    if (failed(expect(t.uint64_data_size())))
+      return failure();
+    for (uint64_t v : t.uint64_data())
+      appendLE(scratch, static_cast<uint32_t>(v));
+    break;
   case kUInt64:
     if (failed(expect(t.uint64_data_size())))
       return failure();
     for (uint64_t v : t.uint64_data())
-      c.pushInt(static_cast<int64_t>(v));
+      appendLE(scratch, v);
     break;
-  case kFloat16:
-  case kBFloat16:
+  default: // int32_data holds every type of 32 bits or fewer
     if (failed(expect(t.int32_data_size())))
       return failure();
-    for (int32_t v : t.int32_data())
-      c.push(halfBitsToDouble(static_cast<uint16_t>(v), c.dtype));
-    break;
-  default:
-    if (failed(expect(t.int32_data_size())))
-      return failure();
-    for (int32_t v : t.int32_data())
-      c.pushInt(v);
+    for (int32_t v : t.int32_data()) {
+      switch (bytes) {
+      case 1:
+        appendLE(scratch, static_cast<uint8_t>(v));
+        break;
+      case 2:
+        appendLE(scratch, static_cast<uint16_t>(v));
+        break;
+      default:
+        appendLE(scratch, v);
+        break;
+      }
+    }
     break;
   }
+  return TensorBytes{ArrayRef<char>(scratch.data(), scratch.size()), nullptr};
+}
+
+ConstTensor decodeTensor(int32_t dtype, ArrayRef<int64_t> dims,
+                         ArrayRef<char> raw) {
+  ConstTensor c;
+  c.dtype = dtype;
+  c.shape = Shape(dims);
+  int64_t bytes = dtypeBytes(dtype);
+  int64_t n = bytes ? static_cast<int64_t>(raw.size()) / bytes : 0;
+  const char *p = raw.data();
+  for (int64_t k = 0; k < n; ++k, p += bytes) {
+    switch (dtype) {
+    case kFloat:
+      c.push(readLE<float>(p));
+      break;
+    case kDouble:
+      c.push(readLE<double>(p));
+      break;
+    case kFloat16:
+    case kBFloat16:
+      c.push(halfBitsToDouble(readLE<uint16_t>(p), dtype));
+      break;
+    case kBool:
+    case kUInt8:
+      c.pushInt(readLE<uint8_t>(p));
+      break;
+    case kInt8:
+      c.pushInt(readLE<int8_t>(p));
+      break;
+    case kInt16:
+      c.pushInt(readLE<int16_t>(p));
+      break;
+    case kUInt16:
+      c.pushInt(readLE<uint16_t>(p));
+      break;
+    case kInt32:
+      c.pushInt(readLE<int32_t>(p));
+      break;
+    case kUInt32:
+      c.pushInt(readLE<uint32_t>(p));
+      break;
+    default:
+      c.pushInt(readLE<int64_t>(p));
+      break;
+    }
+  }
   return c;
+}
+
+FailureOr<ConstTensor> Importer::readTensor(const onnx::TensorProto &t,
+                                            const std::string &what) {
+  int32_t dt = t.data_type();
+  if (!dtypeToType(dt, &ctx))
+    return error() << what << " '" << t.name() << "' has unsupported type "
+                   << dtypeName(dt);
+  Shape dims(t.dims().begin(), t.dims().end());
+  int64_t n = numElements(dims);
+  if (n < 0)
+    return error() << what << " '" << t.name() << "' has invalid dims "
+                   << shapeStr(dims);
+  if (n > kMaxFoldElements * 4)
+    return error() << what << " '" << t.name() << "' is too large (" << n
+                   << " elements) for a constant";
+  std::vector<char> scratch;
+  auto raw = tensorBytes(t, what, scratch);
+  if (failed(raw))
+    return failure();
+  return decodeTensor(dt, dims, raw->bytes);
 }
 
 FailureOr<DenseResourceElementsAttr>
 Importer::readInitializerBlob(const onnx::TensorProto &t,
                               RankedTensorType type) {
-  if (t.data_location() == onnx::TensorProto::EXTERNAL ||
-      t.external_data_size() > 0)
-    return error() << "initializer '" << t.name()
-                   << "' uses external data, which Tessera does not support "
-                      "(save the model with all tensors inline)";
-  int32_t dt = t.data_type();
-  int64_t n = type.getNumElements();
-  int64_t bytes = dtypeBytes(dt);
-  size_t align = static_cast<size_t>(bytes);
+  std::vector<char> scratch;
+  auto raw = tensorBytes(t, "initializer", scratch);
+  if (failed(raw))
+    return failure();
+  return blobAttr(t.name(), type, *raw);
+}
+
+DenseResourceElementsAttr Importer::blobAttr(StringRef name,
+                                             RankedTensorType type,
+                                             const TensorBytes &raw) {
+  size_t align =
+      static_cast<size_t>(dtypeBytes(typeToDType(type.getElementType())));
+  if (align == 0)
+    align = 1;
   AsmResourceBlob blob;
-  if (t.has_raw_data()) {
-    const std::string &raw = t.raw_data();
-    if (static_cast<int64_t>(raw.size()) != n * bytes)
-      return error() << "initializer '" << t.name() << "' has " << raw.size()
-                     << " bytes of raw_data, expected " << n * bytes;
-    blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
-        ArrayRef<char>(raw.data(), raw.size()), align);
+  if (raw.owner && reinterpret_cast<uintptr_t>(raw.bytes.data()) % align == 0) {
+    // External data: a view of the mapped file, kept alive by the blob.
+    std::shared_ptr<const llvm::MemoryBuffer> owner = raw.owner;
+    blob = AsmResourceBlob(
+        raw.bytes, align,
+        [owner](void *, size_t, size_t) mutable { owner.reset(); },
+        /*dataIsMutable=*/false);
   } else {
-    int64_t have = dt == kFloat    ? t.float_data_size()
-                   : dt == kDouble ? t.double_data_size()
-                                   : t.int32_data_size();
-    if (have != n)
-      return error() << "initializer '" << t.name() << "' has " << have
-                     << " data elements, expected " << n;
-    if (dt == kFloat) {
-      blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(
-          ArrayRef<float>(t.float_data().data(), n));
-    } else if (dt == kDouble) {
-      blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(
-          ArrayRef<double>(t.double_data().data(), n));
-    } else {
-      std::vector<uint16_t> bits;
-      bits.reserve(n);
-      for (int32_t v : t.int32_data())
-        bits.push_back(static_cast<uint16_t>(v));
-      blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(
-          ArrayRef<uint16_t>(bits));
-    }
+    blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(raw.bytes, align);
   }
   // Resource keys must be printable as bare identifiers.
   std::string key;
-  for (char ch : t.name())
+  for (char ch : name)
     key +=
         (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.')
             ? ch
@@ -587,6 +621,37 @@ LogicalResult Importer::defineConst(const onnx::NodeProto &n, int idx,
               Slot{Value(), std::make_shared<const ConstTensor>(std::move(c))});
 }
 
+LogicalResult Importer::defineEval(const onnx::NodeProto &n, int idx,
+                                   llvm::Expected<ConstTensor> c) {
+  if (!c)
+    return nodeError(n) << llvm::toString(c.takeError());
+  return defineConst(n, idx, std::move(*c));
+}
+
+bool Importer::allConstant(const onnx::NodeProto &n) {
+  for (int k = 0; k < n.input_size(); ++k) {
+    if (n.input(k).empty())
+      continue;
+    auto it = env.find(n.input(k));
+    if (it == env.end() || !it->second.cst)
+      return false;
+  }
+  return true;
+}
+
+LogicalResult Importer::constantOnly(const onnx::NodeProto &n) {
+  std::string dep;
+  for (int k = 0; k < n.input_size() && dep.empty(); ++k) {
+    auto it = env.find(n.input(k));
+    if (!n.input(k).empty() && it != env.end() && !it->second.cst)
+      dep = n.input(k);
+  }
+  return nodeError(n) << "Tessera evaluates " << n.op_type()
+                      << " only at compile time (it has no tsr op), but its "
+                         "input '"
+                      << dep << "' depends on the model's inputs or parameters";
+}
+
 //===----------------------------------------------------------------------===//
 // Building helpers
 //===----------------------------------------------------------------------===//
@@ -644,85 +709,6 @@ FailureOr<Value> Importer::broadcastTo(const onnx::NodeProto &n, Value v,
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-double applyBin(Bin k, double a, double x, bool isInt) {
-  switch (k) {
-  case Bin::Add:
-    return a + x;
-  case Bin::Sub:
-    return a - x;
-  case Bin::Mul:
-    return a * x;
-  case Bin::Div:
-    return a / x;
-  case Bin::Pow:
-    return std::pow(a, x);
-  case Bin::Max:
-    return std::max(a, x);
-  case Bin::Min:
-    return std::min(a, x);
-  case Bin::Mod:
-    return isInt ? a - x * std::floor(a / x) : std::fmod(a, x);
-  case Bin::Equal:
-    return a == x;
-  case Bin::Less:
-    return a < x;
-  case Bin::Greater:
-    return a > x;
-  case Bin::LessEq:
-    return a <= x;
-  case Bin::GreaterEq:
-    return a >= x;
-  case Bin::And:
-    return (a != 0) && (x != 0);
-  case Bin::Or:
-    return (a != 0) || (x != 0);
-  case Bin::Xor:
-    return (a != 0) != (x != 0);
-  }
-  return 0;
-}
-
-std::optional<int64_t> applyBinInt(Bin k, int64_t a, int64_t x) {
-  switch (k) {
-  case Bin::Add:
-    return static_cast<int64_t>(static_cast<uint64_t>(a) +
-                                static_cast<uint64_t>(x));
-  case Bin::Sub:
-    return static_cast<int64_t>(static_cast<uint64_t>(a) -
-                                static_cast<uint64_t>(x));
-  case Bin::Mul:
-    return static_cast<int64_t>(static_cast<uint64_t>(a) *
-                                static_cast<uint64_t>(x));
-  case Bin::Div:
-    if (x == 0 || (a == INT64_MIN && x == -1))
-      return std::nullopt;
-    return a / x;
-  case Bin::Mod: {
-    if (x == 0 || (a == INT64_MIN && x == -1))
-      return std::nullopt;
-    int64_t r = a % x; // ONNX Mod (fmod=0): sign of the divisor
-    if (r != 0 && ((r < 0) != (x < 0)))
-      r += x;
-    return r;
-  }
-  case Bin::Pow: {
-    if (x < 0)
-      return a == 1 ? 1 : 0;
-    uint64_t r = 1;
-    for (int64_t e = 0; e < x && e < 64; ++e)
-      r *= static_cast<uint64_t>(a);
-    return static_cast<int64_t>(r);
-  }
-  case Bin::Max:
-    return std::max(a, x);
-  case Bin::Min:
-    return std::min(a, x);
-  default:
-    return static_cast<int64_t>(
-        applyBin(k, static_cast<double>(a), static_cast<double>(x), true));
-  }
-}
-
 LogicalResult Importer::convertBinary(const onnx::NodeProto &n, Bin kind) {
   auto sa = slot(n, 0), sb = slot(n, 1);
   if (failed(sa) || failed(sb))
@@ -738,29 +724,8 @@ LogicalResult Importer::convertBinary(const onnx::NodeProto &n, Bin kind) {
                         << dtypeName(dtB);
 
   // Both constant: evaluate.
-  if ((*sa)->cst && (*sb)->cst) {
-    int64_t count = numElements(*out);
-    if (count < 0 || count > kMaxFoldElements)
-      return nodeError(n) << "constant result too large to fold";
-    const ConstTensor &A = *(*sa)->cst, &B = *(*sb)->cst;
-    ConstTensor r;
-    r.dtype = (isCompare(kind) || isLogical(kind)) ? kBool : dtA;
-    r.shape = *out;
-    auto ia = broadcastIndices(A.shape, *out);
-    auto ib = broadcastIndices(B.shape, *out);
-    bool intMath = !A.isFloat() && !B.isFloat();
-    for (int64_t e = 0; e < count; ++e) {
-      if (intMath && !isCompare(kind) && !isLogical(kind)) {
-        auto v = applyBinInt(kind, A.getI(ia[e]), B.getI(ib[e]));
-        if (!v)
-          return nodeError(n) << "integer division by zero while folding";
-        r.pushInt(*v);
-      } else {
-        r.push(applyBin(kind, A.getF(ia[e]), B.getF(ib[e]), intMath));
-      }
-    }
-    return defineConst(n, 0, std::move(r));
-  }
+  if ((*sa)->cst && (*sb)->cst)
+    return defineEval(n, 0, eval::binary(kind, *(*sa)->cst, *(*sb)->cst, *out));
 
   Location loc = nodeLoc(n);
   auto va = value(n, 0), vb = value(n, 1);
@@ -798,14 +763,19 @@ LogicalResult Importer::convertBinary(const onnx::NodeProto &n, Bin kind) {
   case Bin::Max:
     r = tsr::MaxOp::create(b, loc, type, *bl, *br);
     break;
+  case Bin::Min: // min(a, b) = -max(-a, -b)
+    r = tsr::NegOp::create(
+        b, loc, type,
+        tsr::MaxOp::create(b, loc, type, tsr::NegOp::create(b, loc, type, *bl),
+                           tsr::NegOp::create(b, loc, type, *br)));
+    break;
   case Bin::Equal:
     r = tsr::EqualOp::create(
         b, loc, RankedTensorType::get(*out, IntegerType::get(&ctx, 1)), *bl,
         *br);
     break;
   default:
-    return nodeError(n) << "is only supported on compile-time constants "
-                           "(no tsr op for it)";
+    return constantOnly(n);
   }
   return define(n, 0, r);
 }
@@ -843,67 +813,8 @@ LogicalResult Importer::convertUnary(const onnx::NodeProto &n, Un kind) {
   auto s = slot(n, 0);
   if (failed(s))
     return failure();
-  if ((*s)->cst) {
-    const ConstTensor &X = *(*s)->cst;
-    ConstTensor r;
-    r.dtype = kind == Un::Not ? kBool : X.dtype;
-    r.shape = X.shape;
-    for (int64_t e = 0; e < X.size(); ++e) {
-      double x = X.getF(e);
-      double y = 0;
-      switch (kind) {
-      case Un::Neg:
-        y = -x;
-        break;
-      case Un::Abs:
-        y = std::fabs(x);
-        break;
-      case Un::Sqrt:
-        y = std::sqrt(x);
-        break;
-      case Un::Exp:
-        y = std::exp(x);
-        break;
-      case Un::Log:
-        y = std::log(x);
-        break;
-      case Un::Floor:
-        y = std::floor(x);
-        break;
-      case Un::Ceil:
-        y = std::ceil(x);
-        break;
-      case Un::Relu:
-        y = x > 0 ? x : 0;
-        break;
-      case Un::Tanh:
-        y = std::tanh(x);
-        break;
-      case Un::Erf:
-        y = std::erf(x);
-        break;
-      case Un::Reciprocal:
-        y = 1.0 / x;
-        break;
-      case Un::Sign:
-        y = (x > 0) - (x < 0);
-        break;
-      case Un::Not:
-        y = x == 0;
-        break;
-      case Un::Sigmoid:
-        y = 1.0 / (1.0 + std::exp(-x));
-        break;
-      }
-      if (!X.isFloat() && kind != Un::Not)
-        r.pushInt(kind == Un::Neg   ? -X.getI(e)
-                  : kind == Un::Abs ? std::abs(X.getI(e))
-                                    : static_cast<int64_t>(y));
-      else
-        r.push(y);
-    }
-    return defineConst(n, 0, std::move(r));
-  }
+  if ((*s)->cst)
+    return defineConst(n, 0, eval::unary(kind, *(*s)->cst));
   Location loc = nodeLoc(n);
   Value x = (*s)->value;
   auto type = tensorType(x);
@@ -944,8 +855,7 @@ LogicalResult Importer::convertUnary(const onnx::NodeProto &n, Un kind) {
     break;
   }
   default:
-    return nodeError(n) << "is only supported on compile-time constants "
-                           "(no tsr op for it)";
+    return constantOnly(n);
   }
   return define(n, 0, r);
 }
@@ -966,24 +876,10 @@ LogicalResult Importer::convertWhere(const onnx::NodeProto &n) {
   if (dtypeOf(**sx) != dtypeOf(**sy))
     return nodeError(n) << "X and Y types differ";
   if ((*sc)->cst && (*sx)->cst && (*sy)->cst) {
-    int64_t count = numElements(*out);
-    if (count < 0 || count > kMaxFoldElements)
-      return nodeError(n) << "constant result too large to fold";
-    const ConstTensor &C = *(*sc)->cst, &X = *(*sx)->cst, &Y = *(*sy)->cst;
-    auto ic = broadcastIndices(C.shape, *out);
-    auto ix = broadcastIndices(X.shape, *out);
-    auto iy = broadcastIndices(Y.shape, *out);
-    ConstTensor r;
-    r.dtype = X.dtype;
-    r.shape = *out;
-    r.resize(count);
-    for (int64_t e = 0; e < count; ++e) {
-      if (C.getI(ic[e]))
-        r.copyFrom(X, ix[e], e);
-      else
-        r.copyFrom(Y, iy[e], e);
-    }
-    return defineConst(n, 0, std::move(r));
+    if (auto err = eval::checkFoldSize(*out))
+      return nodeError(n) << llvm::toString(std::move(err));
+    return defineConst(
+        n, 0, eval::where(*(*sc)->cst, *(*sx)->cst, *(*sy)->cst, *out));
   }
   Location loc = nodeLoc(n);
   auto vc = value(n, 0), vx = value(n, 1), vy = value(n, 2);
@@ -1007,19 +903,8 @@ LogicalResult Importer::convertCast(const onnx::NodeProto &n) {
   Type elem = dtypeToType(dt, &ctx);
   if (!elem)
     return nodeError(n) << "cast to unsupported type " << dtypeName(dt);
-  if ((*s)->cst) {
-    const ConstTensor &X = *(*s)->cst;
-    ConstTensor r;
-    r.dtype = dt;
-    r.shape = X.shape;
-    for (int64_t e = 0; e < X.size(); ++e) {
-      if (X.isFloat())
-        r.push(X.f[e]);
-      else
-        r.pushInt(X.i[e]);
-    }
-    return defineConst(n, 0, std::move(r));
-  }
+  if ((*s)->cst)
+    return defineConst(n, 0, eval::cast(*(*s)->cst, dt));
   Value x = (*s)->value;
   if (tensorType(x).getElementType() == elem)
     return define(n, 0, x);
@@ -1049,6 +934,13 @@ LogicalResult Importer::convertShape(const onnx::NodeProto &n) {
     dims.push_back(shape[d]);
   int64_t len = dims.size();
   return defineConst(n, 0, ConstTensor::ints(dims, Shape{len}));
+}
+
+LogicalResult Importer::convertSize(const onnx::NodeProto &n) {
+  auto s = slot(n, 0);
+  if (failed(s))
+    return failure();
+  return defineConst(n, 0, ConstTensor::ints({numElements(shapeOf(**s))}, {}));
 }
 
 /// Reshape, Flatten, Squeeze, Unsqueeze, Identity: a new shape, same data.
@@ -1159,11 +1051,8 @@ LogicalResult Importer::convertReshapeLike(const onnx::NodeProto &n) {
   if (numElements(out) != count)
     return nodeError(n) << "cannot reshape " << shapeStr(in) << " to "
                         << shapeStr(out);
-  if ((*s)->cst) {
-    ConstTensor r = *(*s)->cst;
-    r.shape = out;
-    return defineConst(n, 0, std::move(r));
-  }
+  if ((*s)->cst)
+    return defineConst(n, 0, eval::reshape(*(*s)->cst, out));
   return define(n, 0, reshape((*s)->value, out, nodeLoc(n)));
 }
 
@@ -1192,27 +1081,8 @@ LogicalResult Importer::convertTranspose(const onnx::NodeProto &n) {
     seen[p] = true;
     out.push_back(in[p]);
   }
-  if ((*s)->cst) {
-    const ConstTensor &X = *(*s)->cst;
-    ConstTensor r;
-    r.dtype = X.dtype;
-    r.shape = out;
-    r.resize(X.size());
-    Shape inStrides = stridesOf(in);
-    Shape idx(rank, 0);
-    for (int64_t e = 0; e < X.size(); ++e) {
-      int64_t src = 0;
-      for (int64_t d = 0; d < rank; ++d)
-        src += idx[d] * inStrides[perm[d]];
-      r.copyFrom(X, src, e);
-      for (int64_t d = rank - 1; d >= 0; --d) {
-        if (++idx[d] < out[d])
-          break;
-        idx[d] = 0;
-      }
-    }
-    return defineConst(n, 0, std::move(r));
-  }
+  if ((*s)->cst)
+    return defineConst(n, 0, eval::transpose(*(*s)->cst, perm));
   bool identity = true;
   for (int64_t d = 0; d < rank; ++d)
     identity &= perm[d] == d;
@@ -1222,31 +1092,6 @@ LogicalResult Importer::convertTranspose(const onnx::NodeProto &n) {
       n, 0,
       tsr::TransposeOp::create(b, nodeLoc(n), withShape((*s)->value, out),
                                (*s)->value, b.getDenseI64ArrayAttr(perm)));
-}
-
-/// Strided gather of a constant: out[idx] = in[start + idx * step] per dim.
-ConstTensor sliceConst(const ConstTensor &X, ArrayRef<int64_t> start,
-                       ArrayRef<int64_t> step, ArrayRef<int64_t> out) {
-  ConstTensor r;
-  r.dtype = X.dtype;
-  r.shape = Shape(out);
-  int64_t count = numElements(out);
-  r.resize(count);
-  Shape strides = stridesOf(X.shape);
-  int64_t rank = out.size();
-  Shape idx(rank, 0);
-  for (int64_t e = 0; e < count; ++e) {
-    int64_t src = 0;
-    for (int64_t d = 0; d < rank; ++d)
-      src += (start[d] + idx[d] * step[d]) * strides[d];
-    r.copyFrom(X, src, e);
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      if (++idx[d] < out[d])
-        break;
-      idx[d] = 0;
-    }
-  }
-  return r;
 }
 
 FailureOr<Value> Importer::buildSlice(Value v, ArrayRef<int64_t> start,
@@ -1343,7 +1188,7 @@ LogicalResult Importer::convertSlice(const onnx::NodeProto &n) {
     out[*ax] = len;
   }
   if ((*s)->cst)
-    return defineConst(n, 0, sliceConst(*(*s)->cst, lo, step, out));
+    return defineConst(n, 0, eval::slice(*(*s)->cst, lo, step, out));
   Shape limit(rank);
   for (int64_t d = 0; d < rank; ++d) {
     if (step[d] < 0)
@@ -1402,7 +1247,7 @@ LogicalResult Importer::convertSplit(const onnx::NodeProto &n) {
     out[*axis] = sizes[k];
     offset += sizes[k];
     if ((*s)->cst) {
-      if (failed(defineConst(n, k, sliceConst(*(*s)->cst, lo, step, out))))
+      if (failed(defineConst(n, k, eval::slice(*(*s)->cst, lo, step, out))))
         return failure();
       continue;
     }
@@ -1448,26 +1293,10 @@ LogicalResult Importer::convertConcat(const onnx::NodeProto &n) {
     out[*axis] += sh[*axis];
   }
   if (allConst) {
-    ConstTensor r;
-    r.dtype = dt;
-    r.shape = out;
-    int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < *axis; ++d)
-      outer *= out[d];
-    for (int64_t d = *axis + 1; d < rank; ++d)
-      inner *= out[d];
-    for (int64_t o = 0; o < outer; ++o)
-      for (Slot *s : ins) {
-        const ConstTensor &X = *s->cst;
-        int64_t chunk = X.shape[*axis] * inner;
-        for (int64_t e = 0; e < chunk; ++e) {
-          if (X.isFloat())
-            r.push(X.f[o * chunk + e]);
-          else
-            r.pushInt(X.i[o * chunk + e]);
-        }
-      }
-    return defineConst(n, 0, std::move(r));
+    SmallVector<const ConstTensor *> xs;
+    for (Slot *sl : ins)
+      xs.push_back(sl->cst.get());
+    return defineConst(n, 0, eval::concat(xs, *axis, out));
   }
   SmallVector<Value> values;
   for (int k = 0; k < n.input_size(); ++k) {
@@ -1516,22 +1345,9 @@ LogicalResult Importer::convertGather(const onnx::NodeProto &n) {
     idx = std::make_shared<const ConstTensor>(std::move(norm));
   }
   if ((*sd)->cst && idx) {
-    const ConstTensor &X = *(*sd)->cst;
-    int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < *axis; ++d)
-      outer *= data[d];
-    for (int64_t d = *axis + 1; d < rank; ++d)
-      inner *= data[d];
-    ConstTensor r;
-    r.dtype = X.dtype;
-    r.shape = out;
-    r.resize(numElements(out));
-    int64_t e = 0;
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t k = 0; k < idx->size(); ++k)
-        for (int64_t in = 0; in < inner; ++in)
-          r.copyFrom(X, (o * dim + idx->i[k]) * inner + in, e++);
-    return defineConst(n, 0, std::move(r));
+    if (auto err = eval::checkFoldSize(out))
+      return nodeError(n) << llvm::toString(std::move(err));
+    return defineConst(n, 0, eval::gather(*(*sd)->cst, *axis, *idx, out));
   }
   Location loc = nodeLoc(n);
   auto table = value(n, 0);
@@ -1599,18 +1415,9 @@ LogicalResult Importer::convertExpand(const onnx::NodeProto &n) {
     return nodeError(n) << "cannot expand " << shapeStr(in) << " to "
                         << shapeStr(*target);
   if ((*s)->cst) {
-    int64_t count = numElements(*out);
-    if (count < 0 || count > kMaxFoldElements)
-      return nodeError(n) << "constant result too large to fold";
-    const ConstTensor &X = *(*s)->cst;
-    auto src = broadcastIndices(in, *out);
-    ConstTensor r;
-    r.dtype = X.dtype;
-    r.shape = *out;
-    r.resize(count);
-    for (int64_t e = 0; e < count; ++e)
-      r.copyFrom(X, src[e], e);
-    return defineConst(n, 0, std::move(r));
+    if (auto err = eval::checkFoldSize(*out))
+      return nodeError(n) << llvm::toString(std::move(err));
+    return defineConst(n, 0, eval::expand(*(*s)->cst, *out));
   }
   auto r = broadcastTo(n, (*s)->value, *out, nodeLoc(n));
   if (failed(r))
@@ -1625,22 +1432,7 @@ LogicalResult Importer::convertRange(const onnx::NodeProto &n) {
     return failure();
   if ((*start)->size() != 1 || (*limit)->size() != 1 || (*delta)->size() != 1)
     return nodeError(n) << "start, limit and delta must be scalars";
-  ConstTensor r;
-  r.dtype = (*start)->dtype;
-  double s0 = (*start)->getF(0), l0 = (*limit)->getF(0), d0 = (*delta)->getF(0);
-  if (d0 == 0 || std::isnan(s0) || std::isnan(l0) || std::isnan(d0))
-    return nodeError(n) << "invalid range";
-  double count = std::max(0.0, std::ceil((l0 - s0) / d0));
-  if (count > kMaxFoldElements)
-    return nodeError(n) << "range too large";
-  for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
-    if (r.isFloat())
-      r.push(s0 + k * d0);
-    else
-      r.pushInt((*start)->getI(0) + k * (*delta)->getI(0));
-  }
-  r.shape = {static_cast<int64_t>(count)};
-  return defineConst(n, 0, std::move(r));
+  return defineEval(n, 0, eval::range(**start, **limit, **delta));
 }
 
 LogicalResult Importer::convertConstantOfShape(const onnx::NodeProto &n) {
@@ -1731,6 +1523,12 @@ FailureOr<Value> Importer::buildMatmul(const onnx::NodeProto &n, Value a,
 }
 
 LogicalResult Importer::convertMatMul(const onnx::NodeProto &n) {
+  if (allConstant(n)) {
+    auto a = constInput(n, 0, "A"), bm = constInput(n, 1, "B");
+    if (failed(a) || failed(bm))
+      return failure();
+    return defineEval(n, 0, eval::matmul(**a, **bm));
+  }
   auto a = value(n, 0), bv = value(n, 1);
   if (failed(a) || failed(bv))
     return failure();
@@ -1741,11 +1539,42 @@ LogicalResult Importer::convertMatMul(const onnx::NodeProto &n) {
 }
 
 LogicalResult Importer::convertGemm(const onnx::NodeProto &n) {
-  auto a = value(n, 0), bv = value(n, 1);
   auto transA = attrInt(n, "transA", 0), transB = attrInt(n, "transB", 0);
   auto alpha = attrFloat(n, "alpha", 1.0f), beta = attrFloat(n, "beta", 1.0f);
-  if (failed(a) || failed(bv) || failed(transA) || failed(transB) ||
-      failed(alpha) || failed(beta))
+  if (failed(transA) || failed(transB) || failed(alpha) || failed(beta))
+    return failure();
+  if (allConstant(n)) {
+    // alpha * op(A) op(B) + beta * C, through the evaluator.
+    auto ca = constInput(n, 0, "A"), cb = constInput(n, 1, "B");
+    if (failed(ca) || failed(cb))
+      return failure();
+    if ((*ca)->shape.size() != 2 || (*cb)->shape.size() != 2)
+      return nodeError(n) << "A and B must be 2-D";
+    ConstTensor A = *transA ? eval::transpose(**ca, {1, 0}) : **ca;
+    ConstTensor B = *transB ? eval::transpose(**cb, {1, 0}) : **cb;
+    auto ab = eval::matmul(A, B);
+    if (!ab)
+      return defineEval(n, 0, std::move(ab));
+    ConstTensor alphaT = ConstTensor::scalarF(*alpha, ab->dtype);
+    auto r = eval::binary(Bin::Mul, *ab, alphaT, ab->shape);
+    if (r && hasInput(n, 2) && *beta != 0.0f) {
+      auto cc = constInput(n, 2, "C");
+      if (failed(cc))
+        return failure();
+      auto out = broadcastShapes(r->shape, (*cc)->shape);
+      if (!out || *out != r->shape)
+        return nodeError(n) << "C " << shapeStr((*cc)->shape)
+                            << " does not broadcast to " << shapeStr(r->shape);
+      ConstTensor betaT = ConstTensor::scalarF(*beta, ab->dtype);
+      auto bc = eval::binary(Bin::Mul, **cc, betaT, (*cc)->shape);
+      if (!bc)
+        return defineEval(n, 0, std::move(bc));
+      r = eval::binary(Bin::Add, *r, *bc, r->shape);
+    }
+    return defineEval(n, 0, std::move(r));
+  }
+  auto a = value(n, 0), bv = value(n, 1);
+  if (failed(a) || failed(bv))
     return failure();
   auto ta = tensorType(*a), tb = tensorType(*bv);
   if (ta.getRank() != 2 || tb.getRank() != 2)
@@ -1789,26 +1618,40 @@ LogicalResult Importer::convertGemm(const onnx::NodeProto &n) {
 }
 
 LogicalResult Importer::convertSoftmax(const onnx::NodeProto &n) {
-  auto x = value(n, 0);
+  auto s = slot(n, 0);
   auto axisAttr = attrInt(n, "axis", opset >= 13 ? -1 : 1);
-  if (failed(x) || failed(axisAttr))
+  if (failed(s) || failed(axisAttr))
     return failure();
-  auto type = tensorType(*x);
-  int64_t rank = type.getRank();
+  Shape shape = shapeOf(**s);
+  int64_t rank = shape.size();
   auto axis = normAxis(*axisAttr, rank);
   if (!axis)
     return nodeError(n) << "axis " << *axisAttr << " out of range for rank "
                         << rank;
+  if ((*s)->cst) {
+    if (!(*s)->cst->isFloat())
+      return nodeError(n) << "input must be floating point";
+    if (opset >= 13 || *axis == rank - 1)
+      return defineConst(n, 0, eval::softmax(*(*s)->cst, *axis));
+    // Opset < 13: softmax over the flattened [axis, rank) dims.
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < rank; ++d)
+      (d < *axis ? outer : inner) *= shape[d];
+    ConstTensor flat = eval::reshape(*(*s)->cst, {outer, inner});
+    return defineConst(n, 0, eval::reshape(eval::softmax(flat, 1), shape));
+  }
+  Value x = (*s)->value;
+  auto type = tensorType(x);
   Location loc = nodeLoc(n);
   if (opset >= 13 || *axis == rank - 1)
     return define(
         n, 0,
-        tsr::SoftmaxOp::create(b, loc, type, *x, b.getI64IntegerAttr(*axis)));
+        tsr::SoftmaxOp::create(b, loc, type, x, b.getI64IntegerAttr(*axis)));
   // Opset < 13: softmax over the flattened [axis, rank) dims.
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < rank; ++d)
     (d < *axis ? outer : inner) *= type.getDimSize(d);
-  Value flat = reshape(*x, {outer, inner}, loc);
+  Value flat = reshape(x, {outer, inner}, loc);
   Value sm = tsr::SoftmaxOp::create(b, loc, tensorType(flat), flat,
                                     b.getI64IntegerAttr(1));
   return define(n, 0, reshape(sm, type.getShape(), loc));
@@ -1818,10 +1661,37 @@ LogicalResult Importer::convertLayerNorm(const onnx::NodeProto &n) {
   for (int k = 1; k < n.output_size() && k < 3; ++k)
     if (!n.output(k).empty() && used.contains(n.output(k)))
       return nodeError(n) << "the Mean/InvStdDev outputs are not supported";
-  auto x = value(n, 0);
   auto axisAttr = attrInt(n, "axis", -1);
   auto eps = attrFloat(n, "epsilon", 1e-5f);
-  if (failed(x) || failed(axisAttr) || failed(eps))
+  if (failed(axisAttr) || failed(eps))
+    return failure();
+  if (allConstant(n)) {
+    auto cx = constInput(n, 0, "X");
+    if (failed(cx))
+      return failure();
+    const ConstTensor &X = **cx;
+    auto axis = normAxis(*axisAttr, X.shape.size());
+    if (!axis || !X.isFloat())
+      return nodeError(n) << "needs a floating-point X and an axis in range";
+    ArrayRef<int64_t> norm = ArrayRef<int64_t>(X.shape).drop_front(*axis);
+    ConstTensor one = ConstTensor::scalarF(1.0, X.dtype);
+    const ConstTensor *scale = &one, *bias = nullptr;
+    for (int k = 1; k < 3; ++k) {
+      if (!hasInput(n, k))
+        continue;
+      auto c = constInput(n, k, k == 1 ? "Scale" : "B");
+      if (failed(c))
+        return failure();
+      auto bs = broadcastShapes((*c)->shape, norm);
+      if (!bs || *bs != Shape(norm))
+        return nodeError(n) << "scale/bias " << shapeStr((*c)->shape)
+                            << " does not broadcast to " << shapeStr(norm);
+      (k == 1 ? scale : bias) = *c;
+    }
+    return defineConst(n, 0, eval::layerNorm(X, *scale, bias, *axis, *eps));
+  }
+  auto x = value(n, 0);
+  if (failed(x))
     return failure();
   auto type = tensorType(*x);
   if (!isa<FloatType>(type.getElementType()))
@@ -1863,13 +1733,13 @@ LogicalResult Importer::convertLayerNorm(const onnx::NodeProto &n) {
 
 LogicalResult Importer::convertReduce(const onnx::NodeProto &n) {
   const std::string &op = n.op_type();
-  auto x = value(n, 0);
+  auto sx = slot(n, 0);
   auto keep = attrInt(n, "keepdims", 1);
   auto noop = attrInt(n, "noop_with_empty_axes", 0);
-  if (failed(x) || failed(keep) || failed(noop))
+  if (failed(sx) || failed(keep) || failed(noop))
     return failure();
-  auto type = tensorType(*x);
-  int64_t rank = type.getRank();
+  Shape in = shapeOf(**sx);
+  int64_t rank = in.size();
   std::optional<Shape> axes;
   if (hasInput(n, 1)) {
     auto a = constInts(n, 1, "axes");
@@ -1884,7 +1754,7 @@ LogicalResult Importer::convertReduce(const onnx::NodeProto &n) {
   }
   if (!axes || axes->empty()) {
     if (*noop)
-      return define(n, 0, *x);
+      return bind(n, 0, **sx);
     axes = Shape();
     for (int64_t d = 0; d < rank; ++d)
       axes->push_back(d);
@@ -1899,26 +1769,51 @@ LogicalResult Importer::convertReduce(const onnx::NodeProto &n) {
   llvm::sort(sorted);
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
     return nodeError(n) << "repeated axes";
+  static const llvm::StringMap<eval::Reduce> kinds = {
+      {"ReduceSum", eval::Reduce::Sum},
+      {"ReduceMean", eval::Reduce::Mean},
+      {"ReduceMax", eval::Reduce::Max},
+      {"ReduceMin", eval::Reduce::Min},
+      {"ReduceProd", eval::Reduce::Prod}};
+  eval::Reduce kind = kinds.lookup(op);
+  if ((*sx)->cst)
+    return defineConst(n, 0,
+                       eval::reduce(kind, *(*sx)->cst, sorted, *keep != 0));
   Shape out;
   for (int64_t d = 0; d < rank; ++d) {
     if (llvm::is_contained(sorted, d)) {
       if (*keep)
         out.push_back(1);
     } else {
-      out.push_back(type.getDimSize(d));
+      out.push_back(in[d]);
     }
   }
+  Value x = (*sx)->value;
   Location loc = nodeLoc(n);
-  auto rtype = withShape(*x, out);
+  auto rtype = withShape(x, out);
   auto axesAttr = b.getDenseI64ArrayAttr(sorted);
   auto keepAttr = b.getBoolAttr(*keep != 0);
   Value r;
-  if (op == "ReduceMean")
-    r = tsr::ReduceMeanOp::create(b, loc, rtype, *x, axesAttr, keepAttr);
-  else if (op == "ReduceSum")
-    r = tsr::ReduceSumOp::create(b, loc, rtype, *x, axesAttr, keepAttr);
-  else
-    r = tsr::ReduceMaxOp::create(b, loc, rtype, *x, axesAttr, keepAttr);
+  switch (kind) {
+  case eval::Reduce::Mean:
+    r = tsr::ReduceMeanOp::create(b, loc, rtype, x, axesAttr, keepAttr);
+    break;
+  case eval::Reduce::Sum:
+    r = tsr::ReduceSumOp::create(b, loc, rtype, x, axesAttr, keepAttr);
+    break;
+  case eval::Reduce::Max:
+    r = tsr::ReduceMaxOp::create(b, loc, rtype, x, axesAttr, keepAttr);
+    break;
+  case eval::Reduce::Min: { // min(x) = -max(-x)
+    Value neg = tsr::NegOp::create(b, loc, tensorType(x), x);
+    r = tsr::NegOp::create(
+        b, loc, rtype,
+        tsr::ReduceMaxOp::create(b, loc, rtype, neg, axesAttr, keepAttr));
+    break;
+  }
+  case eval::Reduce::Prod:
+    return constantOnly(n);
+  }
   return define(n, 0, r);
 }
 
@@ -1950,12 +1845,20 @@ LogicalResult Importer::convertDropout(const onnx::NodeProto &n) {
 }
 
 LogicalResult Importer::convertGelu(const onnx::NodeProto &n) {
-  auto x = value(n, 0);
   auto approx = attrString(n, "approximate", "none");
-  if (failed(x) || failed(approx))
+  if (failed(approx))
     return failure();
   if (*approx != "none" && *approx != "tanh")
     return nodeError(n) << "unsupported approximate '" << *approx << "'";
+  if (allConstant(n)) {
+    auto c = constInput(n, 0, "X");
+    if (failed(c))
+      return failure();
+    return defineConst(n, 0, eval::gelu(**c, *approx == "tanh"));
+  }
+  auto x = value(n, 0);
+  if (failed(x))
+    return failure();
   return define(n, 0,
                 tsr::GeluOp::create(b, nodeLoc(n), tensorType(*x), *x,
                                     b.getStringAttr(*approx)));
@@ -1991,102 +1894,298 @@ LogicalResult Importer::convertConstant(const onnx::NodeProto &n) {
   return defineConst(n, 0, std::move(c));
 }
 
+LogicalResult Importer::convertTrilu(const onnx::NodeProto &n) {
+  auto s = slot(n, 0);
+  auto upper = attrInt(n, "upper", 1);
+  if (failed(s) || failed(upper))
+    return failure();
+  Shape shape = shapeOf(**s);
+  if (shape.size() < 2)
+    return nodeError(n) << "input must have rank >= 2, got " << shapeStr(shape);
+  int64_t k = 0;
+  if (hasInput(n, 1)) {
+    auto kv = constInts(n, 1, "k");
+    if (failed(kv))
+      return failure();
+    if (kv->size() != 1)
+      return nodeError(n) << "k must hold one value";
+    k = (*kv)[0];
+  }
+  if ((*s)->cst)
+    return defineConst(n, 0, eval::trilu(*(*s)->cst, k, *upper != 0));
+  // select(keep, x, 0) with the [rows, cols] keep-mask broadcast.
+  int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  ConstTensor keep = ConstTensor::ints({}, {rows, cols}, kBool);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      keep.pushInt(*upper ? j - i >= k : j - i <= k);
+  Location loc = nodeLoc(n);
+  Value x = (*s)->value;
+  auto mask = broadcastTo(n, materialize(keep, loc), shape, loc);
+  if (failed(mask))
+    return failure();
+  auto type = tensorType(x);
+  Value zero = splatLike(0.0, type.getElementType(), shape, loc);
+  return define(n, 0, tsr::SelectOp::create(b, loc, type, *mask, x, zero));
+}
+
+LogicalResult Importer::convertCumSum(const onnx::NodeProto &n) {
+  auto s = slot(n, 0);
+  auto axisIn = constInts(n, 1, "axis");
+  auto exclusive = attrInt(n, "exclusive", 0),
+       reverse = attrInt(n, "reverse", 0);
+  if (failed(s) || failed(axisIn) || failed(exclusive) || failed(reverse))
+    return failure();
+  Shape shape = shapeOf(**s);
+  if (axisIn->size() != 1)
+    return nodeError(n) << "axis must hold one value";
+  auto axis = normAxis((*axisIn)[0], shape.size());
+  if (!axis)
+    return nodeError(n) << "axis " << (*axisIn)[0] << " out of range for rank "
+                        << shape.size();
+  if (!(*s)->cst)
+    return constantOnly(n);
+  return defineConst(
+      n, 0, eval::cumsum(*(*s)->cst, *axis, *exclusive != 0, *reverse != 0));
+}
+
+LogicalResult Importer::convertIsInf(const onnx::NodeProto &n) {
+  auto s = slot(n, 0);
+  auto pos = attrInt(n, "detect_positive", 1),
+       neg = attrInt(n, "detect_negative", 1);
+  if (failed(s) || failed(pos) || failed(neg))
+    return failure();
+  if (!(*s)->cst)
+    return constantOnly(n);
+  return defineConst(n, 0, eval::isInf(*(*s)->cst, *pos != 0, *neg != 0));
+}
+
+LogicalResult Importer::convertPad(const onnx::NodeProto &n) {
+  auto s = slot(n, 0);
+  auto modeAttr = attrString(n, "mode", "constant");
+  if (failed(s) || failed(modeAttr))
+    return failure();
+  Shape shape = shapeOf(**s);
+  int64_t rank = shape.size();
+  eval::PadMode mode;
+  if (*modeAttr == "constant")
+    mode = eval::PadMode::Constant;
+  else if (*modeAttr == "edge")
+    mode = eval::PadMode::Edge;
+  else if (*modeAttr == "reflect")
+    mode = eval::PadMode::Reflect;
+  else
+    return nodeError(n) << "unsupported mode '" << *modeAttr << "'";
+  // pads: an input from opset 11 on (an attribute before); opset 18 adds
+  // `axes`, naming the dims that the pads cover.
+  Shape given;
+  double value = 0;
+  if (opset < 11) {
+    auto p = attrInts(n, "pads");
+    auto v = attrFloat(n, "value", 0.0f);
+    if (failed(p) || failed(v))
+      return failure();
+    if (!*p)
+      return nodeError(n) << "needs 'pads'";
+    given = **p;
+    value = *v;
+  } else {
+    auto p = constInts(n, 1, "pads");
+    if (failed(p))
+      return failure();
+    given = *p;
+    if (hasInput(n, 2)) {
+      auto c = constInput(n, 2, "constant_value");
+      if (failed(c))
+        return failure();
+      if ((*c)->size() != 1)
+        return nodeError(n) << "constant_value must hold one value";
+      value = (*c)->getF(0);
+    }
+  }
+  Shape axes;
+  if (hasInput(n, 3)) {
+    auto a = constInts(n, 3, "axes");
+    if (failed(a))
+      return failure();
+    for (int64_t ax : *a) {
+      auto na = normAxis(ax, rank);
+      if (!na || llvm::is_contained(axes, *na))
+        return nodeError(n) << "invalid axes " << shapeStr(*a);
+      axes.push_back(*na);
+    }
+  } else {
+    for (int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  }
+  int64_t na = axes.size();
+  if (static_cast<int64_t>(given.size()) != 2 * na)
+    return nodeError(n) << "pads " << shapeStr(given) << " must have " << 2 * na
+                        << " entries";
+  Shape pads(2 * rank, 0);
+  for (int64_t k = 0; k < na; ++k) {
+    pads[axes[k]] = given[k];
+    pads[axes[k] + rank] = given[k + na];
+  }
+  if ((*s)->cst)
+    return defineEval(n, 0, eval::pad(*(*s)->cst, pads, mode, value));
+  if (mode != eval::PadMode::Constant)
+    return nodeError(n) << "mode '" << *modeAttr
+                        << "' is supported only on compile-time constants";
+  // Constant padding of a tensor: per dim, crop (negative pads) with a slice,
+  // then concatenate splat blocks before and after.
+  Location loc = nodeLoc(n);
+  Value x = (*s)->value;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t lo = pads[d], hi = pads[d + rank];
+    Shape cur(tensorType(x).getShape());
+    if (cur[d] + lo + hi < 0)
+      return nodeError(n) << "pads " << shapeStr(given) << " crop dimension "
+                          << d << " below zero";
+    if (lo < 0 || hi < 0) {
+      Shape start(rank, 0), limit(cur), step(rank, 1);
+      start[d] = std::max<int64_t>(0, -lo);
+      limit[d] = cur[d] - std::max<int64_t>(0, -hi);
+      auto sl = buildSlice(x, start, limit, step, loc);
+      if (failed(sl))
+        return failure();
+      x = *sl;
+      cur = Shape(tensorType(x).getShape());
+    }
+    SmallVector<Value> parts;
+    Type elem = tensorType(x).getElementType();
+    if (lo > 0) {
+      Shape ps(cur);
+      ps[d] = lo;
+      parts.push_back(splatLike(value, elem, ps, loc));
+    }
+    parts.push_back(x);
+    if (hi > 0) {
+      Shape ps(cur);
+      ps[d] = hi;
+      parts.push_back(splatLike(value, elem, ps, loc));
+    }
+    if (parts.size() > 1) {
+      Shape out(cur);
+      out[d] += std::max<int64_t>(0, lo) + std::max<int64_t>(0, hi);
+      x = tsr::ConcatOp::create(b, loc, withShape(x, out), parts,
+                                b.getI64IntegerAttr(d));
+    }
+  }
+  return define(n, 0, x);
+}
+
+const llvm::StringMap<Importer::OpHandler> &Importer::handlers() {
+  static const llvm::StringMap<OpHandler> table = [] {
+    llvm::StringMap<OpHandler> t;
+    auto add =
+        [&](StringRef op, bool runtime,
+            std::function<LogicalResult(Importer &, const onnx::NodeProto &)>
+                f) {
+          t[op] = OpHandler{std::move(f), runtime};
+        };
+    auto binary = [&](StringRef op, Bin k, bool runtime) {
+      add(op, runtime, [k](Importer &im, const onnx::NodeProto &n) {
+        return im.convertBinary(n, k);
+      });
+    };
+    binary("Add", Bin::Add, true);
+    binary("Sub", Bin::Sub, true);
+    binary("Mul", Bin::Mul, true);
+    binary("Div", Bin::Div, true);
+    binary("Pow", Bin::Pow, true);
+    binary("Equal", Bin::Equal, true);
+    binary("Less", Bin::Less, false);
+    binary("Greater", Bin::Greater, false);
+    binary("LessOrEqual", Bin::LessEq, false);
+    binary("GreaterOrEqual", Bin::GreaterEq, false);
+    binary("And", Bin::And, false);
+    binary("Or", Bin::Or, false);
+    binary("Xor", Bin::Xor, false);
+    add("Mod", false, [](Importer &im, const onnx::NodeProto &n) {
+      auto fmod = im.attrInt(n, "fmod", 0);
+      if (failed(fmod))
+        return failure();
+      return im.convertBinary(n, *fmod ? Bin::FMod : Bin::Mod);
+    });
+    auto variadic = [&](StringRef op, Bin k) {
+      add(op, true, [k](Importer &im, const onnx::NodeProto &n) {
+        return im.convertVariadic(n, k);
+      });
+    };
+    variadic("Max", Bin::Max);
+    variadic("Min", Bin::Min);
+    variadic("Sum", Bin::Add);
+    auto unary = [&](StringRef op, Un k, bool runtime) {
+      add(op, runtime, [k](Importer &im, const onnx::NodeProto &n) {
+        return im.convertUnary(n, k);
+      });
+    };
+    unary("Neg", Un::Neg, true);
+    unary("Sqrt", Un::Sqrt, true);
+    unary("Exp", Un::Exp, true);
+    unary("Log", Un::Log, true);
+    unary("Relu", Un::Relu, true);
+    unary("Tanh", Un::Tanh, true);
+    unary("Erf", Un::Erf, true);
+    unary("Reciprocal", Un::Reciprocal, true);
+    unary("Sigmoid", Un::Sigmoid, true);
+    unary("Abs", Un::Abs, false);
+    unary("Floor", Un::Floor, false);
+    unary("Ceil", Un::Ceil, false);
+    unary("Round", Un::Round, false);
+    unary("Sign", Un::Sign, false);
+    unary("Not", Un::Not, false);
+    unary("Sin", Un::Sin, false);
+    unary("Cos", Un::Cos, false);
+    unary("IsNaN", Un::IsNaN, false);
+    auto member = [&](StringRef op, bool runtime,
+                      LogicalResult (Importer::*f)(const onnx::NodeProto &)) {
+      add(op, runtime,
+          [f](Importer &im, const onnx::NodeProto &n) { return (im.*f)(n); });
+    };
+    member("Constant", false, &Importer::convertConstant);
+    member("Where", true, &Importer::convertWhere);
+    member("Cast", true, &Importer::convertCast);
+    member("Shape", true, &Importer::convertShape);
+    member("Size", true, &Importer::convertSize);
+    for (StringRef op :
+         {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+      member(op, true, &Importer::convertReshapeLike);
+    member("Transpose", true, &Importer::convertTranspose);
+    member("Slice", true, &Importer::convertSlice);
+    member("Split", true, &Importer::convertSplit);
+    member("Concat", true, &Importer::convertConcat);
+    member("Gather", true, &Importer::convertGather);
+    member("Expand", true, &Importer::convertExpand);
+    member("Range", false, &Importer::convertRange);
+    member("ConstantOfShape", false, &Importer::convertConstantOfShape);
+    member("MatMul", true, &Importer::convertMatMul);
+    member("Gemm", true, &Importer::convertGemm);
+    member("Softmax", true, &Importer::convertSoftmax);
+    member("LayerNormalization", true, &Importer::convertLayerNorm);
+    for (StringRef op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"})
+      member(op, true, &Importer::convertReduce);
+    member("ReduceProd", false, &Importer::convertReduce);
+    member("Dropout", true, &Importer::convertDropout);
+    member("Gelu", true, &Importer::convertGelu);
+    member("Trilu", true, &Importer::convertTrilu);
+    member("CumSum", false, &Importer::convertCumSum);
+    member("IsInf", false, &Importer::convertIsInf);
+    member("Pad", true, &Importer::convertPad);
+    return t;
+  }();
+  return table;
+}
+
 LogicalResult Importer::convertNode(const onnx::NodeProto &n) {
-  if (!n.domain().empty() && n.domain() != "ai.onnx")
-    return error() << "unsupported ONNX op '" << n.op_type() << "' (domain '"
-                   << n.domain() << "') in node '" << n.name() << "'";
-  const std::string &op = n.op_type();
+  const auto &table = handlers();
+  auto it = table.find(n.op_type());
+  if ((!n.domain().empty() && n.domain() != "ai.onnx") || it == table.end())
+    return nodeError(n) << "unsupported ONNX op";
   if (n.output_size() == 0 || n.output(0).empty())
     return nodeError(n) << "has no output";
-  static const llvm::StringMap<Bin> binaries = {
-      {"Add", Bin::Add},
-      {"Sub", Bin::Sub},
-      {"Mul", Bin::Mul},
-      {"Div", Bin::Div},
-      {"Pow", Bin::Pow},
-      {"Mod", Bin::Mod},
-      {"Equal", Bin::Equal},
-      {"Less", Bin::Less},
-      {"Greater", Bin::Greater},
-      {"LessOrEqual", Bin::LessEq},
-      {"GreaterOrEqual", Bin::GreaterEq},
-      {"And", Bin::And},
-      {"Or", Bin::Or},
-      {"Xor", Bin::Xor}};
-  static const llvm::StringMap<Un> unaries = {{"Neg", Un::Neg},
-                                              {"Abs", Un::Abs},
-                                              {"Sqrt", Un::Sqrt},
-                                              {"Exp", Un::Exp},
-                                              {"Log", Un::Log},
-                                              {"Floor", Un::Floor},
-                                              {"Ceil", Un::Ceil},
-                                              {"Relu", Un::Relu},
-                                              {"Tanh", Un::Tanh},
-                                              {"Erf", Un::Erf},
-                                              {"Reciprocal", Un::Reciprocal},
-                                              {"Sign", Un::Sign},
-                                              {"Not", Un::Not},
-                                              {"Sigmoid", Un::Sigmoid}};
-  if (auto it = binaries.find(op); it != binaries.end())
-    return convertBinary(n, it->second);
-  if (auto it = unaries.find(op); it != unaries.end())
-    return convertUnary(n, it->second);
-  if (op == "Max")
-    return convertVariadic(n, Bin::Max);
-  if (op == "Min")
-    return convertVariadic(n, Bin::Min);
-  if (op == "Sum")
-    return convertVariadic(n, Bin::Add);
-  if (op == "Constant")
-    return convertConstant(n);
-  if (op == "Where")
-    return convertWhere(n);
-  if (op == "Cast")
-    return convertCast(n);
-  if (op == "Shape")
-    return convertShape(n);
-  if (op == "Size") {
-    auto s = slot(n, 0);
-    if (failed(s))
-      return failure();
-    return defineConst(n, 0,
-                       ConstTensor::ints({numElements(shapeOf(**s))}, {}));
-  }
-  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" ||
-      op == "Unsqueeze" || op == "Identity")
-    return convertReshapeLike(n);
-  if (op == "Transpose")
-    return convertTranspose(n);
-  if (op == "Slice")
-    return convertSlice(n);
-  if (op == "Split")
-    return convertSplit(n);
-  if (op == "Concat")
-    return convertConcat(n);
-  if (op == "Gather")
-    return convertGather(n);
-  if (op == "Expand")
-    return convertExpand(n);
-  if (op == "Range")
-    return convertRange(n);
-  if (op == "ConstantOfShape")
-    return convertConstantOfShape(n);
-  if (op == "MatMul")
-    return convertMatMul(n);
-  if (op == "Gemm")
-    return convertGemm(n);
-  if (op == "Softmax")
-    return convertSoftmax(n);
-  if (op == "LayerNormalization")
-    return convertLayerNorm(n);
-  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax")
-    return convertReduce(n);
-  if (op == "Dropout")
-    return convertDropout(n);
-  if (op == "Gelu")
-    return convertGelu(n);
-  return error() << "unsupported ONNX op '" << op << "' in node '" << n.name()
-                 << "'";
+  return it->second.convert(*this, n);
 }
 
 //===----------------------------------------------------------------------===//
@@ -2103,12 +2202,56 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   }
   const onnx::GraphProto &g = model.graph();
 
-  std::optional<llvm::Regex> freeze;
-  if (!opts.freezeRegex.empty()) {
-    freeze.emplace(opts.freezeRegex);
+  auto compile = [&](const std::string &re, StringRef flag,
+                     std::optional<llvm::Regex> &out) -> LogicalResult {
+    if (re.empty())
+      return success();
+    out.emplace(re);
     std::string why;
-    if (!freeze->isValid(why)) {
-      error() << "invalid --freeze regex '" << opts.freezeRegex << "': " << why;
+    if (!out->isValid(why))
+      return error() << "invalid " << flag << " regex '" << re << "': " << why;
+    return success();
+  };
+  std::optional<llvm::Regex> freeze, trainable;
+  if (failed(compile(opts.freezeRegex, "--freeze", freeze)) ||
+      failed(compile(opts.trainableRegex, "--trainable", trainable)))
+    return nullptr;
+
+  // Every op the model uses that Tessera does not convert, in one error.
+  {
+    std::vector<std::string> order;
+    llvm::StringMap<std::pair<int, std::string>> unsupported;
+    const auto &table = handlers();
+    for (const auto &node : g.node()) {
+      bool known = (node.domain().empty() || node.domain() == "ai.onnx") &&
+                   table.count(node.op_type());
+      if (known)
+        continue;
+      std::string key = node.op_type();
+      if (!node.domain().empty() && node.domain() != "ai.onnx")
+        key = node.domain() + "::" + key;
+      auto &entry = unsupported[key];
+      if (entry.first++ == 0) {
+        entry.second =
+            node.name().empty()
+                ? "<output " +
+                      (node.output_size() ? node.output(0) : std::string()) +
+                      ">"
+                : node.name();
+        order.push_back(key);
+      }
+    }
+    if (!unsupported.empty()) {
+      auto diag = error() << "unsupported ONNX op"
+                          << (order.size() > 1 ? "s" : "") << " ("
+                          << order.size() << " kind"
+                          << (order.size() > 1 ? "s" : "") << "): ";
+      for (size_t k = 0; k < order.size(); ++k) {
+        const auto &entry = unsupported[order[k]];
+        diag << (k ? "; " : "") << "'" << order[k] << "' in " << entry.first
+             << " node" << (entry.first > 1 ? "s" : "") << " (first: '"
+             << entry.second << "')";
+      }
       return nullptr;
     }
   }
@@ -2122,24 +2265,15 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
   b.setInsertionPointToEnd(module->getBody());
 
-  // Arguments: the parameters (float initializers in ONNX order, then the
-  // float graph inputs that stand for parameters, see below), then the data
-  // inputs. A parameter whose values the file does not hold (an initializer
-  // without data, or a graph input) gets no `tsr.init`, and the module is
-  // marked `tsr.weights = "absent"` (OnnxImporter.h).
-  SmallVector<Type> argTypes;
-  SmallVector<NamedAttrList> argAttrs;
-  SmallVector<std::string> argNames;
+  // Initializers: integer ones are constants; the floating-point ones are
+  // classified (Initializers.h) into trained parameters, constants and
+  // tied copies.
   llvm::StringSet<> initNames;
   std::vector<std::pair<std::string, ConstTensor>> constInits;
-  bool weightsAbsent = false;
-  auto paramAttrs = [&](StringRef name) {
-    bool frozen = freeze && freeze->match(name);
-    NamedAttrList attrs;
-    attrs.set("tsr.name", b.getStringAttr(name));
-    attrs.set("tsr.role", b.getStringAttr(frozen ? "frozen" : "param"));
-    return attrs;
-  };
+  std::vector<InitView> views;
+  llvm::StringMap<TensorBytes> floatBytes;
+  std::deque<std::vector<char>> scratch; // owns re-encoded typed data
+  llvm::StringMap<const onnx::TensorProto *> protos;
   for (const auto &t : g.initializer()) {
     if (!initNames.insert(t.name()).second) {
       error() << "initializer '" << t.name() << "' is defined twice";
@@ -2152,26 +2286,32 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
       constInits.emplace_back(t.name(), std::move(*c));
       continue;
     }
-    Shape dims(t.dims().begin(), t.dims().end());
-    if (numElements(dims) < 0) {
+    InitView v;
+    v.name = t.name();
+    v.dtype = t.data_type();
+    v.dims.assign(t.dims().begin(), t.dims().end());
+    if (numElements(v.dims) < 0) {
       error() << "initializer '" << t.name() << "' has invalid dims "
-              << shapeStr(dims);
+              << shapeStr(v.dims);
       return nullptr;
     }
-    auto type = RankedTensorType::get(dims, dtypeToType(t.data_type(), &ctx));
-    NamedAttrList attrs = paramAttrs(t.name());
-    if (initializerHasData(t, type.getNumElements())) {
-      auto init = readInitializerBlob(t, type);
-      if (failed(init))
-        return nullptr;
-      attrs.set("tsr.init", *init);
-    } else {
-      weightsAbsent = true;
+    if (!dtypeToType(v.dtype, &ctx)) {
+      error() << "initializer '" << t.name() << "' has unsupported type "
+              << dtypeName(v.dtype);
+      return nullptr;
     }
-    argTypes.push_back(type);
-    argAttrs.push_back(attrs);
-    argNames.push_back(t.name());
+    if (initializerHasData(t, numElements(v.dims))) {
+      auto raw = tensorBytes(t, "initializer", scratch.emplace_back());
+      if (failed(raw))
+        return nullptr;
+      v.data = raw->bytes;
+      v.hasData = true;
+      floatBytes[t.name()] = *raw;
+    }
+    protos[t.name()] = &t;
+    views.push_back(std::move(v));
   }
+
   // A float graph input of a model that also takes integer inputs (the
   // token ids) is a parameter without values: that is how
   // torch.onnx.export(..., export_params=False) writes parameters. Tessera
@@ -2184,9 +2324,13 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
       int32_t dt = in.type().tensor_type().elem_type();
       hasIntegerInput |= dt != kUndefined && !isFloatDType(dt) && dt != kBool;
     }
-  SmallVector<Type> dataTypes;
-  SmallVector<NamedAttrList> dataAttrs;
-  SmallVector<std::string> dataNames;
+  struct GraphArg {
+    std::string name;
+    RankedTensorType type;
+    bool isParam;
+  };
+  SmallVector<GraphArg> graphArgs;
+  llvm::StringSet<> dataInputs;
   for (const auto &in : g.input()) {
     if (initNames.contains(in.name()))
       continue; // IR < 4 lists initializers as inputs too
@@ -2223,29 +2367,139 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
       }
       dims.push_back(dim.dim_value());
     }
-    if (isParam) {
-      weightsAbsent = true;
-      argTypes.push_back(RankedTensorType::get(dims, elem));
-      argAttrs.push_back(paramAttrs(in.name()));
-      argNames.push_back(in.name());
-      continue;
-    }
-    NamedAttrList attrs;
-    attrs.set("tsr.name", b.getStringAttr(in.name()));
-    attrs.set("tsr.role", b.getStringAttr("input"));
-    dataTypes.push_back(RankedTensorType::get(dims, elem));
-    dataAttrs.push_back(attrs);
-    dataNames.push_back(in.name());
+    graphArgs.push_back(
+        {in.name(), RankedTensorType::get(dims, elem), isParam});
+    if (!isParam)
+      dataInputs.insert(in.name());
   }
-  argTypes.append(dataTypes);
-  argAttrs.append(dataAttrs);
-  argNames.append(dataNames);
+
+  InitializerPlan plan = classifyInitializers(g, views, dataInputs);
+  llvm::StringMap<const InitView *> viewByName;
+  for (const InitView &v : views)
+    viewByName[v.name] = &v;
+
+  // --trainable turns constants into trained parameters (by name).
+  std::vector<std::pair<std::string, std::string>> promoted;
+  for (const InitView &v : views) {
+    auto it = plan.constants.find(v.name);
+    if (it != plan.constants.end() && trainable && trainable->match(v.name)) {
+      promoted.emplace_back(v.name, it->second);
+      plan.constants.erase(it);
+    }
+  }
+  for (auto &[name, why] : promoted)
+    plan.params.push_back(
+        ParamPlan{name,
+                  name,
+                  viewByName[name]->dims,
+                  {},
+                  "--trainable matched (otherwise: " + why + ")"});
+
+  // Arguments: the parameters (classifier order, then the float graph inputs
+  // that stand for parameters), then the data inputs. A parameter whose
+  // values the file does not hold gets no `tsr.init`, and the module is
+  // marked `tsr.weights = "absent"` (OnnxImporter.h).
+  SmallVector<Type> argTypes;
+  SmallVector<NamedAttrList> argAttrs;
+  SmallVector<std::string> argNames;
+  bool weightsAbsent = false;
+  ImportReport localReport;
+  ImportReport &report = opts.report ? *opts.report : localReport;
+  report.entries.clear();
+  auto paramAttrs = [&](StringRef name, bool frozen) {
+    NamedAttrList attrs;
+    attrs.set("tsr.name", b.getStringAttr(name));
+    attrs.set("tsr.role", b.getStringAttr(frozen ? "frozen" : "param"));
+    return attrs;
+  };
+  for (const ParamPlan &p : plan.params) {
+    const InitView &v = *viewByName[p.source];
+    auto type = RankedTensorType::get(p.shape, dtypeToType(v.dtype, &ctx));
+    bool frozen = freeze && freeze->match(p.name);
+    NamedAttrList attrs = paramAttrs(p.name, frozen);
+    if (v.hasData) {
+      TensorBytes raw = floatBytes[p.source];
+      std::vector<char> &slice = scratch.emplace_back();
+      if (!p.repeatDims.empty()) {
+        // The first slice along the repeated dims.
+        ConstTensor whole = decodeTensor(v.dtype, v.dims, raw.bytes);
+        Shape zeros(v.dims.size(), 0), ones(v.dims.size(), 1);
+        ConstTensor first = eval::slice(whole, zeros, ones, p.shape);
+        for (int64_t e = 0; e < first.size(); ++e) {
+          double x = first.getF(e);
+          switch (v.dtype) {
+          case kFloat:
+            appendLE(slice, static_cast<float>(x));
+            break;
+          case kDouble:
+            appendLE(slice, x);
+            break;
+          default: {
+            llvm::APFloat f(x);
+            bool lost = false;
+            f.convert(v.dtype == kBFloat16 ? llvm::APFloat::BFloat()
+                                           : llvm::APFloat::IEEEhalf(),
+                      llvm::APFloat::rmNearestTiesToEven, &lost);
+            appendLE(slice,
+                     static_cast<uint16_t>(f.bitcastToAPInt().getZExtValue()));
+          }
+          }
+        }
+        raw = TensorBytes{ArrayRef<char>(slice.data(), slice.size()), nullptr};
+      }
+      attrs.set("tsr.init", blobAttr(p.name, type, raw));
+    } else {
+      weightsAbsent = true;
+    }
+    argTypes.push_back(type);
+    argAttrs.push_back(attrs);
+    argNames.push_back(p.name);
+    report.entries.push_back({p.name, frozen ? "frozen" : "trained",
+                              Shape(p.shape),
+                              (frozen ? "--freeze matched; " : "") + p.reason});
+  }
+  for (const GraphArg &a : graphArgs)
+    if (a.isParam) {
+      weightsAbsent = true;
+      bool frozen = freeze && freeze->match(a.name);
+      argTypes.push_back(a.type);
+      argAttrs.push_back(paramAttrs(a.name, frozen));
+      argNames.push_back(a.name);
+      report.entries.push_back({a.name, frozen ? "frozen" : "trained",
+                                Shape(a.type.getShape()),
+                                "a float graph input of a model with integer "
+                                "inputs (export_params=False)"});
+    }
+  for (const GraphArg &a : graphArgs)
+    if (!a.isParam) {
+      NamedAttrList attrs;
+      attrs.set("tsr.name", b.getStringAttr(a.name));
+      attrs.set("tsr.role", b.getStringAttr("input"));
+      argTypes.push_back(a.type);
+      argAttrs.push_back(attrs);
+      argNames.push_back(a.name);
+    }
+  for (const InitView &v : views) {
+    if (auto it = plan.constants.find(v.name); it != plan.constants.end())
+      report.entries.push_back({v.name, "constant", v.dims, it->second});
+    if (auto it = plan.transposedTies.find(v.name);
+        it != plan.transposedTies.end())
+      report.entries.push_back(
+          {v.name, "tied", v.dims,
+           "tied to '" + it->second +
+               "': equal to its transpose (an exporter-folded Transpose of "
+               "a weight shared with it)"});
+  }
+  for (auto &[name, why] : plan.constants)
+    if (!viewByName.count(name)) // an alias folded as a constant
+      report.entries.push_back({name.str(), "constant", Shape(), why});
   if (weightsAbsent)
     (*module)->setAttr(kWeightsAttr, b.getStringAttr(kWeightsAbsent));
 
   auto func = func::FuncOp::create(b, fileLoc, "forward",
                                    b.getFunctionType(argTypes, {}));
   Block *body = func.addEntryBlock();
+  b.setInsertionPointToEnd(body);
   for (size_t k = 0; k < argTypes.size(); ++k) {
     func.setArgAttrs(k, argAttrs[k].getDictionary(&ctx));
     if (!env.try_emplace(argNames[k], Slot{body->getArgument(k), nullptr})
@@ -2254,13 +2508,70 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
       return nullptr;
     }
   }
+  // Parameters trained as one slice: broadcast back to the initializer's
+  // shape where the graph reads them.
+  for (const ParamPlan &p : plan.params) {
+    if (p.repeatDims.empty())
+      continue;
+    Value arg = env[p.name].value;
+    auto full = broadcastTo(onnx::NodeProto(), arg, viewByName[p.source]->dims,
+                            fileLoc);
+    if (failed(full))
+      return nullptr;
+    env[p.name].value = *full;
+  }
   for (auto &[name, c] : constInits)
     env[name] = Slot{Value(), std::make_shared<const ConstTensor>(c)};
-  b.setInsertionPointToEnd(body);
-
-  for (const auto &node : g.node())
-    if (failed(convertNode(node)))
+  for (auto &[name, why] : plan.constants) {
+    auto vit = viewByName.find(name);
+    // An alias folded as a constant reads its source's values.
+    const InitView *v = nullptr;
+    if (vit != viewByName.end()) {
+      v = vit->second;
+    } else {
+      for (int i : plan.aliasNodes)
+        if (g.node(i).output(0) == name.str())
+          v = viewByName[g.node(i).input(0)];
+    }
+    if (!v || !v->hasData)
+      continue; // weight-free: Initializers.h keeps these as parameters
+    if (numElements(v->dims) > kMaxFoldElements * 4) {
+      error() << "initializer '" << name.str() << "' (" << shapeStr(v->dims)
+              << ") is classified as a constant (" << why
+              << ") but is too large to fold; pass --trainable to train it";
       return nullptr;
+    }
+    env[name] = Slot{Value(), std::make_shared<const ConstTensor>(
+                                  decodeTensor(v->dtype, v->dims, v->data))};
+  }
+  for (auto &[tied, primary] : plan.transposedTies) {
+    Value p = env[primary].value;
+    auto pt = tensorType(p);
+    SmallVector<int64_t> shape = {pt.getDimSize(1), pt.getDimSize(0)};
+    env[tied] =
+        Slot{tsr::TransposeOp::create(b, fileLoc, withShape(p, shape), p,
+                                      b.getDenseI64ArrayAttr({1, 0})),
+             nullptr};
+  }
+
+  for (int i = 0; i < g.node_size(); ++i) {
+    if (plan.aliasNodes.contains(i))
+      continue;
+    const onnx::NodeProto *node = &g.node(i);
+    onnx::NodeProto renamed;
+    for (int k = 0; k < node->input_size(); ++k) {
+      auto it = plan.renamedInputs.find({i, k});
+      if (it == plan.renamedInputs.end())
+        continue;
+      if (node != &renamed) {
+        renamed = *node;
+        node = &renamed;
+      }
+      renamed.set_input(k, it->second);
+    }
+    if (failed(convertNode(*node)))
+      return nullptr;
+  }
 
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
@@ -2321,8 +2632,12 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   return module;
 }
 
-/// Whether `t` is a float initializer without data (initializerHasData).
-bool isDatalessParam(const onnx::TensorProto &t) {
+/// Whether the ONNX checker cannot see `t`'s values: they are in an external
+/// file (which the importer reads and checks itself: ExternalData.h), or a
+/// float initializer has none (a weight-free model, initializerHasData).
+bool checkerCannotRead(const onnx::TensorProto &t) {
+  if (ExternalDataReader::isExternal(t))
+    return true;
   if (!isFloatDType(t.data_type()))
     return false;
   int64_t n = 1;
@@ -2334,14 +2649,14 @@ bool isDatalessParam(const onnx::TensorProto &t) {
   return !initializerHasData(t, n);
 }
 
-/// Runs the ONNX checker. The checker rejects a tensor without values (and
-/// external data it cannot find), so when float initializers lack data
-/// (a weight-free model) it checks a copy in which those are graph inputs of
-/// the same type and shape instead; the copy shares no weight data (it holds
-/// only the initializers that have data, i.e. none in a weight-free model).
+/// Runs the ONNX checker. The checker rejects a tensor without values, and
+/// external data it cannot find (it has no model path), so when some
+/// initializers are external or lack data it checks a copy in which those
+/// are graph inputs of the same type and shape instead; the copy holds only
+/// the inline initializers.
 void checkModel(const onnx::ModelProto &model) {
   const auto &inits = model.graph().initializer();
-  if (llvm::none_of(inits, isDatalessParam)) {
+  if (llvm::none_of(inits, checkerCannotRead)) {
     onnx::checker::check_model(model);
     return;
   }
@@ -2359,7 +2674,7 @@ void checkModel(const onnx::ModelProto &model) {
     inputs.insert(in.name());
   onnx::GraphProto *g = copy.mutable_graph();
   for (const auto &t : inits) {
-    if (!isDatalessParam(t)) {
+    if (!checkerCannotRead(t)) {
       *g->add_initializer() = t;
       continue;
     }
@@ -2378,7 +2693,8 @@ void checkModel(const onnx::ModelProto &model) {
 
 OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
                                   llvm::StringRef displayName, MLIRContext &ctx,
-                                  const ImportOptions &opts) {
+                                  const ImportOptions &opts,
+                                  llvm::StringRef modelDir) {
   loadImportDialects(ctx);
   Location loc = FileLineColLoc::get(&ctx, displayName, 0, 0);
   try {
@@ -2423,7 +2739,7 @@ OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
         return nullptr;
       }
     }
-    Importer importer(ctx, displayName, opts);
+    Importer importer(ctx, displayName, opts, modelDir);
     return importer.run(model);
   } catch (const std::exception &e) {
     emitError(loc) << "ONNX import failed: " << e.what();
@@ -2452,6 +2768,43 @@ std::optional<std::string> weightsMissing(ModuleOp module) {
   return std::nullopt;
 }
 
+std::vector<SupportedOp> supportedOps() {
+  std::vector<SupportedOp> ops;
+  for (const auto &entry : Importer::handlers())
+    ops.push_back({entry.getKey().str(), entry.getValue().runtime});
+  llvm::sort(ops, [](const SupportedOp &a, const SupportedOp &b) {
+    return a.opType < b.opType;
+  });
+  return ops;
+}
+
+int64_t ImportReport::trainedCount() const {
+  return llvm::count_if(entries,
+                        [](const Entry &e) { return e.kind == "trained"; });
+}
+
+int64_t ImportReport::trainedElements() const {
+  int64_t n = 0;
+  for (const Entry &e : entries)
+    if (e.kind == "trained")
+      n += numElements(e.shape);
+  return n;
+}
+
+void ImportReport::print(llvm::raw_ostream &os) const {
+  auto count = [&](StringRef kind) {
+    return llvm::count_if(entries,
+                          [&](const Entry &e) { return e.kind == kind; });
+  };
+  os << "trained: " << trainedCount() << " parameters, " << trainedElements()
+     << " elements; frozen: " << count("frozen")
+     << "; constants: " << count("constant") << "; tied: " << count("tied")
+     << "\n";
+  for (const Entry &e : entries)
+    os << "  " << llvm::left_justify(e.kind, 8) << " " << e.name << " "
+       << shapeStr(e.shape) << ": " << e.reason << "\n";
+}
+
 void loadImportDialects(MLIRContext &ctx) {
   ctx.loadDialect<tsr::TsrDialect, func::FuncDialect>();
 }
@@ -2459,8 +2812,9 @@ void loadImportDialects(MLIRContext &ctx) {
 OwningOpRef<ModuleOp> importOnnxBytes(llvm::StringRef bytes,
                                       llvm::StringRef displayName,
                                       MLIRContext &ctx,
-                                      const ImportOptions &opts) {
-  return importModel(bytes, displayName, ctx, opts);
+                                      const ImportOptions &opts,
+                                      llvm::StringRef modelDir) {
+  return importModel(bytes, displayName, ctx, opts, modelDir);
 }
 
 OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext &ctx,
@@ -2473,7 +2827,11 @@ OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext &ctx,
         << "cannot open ONNX file: " << buffer.getError().message();
     return nullptr;
   }
-  return importModel((*buffer)->getBuffer(), path, ctx, opts);
+  llvm::SmallString<256> dir(path);
+  llvm::sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  return importModel((*buffer)->getBuffer(), path, ctx, opts, dir);
 }
 
 } // namespace tessera::import

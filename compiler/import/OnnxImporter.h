@@ -8,17 +8,28 @@
 //                      %tokens {tsr.name, tsr.role = "input"})
 //       -> (tensor<...> {tsr.name = "logits"})
 //
-// One argument per floating-point initializer (ONNX initializer order), then
-// the parameters given as graph inputs (below), then the data inputs. Shape
-// subgraphs are constant-folded at import time; only values that depend on a
-// graph input or a parameter become tsr ops. Common decomposed patterns
+// One argument per trained parameter, then the parameters given as graph
+// inputs (below), then the data inputs. Which floating-point initializers
+// are trained parameters, which are constants (masks, rotary tables,
+// scalars that the exporter folded) and which are tied or de-duplicated
+// copies of others is decided by Initializers.h; `--freeze REGEX` and
+// `--trainable REGEX` override it by name. Everything that does not depend
+// on a graph input or a parameter is evaluated at import by one evaluator
+// (ConstEval.h); only the rest becomes tsr ops. Common decomposed patterns
 // (LayerNorm, erf-GELU, `x * 1.0`, attention) are raised afterwards by
 // RaisePatterns.h.
 //
+// Tensor data may be inline or external (ExternalData.h: read from files
+// next to the model, memory-mapped).
+//
+// Errors, each a diagnostic naming the file and the node, tensor or op: a
+// model that is not ONNX, an op Tessera does not convert (one error listing
+// every unsupported op type with its count and first node), a bad
+// attribute or shape, a missing, short or escaping external data file.
+//
 // Weight-free models. Planning needs only shapes, so a model may come
 // without its weights:
-//   - a float initializer without data (dims but no raw_data or typed data,
-//     or external data, which Tessera does not read);
+//   - a float initializer without data (dims but no raw_data or typed data);
 //   - a float graph input without initializer in a model that also has an
 //     integer graph input (the tokens): torch.onnx.export(...,
 //     export_params=False) writes parameters so. Tessera feeds a model only
@@ -43,18 +54,54 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tessera::import {
 
+/// What the importer made of each floating-point initializer (for
+/// --explain): "trained", "frozen", "constant" or "tied", with the reason.
+struct ImportReport {
+  struct Entry {
+    std::string name;
+    std::string kind;
+    llvm::SmallVector<int64_t, 4> shape; ///< the trained shape for parameters
+    std::string reason;
+  };
+  std::vector<Entry> entries;
+  /// Trained parameters and their elements (frozen ones not counted).
+  int64_t trainedCount() const;
+  int64_t trainedElements() const;
+  /// Prints `trained: N parameters, E elements` and one line per entry.
+  void print(llvm::raw_ostream &os) const;
+};
+
 struct ImportOptions {
-  /// Initializers whose name matches this (POSIX extended, unanchored search)
+  /// Parameters whose name matches this (POSIX extended, unanchored search)
   /// regex are frozen: `tsr.role = "frozen"` instead of "param". Empty: none.
   std::string freezeRegex;
+  /// Initializers that Initializers.h classifies as constants and whose name
+  /// matches this regex are trained parameters instead. Empty: none.
+  std::string trainableRegex;
   /// Apply the raising patterns (layer_norm, gelu, ...) after import.
   bool raise = true;
+  /// When set, filled with the decision for every initializer.
+  ImportReport *report = nullptr;
 };
+
+/// An ONNX op type (default domain) the importer converts, and whether it
+/// lowers to tsr ops when its data input depends on the model's inputs
+/// (`runtime`) or is evaluated only at compile time.
+struct SupportedOp {
+  std::string opType;
+  bool runtime;
+};
+/// Every supported op, sorted by name.
+std::vector<SupportedOp> supportedOps();
 
 /// Reads an ONNX file with libonnx and returns a module with one
 /// `func.func @forward`. On any problem emits an error diagnostic naming the
@@ -65,11 +112,12 @@ mlir::OwningOpRef<mlir::ModuleOp> importOnnxFile(llvm::StringRef path,
                                                  const ImportOptions &opts);
 
 /// Same, from serialized ModelProto bytes; `displayName` names the model in
-/// diagnostics.
-mlir::OwningOpRef<mlir::ModuleOp> importOnnxBytes(llvm::StringRef bytes,
-                                                  llvm::StringRef displayName,
-                                                  mlir::MLIRContext &ctx,
-                                                  const ImportOptions &opts);
+/// diagnostics, and external data is looked up in `modelDir` (empty: the
+/// model may not use external data).
+mlir::OwningOpRef<mlir::ModuleOp>
+importOnnxBytes(llvm::StringRef bytes, llvm::StringRef displayName,
+                mlir::MLIRContext &ctx, const ImportOptions &opts,
+                llvm::StringRef modelDir = "");
 
 /// Module attribute marking a weight-free import: `tsr.weights = "absent"`
 /// when some parameter (`tsr.role` "param" or "frozen") of @forward has no

@@ -32,10 +32,12 @@ def init(name, value, dtype=np.float32):
     return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
 
 
-def model(name, nodes, inputs, outputs, inits=(), opset=17, check=True):
+def model(name, nodes, inputs, outputs, inits=(), opset=17, check=True,
+          extra_opsets=()):
     graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
     m = helper.make_model(graph, producer_name="make_op_models.py",
-                          opset_imports=[helper.make_opsetid("", opset)])
+                          opset_imports=[helper.make_opsetid("", opset)] +
+                          list(extra_opsets))
     m.ir_version = 8
     if check:
         onnx.checker.check_model(m)
@@ -191,6 +193,101 @@ def cases():
                          axis=-2, epsilon=1e-3)],
         [vi("x", F, [2, 3, 4])], [vi("y", F, [2, 3, 4])],
         [init("g", w(3, 4))])
+
+    # --- Ops of the Hugging Face exports (issue 20) -----------------------
+    # A causal mask built the way transformers 4.49 does for LLaMA:
+    # ConstantOfShape(min) -> Trilu(k=1) -> added to the scores; folds.
+    yield "trilu_const", model("trilu_const", [
+        const("shape", np.array([4, 4], np.int64)),
+        helper.make_node("ConstantOfShape", ["shape"], ["full"], name="full",
+                         value=numpy_helper.from_array(
+                             np.array([-3.4028234663852886e38], np.float32))),
+        const("one", np.array(1, np.int64)),
+        helper.make_node("Trilu", ["full", "one"], ["mask"], name="triu",
+                         upper=1),
+        helper.make_node("Add", ["x", "mask"], ["y"], name="add")],
+        [vi("x", F, [2, 4, 4])], [vi("y", F, [2, 4, 4])])
+
+    # Trilu of a tensor: select with a constant keep-mask.
+    yield "trilu_runtime", model("trilu_runtime", [
+        const("k", np.array(-1, np.int64)),
+        helper.make_node("Trilu", ["x", "k"], ["y"], name="tril", upper=0)],
+        [vi("x", F, [2, 3, 3])], [vi("y", F, [2, 3, 3])])
+
+    # Rotary tables: positions (Range) times inv_freq (a buffer stored as an
+    # initializer), Cos and Sin, multiplied into the activations. The
+    # initializer never meets the input except through the folded tables:
+    # a constant, not a parameter.
+    yield "rotary_fold", model("rotary_fold", [
+        const("start", np.array(0, np.int64)),
+        const("limit", np.array(4, np.int64)),
+        const("delta", np.array(1, np.int64)),
+        helper.make_node("Range", ["start", "limit", "delta"], ["pos"],
+                         name="range"),
+        helper.make_node("Cast", ["pos"], ["posf"], name="cast", to=F),
+        const("ax", np.array([1], np.int64)),
+        helper.make_node("Unsqueeze", ["posf", "ax"], ["pcol"], name="unsq"),
+        helper.make_node("MatMul", ["pcol", "inv_freq_row"], ["freqs"],
+                         name="outer"),
+        helper.make_node("Concat", ["freqs", "freqs"], ["emb"], name="cat",
+                         axis=-1),
+        helper.make_node("Cos", ["emb"], ["cos"], name="cos"),
+        helper.make_node("Sin", ["emb"], ["sin"], name="sin"),
+        helper.make_node("Mul", ["x", "cos"], ["xc"], name="mulcos"),
+        helper.make_node("Mul", ["x", "sin"], ["xs"], name="mulsin"),
+        helper.make_node("Add", ["xc", "xs"], ["y"], name="add")],
+        [vi("x", F, [2, 4, 4])], [vi("y", F, [2, 4, 4])],
+        [init("inv_freq_row", [[1.0, 0.01]])])
+
+    yield "bad_sin_runtime", model("bad_sin_runtime", [
+        helper.make_node("Sin", ["x"], ["y"], name="my_sin")],
+        [vi("x", F, [3])], [vi("y", F, [3])])
+
+    # CumSum (exclusive, reverse) and IsInf on constants, feeding the input.
+    yield "cumsum_isinf", model("cumsum_isinf", [
+        const("c", np.array([[1, 2, 3], [4, 5, 6]], np.float32)),
+        const("axis", np.array(1, np.int64)),
+        helper.make_node("CumSum", ["c", "axis"], ["cs"], name="cumsum",
+                         exclusive=1, reverse=1),
+        const("f", np.array([1.0, np.inf, -np.inf], np.float32)),
+        helper.make_node("IsInf", ["f"], ["inf"], name="isinf",
+                         detect_negative=0),
+        const("zero", np.array(0.0, np.float32)),
+        helper.make_node("Where", ["inf", "zero", "cs"], ["w"], name="where"),
+        helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [vi("x", F, [2, 3])], [vi("y", F, [2, 3])])
+
+    # Opset-18 forms: ReduceMean's axes, Split's sizes and Pad's pads and
+    # axes as inputs; Min of tensors.
+    yield "opset18_forms", model("opset18_forms", [
+        const("axes", np.array([-1], np.int64)),
+        helper.make_node("ReduceMean", ["x", "axes"], ["m"], name="mean"),
+        const("sizes", np.array([1, 3], np.int64)),
+        helper.make_node("Split", ["x", "sizes"], ["a", "b"], name="split",
+                         axis=1),
+        const("pads", np.array([1, 2], np.int64)),
+        const("pad_axes", np.array([-1], np.int64)),
+        const("pad_value", np.array(0.5, np.float32)),
+        helper.make_node("Pad", ["b", "pads", "pad_value", "pad_axes"], ["p"],
+                         name="pad", mode="constant"),
+        helper.make_node("Min", ["m", "a"], ["mn"], name="min")],
+        [vi("x", F, [2, 4, 5])],
+        [vi("mn", F, [2, 4, 5]), vi("p", F, [2, 3, 8])], opset=18,
+        check=False)
+
+    # Three unsupported op types (one of them twice, one in another domain):
+    # one error names all three with their counts.
+    yield "bad_three_unsupported", model("bad_three_unsupported", [
+        helper.make_node("Det", ["x"], ["d"], name="det_1"),
+        helper.make_node("Det", ["x"], ["d2"], name="det_2"),
+        helper.make_node("Hardmax", ["x"], ["h"], name="hardmax_1"),
+        helper.make_node("Relu", ["x"], ["r"], name="fine"),
+        helper.make_node("MyOp", ["x"], ["c"], name="custom_1",
+                         domain="com.example")],
+        [vi("x", F, [3, 3])],
+        [vi("d", F, []), vi("d2", F, []), vi("h", F, [3, 3]), vi("r", F, [3, 3]),
+         vi("c", F, [3, 3])], check=False,
+        extra_opsets=[helper.make_opsetid("com.example", 1)])
 
     yield "bad_nonconst_less", model("bad_nonconst_less", [
         helper.make_node("Less", ["x", "y"], ["z"], name="my_less")],

@@ -1,8 +1,13 @@
 //===- tessera-import.cpp - ONNX → tsr importer driver --------------------===//
 //
-//   tessera-import MODEL.onnx [--freeze REGEX] [-o OUT.mlir] [--no-raise]
+//   tessera-import MODEL.onnx [--freeze REGEX] [--trainable REGEX]
+//                  [-o OUT.mlir] [--no-raise] [--explain]
 //   tessera-import --raise-only IN.mlir      (apply the raising patterns only)
+//   tessera-import --list-supported-ops      (one "<OpType> runtime|constant"
+//                                             line per ONNX op converted)
 //
+// --explain prints, to stderr, what became of every initializer (trained,
+// frozen, constant, tied) and why (compiler/import/Initializers.h).
 // Prints the imported module (`func.func @forward` in the tsr dialect).
 // Parameter data (dense_resource blobs) longer than --elide-resource-limit
 // bytes is elided from the printed output unless the limit is negative.
@@ -32,8 +37,7 @@
 using namespace mlir;
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
-                                      cl::desc("<model.onnx>"));
+static cl::opt<std::string> inputPath(cl::Positional, cl::desc("<model.onnx>"));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"));
 static cl::opt<std::string>
@@ -41,6 +45,21 @@ static cl::opt<std::string>
                 cl::desc("Initializers whose name matches this regex are "
                          "frozen (tsr.role = \"frozen\")"),
                 cl::value_desc("regex"), cl::init(""));
+static cl::opt<std::string> trainableRegex(
+    "trainable",
+    cl::desc("Initializers classified as constants whose name matches this "
+             "regex are trained parameters instead"),
+    cl::value_desc("regex"), cl::init(""));
+static cl::opt<bool> explainInits(
+    "explain", cl::desc("Print every initializer's class and reason to stderr"),
+    cl::init(false));
+static cl::opt<bool> listOps(
+    "list-supported-ops",
+    cl::desc("Print the ONNX op types the importer converts, one per line, "
+             "each followed by 'runtime' (lowered to tsr ops) or 'constant' "
+             "(evaluated only when its inputs are compile-time constants), "
+             "and exit"),
+    cl::init(false));
 static cl::opt<bool> noRaise("no-raise",
                              cl::desc("Skip the raising patterns "
                                       "(layer_norm, gelu, ...)"),
@@ -93,6 +112,16 @@ int main(int argc, char **argv) {
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
   cl::ParseCommandLineOptions(argc, argv, "Tessera ONNX importer\n");
+  if (listOps) {
+    for (const auto &op : tessera::import::supportedOps())
+      llvm::outs() << op.opType << " " << (op.runtime ? "runtime" : "constant")
+                   << "\n";
+    return 0;
+  }
+  if (inputPath.empty()) {
+    llvm::errs() << "tessera-import: error: no input file (see --help)\n";
+    return 1;
+  }
 
   DialectRegistry registry;
   registry.insert<tessera::tsr::TsrDialect, func::FuncDialect,
@@ -122,10 +151,15 @@ int main(int argc, char **argv) {
     });
     tessera::import::ImportOptions opts;
     opts.freezeRegex = freezeRegex;
+    opts.trainableRegex = trainableRegex;
     opts.raise = !noRaise;
+    tessera::import::ImportReport report;
+    opts.report = &report;
     module = tessera::import::importOnnxFile(inputPath, ctx, opts);
     if (!module)
       return 1;
+    if (explainInits)
+      report.print(llvm::errs());
   }
 
   std::string err;

@@ -220,9 +220,17 @@ static cl::opt<double> eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
                            cl::cat(category));
 static cl::opt<std::string>
     freeze("freeze",
-           cl::desc("Initializers whose name matches this regex are frozen "
-                    "(not trained)"),
-           cl::init(""), cl::cat(category));
+           cl::desc("Parameters whose name matches this regex (POSIX "
+                    "extended, unanchored) are frozen: kept at their initial "
+                    "values, not trained"),
+           cl::value_desc("regex"), cl::init(""), cl::cat(category));
+static cl::opt<std::string> trainable(
+    "trainable",
+    cl::desc("Initializers that the importer classifies as constants (masks, "
+             "rotary tables, scalars, buffers: docs/Initializers.md) and whose "
+             "name matches this regex are trained instead. --explain lists "
+             "every initializer with its class and the reason"),
+    cl::value_desc("regex"), cl::init(""), cl::cat(category));
 enum class Emit { Plan, Import, Train, Sharded };
 static cl::opt<Emit>
     emit("emit", cl::desc("What to write"), cl::init(Emit::Plan),
@@ -467,10 +475,17 @@ int main(int argc, char **argv) {
                       shard::ShardDialect>();
   import::ImportOptions importOptions;
   importOptions.freezeRegex = freeze;
+  importOptions.trainableRegex = trainable;
+  import::ImportReport importReport;
+  importOptions.report = &importReport;
   OwningOpRef<ModuleOp> module =
       import::importOnnxFile(inputPath, context, importOptions);
   if (!module)
     return 1;
+  if (explain || planOnly) {
+    llvm::outs() << "initializers: ";
+    importReport.print(llvm::outs());
+  }
   if (!dumpDir.empty() &&
       failed(pipeline::dumpModule(*module, dumpDir, 0, "import")))
     return 1;
