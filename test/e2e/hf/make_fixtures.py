@@ -39,6 +39,10 @@ stages in the right venvs (scripts/python-env.sh):
         "constant"; the Identity nodes; the parameters no initializer
         holds.
 
+    make_fixtures.py sensitivity --work DIR         (export-ts venv)
+        The README's conditioning table: how far PyTorch's own final
+        weights move when the initial weights change by 1e-7 relative.
+
 Every stage takes --family F (repeatable; default all). Any mismatch exits 1
 with a message naming the family and the numbers.
 """
@@ -418,6 +422,59 @@ def initializer_map(fam, exp, work):
     print(f"  parameters no initializer holds: {sorted(set(params) - held)}")
 
 
+def cmd_sensitivity(args):
+    """How far PyTorch's own 8-step trajectory moves when every initial
+    weight is scaled by (1 + 1e-7), a rounding-sized change: the largest
+    relative loss change and, per family and optimizer, the tensor with the
+    largest relative L2 change of its final value (the attention key
+    biases without rotary, whose true gradient is zero, left out). Where
+    this exceeds the parallel checks' 1e-5, a run that only sums in another
+    order cannot be expected to match the serial run's weights within it."""
+    import re
+    torch = torch_setup()
+    import torch.nn.functional as F
+    import families
+    import tessera_data
+    zero_grad = r"attention\.self\.key\.bias|c_attn\.bias|query_key_value\.bias"
+    tokens = tessera_data.load_tokens(CORPUS)
+    B, S, V = families.BATCH, families.SEQ, families.VOCAB
+
+    def trajectory(fam, opt_name, scale):
+        model = families.build(fam)
+        load_init(model, fam, args.work)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(scale)
+        model.train()
+        params = list(model.parameters())
+        opt = torch.optim.SGD(params, lr=LR["sgd"]) if opt_name == "sgd" \
+            else torch.optim.AdamW(params, lr=LR["adamw"], **ADAMW)
+        losses = []
+        for step in range(STEPS):
+            x, y = tessera_data.batch(tokens, step, B, S)
+            loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+            losses.append(loss.item())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return losses, {n: p.detach().double().numpy()
+                        for n, p in model.named_parameters()}
+
+    print("| family | optimizer | max rel loss change | worst final tensor "
+          "(rel L2 change) |")
+    print("|---|---|---|---|")
+    for fam in args.family:
+        for opt_name in ("sgd", "adamw"):
+            l1, w1 = trajectory(fam, opt_name, 1.0)
+            l2, w2 = trajectory(fam, opt_name, 1.0 + 1e-7)
+            dl = max(abs(a - b) / abs(a) for a, b in zip(l1, l2))
+            worst = max((np.linalg.norm(w1[n] - w2[n]) /
+                         np.linalg.norm(w1[n]), n) for n in w1
+                        if not re.search(zero_grad, n))
+            print(f"| {fam} | {opt_name} | {dl:.1e} | {worst[0]:.1e} "
+                  f"`{worst[1]}` |")
+
+
 def cmd_describe(args):
     for fam in args.family:
         if args.work:
@@ -443,7 +500,7 @@ def cmd_describe(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("init", "export", "check", "describe"):
+    for name in ("init", "export", "check", "describe", "sensitivity"):
         p = sub.add_parser(name)
         p.add_argument("--family", action="append")
         p.add_argument("--work", required=name != "describe")
@@ -458,7 +515,7 @@ def main():
     if args.cmd in ("check", "describe"):
         args.exporter = args.exporter or list(EXPORTERS)
     {"init": cmd_init, "export": cmd_export, "check": cmd_check,
-     "describe": cmd_describe}[args.cmd](args)
+     "describe": cmd_describe, "sensitivity": cmd_sensitivity}[args.cmd](args)
 
 
 if __name__ == "__main__":
