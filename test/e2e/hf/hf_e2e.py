@@ -199,8 +199,8 @@ def cmd_torch(args, work):
     metrics, _ = tessera(args, work, "serial", args.optimizer)
     want = {s: v for s, v in enumerate(ref["losses"][args.optimizer])}
     return check_losses(compare.load_losses(metrics), want, rtol,
-                        f"tessera serial vs PyTorch ({ref['versions']['torch']}"
-                        f", {args.optimizer})")
+                        f"tessera serial vs PyTorch "
+                        f"({ref['versions']['torch']}, {args.optimizer})")
 
 
 def cmd_parallel(args, work):
@@ -260,11 +260,8 @@ def check_weights(par, ser, initial, rtol, what):
 
 
 def have_onnxruntime():
-    try:
-        import onnxruntime  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    import importlib.util
+    return importlib.util.find_spec("onnxruntime") is not None
 
 
 def cmd_oracle(args, work):

@@ -435,7 +435,8 @@ def cmd_sensitivity(args):
     import torch.nn.functional as F
     import families
     import tessera_data
-    zero_grad = r"attention\.self\.key\.bias|c_attn\.bias|query_key_value\.bias"
+    zero_grad = (r"attention\.self\.key\.bias|c_attn\.bias|"
+                 r"query_key_value\.bias")
     tokens = tessera_data.load_tokens(CORPUS)
     B, S, V = families.BATCH, families.SEQ, families.VOCAB
 
