@@ -15,6 +15,7 @@ all: build
 
 deps:
 	./scripts/install-deps.sh
+	./scripts/python-env.sh test >/dev/null
 
 build: deps
 	cmake -G Ninja -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release

@@ -9,7 +9,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
-  python3-torch python3-onnx python3-numpy
+  python3-torch python3-onnx python3-numpy python3-venv python3-pip
 )
 missing=()
 for p in "${PKGS[@]}"; do
