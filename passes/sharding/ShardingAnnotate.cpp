@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
@@ -551,6 +552,16 @@ struct ShardingAnnotatePass
     if (tp > 1 && vocabParallel) {
       WalkResult walk = func.walk([&](tsr::GatherOp gather) {
         if (!a.isForward(gather))
+          return WalkResult::advance();
+        // A lookup at constant indices (positions, BERT's token types) reads
+        // a table, not a vocabulary: only tables indexed by the tokens are.
+        Value idx = gather.getIndices();
+        while (Operation *def = idx.getDefiningOp()) {
+          if (!isa<tsr::ReshapeOp, tsr::BroadcastOp, tsr::ConvertOp>(def))
+            break;
+          idx = def->getOperand(0);
+        }
+        if (matchPattern(idx, m_Constant()))
           return WalkResult::advance();
         auto traced = a.traceParam(gather.getTable());
         if (!traced)
