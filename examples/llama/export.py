@@ -56,6 +56,22 @@ def build(vocab, seq):
     return LlamaLogits(cfg).float().eval()
 
 
+def strip_paths(path):
+    """Makes the absolute paths in the exporter's recorded stack traces
+    (metadata_props pkg.torch.onnx.stack_trace) relative to the checkout and
+    the venv, so that the file does not depend on where it was made."""
+    import onnx
+    root = os.path.dirname(os.path.dirname(HERE))
+    m = onnx.load(path, load_external_data=False)
+    prefixes = sorted({root + os.sep, sys.prefix + os.sep}, key=len,
+                      reverse=True)
+    for node in m.graph.node:
+        for prop in node.metadata_props:
+            for p in prefixes:
+                prop.value = prop.value.replace(p, "")
+    onnx.save(m, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -81,6 +97,7 @@ def main():
     torch.onnx.export(model, (x,), args.output, dynamo=True,
                       input_names=["input_ids"], output_names=["logits"],
                       external_data=True)
+    strip_paths(args.output)
     with torch.no_grad():
         want = model(x).numpy()
     so = ort.SessionOptions()

@@ -111,12 +111,28 @@ def model_class(family):
     return LogitsOnly
 
 
+# Standard deviation given to parameters that HF initialises to zero.
+ZERO_INIT_STD = 0.02
+
+
 def build(family, seed=SEED):
-    """The family's model with HF's seeded initialisation, fp32, eval mode."""
+    """The family's model with HF's seeded initialisation, fp32, eval mode,
+    except that every parameter HF initialises to all zeros (the biases)
+    gets N(0, ZERO_INIT_STD) values, as a trained checkpoint has: the dynamo
+    exporter's optimizer deletes an all-zero Gemm bias
+    (RemoveOptionalBiasFromGemm), so a fresh GPT-2 would reach the file
+    without its 8 Conv1D biases, and no importer could train them. Norm
+    weights keep HF's ones, so the exporters' merging of equal initializers
+    (Identity nodes, shared initializers) is still exercised."""
     import torch
     torch.manual_seed(seed)
     model = model_class(family)(config(family))
     model.config._attn_implementation = "eager"
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if not bool(p.any()):
+                p.copy_(torch.randn(p.shape, generator=gen) * ZERO_INIT_STD)
     return model.float().eval()
 
 

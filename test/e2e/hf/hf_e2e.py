@@ -65,6 +65,8 @@ LR = {"sgd": 0.1, "adamw": 3e-3}  # the references' rates (make_fixtures.py)
 # SGD probe) has an exactly-zero true gradient: rounding noise (~1e-12 here)
 # against real gradients of 1e-6 and more.
 ZERO_GRAD = 1e-9
+# The probe's SGD learning rate (zero_gradient_parts).
+PROBE_LR = 1e6
 
 
 class Fail(Exception):
@@ -102,11 +104,11 @@ def reference(args):
         return json.load(f)
 
 
-def partition_cmd(args, plan, optimizer, dp=1, tp=1):
+def partition_cmd(args, plan, optimizer, dp=1, tp=1, lr=None):
     return [os.path.join(args.build, "tools", "tessera-partition",
                          "tessera-partition"),
             model_path(args), "-o", plan, "--dp", str(dp), "--tp", str(tp),
-            "--optimizer", optimizer, "--lr", str(LR[optimizer])]
+            "--optimizer", optimizer, "--lr", str(lr or LR[optimizer])]
 
 
 def tessera(args, work, tag, optimizer, dp=1, tp=1, steps=STEPS):
@@ -144,11 +146,13 @@ def step0_batch(B, S):
 def zero_gradient_parts(args, work):
     """{name: bool mask} of the parameter elements whose true gradient is
     exactly zero, found by a probe: the serial plan trained with SGD for 0
-    and for 1 step; g = (w1 - w0) / lr. An element counts when its initial
-    value is 0 and |g| <= ZERO_GRAD (fp32 resolves tiny updates only around
-    0); a tensor counts as a whole when ||g||_2 <= ZERO_GRAD."""
+    and for 1 step at lr PROBE_LR; g = (w1 - w0) / lr. The huge step makes
+    fp32 resolve |g| far below ZERO_GRAD on any initial value (an element of
+    magnitude 0.1 moves by 1e6 * g, visible from g ~ 1e-14), while a real
+    gradient moves it by ~1e6 * 1e-6 and more. An element counts when
+    |g| <= ZERO_GRAD; a tensor counts as a whole when ||g||_2 <= ZERO_GRAD."""
     plan = os.path.join(work, "probe.tsr")
-    run(partition_cmd(args, plan, "sgd"))
+    run(partition_cmd(args, plan, "sgd", lr=PROBE_LR))
     w = []
     for steps in (0, 1):
         out = os.path.join(work, f"probe{steps}.safetensors")
@@ -159,11 +163,11 @@ def zero_gradient_parts(args, work):
     parts = {}
     for name, w0 in w[0].items():
         w0 = np.asarray(w0, np.float64)
-        g = (np.asarray(w[1][name], np.float64) - w0) / LR["sgd"]
+        g = (np.asarray(w[1][name], np.float64) - w0) / PROBE_LR
         if np.linalg.norm(g) <= ZERO_GRAD:
             parts[name] = np.ones(w0.shape, bool)
             continue
-        mask = (w0 == 0) & (np.abs(g) <= ZERO_GRAD)
+        mask = np.abs(g) <= ZERO_GRAD
         if mask.any():
             parts[name] = mask
     return parts, w[0]

@@ -228,6 +228,23 @@ def train(model, init, opt_name, B, S, V):
     return losses
 
 
+def strip_paths(path):
+    """The dynamo exporter records each node's Python stack trace
+    (metadata_props pkg.torch.onnx.stack_trace) with absolute paths; make
+    them relative to the checkout and the venv so that the file does not
+    depend on where it was made. Only those strings change; the weights in
+    the external data file are untouched."""
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    prefixes = sorted({ROOT + os.sep, sys.prefix + os.sep}, key=len,
+                      reverse=True)
+    for node in m.graph.node:
+        for prop in node.metadata_props:
+            for p in prefixes:
+                prop.value = prop.value.replace(p, "")
+    onnx.save(m, path)
+
+
 def export(model, ids, path, exporter):
     import torch
     for suffix in ("", ".data"):
@@ -240,6 +257,7 @@ def export(model, ids, path, exporter):
         torch.onnx.export(model, (x,), path, dynamo=True,
                           input_names=["input_ids"], output_names=["logits"],
                           external_data=True, optimize=DYNAMO_OPTIMIZE)
+        strip_paths(path)
     else:
         opset = int(exporter[2:])
         torch.onnx.export(model, (x,), path, opset_version=opset,
