@@ -281,6 +281,10 @@ llvm::Expected<rt::Tensor> fromInit(Attribute init,
 /// An error or tolerance (3 significant digits) or a value (9: exact for
 /// f32).
 std::string fmt(double v, int digits = 3) {
+  if (std::isnan(v))
+    return "nan";
+  if (std::isinf(v))
+    return v > 0 ? "inf" : "-inf";
   char buf[40];
   std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
   return buf;
