@@ -31,4 +31,5 @@ if "HOME" in os.environ:
     config.environment["HOME"] = os.environ["HOME"]
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%srcroot", config.tessera_src_root))
+config.substitutions.append(("%objroot", config.tessera_obj_root))
 config.substitutions.append(("%models", os.path.join(config.tessera_src_root, "test", "e2e", "models")))

@@ -11,6 +11,7 @@ docs/OpCoverage.md.
     run_node_tests.py run --source debian|pypi --build BUILD
                           [--ops FILE] [--data-root DIR] [--python PY]
                           [--results OUT.json] [-j 2] [--filter REGEX] [-v]
+                          [--tool TESSERA_EVAL] [--timeout S]
         Runs one source's tests; exit 1 if any test fails.
           debian  Debian's libonnx-testdata (onnx 1.12), in
                   /usr/share/libonnx-testdata/data/node.
@@ -259,8 +260,9 @@ class Evaluator:
     """One `tessera-eval --batch` process (restarted after a crash); each
     job is written to its stdin and answered by one line on its stdout."""
 
-    def __init__(self, tool):
+    def __init__(self, tool, timeout=TIMEOUT_S):
         self.tool = tool
+        self.timeout = timeout
         self.proc = None
         self.stderr = None
 
@@ -289,12 +291,12 @@ class Evaluator:
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
-        ready, _, _ = select.select([self.proc.stdout], [], [], TIMEOUT_S)
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
         if not ready:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
-            return "fail", f"timeout after {TIMEOUT_S} s"
+            return "fail", f"timeout after {self.timeout:g} s"
         line = self.proc.stdout.readline()
         if not line:  # the process died on this job
             rc = self.proc.wait()
@@ -363,8 +365,8 @@ def run_source(args):
     else:
         root = generate_pypi_data(args.data_root or os.path.join(
             args.build, "test", "onnx-node", "pypi-data"))
-    tool = os.path.join(os.path.abspath(args.build), "tools", "tessera-eval",
-                        "tessera-eval")
+    tool = args.tool or os.path.join(os.path.abspath(args.build), "tools",
+                                     "tessera-eval", "tessera-eval")
     if not os.access(tool, os.X_OK):
         sys.exit(f"run_node_tests: {tool} is not built")
     names = sorted(d for d in os.listdir(root)
@@ -404,7 +406,7 @@ def run_source(args):
 
     def evaluator():
         if not hasattr(local, "ev"):
-            local.ev = Evaluator(tool)
+            local.ev = Evaluator(tool, args.timeout)
             with lock:
                 evaluators.append(local.ev)
         return local.ev
@@ -635,7 +637,10 @@ def main():
     r.add_argument("--python", help="run under this interpreter")
     r.add_argument("--results")
     r.add_argument("-j", "--jobs", type=int, default=2)
-    r.add_argument("--filter")
+    r.add_argument("--filter", help="only tests whose name matches")
+    r.add_argument("--tool", help="tessera-eval to run (default: BUILD's)")
+    r.add_argument("--timeout", type=float, default=TIMEOUT_S,
+                   help="seconds one test may take (default %(default)s)")
     r.add_argument("-v", "--verbose", action="store_true")
     d = sub.add_parser("doc", help="write or check docs/OpCoverage.md")
     d.add_argument("--results", nargs="+", required=True)

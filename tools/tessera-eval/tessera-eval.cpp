@@ -3,6 +3,7 @@
 //   tessera-eval MODEL.onnx --data DIR [--bind none|int|all]
 //                [--rtol R] [--atol A] [--write-outputs OUTDIR]
 //   tessera-eval MODEL.onnx --input X.pb ... [--expect Y.pb ...]
+//   tessera-eval --batch [--rtol R] [--atol A]     (jobs on stdin)
 //
 // Runs the forward pass of one ONNX model through Tessera's own path — the
 // importer (compiler/import, importOnnxBytes, with the raising patterns),
@@ -44,6 +45,14 @@
 // Exit status: 0 pass (or ran), 1 mismatch, 2 error. Warnings (e.g. an opset
 // newer than libonnx knows) go to stderr.
 //
+// `--batch` reads jobs from stdin, one per line, `MODEL<tab>DATA_DIR<tab>
+// none|int|all`, and answers each with its one line on stdout, flushed
+// (exit status 0 at the end of the input). One process then serves many
+// models: its start-up (mostly loading the CUDA libraries the runtime
+// links) costs about 20 times a node test's import and run. Each job gets
+// a fresh MLIRContext; a crash ends the process, and the caller knows which
+// job caused it from the lines it got.
+//
 //===----------------------------------------------------------------------===//
 
 #include "compiler/import/OnnxImporter.h"
@@ -84,28 +93,30 @@ using namespace tessera::eval;
 namespace cl = llvm::cl;
 namespace rt = tessera::runtime;
 
+static cl::OptionCategory evalCategory("tessera-eval options");
 static cl::opt<std::string> modelPath(cl::Positional, cl::Optional,
-                                      cl::desc("<model.onnx>"), cl::init(""));
+                                      cl::desc("<model.onnx>"), cl::init(""),
+                                      cl::cat(evalCategory));
 static cl::opt<bool>
     batch("batch",
           cl::desc("Read jobs from stdin, one per line: MODEL<tab>DATA_DIR<tab>"
                    "none|int|all; print one result line per job (flushed)"),
-          cl::init(false));
+          cl::init(false), cl::cat(evalCategory));
 static cl::opt<std::string>
     dataDir("data",
             cl::desc("Data set directory: input_<k>.pb and output_<k>.pb "
                      "(the layout of ONNX's backend tests)"),
-            cl::value_desc("dir"), cl::init(""));
+            cl::value_desc("dir"), cl::init(""), cl::cat(evalCategory));
 static cl::list<std::string>
     inputFiles("input",
                cl::desc("Input TensorProto file (graph input order; "
                         "repeat for each input)"),
-               cl::value_desc("file.pb"));
+               cl::value_desc("file.pb"), cl::cat(evalCategory));
 static cl::list<std::string>
     expectFiles("expect",
                 cl::desc("Expected output TensorProto file (graph output "
                          "order; repeat for each output)"),
-                cl::value_desc("file.pb"));
+                cl::value_desc("file.pb"), cl::cat(evalCategory));
 enum class Bind { None, Int, All };
 static cl::opt<Bind> bindMode(
     "bind", cl::desc("Graph inputs bound as constants before import"),
@@ -114,17 +125,17 @@ static cl::opt<Bind> bindMode(
                           "integer inputs (shape operands must be constants)"),
                clEnumValN(Bind::All, "all",
                           "every input (the importer folds the model)")),
-    cl::init(Bind::None));
+    cl::init(Bind::None), cl::cat(evalCategory));
 static cl::opt<double>
     rtolOpt("rtol",
             cl::desc("Relative tolerance (|got - exp| <= atol + rtol*|exp|)"),
-            cl::init(1e-5));
+            cl::init(1e-5), cl::cat(evalCategory));
 static cl::opt<double> atolOpt("atol", cl::desc("Absolute tolerance"),
-                               cl::init(1e-5));
+                               cl::init(1e-5), cl::cat(evalCategory));
 static cl::opt<std::string>
     writeOutputs("write-outputs",
                  cl::desc("Write every output as DIR/output_<k>.pb"),
-                 cl::value_desc("dir"), cl::init(""));
+                 cl::value_desc("dir"), cl::init(""), cl::cat(evalCategory));
 
 namespace {
 
@@ -515,6 +526,7 @@ Outcome runJob(const Job &job, Tolerance tol, llvm::StringRef writeDir) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
+  cl::HideUnrelatedOptions(evalCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
       "tessera-eval: run an ONNX model's forward on Tessera's CPU runtime and "
@@ -529,7 +541,9 @@ int main(int argc, char **argv) {
       "  (shape operands must be known at compile time); --bind all makes\n"
       "  every input a constant (the importer folds the model).\n\n"
       "  Prints one line: PASS: ... | FAIL: ... | RAN: ... | ERROR: <stage>:\n"
-      "  ...; exit status 0 pass, 1 mismatch, 2 error.\n");
+      "  ...; exit status 0 pass, 1 mismatch, 2 error. --batch reads jobs\n"
+      "  MODEL<tab>DATA_DIR<tab>none|int|all from stdin and prints one such\n"
+      "  line per job.\n");
 
   Tolerance tol{rtolOpt, atolOpt};
   if (batch) {
