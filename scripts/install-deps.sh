@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   cmake ninja-build g++ make
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
-  libonnx-dev libprotobuf-dev protobuf-compiler
+  libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev

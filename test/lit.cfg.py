@@ -12,7 +12,8 @@ config.test_exec_root = os.path.join(config.tessera_obj_root, "test")
 # Tools: build dirs first, then LLVM's FileCheck/not/split-file.
 tool_dirs = [
     os.path.join(config.tessera_obj_root, "tools", t)
-    for t in ("tessera-opt", "tessera-import", "tessera-partition", "tessera-run")
+    for t in ("tessera-opt", "tessera-import", "tessera-partition", "tessera-run",
+              "tessera-eval")
 ]
 tool_dirs.append(os.path.join(config.tessera_obj_root, "test", "unittests", "executor"))  # tessera-pack-plan (test/Run)
 config.environment["PATH"] = os.pathsep.join(
@@ -30,4 +31,5 @@ if "HOME" in os.environ:
     config.environment["HOME"] = os.environ["HOME"]
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%srcroot", config.tessera_src_root))
+config.substitutions.append(("%objroot", config.tessera_obj_root))
 config.substitutions.append(("%models", os.path.join(config.tessera_src_root, "test", "e2e", "models")))
