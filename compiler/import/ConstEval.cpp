@@ -68,8 +68,14 @@ double applyBin(Bin k, double a, double x) {
     return std::isnan(a) || std::isnan(x) ? NAN : std::max(a, x);
   case Bin::Min:
     return std::isnan(a) || std::isnan(x) ? NAN : std::min(a, x);
-  case Bin::Mod:
-    return a - x * std::floor(a / x);
+  case Bin::Mod: { // sign of the divisor (numpy.mod); exact via fmod
+    if (std::isinf(x) && std::isfinite(a))
+      return a == 0 || std::signbit(a) == std::signbit(x) ? a : x;
+    double r = std::fmod(a, x);
+    if (r != 0 && std::signbit(r) != std::signbit(x))
+      r += x;
+    return r;
+  }
   case Bin::FMod:
     return std::fmod(a, x);
   case Bin::Equal:
