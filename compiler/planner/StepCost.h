@@ -62,8 +62,9 @@
 //  - The GEMM table is measured for C = A·B; transposed operands (the
 //    backward's GEMMs) are assumed to run at the same rate.
 //  - Non-GEMM kernels the calibration measured (Cluster::
-//    kernelSecondsPerElement: layer_norm and its gradient, the optimizer
-//    updates, gelu and its gradient, the cross-entropy) take elements of
+//    kernelSecondsPerElement: layer_norm, rms_norm and their gradients,
+//    the optimizer updates, gelu, silu and their gradients, the
+//    cross-entropy) take elements of
 //    their first operand x the measured seconds per element; the fused
 //    attention kernels, scores formed (getTranscendentals) x the measured
 //    seconds per score. The others are

@@ -149,3 +149,56 @@ int64_t AttentionGradOp::getTranscendentals() {
 
 /// A view: the CPU kernel shares the operand's storage, nothing is moved.
 int64_t ReshapeOp::getBytesAccessed() { return 0; }
+
+//===----------------------------------------------------------------------===//
+// RMSNorm and the sigmoid family
+//===----------------------------------------------------------------------===//
+
+/// Elements of `v` and rows of a normalization over [axis, rank).
+static std::pair<int64_t, int64_t> elementsAndRows(Value v, int64_t axis) {
+  auto t = cast<RankedTensorType>(v.getType());
+  int64_t n = t.getNumElements(), cols = 1;
+  for (int64_t d = axis; d < t.getRank(); ++d)
+    cols *= t.getDimSize(d);
+  return {n, cols ? n / cols : 0};
+}
+
+/// Per element: x² and its running sum, x · rstd and · scale (4); per row:
+/// the mean's division and + ε (2).
+int64_t RmsNormOp::getFlops() {
+  auto [n, rows] = elementsAndRows(getInput(), getAxis());
+  return 4 * n + 2 * rows;
+}
+
+/// One rsqrt per row.
+int64_t RmsNormOp::getTranscendentals() {
+  return elementsAndRows(getInput(), getAxis()).second;
+}
+
+/// Per element: x² and sum (2), x̂ = x · r (1), g = dy · w (1), Σ g · x̂
+/// (2), dw += dy · x̂ (2), dx = r · (g − x̂ · c) (3); per row: the mean,
+/// + ε and the dot product's mean (3).
+int64_t RmsNormGradOp::getFlops() {
+  auto [n, rows] = elementsAndRows(getInput(), getAxis());
+  return 11 * n + 3 * rows;
+}
+
+int64_t RmsNormGradOp::getTranscendentals() {
+  return elementsAndRows(getInput(), getAxis()).second;
+}
+
+static int64_t elementsOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getNumElements();
+}
+
+/// 1 / (1 + exp(−x)): negation, add, division, and one exp.
+int64_t SigmoidOp::getFlops() { return 3 * elementsOf(getResult()); }
+int64_t SigmoidOp::getTranscendentals() { return elementsOf(getResult()); }
+
+/// x / (1 + exp(−x)): negation, add, division, the infinity test, one exp.
+int64_t SiluOp::getFlops() { return 4 * elementsOf(getResult()); }
+int64_t SiluOp::getTranscendentals() { return elementsOf(getResult()); }
+
+/// s = sigmoid(x) (3), then dy · s · (1 + x · (1 − s)) (4), one exp.
+int64_t SiluGradOp::getFlops() { return 7 * elementsOf(getResult()); }
+int64_t SiluGradOp::getTranscendentals() { return elementsOf(getResult()); }

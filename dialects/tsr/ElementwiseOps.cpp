@@ -17,6 +17,21 @@ LogicalResult GeluOp::verify() {
   return success();
 }
 
+/// The float activations (sigmoid, silu) compute in floating point only.
+static LogicalResult verifyFloatElement(Operation *op, Type type) {
+  if (!isa<FloatType>(cast<RankedTensorType>(type).getElementType()))
+    return op->emitOpError("expects a float element type, got ") << type;
+  return success();
+}
+
+LogicalResult SigmoidOp::verify() {
+  return verifyFloatElement(*this, getInput().getType());
+}
+
+LogicalResult SiluOp::verify() {
+  return verifyFloatElement(*this, getInput().getType());
+}
+
 LogicalResult BroadcastOp::verify() {
   auto in = getInput().getType();
   auto out = getResult().getType();

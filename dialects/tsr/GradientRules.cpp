@@ -411,6 +411,25 @@ LogicalResult GeluOp::buildGradient(OpBuilder &builder,
   });
 }
 
+LogicalResult SigmoidOp::buildGradient(OpBuilder &builder,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  GradBuilder gb{builder, getLoc()};
+  // d sigmoid(x) = y · (1 − y): y ∈ [0, 1], finite for every x.
+  return unaryRule(*this, resultGrads, operandGrads, [&](Value g) {
+    Value y = getResult();
+    return gb.mul(g, gb.mul(y, gb.sub(gb.splatLike(y, 1.0), y)));
+  });
+}
+
+LogicalResult SiluOp::buildGradient(OpBuilder &builder,
+                                    ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  return unaryRule(*this, resultGrads, operandGrads, [&](Value g) -> Value {
+    return SiluGradOp::create(builder, getLoc(), getInput(), g);
+  });
+}
+
 LogicalResult ConvertOp::buildGradient(OpBuilder &builder,
                                        ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
@@ -687,6 +706,22 @@ LogicalResult LayerNormOp::buildGradient(OpBuilder &builder,
   return success();
 }
 
+LogicalResult RmsNormOp::buildGradient(OpBuilder &builder,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  auto g = singleResultGrad(*this, resultGrads);
+  if (failed(g))
+    return failure();
+  if (!*g)
+    return noGradient(*this, operandGrads);
+  auto grads = RmsNormGradOp::create(
+      builder, getLoc(), getInput().getType(), getScale().getType(), getInput(),
+      getScale(), *g, getAxisAttr(), getEpsilonAttr());
+  operandGrads.push_back(grads.getInputGrad());
+  operandGrads.push_back(grads.getScaleGrad());
+  return success();
+}
+
 LogicalResult SoftmaxOp::buildGradient(OpBuilder &builder,
                                        ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
@@ -753,11 +788,13 @@ CrossEntropyOp::buildGradient(OpBuilder &builder, ArrayRef<Value> resultGrads,
 TSR_NO_GRADIENT(GatherGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(LayerNormGradOp,
                 "second-order differentiation is not supported")
+TSR_NO_GRADIENT(RmsNormGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(SoftmaxGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(AttentionGradOp,
                 "second-order differentiation is not supported")
 TSR_NO_GRADIENT(ReluGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(GeluGradOp, "second-order differentiation is not supported")
+TSR_NO_GRADIENT(SiluGradOp, "second-order differentiation is not supported")
 TSR_NO_GRADIENT(CrossEntropyGradOp,
                 "second-order differentiation is not supported")
 TSR_NO_GRADIENT(SgdUpdateOp, "optimizer updates are not differentiable")

@@ -1,4 +1,4 @@
-//===- NNOps.cpp - gather, layer_norm, softmax, attention, losses, grads -===//
+//===- NNOps.cpp - gather, norms, softmax, attention, losses, grads ------===//
 
 #include "dialects/tsr/TsrOps.h"
 
@@ -89,6 +89,34 @@ LogicalResult LayerNormGradOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// RMSNorm
+//===----------------------------------------------------------------------===//
+
+/// As layer_norm's, and `scale` has the input's float element type.
+static LogicalResult verifyRmsNorm(Operation *op, Type inputType,
+                                   Type scaleType, int64_t axis) {
+  auto in = cast<RankedTensorType>(inputType);
+  if (!isa<FloatType>(in.getElementType()))
+    return op->emitOpError("expects a float element type, got ") << in;
+  if (failed(verifyNormalizedShape(op, inputType, scaleType, axis)))
+    return failure();
+  if (cast<RankedTensorType>(scaleType).getElementType() != in.getElementType())
+    return op->emitOpError("scale element type must be the input's (")
+           << in.getElementType() << "), got " << scaleType;
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  return verifyRmsNorm(*this, getInput().getType(), getScale().getType(),
+                       getAxis());
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  return verifyRmsNorm(*this, getInput().getType(), getScale().getType(),
+                       getAxis());
+}
+
+//===----------------------------------------------------------------------===//
 // Softmax and activation gradients
 //===----------------------------------------------------------------------===//
 
@@ -113,6 +141,13 @@ LogicalResult ReluGradOp::verify() { return success(); }
 LogicalResult GeluGradOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
     return emitOpError("approximate must be \"none\" or \"tanh\"");
+  return success();
+}
+
+LogicalResult SiluGradOp::verify() {
+  if (!isa<FloatType>(getInput().getType().getElementType()))
+    return emitOpError("expects a float element type, got ")
+           << getInput().getType();
   return success();
 }
 

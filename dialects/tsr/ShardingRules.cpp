@@ -77,10 +77,13 @@ TSR_ELEMENTWISE_RULE(TanhOp)
 TSR_ELEMENTWISE_RULE(ErfOp)
 TSR_ELEMENTWISE_RULE(ReluOp)
 TSR_ELEMENTWISE_RULE(GeluOp)
+TSR_ELEMENTWISE_RULE(SigmoidOp)
+TSR_ELEMENTWISE_RULE(SiluOp)
 TSR_ELEMENTWISE_RULE(ConvertOp)
 TSR_ELEMENTWISE_RULE(ShardingConstraintOp)
 TSR_ELEMENTWISE_RULE(ReluGradOp)
 TSR_ELEMENTWISE_RULE(GeluGradOp)
+TSR_ELEMENTWISE_RULE(SiluGradOp)
 #undef TSR_ELEMENTWISE_RULE
 
 ShardingRule BroadcastOp::getShardingRule() {
@@ -427,6 +430,26 @@ ShardingRule LayerNormGradOp::getShardingRule() {
   auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
   rule.operands = {x, norm, x};
   rule.results = {x, norm, norm};
+  return rule;
+}
+
+/// RMSNorm: layer_norm's rule without the bias (the row statistic needs the
+/// whole normalized dims; scale follows them).
+ShardingRule RmsNormOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, norm};
+  rule.results = {x};
+  return rule;
+}
+
+/// The leading factors appear in no scale_grad dim: a split batch makes it
+/// partial (summed over the rows of every rank).
+ShardingRule RmsNormGradOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, norm, x};
+  rule.results = {x, norm};
   return rule;
 }
 

@@ -5,8 +5,9 @@
 //                       convert, broadcast, reductions
 //   LinalgOps.cpp       matmul
 //   ShapeOps.cpp        reshape, transpose, slice, concat
-//   NNOps.cpp           gather, layer_norm, softmax, attention, gelu,
-//                       cross_entropy and their gradient ops
+//   NNOps.cpp           gather, layer_norm, rms_norm, softmax, attention,
+//                       cross_entropy and the gradient ops (gelu_grad,
+//                       silu_grad, ...)
 //   OptimizerOps.cpp    sgd_update, adamw_update
 // Gradient rules live in GradientRules.cpp, sharding rules in
 // ShardingRules.cpp and costs in CostRules.cpp, each grouped by family.
@@ -153,6 +154,60 @@ def Tsr_GeluOp : Tsr_UnaryOp<"gelu",
     "PyTorch's tanh form when \"tanh\"",
     (ins DefaultValuedStrAttr<StrAttr, "none">:$approximate)> {
   let hasVerifier = 1;
+}
+
+/// A float elementwise activation with its own cost (FLOPs and
+/// transcendentals per element, CostRules.cpp) and a verifier that the
+/// element type is a float.
+class Tsr_ActivationOp<string mnemonic>
+    : Tsr_ContractOp<mnemonic, [Elementwise, SameOperandsAndResultType,
+        DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                                  ["getFlops", "getTranscendentals"]>]> {
+  let arguments = (ins Tsr_StaticTensor:$input);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Tsr_SigmoidOp : Tsr_ActivationOp<"sigmoid"> {
+  let summary = "Elementwise logistic sigmoid, 1 / (1 + exp(-x)).";
+  let description = [{
+    ONNX Sigmoid. The kernels evaluate 1 / (1 + exp(-x)), which saturates
+    without overflowing to NaN: where exp(-x) is +inf (x < -88 in f32) the
+    result is exactly 0, sigmoid(-inf) = 0, sigmoid(+inf) = 1, NaN
+    propagates (PyTorch's values). The gradient is dy · y · (1 − y) from
+    the result y (tsr.mul and tsr.sub), finite for every x; the gradient of
+    the decomposition 1 / (1 + exp(-x)) that the importer used to emit is
+    NaN wherever exp(-x) overflows (x < -88 in f32, x < -11 in f16).
+    `x · sigmoid(x)` is raised to `tsr.silu`. Cost: 3 FLOP and one exp per
+    element. Errors: a non-float element type.
+
+    ```mlir
+    %s = tsr.sigmoid %x : tensor<8x64xf32>
+    ```
+  }];
+}
+
+def Tsr_SiluOp : Tsr_ActivationOp<"silu"> {
+  let summary = "Elementwise SiLU (swish), x · sigmoid(x).";
+  let description = [{
+    The sigmoid-weighted linear unit (Elfwing et al., 2018; Hendrycks &
+    Gimpel, 2016, "GELUs", who named it SiLU; "swish" in Ramachandran et
+    al., 2017), PyTorch's `torch.nn.functional.silu`: the gate activation
+    of SwiGLU MLPs (Shazeer, 2020, "GLU Variants Improve Transformer":
+    `down(silu(gate(x)) * up(x))` in LLaMA, Mistral, Qwen2). Raised by the
+    importer from Mul(x, Sigmoid(x)) in either operand order.
+
+    Numerics: the kernels evaluate x / (1 + exp(-x)) in f32, which never
+    overflows to NaN for finite x (for x < -88, exp(-x) = +inf and the
+    result is -0, as in PyTorch); silu(+inf) = +inf; silu(-inf) = -0, the
+    limit (PyTorch 1.13 and 2.x return NaN there); NaN propagates. The
+    gradient is `tsr.silu_grad`. Cost: 4 FLOP and one exp per element.
+    Errors: a non-float element type.
+
+    ```mlir
+    %a = tsr.silu %gate : tensor<8x16x256xf32>
+    ```
+  }];
 }
 
 def Tsr_ConvertOp : Tsr_ContractOp<"convert", [Elementwise,
@@ -441,6 +496,88 @@ def Tsr_LayerNormGradOp : Tsr_ContractOp<"layer_norm_grad",
   }];
 }
 
+def Tsr_RmsNormOp : Tsr_ContractOp<"rms_norm",
+    [AllTypesMatch<["input", "result"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "RMS layer normalization (Zhang & Sennrich, 2019).";
+  let description = [{
+    Root-mean-square normalization ("Root Mean Square Layer
+    Normalization", Zhang & Sennrich 2019) over dimensions [axis, rank),
+    without centring and without bias, as LLaMA, Mistral, Qwen2 and Gemma
+    use it (HF `LlamaRMSNorm`):
+    `y = x / sqrt(mean(x², over [axis, rank)) + epsilon) * scale`, `scale`
+    of shape input.shape[axis:] and the input's element type. The
+    statistics are computed in f32 or wider whatever the element type (the
+    kernels accumulate in f64; on bf16/f16 data, after tsr-mixed-precision,
+    they widen to f32 first), as HF computes in f32 and casts back.
+
+    Gemma's variant `x_normed * (1 + w)` is not an attribute: `scale` is the
+    multiplier itself, and `1 + w` stays the tsr.add that feeds it (or the
+    initializer the exporter folded it into). The add's gradient is the
+    identity and its sharding rule elementwise, so autodiff, sharding (w
+    follows the normalized dims through the add) and the kernels need no
+    variant, for the price of one [H]-sized add per norm.
+
+    Raised by the importer from the exporters' decomposition Pow(x, 2) →
+    ReduceMean(trailing axes, keepdims) → Add ε → Sqrt → Div(1, ·) or
+    Reciprocal → Mul x (TorchScript and dynamo exports of HF LLaMA), also
+    x · rsqrt(·) and x / sqrt(·), with a following Mul by the weight (either
+    operand order) absorbed as `scale` (otherwise `scale` is ones).
+
+    Sharding: as `tsr.layer_norm`: the leading dims split freely; the
+    normalized dims, and `scale` with them, stay whole. Cost: 4 FLOP per
+    element (square, sum, the two products) plus 2 per row, and one rsqrt
+    per row (a transcendental).
+
+    Errors: `axis` outside [0, rank); `scale` not of shape
+    input.shape[axis:] or not of the input's element type; a non-float
+    element type.
+
+    ```mlir
+    %y = tsr.rms_norm %x, %w {axis = 2 : i64, epsilon = 1.0e-06 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$scale,
+                       I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale attr-dict `:` type($input) `,` type($scale)
+  }];
+}
+
+def Tsr_RmsNormGradOp : Tsr_ContractOp<"rms_norm_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     AllTypesMatch<["scale", "scale_grad"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "Gradient of `tsr.rms_norm` (recomputes rstd).";
+  let description = [{
+    With r = 1 / sqrt(mean(x²) + epsilon) per row recomputed from `input`
+    x, x̂ = x · r and g = `grad` · `scale`:
+    `input_grad = r · (g − x̂ · mean(g · x̂))` (means over the normalized
+    dims) and `scale_grad = Σ_rows grad · x̂`. Same shape rules and errors
+    as `tsr.rms_norm`. Sharding: the leading dims split freely (then
+    `scale_grad` is a partial sum over them); the normalized dims stay
+    whole. Cost: 11 FLOP per element plus 3 per row, one rsqrt per row.
+
+    ```mlir
+    %dx, %dw = tsr.rms_norm_grad %x, %w, %dy
+        {axis = 2 : i64, epsilon = 1.0e-06 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$scale,
+                       Tsr_StaticTensor:$grad, I64Attr:$axis,
+                       F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$input_grad,
+                      Tsr_StaticTensor:$scale_grad);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $grad attr-dict `:` type($input) `,` type($scale)
+  }];
+}
+
 def Tsr_SoftmaxOp : Tsr_ContractOp<"softmax",
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "Numerically stable softmax along `axis`.";
@@ -611,6 +748,27 @@ def Tsr_GeluGradOp : Tsr_ContractOp<"gelu_grad",
   }];
   let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$grad,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat = "$input `,` $grad attr-dict `:` type($result)";
+}
+
+def Tsr_SiluGradOp : Tsr_ContractOp<"silu_grad",
+    [AllTypesMatch<["input", "grad", "result"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "Gradient of `tsr.silu`: grad · s · (1 + x · (1 − s)).";
+  let description = [{
+    With s = sigmoid(x) of the forward's input x: `result = grad · s ·
+    (1 + x · (1 − s))`, PyTorch's silu_backward formula. Finite for every
+    finite x (no overflow: s saturates to 0 or 1); at x = +inf and -inf the
+    kernels return the limits grad · 1 and grad · 0 (PyTorch: NaN). Cost:
+    7 FLOP and one exp per element. Errors: a non-float element type.
+
+    ```mlir
+    %dx = tsr.silu_grad %x, %dy : tensor<8x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$grad);
   let results = (outs Tsr_StaticTensor:$result);
   let assemblyFormat = "$input `,` $grad attr-dict `:` type($result)";
 }

@@ -69,8 +69,10 @@ bool isOptimizerUpdate(Operation *op) {
 /// the backward), so it stays f32 as attention's result 1 and
 /// attention_grad's operand 4. Every other float operand and result of a
 /// retyped op is low precision (kernels whose numerics need f32 internally,
-/// e.g. layer_norm statistics, softmax and attention, compute in f32 and
-/// round their results).
+/// e.g. layer_norm and rms_norm statistics, softmax and attention, compute
+/// in f32 or wider and round their results; rms_norm's scale is a bf16/f16
+/// operand like layer_norm's, as HF LLaMA multiplies its weight in the
+/// model's dtype).
 bool keepsF32Result(Operation *op, unsigned index) {
   return (isa<tsr::CrossEntropyOp>(op) && index == 0) ||
          (isa<tsr::AttentionOp>(op) && index == 1);

@@ -285,3 +285,67 @@ func.func @sharding_partial_and_split(%x: tensor<4x8xf32>) {
   %0 = tsr.sharding_constraint %x {sharding = #tsr.sharding<@grid, [[0], []] partial = [0]>} : tensor<4x8xf32>
   return
 }
+
+// -----
+
+func.func @rms_norm_axis(%x: tensor<4x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{axis 2 out of range for rank 2}}
+  %0 = tsr.rms_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-06 : f32} : tensor<4x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_scale_shape(%x: tensor<4x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{scale shape must be input.shape[1:], got 'tensor<4xf32>'}}
+  %0 = tsr.rms_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<4x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_scale_type(%x: tensor<4x8xf32>, %g: tensor<8xbf16>) {
+  // expected-error @+1 {{scale element type must be the input's ('f32'), got 'tensor<8xbf16>'}}
+  %0 = tsr.rms_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<4x8xf32>, tensor<8xbf16>
+  return
+}
+
+// -----
+
+func.func @rms_norm_int(%x: tensor<4x8xi64>, %g: tensor<8xi64>) {
+  // expected-error @+1 {{expects a float element type, got 'tensor<4x8xi64>'}}
+  %0 = tsr.rms_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<4x8xi64>, tensor<8xi64>
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_scale(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{scale shape must be input.shape[1:], got 'tensor<8xf32>'}}
+  %0, %1 = tsr.rms_norm_grad %x, %g, %x {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @silu_int(%x: tensor<4xi64>) {
+  // expected-error @+1 {{expects a float element type, got 'tensor<4xi64>'}}
+  %0 = tsr.silu %x : tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @silu_grad_int(%x: tensor<4xi64>) {
+  // expected-error @+1 {{expects a float element type, got 'tensor<4xi64>'}}
+  %0 = tsr.silu_grad %x, %x : tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @sigmoid_int(%x: tensor<4xi64>) {
+  // expected-error @+1 {{expects a float element type, got 'tensor<4xi64>'}}
+  %0 = tsr.sigmoid %x : tensor<4xi64>
+  return
+}

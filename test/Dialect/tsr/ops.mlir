@@ -35,3 +35,21 @@ func.func @attention(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: ten
   %dq, %dk, %dv = tsr.attention_grad %q, %k, %v, %o, %l, %o, %m {causal = true, scale = 0.125 : f32} : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16xf32>, tensor<16x16xf32>
   return %dq : tensor<2x4x16x8xf32>
 }
+
+// RMSNorm, SiLU, sigmoid and their gradients; result types are inferred.
+// CHECK-LABEL: func.func @rms_norm_silu
+// CHECK: %[[Y:.*]] = tsr.rms_norm %arg0, %arg1 {axis = 2 : i64, epsilon = 9.99999997E-7 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+// CHECK: %[[DX:.*]], %{{.*}} = tsr.rms_norm_grad %arg0, %arg1, %[[Y]] {axis = 2 : i64, epsilon = 9.99999997E-7 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+// CHECK: tsr.rms_norm_grad %arg2, %arg3, %arg2 {axis = 1 : i64, {{.*}}} : tensor<2x4x8xbf16>, tensor<4x8xbf16>
+// CHECK: %[[A:.*]] = tsr.silu %[[DX]] : tensor<2x4x8xf32>
+// CHECK: %[[G:.*]] = tsr.silu_grad %[[A]], %[[Y]] : tensor<2x4x8xf32>
+// CHECK: tsr.sigmoid %[[G]] : tensor<2x4x8xf32>
+func.func @rms_norm_silu(%x: tensor<2x4x8xf32>, %w: tensor<8xf32>, %xb: tensor<2x4x8xbf16>, %wb: tensor<4x8xbf16>) -> (tensor<2x4x8xf32>, tensor<4x8xbf16>) {
+  %y = tsr.rms_norm %x, %w {axis = 2 : i64, epsilon = 1.0e-06 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+  %dx, %dw = tsr.rms_norm_grad %x, %w, %y {axis = 2 : i64, epsilon = 1.0e-06 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+  %dxb, %dwb = tsr.rms_norm_grad %xb, %wb, %xb {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<2x4x8xbf16>, tensor<4x8xbf16>
+  %a = tsr.silu %dx : tensor<2x4x8xf32>
+  %g = tsr.silu_grad %a, %y : tensor<2x4x8xf32>
+  %s = tsr.sigmoid %g : tensor<2x4x8xf32>
+  return %s, %dwb : tensor<2x4x8xf32>, tensor<4x8xbf16>
+}

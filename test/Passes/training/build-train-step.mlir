@@ -137,3 +137,43 @@ func.func @forward(
   %o = tsr.mul %qk, %v : tensor<4x2xf32>
   return %o : tensor<4x2xf32>
 }
+
+// -----
+
+// A LLaMA-style block: RMSNorm, a SwiGLU MLP (silu(gate) · up, down) and
+// the residual. The backward uses the fused rms_norm_grad (dx and dw) and
+// silu_grad.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK-SAME: %[[NW:[a-z0-9]+]]: tensor<4xf32> {tsr.init = {{[^}]*}}, tsr.name = "norm.weight", tsr.role = "param"}
+// CHECK: %[[X:.*]] = tsr.gather
+// CHECK: %[[N:.*]] = tsr.rms_norm %[[X]], %[[NW]] {axis = 2 : i64, epsilon = 9.99999997E-7 : f32{{.*}}} : tensor<2x3x4xf32>, tensor<4xf32>
+// CHECK: %[[GATE:.*]] = tsr.matmul %[[N]], %{{.*}} {transpose_rhs = true
+// CHECK: %[[UP:.*]] = tsr.matmul %[[N]], %{{.*}} {transpose_rhs = true
+// CHECK: %[[ACT:.*]] = tsr.silu %[[GATE]] {{.*}}: tensor<2x3x6xf32>
+// CHECK: tsr.cross_entropy
+// CHECK: %[[DACT:.*]] = tsr.mul %{{.*}}, %[[UP]] {{.*}}: tensor<2x3x6xf32>
+// CHECK: %[[DGATE:.*]] = tsr.silu_grad %[[GATE]], %[[DACT]] {{.*}}: tensor<2x3x6xf32>
+// CHECK: %[[DX:.*]], %[[DNW:.*]] = tsr.rms_norm_grad %[[X]], %[[NW]], %{{.*}} {axis = 2 : i64, epsilon = 9.99999997E-7 : f32{{.*}}} : tensor<2x3x4xf32>, tensor<4xf32>
+// CHECK: {{tsr.sgd_update|tsr.adamw_update}} %[[NW]], %[[DNW]]
+// CHECK-NOT: tsr.sigmoid
+func.func @forward(
+    %wte: tensor<8x4xf32> {tsr.name = "wte", tsr.role = "param", tsr.init = dense<0.5> : tensor<8x4xf32>},
+    %nw: tensor<4xf32> {tsr.name = "norm.weight", tsr.role = "param", tsr.init = dense<1.0> : tensor<4xf32>},
+    %wg: tensor<6x4xf32> {tsr.name = "gate.weight", tsr.role = "param", tsr.init = dense<0.1> : tensor<6x4xf32>},
+    %wu: tensor<6x4xf32> {tsr.name = "up.weight", tsr.role = "param", tsr.init = dense<0.2> : tensor<6x4xf32>},
+    %wd: tensor<4x6xf32> {tsr.name = "down.weight", tsr.role = "param", tsr.init = dense<0.3> : tensor<4x6xf32>},
+    %head: tensor<8x4xf32> {tsr.name = "head.weight", tsr.role = "param", tsr.init = dense<0.1> : tensor<8x4xf32>},
+    %tokens: tensor<2x3xi64> {tsr.name = "input_ids", tsr.role = "input"})
+    -> (tensor<2x3x8xf32> {tsr.name = "logits"}) {
+  %e = tsr.gather %wte, %tokens : tensor<8x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
+  %n = tsr.rms_norm %e, %nw {axis = 2 : i64, epsilon = 1.0e-06 : f32} : tensor<2x3x4xf32>, tensor<4xf32>
+  %g = tsr.matmul %n, %wg {transpose_rhs = true} : tensor<2x3x4xf32>, tensor<6x4xf32> -> tensor<2x3x6xf32>
+  %u = tsr.matmul %n, %wu {transpose_rhs = true} : tensor<2x3x4xf32>, tensor<6x4xf32> -> tensor<2x3x6xf32>
+  %a = tsr.silu %g : tensor<2x3x6xf32>
+  %h = tsr.mul %a, %u : tensor<2x3x6xf32>
+  %d = tsr.matmul %h, %wd {transpose_rhs = true} : tensor<2x3x6xf32>, tensor<4x6xf32> -> tensor<2x3x4xf32>
+  %r = tsr.add %e, %d : tensor<2x3x4xf32>
+  %l = tsr.matmul %r, %head {transpose_rhs = true} : tensor<2x3x4xf32>, tensor<8x4xf32> -> tensor<2x3x8xf32>
+  return %l : tensor<2x3x8xf32>
+}

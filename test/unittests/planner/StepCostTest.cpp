@@ -420,6 +420,59 @@ module {
   EXPECT_LT(cost->otherSeconds, 1e-5);
 }
 
+TEST_F(StepCostTest, RmsNormAndSiluCosts) {
+  // rms_norm over 64 columns of 32 rows: 4 FLOP per element + 2 per row, one
+  // rsqrt per row; its gradient 11 per element + 3 per row. silu: 4 FLOP and
+  // one exp per element, silu_grad 7 and one, sigmoid 3 and one. Bytes: every
+  // operand and result once.
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module {
+  func.func @train_step(%x: tensor<32x64xf32>, %g: tensor<64xf32>) -> (tensor<32x64xf32>, tensor<32x64xf32>, tensor<64xf32>, tensor<32x64xf32>, tensor<32x64xf32>) {
+    %y = tsr.rms_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<32x64xf32>, tensor<64xf32>
+    %dx, %dg = tsr.rms_norm_grad %x, %g, %y {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<32x64xf32>, tensor<64xf32>
+    %a = tsr.silu %y : tensor<32x64xf32>
+    %da = tsr.silu_grad %y, %a : tensor<32x64xf32>
+    %s = tsr.sigmoid %a : tensor<32x64xf32>
+    return %y, %dx, %dg, %da, %s : tensor<32x64xf32>, tensor<32x64xf32>, tensor<64xf32>, tensor<32x64xf32>, tensor<32x64xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  auto fn = module->lookupSymbol<func::FuncOp>("train_step");
+  SmallVector<tsr::CostOpInterface> ops(fn.getOps<tsr::CostOpInterface>());
+  ASSERT_EQ(ops.size(), 5u);
+  const int64_t n = 32 * 64, rows = 32, f32 = 4;
+  EXPECT_EQ(ops[0].getFlops(), 4 * n + 2 * rows);
+  EXPECT_EQ(ops[0].getTranscendentals(), rows);
+  EXPECT_EQ(ops[0].getBytesAccessed(), (2 * n + 64) * f32);
+  EXPECT_EQ(ops[1].getFlops(), 11 * n + 3 * rows);
+  EXPECT_EQ(ops[1].getTranscendentals(), rows);
+  EXPECT_EQ(ops[1].getBytesAccessed(), (3 * n + 2 * 64) * f32);
+  EXPECT_EQ(ops[2].getFlops(), 4 * n);
+  EXPECT_EQ(ops[2].getTranscendentals(), n);
+  EXPECT_EQ(ops[2].getBytesAccessed(), 2 * n * f32);
+  EXPECT_EQ(ops[3].getFlops(), 7 * n);
+  EXPECT_EQ(ops[3].getTranscendentals(), n);
+  EXPECT_EQ(ops[3].getBytesAccessed(), 3 * n * f32);
+  EXPECT_EQ(ops[4].getFlops(), 3 * n);
+  EXPECT_EQ(ops[4].getTranscendentals(), n);
+
+  // The planner times an unmeasured rms_norm by roofline with its rsqrts and
+  // a measured one (calibration's "rms_norm") per element of x.
+  Cluster c = calibrated();
+  c.transcendentalRate = 1e8;
+  llvm::Expected<StepCost> cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost)) << llvm::toString(cost.takeError());
+  ASSERT_TRUE(cost->opKinds.count("rms_norm"));
+  double roofline = std::max((4.0 * n + 2 * rows) / 1e10 + rows / 1e8,
+                             (2.0 * n + 64) * f32 / 5e9);
+  EXPECT_DOUBLE_EQ(cost->opKinds["rms_norm"].seconds, roofline + 1e-6);
+  c.kernelSecondsPerElement["rms_norm"] = 3e-9;
+  cost = predictStepCost(*module, c, "fp32");
+  ASSERT_TRUE(static_cast<bool>(cost));
+  EXPECT_DOUBLE_EQ(cost->opKinds["rms_norm"].seconds, n * 3e-9 + 1e-6);
+}
+
 TEST_F(StepCostTest, MeasuredKernelsPerElement) {
   // A kernel the calibration measured is timed as elements of its first
   // operand x seconds per element (plus the per-kernel overhead), not by

@@ -366,6 +366,8 @@ UNARY_CASE(Erf, "tsr.erf", "", -2.0, 2.0, 0.0)
 UNARY_CASE(Relu, "tsr.relu", "", -2.0, 2.0, 0.01)
 UNARY_CASE(GeluExact, "tsr.gelu", "", -3.0, 3.0, 0.0)
 UNARY_CASE(GeluTanh, "tsr.gelu", "{approximate = \"tanh\"}", -3.0, 3.0, 0.0)
+UNARY_CASE(Sigmoid, "tsr.sigmoid", "", -4.0, 4.0, 0.0)
+UNARY_CASE(Silu, "tsr.silu", "", -4.0, 4.0, 0.0)
 #undef UNARY_CASE
 
 TEST_F(GradientRules, ConvertFloatToFloat) {
@@ -594,6 +596,32 @@ TEST_F(GradientRules, LayerNorm) {
       R"(func.func @f(%x: tensor<2x3x4xf32>, %g: tensor<3x4xf32>, %b: tensor<3x4xf32>) -> tensor<2x3x4xf32> {
     %0 = tsr.layer_norm %x, %g, %b {axis = 1 : i64, epsilon = 1.0e-02 : f32} : tensor<2x3x4xf32>, tensor<3x4xf32>
     return %0 : tensor<2x3x4xf32>
+  })");
+}
+
+TEST_F(GradientRules, RmsNorm) {
+  check(
+      R"(func.func @f(%x: tensor<2x3x4xf32>, %g: tensor<4xf32>) -> tensor<2x3x4xf32> {
+    %0 = tsr.rms_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x3x4xf32>, tensor<4xf32>
+    return %0 : tensor<2x3x4xf32>
+  })");
+  check(
+      R"(func.func @f(%x: tensor<2x3x4xf32>, %g: tensor<3x4xf32>) -> tensor<2x3x4xf32> {
+    %0 = tsr.rms_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-02 : f32} : tensor<2x3x4xf32>, tensor<3x4xf32>
+    return %0 : tensor<2x3x4xf32>
+  })");
+}
+
+TEST_F(GradientRules, RmsNormGemmaScaleAndSwiGlu) {
+  // Gemma's x_normed · (1 + w) through the add, then a SwiGLU gate.
+  check(
+      R"(func.func @f(%x: tensor<3x4xf32>, %w: tensor<4xf32>, %u: tensor<3x4xf32>) -> tensor<3x4xf32> {
+    %one = tsr.constant dense<1.0> : tensor<4xf32>
+    %s = tsr.add %one, %w : tensor<4xf32>
+    %n = tsr.rms_norm %x, %s {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<3x4xf32>, tensor<4xf32>
+    %a = tsr.silu %n : tensor<3x4xf32>
+    %y = tsr.mul %a, %u : tensor<3x4xf32>
+    return %y : tensor<3x4xf32>
   })");
 }
 

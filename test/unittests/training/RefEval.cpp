@@ -127,6 +127,22 @@ double geluDerivative(double x, bool tanhForm) {
          0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+/// d/dx x · sigmoid(x) = s · (1 + x · (1 − s)).
+double siluDerivative(double x) {
+  double s = sigmoid(x);
+  return s * (1.0 + x * (1.0 - s));
+}
+
+/// 1 / sqrt(mean(x²) + eps) over `n` values.
+double rmsRstd(const double *x, int64_t n, double eps) {
+  double ms = 0;
+  for (int64_t j = 0; j < n; ++j)
+    ms += x[j] * x[j];
+  return 1.0 / std::sqrt(ms / n + eps);
+}
+
 /// Splits `shape` around `axis` into (outer, size, inner).
 void splitAxis(const std::vector<int64_t> &shape, int64_t axis, int64_t &outer,
                int64_t &size, int64_t &inner) {
@@ -313,6 +329,12 @@ struct Interpreter {
           bool t = g.getApproximate() == "tanh";
           return unary(op, [&](double x) { return gelu(x, t); });
         })
+        .Case([&](tsr::SigmoidOp) {
+          return unary(op, [](double x) { return sigmoid(x); });
+        })
+        .Case([&](tsr::SiluOp) {
+          return unary(op, [](double x) { return x * sigmoid(x); });
+        })
         .Case([&](tsr::ConvertOp c) {
           Type elem = c.getType().getElementType();
           if (elem.isInteger(1))
@@ -490,6 +512,45 @@ struct Interpreter {
           set(op, 2, std::move(db));
           return true;
         })
+        .Case([&](tsr::RmsNormOp l) {
+          const RefTensor &x = in(op, 0), &g = in(op, 1);
+          double eps = l.getEpsilon().convertToDouble();
+          int64_t inner = g.numel(), rows = x.numel() / inner;
+          RefTensor out(x.shape);
+          for (int64_t r = 0; r < rows; ++r) {
+            const double *px = x.data.data() + r * inner;
+            double rstd = rmsRstd(px, inner, eps);
+            for (int64_t j = 0; j < inner; ++j)
+              out.data[r * inner + j] = px[j] * rstd * g.data[j];
+          }
+          set(op, 0, std::move(out));
+          return true;
+        })
+        .Case([&](tsr::RmsNormGradOp l) {
+          // y = x·r·g with r = (mean(x²) + ε)^-½, dr/dx_k = −r³·x_k / n:
+          // dx_k = r·(dy_k·g_k − x̂_k·mean(dy·g·x̂)), dg = Σ_rows dy·x̂.
+          const RefTensor &x = in(op, 0), &g = in(op, 1), &dy = in(op, 2);
+          double eps = l.getEpsilon().convertToDouble();
+          int64_t inner = g.numel(), rows = x.numel() / inner;
+          RefTensor dx(x.shape), dg(g.shape);
+          for (int64_t r = 0; r < rows; ++r) {
+            const double *px = x.data.data() + r * inner;
+            const double *pdy = dy.data.data() + r * inner;
+            double rstd = rmsRstd(px, inner, eps);
+            double m = 0;
+            for (int64_t j = 0; j < inner; ++j) {
+              m += pdy[j] * g.data[j] * px[j] * rstd;
+              dg.data[j] += pdy[j] * px[j] * rstd;
+            }
+            m /= inner;
+            for (int64_t j = 0; j < inner; ++j)
+              dx.data[r * inner + j] =
+                  rstd * (pdy[j] * g.data[j] - px[j] * rstd * m);
+          }
+          set(op, 0, std::move(dx));
+          set(op, 1, std::move(dg));
+          return true;
+        })
         .Case([&](tsr::SoftmaxOp s) {
           const RefTensor &x = in(op, 0);
           RefTensor out(x.shape);
@@ -598,6 +659,10 @@ struct Interpreter {
           return binary(op, [&](double x, double dy) {
             return dy * geluDerivative(x, t);
           });
+        })
+        .Case([&](tsr::SiluGradOp) {
+          return binary(
+              op, [](double x, double dy) { return dy * siluDerivative(x); });
         })
         .Case([&](tsr::CrossEntropyOp) {
           const RefTensor &x = in(op, 0), &lab = in(op, 1);

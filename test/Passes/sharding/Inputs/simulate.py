@@ -192,6 +192,30 @@ def layer_norm_grad(x, g, dy, axis, eps):
     return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
 
 
+def rms_norm(x, g, axis, eps):
+    ax = tuple(range(axis, x.ndim))
+    return x / np.sqrt((x * x).mean(axis=ax, keepdims=True) + eps) * g
+
+
+def rms_norm_grad(x, g, dy, axis, eps):
+    ax = tuple(range(axis, x.ndim))
+    lead = tuple(range(0, axis))
+    rstd = 1 / np.sqrt((x * x).mean(axis=ax, keepdims=True) + eps)
+    xhat = x * rstd
+    dxhat = dy * g
+    dx = rstd * (dxhat - xhat * (dxhat * xhat).mean(axis=ax, keepdims=True))
+    return dx, (dy * xhat).sum(axis=lead)
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def silu_grad(x, dy):
+    s = sigmoid(x)
+    return dy * s * (1 + x * (1 - s))
+
+
 def cross_entropy(logits, labels):
     lse = np.log(np.sum(np.exp(logits - logits.max(1, keepdims=True)), 1)) + logits.max(1)
     return np.array(np.sum(lse - logits[np.arange(len(labels)), labels]))
@@ -249,7 +273,8 @@ def attention_op(name, x, props):
 UNARY = {"tsr.relu": lambda a: np.maximum(a, 0.0), "tsr.neg": np.negative,
          "tsr.exp": np.exp, "tsr.log": np.log, "tsr.sqrt": np.sqrt,
          "tsr.rsqrt": lambda a: 1 / np.sqrt(a), "tsr.tanh": np.tanh,
-         "tsr.erf": erf}
+         "tsr.erf": erf, "tsr.sigmoid": sigmoid,
+         "tsr.silu": lambda a: a * sigmoid(a)}
 
 
 def run(ops, env, collective=None):
@@ -278,6 +303,12 @@ def run(ops, env, collective=None):
             r = [layer_norm(x[0], x[1], x[2], int(prop(p, "axis").split(":")[0]), float(prop(p, "epsilon").split(":")[0]))]
         elif name == "tsr.layer_norm_grad":
             r = list(layer_norm_grad(x[0], x[1], x[2], int(prop(p, "axis").split(":")[0]), float(prop(p, "epsilon").split(":")[0])))
+        elif name == "tsr.rms_norm":
+            r = [rms_norm(x[0], x[1], int(prop(p, "axis").split(":")[0]), float(prop(p, "epsilon").split(":")[0]))]
+        elif name == "tsr.rms_norm_grad":
+            r = list(rms_norm_grad(x[0], x[1], x[2], int(prop(p, "axis").split(":")[0]), float(prop(p, "epsilon").split(":")[0])))
+        elif name == "tsr.silu_grad":
+            r = [silu_grad(x[0], x[1])]
         elif name == "tsr.transpose":
             r = [np.transpose(x[0], arr_prop(p, "permutation"))]
         elif name == "tsr.matmul":
