@@ -1268,16 +1268,17 @@ bool CudaBackend::takesNative16Bit(StringRef name, ArrayRef<TensorType> ins,
   };
   // Data movement and elementwise kernels take every dtype they are given.
   if (tessera::tsrt::isDataMovementKernel(name) ||
-      llvm::is_contained({"add",       "sub",   "mul",        "div",
-                          "pow",       "max",   "neg",        "exp",
-                          "log",       "sqrt",  "rsqrt",      "tanh",
-                          "erf",       "relu",  "gelu",       "gelu_grad",
-                          "relu_grad", "equal", "reduce_sum", "reduce_mean",
-                          "reduce_max"},
+      llvm::is_contained({"add",   "sub",        "mul",         "div",
+                          "pow",   "max",        "neg",         "exp",
+                          "log",   "sqrt",       "rsqrt",       "tanh",
+                          "erf",   "relu",       "gelu",        "sigmoid",
+                          "silu",  "gelu_grad",  "relu_grad",   "silu_grad",
+                          "equal", "reduce_sum", "reduce_mean", "reduce_max"},
                          name))
     return true;
   if (name == "matmul" || name == "layer_norm" || name == "layer_norm_grad" ||
-      name == "softmax" || name == "softmax_grad")
+      name == "rms_norm" || name == "rms_norm_grad" || name == "softmax" ||
+      name == "softmax_grad")
     return allSame(ins) && allSame(outs) && ins[0].dtype == outs[0].dtype;
   if (name == "attention")
     return allSame(ins) && outs[0].dtype == ins[0].dtype &&
@@ -1412,9 +1413,9 @@ llvm::Error CudaBackend::bindNative(StringRef name, mlir::DictionaryAttr attrs,
   if (name == "attention" || name == "attention_grad")
     return bindAttention(name, attrs, ins, outs, inst);
   if (llvm::is_contained({"gather", "gather_grad", "layer_norm",
-                          "layer_norm_grad", "softmax", "softmax_grad",
-                          "cross_entropy", "cross_entropy_grad", "sgd_update",
-                          "adamw_update"},
+                          "layer_norm_grad", "rms_norm", "rms_norm_grad",
+                          "softmax", "softmax_grad", "cross_entropy",
+                          "cross_entropy_grad", "sgd_update", "adamw_update"},
                          name))
     return bindNN(name, attrs, ins, outs, options, inst);
   return bindElementwise(name, attrs, ins, outs, inst);
@@ -1523,6 +1524,24 @@ llvm::Error CudaBackend::bindNN(StringRef name, mlir::DictionaryAttr attrs,
         [s, axis, eps](In in, Out out, Status, void *ws) {
           return cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
                                      out[1], out[2], ws, s);
+        });
+    return llvm::Error::success();
+  }
+  if (name == "rms_norm" || name == "rms_norm_grad") {
+    int64_t axis = axisOf(intAttr(attrs, "axis"), ins[0].shape.size());
+    float eps = static_cast<float>(floatAttr(attrs, "epsilon"));
+    if (name == "rms_norm") {
+      inst.fn = launchWith(
+          inst, name, false, 0, [s, axis, eps](In in, Out out, Status, void *) {
+            return cuda::rmsNorm(*in[0], *in[1], axis, eps, out[0], s);
+          });
+      return llvm::Error::success();
+    }
+    inst.fn = launchWith(
+        inst, name, false, cuda::rmsNormGradScratchBytes(ins[0].shape, axis),
+        [s, axis, eps](In in, Out out, Status, void *ws) {
+          return cuda::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
+                                   out[1], ws, s);
         });
     return llvm::Error::success();
   }
@@ -1729,6 +1748,8 @@ llvm::Error CudaBackend::bindElementwise(StringRef name,
           .Case("gelu", approx == cuda::GeluApproximate::Tanh
                             ? cuda::UnaryOp::GeluTanh
                             : cuda::UnaryOp::Gelu)
+          .Case("sigmoid", cuda::UnaryOp::Sigmoid)
+          .Case("silu", cuda::UnaryOp::Silu)
           .Default(std::nullopt);
   if (unary) {
     cuda::UnaryOp op = *unary;
@@ -1745,6 +1766,12 @@ llvm::Error CudaBackend::bindElementwise(StringRef name,
           relu ? cuda::reluGrad(*in[0], *in[1], out[0], stream())
                : cuda::geluGrad(*in[0], *in[1], approx, out[0], stream()),
           kernel);
+    };
+    return llvm::Error::success();
+  }
+  if (name == "silu_grad") {
+    inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
+      return launched(cuda::siluGrad(*in[0], *in[1], out[0], stream()), kernel);
     };
     return llvm::Error::success();
   }

@@ -234,6 +234,8 @@ std::optional<UnaryFn> unaryKernel(StringRef name) {
       .Case("tanh", &cpu::tanh)
       .Case("erf", &cpu::erf)
       .Case("relu", &cpu::relu)
+      .Case("sigmoid", &cpu::sigmoid)
+      .Case("silu", &cpu::silu)
       .Default(std::nullopt);
 }
 
@@ -735,6 +737,38 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
     };
     return llvm::Error::success();
   }
+  if (name == "rms_norm" || name == "rms_norm_grad") {
+    bool grad = name == "rms_norm_grad";
+    RETURN_IF_ERROR(expectCounts(ins, outs, grad ? 3 : 2, grad ? 2 : 1));
+    for (const TensorType &t : ins)
+      RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
+    int64_t axis = attrs.integer("axis");
+    double eps = attrs.floating("epsilon");
+    RETURN_IF_ERROR(attrs.takeError());
+    RETURN_IF_ERROR(normaliseAxis(axis, rankOf(ins[0]), "axis"));
+    std::vector<int64_t> normShape(ins[0].shape.begin() + axis,
+                                   ins[0].shape.end());
+    // rms_norm: (x, scale); rms_norm_grad: (x, scale, dy).
+    if (ins[1].shape != normShape || (grad && ins[2] != ins[0]))
+      return fail("operand types " + typeStr(ins[0]) + ", " + typeStr(ins[1]) +
+                  (grad ? ", " + typeStr(ins[2]) : std::string()) +
+                  " do not match axis " + std::to_string(axis));
+    RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+    float epsilon = static_cast<float>(eps);
+    if (!grad) {
+      inst.fn = [axis, epsilon](const ExecContext &, In in, Out out) {
+        cpu::rmsNorm(*in[0], *in[1], axis, epsilon, out[0]);
+        return llvm::Error::success();
+      };
+      return llvm::Error::success();
+    }
+    RETURN_IF_ERROR(expectResult(outs, 1, ins[1]));
+    inst.fn = [axis, epsilon](const ExecContext &, In in, Out out) {
+      cpu::rmsNormGrad(*in[0], *in[1], *in[2], axis, epsilon, out[0], out[1]);
+      return llvm::Error::success();
+    };
+    return llvm::Error::success();
+  }
   if (name == "attention" || name == "attention_grad")
     return resolveAttention(name, attrs, ins, outs, inst);
   if (name == "softmax") {
@@ -750,7 +784,8 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
     };
     return llvm::Error::success();
   }
-  if (name == "softmax_grad" || name == "relu_grad" || name == "gelu_grad") {
+  if (name == "softmax_grad" || name == "relu_grad" || name == "gelu_grad" ||
+      name == "silu_grad") {
     RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
     RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
     RETURN_IF_ERROR(expectSame(ins));
@@ -766,6 +801,11 @@ llvm::Error resolveNN(StringRef name, AttrReader &attrs,
     } else if (name == "relu_grad") {
       inst.fn = [](const ExecContext &, In in, Out out) {
         cpu::reluGrad(*in[0], *in[1], out[0]);
+        return llvm::Error::success();
+      };
+    } else if (name == "silu_grad") {
+      inst.fn = [](const ExecContext &, In in, Out out) {
+        cpu::siluGrad(*in[0], *in[1], out[0]);
         return llvm::Error::success();
       };
     } else {

@@ -393,6 +393,16 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
            cpu::layerNormGrad(x, gamma, dy, 1, 1e-5f, out, dgamma, dbeta);
            return true;
          }},
+        {"rms_norm",
+         [&] {
+           cpu::rmsNorm(x, gamma, 1, 1e-5f, out);
+           return true;
+         }},
+        {"rms_norm_grad",
+         [&] {
+           cpu::rmsNormGrad(x, gamma, dy, 1, 1e-5f, out, dgamma);
+           return true;
+         }},
         {"adamw_update",
          [&] {
            cpu::adamwUpdate(x, dy, out2, out3, step, 1e-3, 0.9, 0.999, 1e-8,
@@ -412,6 +422,16 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
         {"gelu_grad",
          [&] {
            cpu::geluGrad(x, dy, cpu::GeluApproximate::None, out);
+           return true;
+         }},
+        {"silu",
+         [&] {
+           cpu::silu(x, out);
+           return true;
+         }},
+        {"silu_grad",
+         [&] {
+           cpu::siluGrad(x, dy, out);
            return true;
          }},
         {"cross_entropy",

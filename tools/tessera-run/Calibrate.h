@@ -16,8 +16,9 @@
 //    and cpu::erf (libm), the mean of their per-element times.
 //  - `kernel_seconds_per_element`: seconds per element of the first operand
 //    of the backend's non-GEMM kernels that run far below the roofline
-//    (layer_norm, layer_norm_grad, adamw_update, sgd_update, gelu,
-//    gelu_grad, cross_entropy, cross_entropy_grad), each on [2048, 128]
+//    (layer_norm, layer_norm_grad, rms_norm, rms_norm_grad, adamw_update,
+//    sgd_update, gelu, gelu_grad, silu, silu_grad, cross_entropy,
+//    cross_entropy_grad), each on [2048, 128]
 //    ([256, 128] quick), keyed by the tsr op name; and "attention" /
 //    "attention_grad": seconds per score of cpu::attentionForward /
 //    attentionBackward (causal, 128 x 128, head size 16).

@@ -217,6 +217,20 @@ void cpu::relu(const Tensor &in, Tensor &out) {
   unaryLoop<float>(in, out, [](float x) { return x < 0.0f ? 0.0f : x; });
 }
 
+void cpu::sigmoid(const Tensor &in, Tensor &out) {
+  unaryLoop<float>(in, out,
+                   [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+}
+
+void cpu::silu(const Tensor &in, Tensor &out) {
+  unaryLoop<float>(in, out, [](float x) {
+    // -inf / (1 + inf) would be NaN; the limit is -0.
+    if (x == -std::numeric_limits<float>::infinity())
+      return -0.0f;
+    return x / (1.0f + std::exp(-x));
+  });
+}
+
 void cpu::gelu(const Tensor &in, GeluApproximate approximate, Tensor &out) {
   if (approximate == GeluApproximate::None) {
     unaryLoop<float>(in, out, [](float x) {
@@ -799,6 +813,65 @@ void cpu::layerNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
   }
 }
 
+namespace {
+/// 1 / sqrt(mean(x^2) + eps) of one row, accumulated in double.
+double rmsRstd(const float *x, int64_t cols, float epsilon) {
+  double s = 0;
+  for (int64_t j = 0; j < cols; ++j)
+    s += (double)x[j] * x[j];
+  double ms = cols ? s / cols : 0.0;
+  return 1.0 / std::sqrt(ms + (double)epsilon);
+}
+} // namespace
+
+void cpu::rmsNorm(const Tensor &x, const Tensor &gamma, int64_t axis,
+                  float epsilon, Tensor &out) {
+  int64_t rows = product(x.shape(), 0, axis);
+  int64_t cols = product(x.shape(), axis, x.rank());
+  assert(gamma.numel() == cols);
+  const float *px = x.data<float>();
+  const float *g = gamma.data<float>();
+  float *po = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = px + r * cols;
+    float *yr = po + r * cols;
+    float fr = static_cast<float>(rmsRstd(xr, cols, epsilon));
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = xr[j] * fr * g[j];
+  }
+}
+
+void cpu::rmsNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                      int64_t axis, float epsilon, Tensor &dx, Tensor &dgamma) {
+  int64_t rows = product(x.shape(), 0, axis);
+  int64_t cols = product(x.shape(), axis, x.rank());
+  const float *px = x.data<float>();
+  const float *g = gamma.data<float>();
+  const float *pdy = dy.data<float>();
+  float *pdx = dx.data<float>();
+  std::vector<double> dg(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = px + r * cols;
+    const float *dyr = pdy + r * cols;
+    float *dxr = pdx + r * cols;
+    double rstd = rmsRstd(xr, cols, epsilon);
+    double dot = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      double xhat = xr[j] * rstd;
+      dot += (double)dyr[j] * g[j] * xhat;
+      dg[j] += (double)dyr[j] * xhat;
+    }
+    double c = cols ? dot / cols : 0.0;
+    for (int64_t j = 0; j < cols; ++j) {
+      double xhat = xr[j] * rstd;
+      dxr[j] = static_cast<float>(rstd * ((double)dyr[j] * g[j] - xhat * c));
+    }
+  }
+  float *pdg = dgamma.data<float>();
+  for (int64_t j = 0; j < cols; ++j)
+    pdg[j] = static_cast<float>(dg[j]);
+}
+
 void cpu::softmax(const Tensor &x, int64_t axis, Tensor &out) {
   int64_t outer = product(x.shape(), 0, axis);
   int64_t d = x.shape()[axis];
@@ -888,6 +961,24 @@ void cpu::geluGrad(const Tensor &x, const Tensor &dy,
     float innerDerivative = kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * v2);
     pdx[i] =
         pdy[i] * (leftDerivative + left * rightDerivative * innerDerivative);
+  }
+}
+
+void cpu::siluGrad(const Tensor &x, const Tensor &dy, Tensor &dx) {
+  const float *px = x.data<float>();
+  const float *pdy = dy.data<float>();
+  float *pdx = dx.data<float>();
+  int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    float v = px[i];
+    float d;
+    if (std::isinf(v)) {
+      d = v > 0 ? 1.0f : 0.0f; // the limits; the formula gives inf · 0
+    } else {
+      float s = 1.0f / (1.0f + std::exp(-v));
+      d = s * (1.0f + v * (1.0f - s));
+    }
+    pdx[i] = pdy[i] * d;
   }
 }
 

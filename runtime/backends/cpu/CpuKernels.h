@@ -59,6 +59,13 @@ void rsqrt(const Tensor &in, Tensor &out);
 void tanh(const Tensor &in, Tensor &out);
 void erf(const Tensor &in, Tensor &out);
 void relu(const Tensor &in, Tensor &out);
+/// Logistic sigmoid 1 / (1 + exp(-x)): saturates without NaN (0 where
+/// exp(-x) overflows and at -inf, 1 at +inf), like torch.sigmoid.
+void sigmoid(const Tensor &in, Tensor &out);
+/// SiLU (swish, Elfwing et al. 2018) x / (1 + exp(-x)), as
+/// torch.nn.functional.silu: -0 where exp(-x) overflows (x < -88), +inf at
+/// +inf; silu(-inf) = -0, the limit (torch returns NaN).
+void silu(const Tensor &in, Tensor &out);
 
 /// GELU variants, matching torch.nn.functional.gelu(approximate=...).
 enum class GeluApproximate {
@@ -167,6 +174,19 @@ void layerNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
                    int64_t axis, float epsilon, Tensor &dx, Tensor &dgamma,
                    Tensor &dbeta);
 
+/// RMS norm (Zhang & Sennrich 2019) over dims [axis, rank): y = x * rstd *
+/// gamma, rstd = 1 / sqrt(mean(x^2) + eps) (accumulated in double). gamma
+/// has shape x.shape[axis:]. In place OK (out may be x).
+void rmsNorm(const Tensor &x, const Tensor &gamma, int64_t axis, float epsilon,
+             Tensor &out);
+
+/// Gradients of rmsNorm (rstd recomputed from x): with xhat = x * rstd and
+/// g = dy * gamma, dx = rstd * (g - xhat * mean(g * xhat)) (x's shape) and
+/// dgamma = sum over the leading dims of dy * xhat (gamma's shape). In
+/// place OK for dx == dy.
+void rmsNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                 int64_t axis, float epsilon, Tensor &dx, Tensor &dgamma);
+
 /// Numerically stable softmax along `axis`. In place OK.
 void softmax(const Tensor &x, int64_t axis, Tensor &out);
 
@@ -181,6 +201,11 @@ void reluGrad(const Tensor &x, const Tensor &dy, Tensor &dx);
 /// In place OK (dx may be x or dy).
 void geluGrad(const Tensor &x, const Tensor &dy, GeluApproximate approximate,
               Tensor &dx);
+
+/// dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x) (torch's silu
+/// backward); at x = +inf / -inf the limits dy * 1 / dy * 0 (torch: NaN).
+/// In place OK (dx may be x or dy).
+void siluGrad(const Tensor &x, const Tensor &dy, Tensor &dx);
 
 //===----------------------------------------------------------------------===//
 // Loss

@@ -168,6 +168,28 @@ __device__ __forceinline__ float geluTanhGradF(float v, float dy) {
                                               innerDerivative)));
 }
 
+/// cpu::sigmoid / cpu::silu / cpu::siluGrad, with their rounding order.
+__device__ __forceinline__ float sigmoidF(float x) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+__device__ __forceinline__ float siluF(float x) {
+  if (x == -INFINITY)
+    return -0.0f; // the limit; the formula gives -inf / inf
+  return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
+}
+
+__device__ __forceinline__ float siluGradF(float v, float dy) {
+  float d;
+  if (isinf(v)) {
+    d = v > 0.0f ? 1.0f : 0.0f;
+  } else {
+    float s = sigmoidF(v);
+    d = __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(v, __fsub_rn(1.0f, s))));
+  }
+  return __fmul_rn(dy, d);
+}
+
 template <UnaryOp Op> __device__ __forceinline__ float unaryF(float x) {
   if constexpr (Op == UnaryOp::Neg)
     return -x;
@@ -187,8 +209,12 @@ template <UnaryOp Op> __device__ __forceinline__ float unaryF(float x) {
     return x < 0.0f ? 0.0f : x;
   else if constexpr (Op == UnaryOp::Gelu)
     return geluErfF(x);
-  else
+  else if constexpr (Op == UnaryOp::GeluTanh)
     return geluTanhF(x);
+  else if constexpr (Op == UnaryOp::Sigmoid)
+    return sigmoidF(x);
+  else
+    return siluF(x);
 }
 
 template <BiasActivation A> __device__ __forceinline__ float activate(float v) {
@@ -334,6 +360,12 @@ __global__ void geluGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
     float v = toF32(x[i]), g = toF32(dy[i]);
     dx[i] = fromF32<T>(Tanh ? geluTanhGradF(v, g) : geluErfGradF(v, g));
   }
+}
+
+template <typename T>
+__global__ void siluGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    dx[i] = fromF32<T>(siluGradF(toF32(x[i]), toF32(dy[i])));
 }
 
 //===----------------------------------------------------------------------===//
@@ -827,6 +859,10 @@ template <typename F> cudaError_t dispatchUnaryOp(UnaryOp op, F &&f) {
     return f(std::integral_constant<UnaryOp, UnaryOp::Gelu>{});
   case UnaryOp::GeluTanh:
     return f(std::integral_constant<UnaryOp, UnaryOp::GeluTanh>{});
+  case UnaryOp::Sigmoid:
+    return f(std::integral_constant<UnaryOp, UnaryOp::Sigmoid>{});
+  case UnaryOp::Silu:
+    return f(std::integral_constant<UnaryOp, UnaryOp::Silu>{});
   }
   return cudaErrorInvalidValue;
 }
@@ -959,6 +995,20 @@ cudaError_t geluGrad(const Tensor &x, const Tensor &dy,
     return launch1D(n, stream, kernel, static_cast<const T *>(x.raw()),
                     static_cast<const T *>(dy.raw()),
                     static_cast<T *>(dx.raw()), n);
+  });
+}
+
+cudaError_t siluGrad(const Tensor &x, const Tensor &dy, Tensor &dx,
+                     cudaStream_t stream) {
+  if (!sameShape(x, dy) || !sameShape(x, dx) || x.dtype() != dy.dtype() ||
+      x.dtype() != dx.dtype())
+    return cudaErrorInvalidValue;
+  int64_t n = dx.numel();
+  return dispatchFloat(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch1D(
+        n, stream, siluGradKernel<T>, static_cast<const T *>(x.raw()),
+        static_cast<const T *>(dy.raw()), static_cast<T *>(dx.raw()), n);
   });
 }
 

@@ -119,7 +119,9 @@ enum class UnaryOp {
   Erf,
   Relu, ///< x < 0 ? 0 : x (NaN propagates)
   Gelu, ///< GeluApproximate::None
-  GeluTanh
+  GeluTanh,
+  Sigmoid, ///< 1 / (1 + exp(-x)), as cpu::sigmoid
+  Silu     ///< x / (1 + exp(-x)), silu(-inf) = -0, as cpu::silu
 };
 
 cudaError_t unary(UnaryOp op, const Tensor &in, Tensor &out,
@@ -165,6 +167,12 @@ cudaError_t reluGrad(const Tensor &x, const Tensor &dy, Tensor &dx,
 /// with the CPU kernel's formulas. In place OK (dx may be x or dy).
 cudaError_t geluGrad(const Tensor &x, const Tensor &dy,
                      GeluApproximate approximate, Tensor &dx,
+                     cudaStream_t stream);
+
+/// dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x), with the limits at
+/// +/-inf (cpu::siluGrad's formula and rounding order). x, dy, dx one shape
+/// and float dtype. In place OK (dx may be x or dy).
+cudaError_t siluGrad(const Tensor &x, const Tensor &dy, Tensor &dx,
                      cudaStream_t stream);
 
 /// Converts between any pair of f32, i64, i1, bf16, f16 (same element

@@ -231,6 +231,105 @@ __global__ void lnDxKernel(const T *x, const T *gamma, const T *dy,
 size_t alignUp(size_t n) { return (n + 255) / 256 * 256; }
 
 //===----------------------------------------------------------------------===//
+// RMS norm
+//===----------------------------------------------------------------------===//
+
+/// 1 / sqrt(mean(x^2) + eps) of one row (f64), as cpu rmsRstd.
+template <typename T>
+__device__ double rmsRstd(const T *xr, int64_t cols, float epsilon) {
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    double v = toF32(xr[j]);
+    s += v * v;
+  }
+  s = blockReduce(s, SumOp(), 0.0);
+  double ms = cols ? s / cols : 0.0;
+  return 1.0 / ::sqrt(ms + static_cast<double>(epsilon));
+}
+
+template <typename T>
+__global__ void rmsNormKernel(const T *x, const T *gamma, T *out, int64_t rows,
+                              int64_t cols, float epsilon) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * cols;
+    T *yr = out + r * cols;
+    float fr = static_cast<float>(rmsRstd(xr, cols, epsilon));
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      yr[j] = fromF32<T>(mulRn(mulRn(toF32(xr[j]), fr), toF32(gamma[j])));
+  }
+}
+
+template <typename T>
+__global__ void rmsRstdKernel(const T *x, int64_t rows, int64_t cols,
+                              float epsilon, double *rstd) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double s = rmsRstd(x + r * cols, cols, epsilon);
+    if (threadIdx.x == 0)
+      rstd[r] = s;
+  }
+}
+
+/// Partial dgamma of row group blockIdx.y for 32 columns (as
+/// lnPartialKernel).
+template <typename T>
+__global__ void rmsPartialKernel(const T *x, const T *dy, const double *rstd,
+                                 int64_t rows, int64_t cols, int64_t per,
+                                 double *dgPart) {
+  __shared__ double sg[kLnTileRows][kLnTileCols];
+  int64_t c = static_cast<int64_t>(blockIdx.x) * kLnTileCols + threadIdx.x;
+  int64_t g = blockIdx.y;
+  int64_t begin = g * per, end = std::min(rows, begin + per);
+  double dg = 0;
+  if (c < cols)
+    for (int64_t r = begin + threadIdx.y; r < end; r += kLnTileRows)
+      dg += static_cast<double>(toF32(dy[r * cols + c])) *
+            (toF32(x[r * cols + c]) * rstd[r]);
+  sg[threadIdx.y][threadIdx.x] = dg;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    for (int k = 1; k < kLnTileRows; ++k)
+      dg += sg[k][threadIdx.x];
+    dgPart[g * cols + c] = dg;
+  }
+}
+
+template <typename T>
+__global__ void rmsFinalKernel(const double *dgPart, int64_t groups,
+                               int64_t cols, T *dgamma) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       c < cols; c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    double dg = 0;
+    for (int64_t g = 0; g < groups; ++g)
+      dg += dgPart[g * cols + c];
+    dgamma[c] = fromF32<T>(static_cast<float>(dg));
+  }
+}
+
+template <typename T>
+__global__ void rmsDxKernel(const T *x, const T *gamma, const T *dy,
+                            const double *rstd, int64_t rows, int64_t cols,
+                            T *dx) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
+    T *dxr = dx + r * cols;
+    double s = rstd[r];
+    double dot = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      double xhat = toF32(xr[j]) * s;
+      dot += static_cast<double>(toF32(dyr[j])) * toF32(gamma[j]) * xhat;
+    }
+    dot = blockReduce(dot, SumOp(), 0.0);
+    double c = dot / cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      double xhat = toF32(xr[j]) * s;
+      double g = static_cast<double>(toF32(dyr[j])) * toF32(gamma[j]);
+      dxr[j] = fromF32<T>(static_cast<float>(s * (g - xhat * c)));
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Softmax
 //===----------------------------------------------------------------------===//
 
@@ -666,6 +765,60 @@ cudaError_t layerNormGrad(const Tensor &x, const Tensor &gamma,
     if (rc.rows > 0) // after the partial sums: dx may be dy
       lnDxKernel<T><<<rowGrid(rc.rows), threads, 0, stream>>>(
           in<T>(x), in<T>(gamma), in<T>(dy), mean, rstd, rc.rows, rc.cols,
+          outPtr<T>(dx));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t rmsNorm(const Tensor &x, const Tensor &gamma, int64_t axis,
+                    float epsilon, Tensor &out, cudaStream_t stream) {
+  RowsCols rc = splitRows(x.shape(), axis);
+  if (rc.rows == 0 || rc.cols == 0)
+    return cudaSuccess;
+  return dispatchFloat(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rmsNormKernel<T><<<rowGrid(rc.rows), rowBlockThreads(rc.cols), 0, stream>>>(
+        in<T>(x), in<T>(gamma), outPtr<T>(out), rc.rows, rc.cols, epsilon);
+    return cudaGetLastError();
+  });
+}
+
+size_t rmsNormGradScratchBytes(const std::vector<int64_t> &shape,
+                               int64_t axis) {
+  RowsCols rc = splitRows(shape, axis);
+  return alignUp(rc.rows * sizeof(double)) +
+         alignUp(lnGroups(rc.rows) * rc.cols * sizeof(double));
+}
+
+cudaError_t rmsNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                        int64_t axis, float epsilon, Tensor &dx, Tensor &dgamma,
+                        void *scratch, cudaStream_t stream) {
+  RowsCols rc = splitRows(x.shape(), axis);
+  if (rc.cols == 0)
+    return cudaSuccess;
+  int64_t groups = lnGroups(rc.rows);
+  int64_t per = groups ? (rc.rows + groups - 1) / groups : 0;
+  char *base = static_cast<char *>(scratch);
+  double *rstd = reinterpret_cast<double *>(base);
+  base += alignUp(rc.rows * sizeof(double));
+  double *dgPart = reinterpret_cast<double *>(base);
+  return dispatchFloat(x.dtype(), [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    int threads = rowBlockThreads(rc.cols);
+    if (rc.rows > 0) {
+      rmsRstdKernel<T><<<rowGrid(rc.rows), threads, 0, stream>>>(
+          in<T>(x), rc.rows, rc.cols, epsilon, rstd);
+      dim3 grid(
+          static_cast<unsigned>((rc.cols + kLnTileCols - 1) / kLnTileCols),
+          static_cast<unsigned>(groups));
+      rmsPartialKernel<T><<<grid, dim3(kLnTileCols, kLnTileRows), 0, stream>>>(
+          in<T>(x), in<T>(dy), rstd, rc.rows, rc.cols, per, dgPart);
+    }
+    rmsFinalKernel<T><<<gridFor(rc.cols), kThreadsPerBlock, 0, stream>>>(
+        dgPart, groups, rc.cols, outPtr<T>(dgamma));
+    if (rc.rows > 0) // after the partial sums: dx may be dy
+      rmsDxKernel<T><<<rowGrid(rc.rows), threads, 0, stream>>>(
+          in<T>(x), in<T>(gamma), in<T>(dy), rstd, rc.rows, rc.cols,
           outPtr<T>(dx));
     return cudaGetLastError();
   });

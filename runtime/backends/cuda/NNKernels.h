@@ -304,6 +304,32 @@ cudaError_t layerNormGrad(const Tensor &x, const Tensor &gamma,
                           void *scratch, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
+// RMS norm
+//===----------------------------------------------------------------------===//
+
+/// RMS norm (Zhang & Sennrich 2019) over dims [axis, rank) of x
+/// (cpu::rmsNorm): y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps)
+/// with the sum of squares in f64. x, gamma, out of one dtype T (f32, bf16,
+/// f16); gamma has x.shape[axis:]. One block per row. In place OK (out may
+/// be x).
+cudaError_t rmsNorm(const Tensor &x, const Tensor &gamma, int64_t axis,
+                    float epsilon, Tensor &out, cudaStream_t stream);
+
+/// Scratch of rmsNormGrad for x of `shape` normalised over [axis, rank):
+/// rows doubles (rstd) + P * cols doubles (dgamma partial sums of P =
+/// min(rows, 64) row groups).
+size_t rmsNormGradScratchBytes(const std::vector<int64_t> &shape, int64_t axis);
+
+/// Gradients of rmsNorm (cpu::rmsNormGrad): dx (x's shape) and dgamma
+/// (gamma's shape, summed over the rows). All of one dtype T. rstd is
+/// recomputed; dgamma is reduced deterministically in f64 (row-group partial
+/// sums in `scratch`, then summed in group order; no atomics). In place OK
+/// for dx == dy.
+cudaError_t rmsNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                        int64_t axis, float epsilon, Tensor &dx, Tensor &dgamma,
+                        void *scratch, cudaStream_t stream);
+
+//===----------------------------------------------------------------------===//
 // Softmax
 //===----------------------------------------------------------------------===//
 

@@ -782,7 +782,9 @@ TEST_F(ElementwiseKernelsTest, UnaryMatchesCpu) {
                          {cuda::UnaryOp::Erf, &cpu::erf, 1e-5, -4, 4},
                          {cuda::UnaryOp::Relu, &cpu::relu, 0, -3, 3},
                          {cuda::UnaryOp::Gelu, geluNone, 1e-5, -6, 6},
-                         {cuda::UnaryOp::GeluTanh, geluTanh, 1e-5, -6, 6}};
+                         {cuda::UnaryOp::GeluTanh, geluTanh, 1e-5, -6, 6},
+                         {cuda::UnaryOp::Sigmoid, &cpu::sigmoid, 1e-5, -30, 30},
+                         {cuda::UnaryOp::Silu, &cpu::silu, 1e-5, -30, 30}};
   unsigned seed = 40;
   for (const Op &op : ops)
     for (DType d : kFloatTypes)
@@ -842,7 +844,58 @@ TEST_F(ElementwiseKernelsTest, ActivationGradsMatchCpu) {
                   cudaSuccess);
         expectMatches(host(ddy2), want2, 1e-5, 1.0);
       }
+      Tensor want3 = reference({&x, &dy}, d, shape,
+                               [](std::vector<Tensor> &in, Tensor &o) {
+                                 cpu::siluGrad(in[0], in[1], o);
+                               });
+      ASSERT_EQ(cuda::siluGrad(dx0, ddy, dout, nullptr), cudaSuccess);
+      expectMatches(host(dout), want3, 1e-5, 1.0);
+      Tensor ddy3 = dev(dy);
+      ASSERT_EQ(cuda::siluGrad(dx0, ddy3, ddy3, nullptr), cudaSuccess);
+      expectMatches(host(ddy3), want3, 1e-5, 1.0);
     }
+}
+
+// sigmoid, silu and silu_grad at the extremes, bit for bit with the CPU:
+// no NaN from exp(-x) overflowing, the limits at +/-inf, NaN propagated.
+TEST_F(ElementwiseKernelsTest, SigmoidSiluExtremesMatchCpu) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = Tensor::fromVector<float>(
+      {11}, {-inf, -1e4f, -100.0f, -88.5f, -20.0f, 0.0f, 20.0f, 100.0f, 1e4f,
+             inf, std::numeric_limits<float>::quiet_NaN()});
+  Tensor dy = Tensor::fromVector<float>({11}, std::vector<float>(11, 0.5f));
+  Tensor dout = devEmpty(DType::F32, {11});
+  for (cuda::UnaryOp op : {cuda::UnaryOp::Sigmoid, cuda::UnaryOp::Silu}) {
+    Tensor want = Tensor::empty(DType::F32, {11});
+    if (op == cuda::UnaryOp::Sigmoid)
+      cpu::sigmoid(x, want);
+    else
+      cpu::silu(x, want);
+    ASSERT_EQ(cuda::unary(op, dev(x), dout, nullptr), cudaSuccess);
+    Tensor got = host(dout);
+    for (int i = 0; i < 11; ++i) {
+      float g = got.data<float>()[i], w = want.data<float>()[i];
+      if (std::isnan(w)) {
+        EXPECT_TRUE(std::isnan(g)) << i;
+        continue;
+      }
+      EXPECT_FALSE(std::isnan(g)) << i;
+      // exp differs from libm by an ulp or two away from the extremes.
+      EXPECT_TRUE(g == w || std::fabs(g - w) <= 1e-6f * std::fabs(w))
+          << i << ": " << g << " vs " << w;
+      EXPECT_EQ(std::signbit(g), std::signbit(w)) << i;
+    }
+  }
+  Tensor want = Tensor::empty(DType::F32, {11});
+  cpu::siluGrad(x, dy, want);
+  ASSERT_EQ(cuda::siluGrad(dev(x), dev(dy), dout, nullptr), cudaSuccess);
+  Tensor got = host(dout);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_TRUE(got.data<float>()[i] == want.data<float>()[i] ||
+                std::fabs(got.data<float>()[i] - want.data<float>()[i]) <=
+                    1e-6f * std::fabs(want.data<float>()[i]))
+        << i << ": " << got.data<float>()[i] << " vs " << want.data<float>()[i];
+  EXPECT_TRUE(std::isnan(got.data<float>()[10]));
 }
 
 TEST_F(ElementwiseKernelsTest, ConvertMatchesCpuForEveryPair) {

@@ -356,6 +356,67 @@ TEST_F(NNKernelsTest, LayerNormGradMatchesCpu) {
     }
 }
 
+TEST_F(NNKernelsTest, RmsNormMatchesCpu) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t axis;
+  };
+  for (DType dt : kFloatTypes)
+    for (const Case &c :
+         {Case{{4, 7}, 1}, Case{{3, 5, 64}, 2}, Case{{2, 3, 40}, 1},
+          Case{{6, 3000}, 1}, Case{{17, 1}, 1}}) {
+      std::vector<int64_t> normShape(c.shape.begin() + c.axis, c.shape.end());
+      auto [x, xf] = randomOf(dt, c.shape, 11);
+      auto [g, gf] = randomOf(dt, normShape, 12);
+      Tensor ref = Tensor::empty(DType::F32, c.shape);
+      cpu::rmsNorm(xf, gf, c.axis, 1e-6f, ref);
+      Tensor dx = dev(x), out = devEmpty(dt, c.shape);
+      ASSERT_EQ(cuda::rmsNorm(dx, dev(g), c.axis, 1e-6f, out, nullptr),
+                cudaSuccess);
+      EXPECT_LE(maxRelativeError(host(out), convertTo(ref, dt)), tolerance(dt))
+          << dtypeName(dt) << " " << shapeToString(c.shape);
+      // In place.
+      ASSERT_EQ(cuda::rmsNorm(dx, dev(g), c.axis, 1e-6f, dx, nullptr),
+                cudaSuccess);
+      EXPECT_LE(maxRelativeError(host(dx), convertTo(ref, dt)), tolerance(dt));
+    }
+}
+
+TEST_F(NNKernelsTest, RmsNormGradMatchesCpu) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t axis;
+  };
+  for (DType dt : kFloatTypes)
+    for (const Case &c :
+         {Case{{4, 7}, 1}, Case{{3, 5, 64}, 2}, Case{{2, 3, 40}, 1},
+          Case{{300, 96}, 1}, Case{{6, 3000}, 1}}) {
+      std::vector<int64_t> normShape(c.shape.begin() + c.axis, c.shape.end());
+      auto [x, xf] = randomOf(dt, c.shape, 14);
+      auto [g, gf] = randomOf(dt, normShape, 15);
+      auto [dy, dyf] = randomOf(dt, c.shape, 16);
+      Tensor rdx = Tensor::empty(DType::F32, c.shape);
+      Tensor rdg = Tensor::empty(DType::F32, normShape);
+      cpu::rmsNormGrad(xf, gf, dyf, c.axis, 1e-6f, rdx, rdg);
+      Tensor s = scratch(cuda::rmsNormGradScratchBytes(c.shape, c.axis));
+      Tensor ddy = dev(dy), ddx = devEmpty(dt, c.shape);
+      Tensor ddg = devEmpty(dt, normShape);
+      ASSERT_EQ(cuda::rmsNormGrad(dev(x), dev(g), ddy, c.axis, 1e-6f, ddx, ddg,
+                                  s.raw(), nullptr),
+                cudaSuccess);
+      EXPECT_LE(maxRelativeError(host(ddx), convertTo(rdx, dt)), tolerance(dt))
+          << dtypeName(dt) << " " << shapeToString(c.shape);
+      EXPECT_LE(maxRelativeError(host(ddg), convertTo(rdg, dt)), tolerance(dt));
+      // In place dx == dy, and a deterministic dgamma.
+      Tensor dg2 = devEmpty(dt, normShape);
+      ASSERT_EQ(cuda::rmsNormGrad(dev(x), dev(g), ddy, c.axis, 1e-6f, ddy, dg2,
+                                  s.raw(), nullptr),
+                cudaSuccess);
+      expectEqualBytes(host(ddy), host(ddx));
+      expectEqualBytes(host(dg2), host(ddg));
+    }
+}
+
 TEST_F(NNKernelsTest, SoftmaxAndGradMatchCpu) {
   struct Case {
     std::vector<int64_t> shape;

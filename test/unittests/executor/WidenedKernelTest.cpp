@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <functional>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
@@ -34,18 +35,25 @@ Tensor f32Of(const Tensor &h) {
   return f;
 }
 
-/// Runs kernel `name` (no attributes) resolved for `ins` -> `outTypes`.
+/// Builds a kernel's attributes in the test's context.
+using AttrsFn = std::function<mlir::DictionaryAttr(mlir::MLIRContext &)>;
+
+/// Runs kernel `name` (attributes from `attrs`, none by default) resolved for
+/// `ins` -> `outTypes`.
 std::vector<Tensor> runKernel(llvm::StringRef name,
                               std::vector<const Tensor *> ins,
-                              std::vector<TensorType> outTypes) {
+                              std::vector<TensorType> outTypes,
+                              AttrsFn attrs = nullptr) {
   mlir::MLIRContext ctx;
   std::vector<TensorType> inTypes;
   for (const Tensor *t : ins)
     inTypes.push_back({t->dtype(), t->shape()});
   Instruction inst;
   CompileOptions options;
-  if (llvm::Error e = resolveKernel(name, mlir::DictionaryAttr::get(&ctx, {}),
-                                    inTypes, outTypes, options, inst)) {
+  mlir::DictionaryAttr dict =
+      attrs ? attrs(ctx) : mlir::DictionaryAttr::get(&ctx, {});
+  if (llvm::Error e =
+          resolveKernel(name, dict, inTypes, outTypes, options, inst)) {
     ADD_FAILURE() << llvm::toString(std::move(e));
     return {};
   }
@@ -102,6 +110,65 @@ TEST(WidenedKernels, F16MatmulEqualsRoundedF32) {
         << i;
   // 2.7 * 3e4 = 81000 (and more) is beyond 65504: inf, as on hardware.
   EXPECT_TRUE(std::isinf(toFloat(out[0].data<Float16>()[0])));
+}
+
+// rms_norm / rms_norm_grad and silu / silu_grad on bf16 and f16: the
+// statistics are computed in f32 (or wider) from the exactly widened
+// inputs and only the results are rounded.
+TEST(WidenedKernels, RmsNormAndSiluEqualRoundedF32) {
+  Tensor x = Tensor::fromVector<float>(
+      {2, 4}, {0.1f, -1.3f, 2.7f, 3.3f, 0.01f, -0.5f, 60.0f, -7.25f});
+  Tensor w = Tensor::fromVector<float>({4}, {1.1f, 0.2f, -0.7f, 5.5f});
+  AttrsFn attrs = [](mlir::MLIRContext &ctx) {
+    mlir::Builder b(&ctx);
+    return b.getDictionaryAttr(
+        {b.getNamedAttr("axis", b.getI64IntegerAttr(1)),
+         b.getNamedAttr("epsilon", b.getF32FloatAttr(1e-6f))});
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtypeName(dt));
+    auto narrow = [&](const Tensor &f) {
+      Tensor h = Tensor::empty(dt, f.shape());
+      cpu::convert(f, h);
+      return h;
+    };
+    auto bitsEqual = [&](const Tensor &got, const Tensor &ref32) {
+      ASSERT_EQ(got.dtype(), dt);
+      Tensor want = narrow(ref32);
+      for (int64_t i = 0; i < got.numel(); ++i)
+        EXPECT_EQ(static_cast<const uint16_t *>(got.raw())[i],
+                  static_cast<const uint16_t *>(want.raw())[i])
+            << i;
+    };
+    Tensor xh = narrow(x), wh = narrow(w);
+    Tensor dyh = narrow(Tensor::fromVector<float>(
+        {2, 4}, {0.5f, -0.25f, 1.0f, 2.0f, -1.5f, 0.125f, 0.75f, -3.0f}));
+    Tensor xw = f32Of(xh), ww = f32Of(wh), dyw = f32Of(dyh);
+    TensorType xt{dt, {2, 4}}, wt{dt, {4}};
+
+    Tensor ref = Tensor::empty(DType::F32, {2, 4});
+    cpu::rmsNorm(xw, ww, 1, 1e-6f, ref);
+    std::vector<Tensor> out = runKernel("rms_norm", {&xh, &wh}, {xt}, attrs);
+    ASSERT_EQ(out.size(), 1u);
+    bitsEqual(out[0], ref);
+
+    Tensor rdx = Tensor::empty(DType::F32, {2, 4});
+    Tensor rdw = Tensor::empty(DType::F32, {4});
+    cpu::rmsNormGrad(xw, ww, dyw, 1, 1e-6f, rdx, rdw);
+    out = runKernel("rms_norm_grad", {&xh, &wh, &dyh}, {xt, wt}, attrs);
+    ASSERT_EQ(out.size(), 2u);
+    bitsEqual(out[0], rdx);
+    bitsEqual(out[1], rdw);
+
+    cpu::silu(xw, ref);
+    out = runKernel("silu", {&xh}, {xt});
+    ASSERT_EQ(out.size(), 1u);
+    bitsEqual(out[0], ref);
+    cpu::siluGrad(xw, dyw, ref);
+    out = runKernel("silu_grad", {&xh, &dyh}, {xt});
+    ASSERT_EQ(out.size(), 1u);
+    bitsEqual(out[0], ref);
+  }
 }
 
 TEST(WidenedKernels, CrossEntropyKeepsF32Loss) {

@@ -13,6 +13,7 @@
 #include "TestUtil.h"
 
 #include <functional>
+#include <limits>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::test;
@@ -74,6 +75,64 @@ TEST(CpuKernelsGrad, LayerNorm) {
     cpu::layerNormGrad(x, gamma, dy2, axis, eps, dy2, dg, db);
     expectClose(dy2, dx, 1e-6, 1e-7);
   }
+}
+
+TEST(CpuKernelsGrad, RmsNorm) {
+  for (int64_t axis : {1, 2}) {
+    SCOPED_TRACE(axis);
+    Tensor x = randomF32({2, 3, 4}, 111, -2, 2);
+    std::vector<int64_t> ns(x.shape().begin() + axis, x.shape().end());
+    Tensor gamma = randomF32(ns, 112, 0.5, 1.5);
+    Tensor dy = randomF32(x.shape(), 113);
+    float eps = 1e-5f;
+    Tensor y = Tensor::empty(DType::F32, x.shape());
+    auto loss = [&] {
+      cpu::rmsNorm(x, gamma, axis, eps, y);
+      return dot(dy, y);
+    };
+    Tensor dx = Tensor::empty(DType::F32, x.shape());
+    Tensor dg = Tensor::empty(DType::F32, ns);
+    cpu::rmsNormGrad(x, gamma, dy, axis, eps, dx, dg);
+    expectClose(dx, numericGrad(x, loss), kRtol, kAtol);
+    expectClose(dg, numericGrad(gamma, loss), kRtol, kAtol);
+    // dx in place over dy.
+    Tensor dy2 = dy.clone();
+    cpu::rmsNormGrad(x, gamma, dy2, axis, eps, dy2, dg);
+    expectClose(dy2, dx, 1e-6, 1e-7);
+  }
+}
+
+TEST(CpuKernelsGrad, Silu) {
+  Tensor x = randomF32({4, 7}, 121, -6, 6);
+  Tensor dy = randomF32(x.shape(), 122);
+  Tensor y = Tensor::empty(DType::F32, x.shape());
+  auto loss = [&] {
+    cpu::silu(x, y);
+    return dot(dy, y);
+  };
+  Tensor dx = Tensor::empty(DType::F32, x.shape());
+  cpu::siluGrad(x, dy, dx);
+  expectClose(dx, numericGrad(x, loss), kRtol, kAtol);
+  Tensor dy2 = dy.clone();
+  cpu::siluGrad(x, dy2, dy2); // in place over dy
+  expectClose(dy2, dx, 0, 0);
+}
+
+TEST(CpuKernelsGrad, SiluDerivativeKnownValuesAndExtremes) {
+  // torch 1.13: x.requires_grad_(); F.silu(x).backward(ones) for
+  //   x = [-1e4, -100, -20, -1, 0, 1, 20, 1e4]; at -inf / +inf torch gives
+  //   NaN and Tessera the limits 0 / 1.
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x =
+      Tensor::fromVector<float>({10}, {-inf, -1e4f, -100.0f, -20.0f, -1.0f,
+                                       0.0f, 1.0f, 20.0f, 1e4f, inf});
+  Tensor dy = Tensor::fromVector<float>({10}, std::vector<float>(10, 1.0f));
+  Tensor dx = Tensor::empty(DType::F32, {10});
+  cpu::siluGrad(x, dy, dx);
+  expectClose(dx, Tensor::fromVector<float>(
+                      {10}, {0.0f, -0.0f, -0.0f, -3.916192170549948e-08f,
+                             0.07232948392629623f, 0.5f, 0.9276705384254456f,
+                             1.0f, 1.0f, 1.0f}));
 }
 
 TEST(CpuKernelsGrad, Softmax) {

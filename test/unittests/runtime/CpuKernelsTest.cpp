@@ -154,10 +154,52 @@ TEST(CpuKernels, Unary) {
                        (1 + std::tanh(std::sqrt(2 / M_PI) *
                                       (v + 0.044715 * v * v * v)));
               }));
+  Tensor wide = randomF32({4, 33}, 9, -30.0f, 30.0f);
+  cpu::sigmoid(wide, out);
+  expectClose(out,
+              mapRef(wide, [](double v) { return 1 / (1 + std::exp(-v)); }));
+  cpu::silu(wide, out);
+  expectClose(out,
+              mapRef(wide, [](double v) { return v / (1 + std::exp(-v)); }));
   // In place.
   Tensor y = x.clone();
   cpu::exp(y, y);
   expectClose(y, mapRef(x, [](double v) { return std::exp(v); }));
+  y = x.clone();
+  cpu::silu(y, y);
+  expectClose(y, mapRef(x, [](double v) { return v / (1 + std::exp(-v)); }));
+}
+
+TEST(CpuKernels, SigmoidSiluKnownValuesAndExtremes) {
+  // Produced by (torch 1.13, /usr/bin/python3):
+  //   x = torch.tensor([-inf, -1e4, -100., -20., -1., 0., 1., 20., 1e4, inf])
+  //   torch.sigmoid(x), torch.nn.functional.silu(x)
+  // except silu(-inf), where torch gives NaN and Tessera the limit -0.
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x =
+      Tensor::fromVector<float>({10}, {-inf, -1e4f, -100.0f, -20.0f, -1.0f,
+                                       0.0f, 1.0f, 20.0f, 1e4f, inf});
+  Tensor y = like(x);
+  cpu::sigmoid(x, y);
+  expectClose(y, Tensor::fromVector<float>(
+                     {10}, {0.0f, 0.0f, 0.0f, 2.06115369216775e-09f,
+                            0.2689414322376251f, 0.5f, 0.7310585975646973f,
+                            1.0f, 1.0f, 1.0f}));
+  cpu::silu(x, y);
+  EXPECT_EQ(y.data<float>()[9], inf);
+  y.data<float>()[9] = 0; // expectClose cannot compare infinities
+  expectClose(y, Tensor::fromVector<float>(
+                     {10}, {-0.0f, -0.0f, -0.0f, -4.1223074731533416e-08f,
+                            -0.2689414322376251f, 0.0f, 0.7310585975646973f,
+                            20.0f, 1e4f, 0.0f}));
+  for (int64_t i = 0; i < 3; ++i) // no NaN, and the sign of the limit
+    EXPECT_TRUE(y.data<float>()[i] == 0.0f && std::signbit(y.data<float>()[i]))
+        << i << ": " << y.data<float>()[i];
+  // NaN propagates.
+  Tensor nan =
+      Tensor::fromVector<float>({1}, {std::numeric_limits<float>::quiet_NaN()});
+  cpu::silu(nan, nan);
+  EXPECT_TRUE(std::isnan(nan.data<float>()[0]));
 }
 
 TEST(CpuKernels, GeluKnownValues) {
@@ -649,6 +691,45 @@ TEST(CpuKernels, LayerNorm) {
     cpu::layerNorm(inPlace, g, b, axis, eps, inPlace);
     expectClose(inPlace, ref, 1e-5, 1e-5);
   }
+}
+
+TEST(CpuKernels, RmsNorm) {
+  for (int64_t axis : {1, 2}) {
+    Tensor x = randomF32({2, 3, 8}, 55, -3, 5);
+    std::vector<int64_t> ns(x.shape().begin() + axis, x.shape().end());
+    Tensor g = randomF32(ns, 56);
+    Tensor out = like(x);
+    float eps = 1e-6f;
+    cpu::rmsNorm(x, g, axis, eps, out);
+    int64_t cols = shapeNumel(ns), rows = x.numel() / cols;
+    Tensor ref = like(x);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x.data<float>() + r * cols;
+      double ms = 0;
+      for (int64_t j = 0; j < cols; ++j)
+        ms += (double)xr[j] * xr[j];
+      ms /= cols;
+      for (int64_t j = 0; j < cols; ++j)
+        ref.data<float>()[r * cols + j] =
+            (float)(xr[j] / std::sqrt(ms + eps) * g.data<float>()[j]);
+    }
+    expectClose(out, ref, 1e-5, 1e-6);
+    Tensor inPlace = x.clone();
+    cpu::rmsNorm(inPlace, g, axis, eps, inPlace);
+    expectClose(inPlace, ref, 1e-5, 1e-6);
+  }
+  // A zero row: rstd = 1 / sqrt(eps), the output is 0 (no NaN).
+  Tensor z = Tensor::fromVector<float>({1, 4}, {0, 0, 0, 0});
+  Tensor g = Tensor::fromVector<float>({4}, {1, 2, 3, 4}), out = like(z);
+  cpu::rmsNorm(z, g, 1, 1e-6f, out);
+  expectClose(out, z);
+  // Known values (torch 1.13): x = [[1, 2, 3, 4]], w = [1, 2, 3, 4],
+  //   w * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+  Tensor x = Tensor::fromVector<float>({1, 4}, {1, 2, 3, 4});
+  cpu::rmsNorm(x, g, 1, 1e-6f, out);
+  expectClose(out, Tensor::fromVector<float>(
+                       {1, 4}, {0.3651483654975891f, 1.4605934619903564f,
+                                3.2863354682922363f, 5.842373847961426f}));
 }
 
 TEST(CpuKernels, Softmax) {
