@@ -846,14 +846,9 @@ LogicalResult Importer::convertUnary(const onnx::NodeProto &n, Un kind) {
         b, loc, type,
         splatLike(1.0, type.getElementType(), type.getShape(), loc), x);
     break;
-  case Un::Sigmoid: {
-    Value e =
-        tsr::ExpOp::create(b, loc, type, tsr::NegOp::create(b, loc, type, x));
-    Value one = splatLike(1.0, type.getElementType(), type.getShape(), loc);
-    r = tsr::DivOp::create(b, loc, type, one,
-                           tsr::AddOp::create(b, loc, type, one, e));
+  case Un::Sigmoid:
+    r = tsr::SigmoidOp::create(b, loc, type, x);
     break;
-  }
   default:
     return constantOnly(n);
   }

@@ -312,6 +312,180 @@ struct RaiseLayerNorm : OpRewritePattern<tsr::DivOp> {
 };
 
 //===----------------------------------------------------------------------===//
+// Decomposed RMSNorm
+//===----------------------------------------------------------------------===//
+
+/// Looks through tsr.broadcast only: a per-row statistic broadcast back over
+/// the normalized dims keeps its rank.
+Value stripPureBroadcast(Value v) {
+  while (auto bc = defOp<tsr::BroadcastOp>(v))
+    v = bc.getInput();
+  return v;
+}
+
+/// `v` is x² (pow(x, 2) or x · x); returns x.
+Value squaredValue(Value v) {
+  if (auto pow = defOp<tsr::PowOp>(v))
+    return isSplatOf(pow.getRhs(), 2.0) ? pow.getLhs() : Value();
+  if (auto mul = defOp<tsr::MulOp>(v))
+    return mul.getLhs() == mul.getRhs() ? mul.getLhs() : Value();
+  return {};
+}
+
+/// `v` is mean(x², trailing axes, keepdim) + ε with ε a splat (either
+/// order). Returns the mean op and sets `eps`.
+tsr::ReduceMeanOp meanSquarePlusEps(Value v, double &eps) {
+  auto add = defOp<tsr::AddOp>(v);
+  if (!add)
+    return {};
+  for (int k = 0; k < 2; ++k) {
+    std::optional<double> e = splatValue(add->getOperand(1 - k));
+    auto mean = defOp<tsr::ReduceMeanOp>(add->getOperand(k));
+    if (e && mean && trailingMeanAxis(mean) && squaredValue(mean.getInput())) {
+      eps = *e;
+      return mean;
+    }
+  }
+  return {};
+}
+
+/// The mean(x²) + ε under a reciprocal root: `v` is 1 / sqrt(s) (ONNX
+/// Div(1, ·) or Reciprocal, both imported as tsr.div by a splat 1) or
+/// rsqrt(s).
+tsr::ReduceMeanOp reciprocalRms(Value v, double &eps) {
+  if (auto rsqrt = defOp<tsr::RsqrtOp>(v))
+    return meanSquarePlusEps(rsqrt.getInput(), eps);
+  auto div = defOp<tsr::DivOp>(v);
+  if (!div || !isSplatOf(div.getLhs(), 1.0, 0))
+    return {};
+  auto sqrt = defOp<tsr::SqrtOp>(stripPureBroadcast(div.getRhs()));
+  return sqrt ? meanSquarePlusEps(sqrt.getInput(), eps) : tsr::ReduceMeanOp();
+}
+
+/// x · (1 / sqrt(mean(x²) + ε)) (either operand order; the reciprocal may be
+/// x · rsqrt(·)) or x / sqrt(mean(x²) + ε), the mean over trailing axes with
+/// keepdim and the root broadcast back to x's shape, [· scale] (either
+/// order) → tsr.rms_norm. The exporters' forms: TorchScript HF LLaMA
+/// (Div(1, Sqrt)), dynamo (Reciprocal(Sqrt)); Gemma's scale is `1 + w`.
+struct RaiseRmsNorm : RewritePattern {
+  RaiseRmsNorm(MLIRContext *ctx)
+      : RewritePattern(MatchAnyOpTypeTag(), /*benefit=*/1, ctx) {}
+
+  LogicalResult matchAndRewrite(Operation *root,
+                                PatternRewriter &rewriter) const override {
+    if (!isa<tsr::MulOp, tsr::DivOp>(root))
+      return failure();
+    auto type = cast<RankedTensorType>(root->getResult(0).getType());
+    auto elem = dyn_cast<FloatType>(type.getElementType());
+    if (!elem)
+      return failure();
+    // The mean must be of the square of this very x.
+    Value x;
+    double eps = 0;
+    tsr::ReduceMeanOp mean;
+    auto accept = [&](Value candidate, tsr::ReduceMeanOp m, Value stat) {
+      if (!m || candidate.getType() != type ||
+          squaredValue(m.getInput()) != candidate ||
+          stat.getType() != m.getType())
+        return false;
+      x = candidate;
+      mean = m;
+      return true;
+    };
+    // `stat`, the per-row value broadcast onto x, has the mean's shape.
+    if (isa<tsr::MulOp>(root)) {
+      for (int k = 0; k < 2 && !mean; ++k) {
+        Value stat = stripPureBroadcast(root->getOperand(1 - k));
+        accept(root->getOperand(k), reciprocalRms(stat, eps), stat);
+      }
+    } else {
+      Value stat = stripPureBroadcast(root->getOperand(1));
+      if (auto sqrt = defOp<tsr::SqrtOp>(stat))
+        accept(root->getOperand(0), meanSquarePlusEps(sqrt.getInput(), eps),
+               stat);
+    }
+    if (!mean)
+      return failure();
+    int64_t axis = *trailingMeanAxis(mean);
+
+    // Absorb `* scale` when it follows.
+    ArrayRef<int64_t> norm = type.getShape().drop_front(axis);
+    Operation *last = root;
+    Value scale;
+    if (root->hasOneUse())
+      if (auto mul = dyn_cast<tsr::MulOp>(*root->user_begin()))
+        for (int k = 0; k < 2 && !scale; ++k)
+          if (mul->getOperand(k) == root->getResult(0))
+            if ((scale = normalizedOperand(mul->getOperand(1 - k), norm, elem)))
+              last = mul;
+
+    rewriter.setInsertionPoint(last);
+    Location loc = last->getLoc();
+    auto normType = RankedTensorType::get(norm, elem);
+    std::optional<double> splat = scale ? splatValue(scale) : 1.0;
+    if (splat)
+      scale = tsr::ConstantOp::create(
+          rewriter, loc, normType,
+          DenseElementsAttr::get(normType,
+                                 rewriter.getFloatAttr(elem, *splat)));
+    else if (scale.getType() != normType)
+      scale = tsr::ReshapeOp::create(rewriter, loc, normType, scale);
+    auto rms = tsr::RmsNormOp::create(
+        rewriter, loc, type, x, scale, rewriter.getI64IntegerAttr(axis),
+        rewriter.getF32FloatAttr(static_cast<float>(eps)));
+    rewriter.replaceOp(last, rms.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Sigmoid and SiLU
+//===----------------------------------------------------------------------===//
+
+/// 1 / (1 + exp(−x)) (the add in either order) → tsr.sigmoid, the form a
+/// hand-written model (or an importer before tsr.sigmoid) produces.
+struct RaiseSigmoid : OpRewritePattern<tsr::DivOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tsr::DivOp div,
+                                PatternRewriter &rewriter) const override {
+    if (!isa<FloatType>(div.getType().getElementType()) ||
+        !isSplatOf(div.getLhs(), 1.0, 0))
+      return failure();
+    auto add = defOp<tsr::AddOp>(div.getRhs());
+    if (!add)
+      return failure();
+    for (int k = 0; k < 2; ++k) {
+      auto exp = defOp<tsr::ExpOp>(add->getOperand(k));
+      auto neg = exp ? defOp<tsr::NegOp>(exp.getInput()) : tsr::NegOp();
+      if (!neg || !isSplatOf(add->getOperand(1 - k), 1.0, 0) ||
+          neg.getInput().getType() != div.getType())
+        continue;
+      rewriter.replaceOpWithNewOp<tsr::SigmoidOp>(div, div.getType(),
+                                                  neg.getInput());
+      return success();
+    }
+    return failure();
+  }
+};
+
+/// x · sigmoid(x) (either order) → tsr.silu.
+struct RaiseSilu : OpRewritePattern<tsr::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tsr::MulOp mul,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      auto sig = defOp<tsr::SigmoidOp>(mul->getOperand(1 - k));
+      if (sig && sig.getInput() == mul->getOperand(k)) {
+        rewriter.replaceOpWithNewOp<tsr::SiluOp>(mul, mul.getType(),
+                                                 sig.getInput());
+        return success();
+      }
+    }
+    return failure();
+  }
+};
+
+//===----------------------------------------------------------------------===//
 // matmul(a, transpose(b)) → matmul(a, b) {transpose_rhs}
 //===----------------------------------------------------------------------===//
 
@@ -657,8 +831,12 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
 } // namespace
 
 void populateRaisePatterns(RewritePatternSet &patterns) {
-  patterns.add<FoldMulByOne, RaiseGelu, RaiseLayerNorm, FoldTransposeIntoMatmul,
-               FoldReshapeChain, RaiseAttention>(patterns.getContext());
+  patterns.add<FoldMulByOne, RaiseGelu, RaiseRmsNorm, RaiseSigmoid, RaiseSilu,
+               FoldTransposeIntoMatmul, FoldReshapeChain, RaiseAttention>(
+      patterns.getContext());
+  // A layer norm's (x − mean) / sqrt(mean((x − mean)²) + ε) is also an RMS
+  // norm of x − mean: the layer norm is tried first.
+  patterns.add<RaiseLayerNorm>(patterns.getContext(), /*benefit=*/2);
 }
 
 LogicalResult raiseTsrPatterns(Operation *op) {

@@ -5,6 +5,15 @@
 //
 //   * LayerNorm   ReduceMean → Sub → Pow 2 → ReduceMean → Add ε → Sqrt → Div
 //                 [→ Mul γ] [→ Add β]                      → tsr.layer_norm
+//   * RMSNorm     Pow x 2 (or x·x) → ReduceMean (trailing axes, keepdim)
+//                 → Add ε (splat) → Sqrt → Div(1, ·) | Reciprocal → Mul x,
+//                 or x · rsqrt(·), or x / Sqrt(·); [→ Mul scale] in either
+//                 operand order (Gemma's scale is the Add(1, w) itself)
+//                                                          → tsr.rms_norm
+//                 (tried after LayerNorm, whose (x − mean) / sqrt(...) is
+//                 also an RMS norm of x − mean)
+//   * sigmoid     1 / (1 + exp(−x))                         → tsr.sigmoid
+//   * SiLU        x · sigmoid(x) (either order)             → tsr.silu
 //   * erf-GELU    x · 0.5 · (1 + erf(x / √2)) (any operand order, either
 //                 association of the products)              → tsr.gelu
 //   * tanh-GELU   x · 0.5 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))

@@ -75,7 +75,8 @@ def _eval_node(node, inputs):
         if op == "Div" and not x.is_floating_point():
             return [torch.div(x, inputs[1], rounding_mode="trunc")]
         return [fn(x, inputs[1])]
-    if op in ("Sqrt", "Erf", "Relu", "Tanh", "Neg", "Exp"):
+    if op in ("Sqrt", "Erf", "Relu", "Tanh", "Neg", "Exp", "Sigmoid",
+              "Reciprocal"):
         return [getattr(torch, op.lower())(x)]
     if op == "MatMul":
         return [torch.matmul(x, inputs[1])]

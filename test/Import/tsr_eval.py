@@ -2,7 +2,7 @@
 """Numeric check of the importer: evaluates the printed tsr module with numpy
 and compares it with the ONNX model evaluated by examples/gpt/onnx_eval.py.
 
-    tsr_eval.py IMPORTED.mlir MODEL.onnx [--seed N] [--rtol X]
+    tsr_eval.py IMPORTED.mlir MODEL.onnx [--seed N] [--rtol X] [--vocab V]
 
 IMPORTED.mlir must be printed with all resources
 (`tessera-import --elide-resource-limit=-1`), so the parameters' initial
@@ -132,14 +132,16 @@ def run_module(text, feeds):
         elif op == "select":
             val = np.where(args[0], args[1], args[2])
         elif op in ("neg", "exp", "log", "sqrt", "tanh", "relu", "erf",
-                    "rsqrt"):
+                    "rsqrt", "sigmoid", "silu"):
             x = args[0]
             val = {"neg": lambda: -x, "exp": lambda: np.exp(x),
                    "log": lambda: np.log(x), "sqrt": lambda: np.sqrt(x),
                    "tanh": lambda: np.tanh(x),
                    "relu": lambda: np.maximum(x, 0),
                    "erf": lambda: erf(x),
-                   "rsqrt": lambda: 1 / np.sqrt(x)}[op]()
+                   "rsqrt": lambda: 1 / np.sqrt(x),
+                   "sigmoid": lambda: 1 / (1 + np.exp(-x)),
+                   "silu": lambda: x / (1 + np.exp(-x))}[op]()
         elif op == "gelu":
             x = args[0]
             if attrs.get("approximate", "none") == "tanh":
@@ -202,6 +204,11 @@ def run_module(text, feeds):
             var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
             val = (x - mean) / np.sqrt(var + np.float32(attrs["epsilon"])) \
                 * g + b
+        elif op == "rms_norm":
+            x, w = args
+            axes = tuple(range(attrs["axis"], x.ndim))
+            ms = (x * x).mean(axis=axes, keepdims=True)
+            val = x / np.sqrt(ms + np.float32(attrs["epsilon"])) * w
         else:
             raise SystemExit(f"tsr_eval.py: unsupported op tsr.{op}")
         val = np.asarray(val)
@@ -217,6 +224,9 @@ def main():
     ap.add_argument("onnx")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--vocab", type=int,
+                    help="token ids in [0, VOCAB) (default: the rows of the "
+                    "tok_emb* initializer, else 2)")
     args = ap.parse_args()
 
     import onnx
@@ -226,8 +236,8 @@ def main():
     rng = np.random.default_rng(args.seed)
     feeds = {}
     inits = {i.name for i in model.graph.initializer}
-    vocab = min((list(i.dims)[0] for i in model.graph.initializer
-                 if i.name.startswith("tok_emb")), default=2)
+    vocab = args.vocab or min((list(i.dims)[0] for i in model.graph.initializer
+                               if i.name.startswith("tok_emb")), default=2)
     for inp in model.graph.input:
         if inp.name in inits:
             continue

@@ -7,7 +7,8 @@
 //     [--loss-scale S] [--vocab-parallel on|off]
 //     [--sp none|megatron|ulysses|ring] [--sp-size K] [--rank-order pp,dp,tp]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
-//     [--beta2 X] [--eps X] [--freeze REGEX] [--emit plan|import|train|sharded]
+//     [--beta2 X] [--eps X] [--freeze REGEX] [--no-raise]
+//     [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
 //     [--cluster SPEC] [--gemm-efficiency X] [--predict-json FILE]
 //     [--devices N] [--explain-json FILE] [--plan-space runnable|all]
@@ -231,6 +232,13 @@ static cl::opt<std::string> trainable(
              "name matches this regex are trained instead. --explain lists "
              "every initializer with its class and the reason"),
     cl::value_desc("regex"), cl::init(""), cl::cat(category));
+static cl::opt<bool>
+    noRaise("no-raise",
+            cl::desc("Import without raising the exporter's decompositions "
+                     "to composite ops (layer_norm, rms_norm, gelu, silu, "
+                     "attention, ...): for checking that raising keeps the "
+                     "numerics; the plan is slower and larger"),
+            cl::cat(category));
 enum class Emit { Plan, Import, Train, Sharded };
 static cl::opt<Emit>
     emit("emit", cl::desc("What to write"), cl::init(Emit::Plan),
@@ -478,6 +486,7 @@ int main(int argc, char **argv) {
   importOptions.trainableRegex = trainable;
   import::ImportReport importReport;
   importOptions.report = &importReport;
+  importOptions.raise = !noRaise;
   OwningOpRef<ModuleOp> module =
       import::importOnnxFile(inputPath, context, importOptions);
   if (!module)
