@@ -158,7 +158,8 @@ LogicalResult SiluGradOp::verify() {
 /// Checks the shapes and element types shared by tsr.attention and
 /// tsr.attention_grad: Q [b..., Sq, Dh], K [b..., Sk, Dh], V [b..., Sk, Dv],
 /// O [b..., Sq, Dv] (Q's element type), LSE [b..., Sq] f32, mask [Sq, Sk]
-/// (Q's element type); causal needs Sq == Sk.
+/// (Q's element type); causal needs Sq == Sk. GQA: with rank >= 4, K and V
+/// may have Hkv heads (dim rank-3) where Q has H, Hkv dividing H.
 static LogicalResult verifyAttention(Operation *op, Value query, Value key,
                                      Value value, Value mask, Type outputType,
                                      Type lseType, bool causal) {
@@ -180,10 +181,25 @@ static LogicalResult verifyAttention(Operation *op, Value query, Value key,
                "query, key and value must have one element type, got ")
            << q << ", " << k << " and " << v;
   ArrayRef<int64_t> lead = q.getShape().drop_back(2);
-  if (k.getShape().drop_back(2) != lead || v.getShape().drop_back(2) != lead)
-    return op->emitOpError("query, key and value must have the same leading "
-                           "(batch) dims, got ")
-           << q << ", " << k << " and " << v;
+  ArrayRef<int64_t> kvLead = k.getShape().drop_back(2);
+  if (v.getShape().drop_back(2) != kvLead)
+    return op->emitOpError("key and value must have the same leading dims, "
+                           "got ")
+           << k << " and " << v;
+  if (kvLead != lead) {
+    // Grouped-query attention: only the head dim (rank - 3) may differ.
+    bool gqa = rank >= 4 && kvLead.drop_back() == lead.drop_back();
+    if (!gqa)
+      return op->emitOpError("query, key and value must have the same leading "
+                             "(batch) dims, except the head dim (rank - 3) "
+                             "with rank >= 4 (grouped-query attention), got ")
+             << q << ", " << k << " and " << v;
+    int64_t heads = lead.back(), kvHeads = kvLead.back();
+    if (kvHeads <= 0 || heads % kvHeads != 0)
+      return op->emitOpError("grouped-query attention needs the key/value "
+                             "head count ")
+             << kvHeads << " to divide the query head count " << heads;
+  }
   int64_t sq = q.getDimSize(rank - 2), dh = q.getDimSize(rank - 1);
   int64_t sk = k.getDimSize(rank - 2);
   if (k.getDimSize(rank - 1) != dh)

@@ -486,6 +486,17 @@ ShardingRule SoftmaxGradOp::getShardingRule() {
 /// of exactly K ranks (local extent 1), which the local op records as
 /// `grid_axes`; when it is not split the local op is plain attention on the
 /// whole sequence (no `grid_axes`).
+///
+/// Grouped-query attention (K/V with Hkv < H heads, dim rank-3): the
+/// query's head dim is two factors, `hkv` (major, shared with the K/V head
+/// dim) and `nrep` = H / Hkv (minor, the query heads of one group), since
+/// query head h = g·nrep + i uses K/V head g. Splitting the heads over tp
+/// ({H : [tp]}) therefore splits `hkv`, which needs tp to divide Hkv
+/// (Megatron-LM's rule); a layout that does not cut at the factor boundary
+/// (tp not dividing Hkv) is not proposed, so the heads stay whole and the
+/// partitioner gathers them (correct, not parallel). A split `nrep` (query
+/// heads split finer than K/V heads, K/V replicated) is allowed: the
+/// backward's dK/dV lack `nrep` and so are partial sums over its axes.
 static ShardingRule attentionRule(Operation *op, Value query, Value key,
                                   Value value, Value mask, bool grad,
                                   std::optional<int64_t> ringSize) {
@@ -493,6 +504,16 @@ static ShardingRule attentionRule(Operation *op, Value query, Value key,
   ArrayRef<int64_t> q = shapeOf(query), k = shapeOf(key), v = shapeOf(value);
   int64_t r = q.size();
   TensorFactors batch = addFactors(rule, q.drop_back(2));
+  // K/V's leading dims: the query's, with the head dim cut to `hkv` under
+  // GQA (the verifier has checked Hkv divides H).
+  TensorFactors kvBatch = batch;
+  if (r >= 4 && k[r - 3] != q[r - 3] && k[r - 3] > 0 &&
+      q[r - 3] % k[r - 3] == 0) {
+    rule.factors[batch[r - 3][0]].size = k[r - 3]; // becomes `hkv`
+    int64_t nrep = rule.addFactor(q[r - 3] / k[r - 3]);
+    batch[r - 3] = {batch[r - 3][0], nrep};
+    kvBatch[r - 3] = {batch[r - 3][0]};
+  }
   int64_t ring = ringSize.value_or(1);
   // Ring attention needs no mask and one sequence split into K stripes (the
   // verifier's conditions; a partitioned op keeps today's whole-dims rule).
@@ -511,14 +532,16 @@ static ShardingRule attentionRule(Operation *op, Value query, Value key,
   }
   int64_t dh = rule.addFactor(q[r - 1], true);
   int64_t dv = rule.addFactor(v[r - 1], true);
-  auto with = [&](std::initializer_list<ShardingRule::DimFactors> tail) {
-    TensorFactors t = batch;
+  auto with = [&](const TensorFactors &lead,
+                  std::initializer_list<ShardingRule::DimFactors> tail) {
+    TensorFactors t = lead;
     for (const ShardingRule::DimFactors &f : tail)
       t.push_back(f);
     return t;
   };
-  TensorFactors tq = with({sq, {dh}}), tk = with({sk, {dh}}),
-                tv = with({sk, {dv}}), to = with({sq, {dv}}), tlse = with({sq});
+  TensorFactors tq = with(batch, {sq, {dh}}), tk = with(kvBatch, {sk, {dh}}),
+                tv = with(kvBatch, {sk, {dv}}), to = with(batch, {sq, {dv}}),
+                tlse = with(batch, {sq});
   if (isRing)
     rule.localize = [si, ring](Operation *op, ArrayRef<int64_t> localSizes,
                                ShardingRule::FactorAxes axes) -> LogicalResult {

@@ -619,7 +619,24 @@ def Tsr_AttentionOp : Tsr_ContractOp<"attention",
     Shapes: `query` [b..., Sq, Dh], `key` [b..., Sk, Dh], `value`
     [b..., Sk, Dv] (rank >= 3, the same leading dims b..., one float element
     type). `mask`, optional, is an additive [Sq, Sk] tensor of the query's
-    element type broadcast over b.... With `causal`, key j is excluded from
+    element type broadcast over b....
+
+    Grouped-query attention (GQA, Ainslie et al. 2023, arXiv:2305.13245;
+    multi-query attention, MQA, Shazeer 2019, arXiv:1911.02150, is Hkv = 1):
+    with rank >= 4 the dim just before the sequence dim (rank − 3) is the
+    head dim. `query` is [a..., H, Sq, Dh] and `key`/`value` may be
+    [a..., Hkv, Sk, Dh] / [a..., Hkv, Sk, Dv] with Hkv dividing H (the other
+    leading dims a... equal). Query head h attends with key/value head
+    h / (H / Hkv): each run of n_rep = H / Hkv consecutive query heads shares
+    one K/V head, the layout of Hugging Face's `repeat_kv`, whose copies the
+    op never makes. The output and lse follow the query ([a..., H, Sq, Dv],
+    [a..., H, Sq]). Errors: key and value with different leading dims, a
+    leading dim other than the head dim that differs from the query's, or
+    Hkv not dividing H. With rank 3 the leading dim is a flat batch (B·H)
+    and must match exactly. Ring attention (`ring_size`) works with GQA:
+    the rotating K/V blocks are Hkv heads wide.
+
+    With `causal`, key j is excluded from
     query row i when j > i (requires Sq == Sk); a mask may be given as well.
     Results: `output` [b..., Sq, Dv] (the query's type) and `lse` [b..., Sq],
     always f32: the natural-log log-sum-exp of each row of the masked,
@@ -659,6 +676,10 @@ def Tsr_AttentionOp : Tsr_ContractOp<"attention",
     %o, %lse = tsr.attention %q, %k, %v {causal = true, scale = 0.125 : f32}
         : tensor<16x16x8xf32>, tensor<16x16x8xf32>, tensor<16x16x8xf32>
         -> tensor<16x16x8xf32>, tensor<16x16xf32>
+    // GQA: 8 query heads share 2 K/V heads (n_rep = 4).
+    %og, %lg = tsr.attention %qg, %kg, %vg {causal = true, scale = 0.125 : f32}
+        : tensor<2x8x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x8xf32>
+        -> tensor<2x8x16x8xf32>, tensor<2x8x16xf32>
     // Ring attention over 2 ranks, as partitioned: the local stripe.
     %o2, %lse2 = tsr.attention %q2, %k2, %v2
         {causal = true, ring_size = 2 : i64, scale = 0.125 : f32,
@@ -697,7 +718,10 @@ def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
     blockwise as exp(scale·q·kᵀ + mask − lse), and
     dS = P ∘ (dP − rowsum(grad ∘ output)), so memory stays O(S) per row
     rather than O(Sq·Sk) (FlashAttention backward, Dao et al. 2022). The mask
-    is not differentiated. Same shape rules and errors as `tsr.attention`.
+    is not differentiated. Same shape rules and errors as `tsr.attention`,
+    GQA included: with Hkv < H, `key_grad` and `value_grad` are
+    [a..., Hkv, Sk, ·] and each K/V head's gradient is the sum over the
+    n_rep query heads that share it.
     `ring_size` (and, once partitioned, `grid_axes`) is the forward's: the
     ring backward rotates each K/V block together with its dK/dV
     accumulators (K rotations in all) so that every block's gradients end
@@ -708,6 +732,11 @@ def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
         {causal = true, scale = 0.125 : f32}
         : tensor<16x16x8xf32>, tensor<16x16x8xf32>, tensor<16x16x8xf32>,
           tensor<16x16x8xf32>, tensor<16x16xf32>
+    // GQA: 8 query heads, 2 K/V heads; dK and dV are [2, 2, 16, 8].
+    %gq, %gk, %gv = tsr.attention_grad %q4, %k4, %v4, %o4, %lse4, %do4
+        {causal = true, scale = 0.125 : f32}
+        : tensor<2x8x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x8xf32>,
+          tensor<2x8x16x8xf32>, tensor<2x8x16xf32>
     ```
   }];
   let arguments = (ins Tsr_StaticTensor:$query, Tsr_StaticTensor:$key,

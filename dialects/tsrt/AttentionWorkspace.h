@@ -30,19 +30,21 @@ inline int64_t attentionBlockWorkspaceElems(int64_t sq, int64_t sk,
 }
 
 /// Floats of scratch of one attention / attention_grad call with Q
-/// [batch, sq, dh], K [batch, sk, dh], V [batch, sk, dv] (local shapes).
+/// [batch, sq, dh], K [kvBatch, sk, dh], V [kvBatch, sk, dv] (local shapes;
+/// kvBatch < batch under grouped-query attention, where batch / kvBatch
+/// query heads share each K/V head).
 ///   plain forward:  blockRows·sk (scores) + 2·blockRows (running max/sum)
 ///   plain backward: 2·blockRows·sk (P/dS, dP) + blockRows (delta)
-///   ring forward:   batch·sk·(dh+dv) (rotating packed [K|V] block)
+///   ring forward:   kvBatch·sk·(dh+dv) (rotating packed [K|V] block)
 ///                   + batch·sq (running row sum) + blockRows·sk
-///   ring backward:  2·batch·sk·(dh+dv) (rotating [K|V|dK|dV] block)
+///   ring backward:  2·kvBatch·sk·(dh+dv) (rotating [K|V|dK|dV] block)
 ///                   + batch·sq (delta) + 2·blockRows·sk
-inline int64_t attentionWorkspaceElems(int64_t batch, int64_t sq, int64_t sk,
-                                       int64_t dh, int64_t dv, bool backward,
-                                       bool ring) {
+inline int64_t attentionWorkspaceElems(int64_t batch, int64_t kvBatch,
+                                       int64_t sq, int64_t sk, int64_t dh,
+                                       int64_t dv, bool backward, bool ring) {
   int64_t block = attentionBlockWorkspaceElems(sq, sk, backward);
   if (ring)
-    return (backward ? 2 : 1) * batch * sk * (dh + dv) + batch * sq + block;
+    return (backward ? 2 : 1) * kvBatch * sk * (dh + dv) + batch * sq + block;
   int64_t rows = std::min(sq, kAttentionBlockRows);
   return block + (backward ? 1 : 2) * rows;
 }

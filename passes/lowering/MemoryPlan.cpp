@@ -137,14 +137,17 @@ int64_t attentionWorkspaceBytes(Operation *op) {
   if (sq == 0 || dh == 0 || sk == 0)
     return 0;
   int64_t batch = q.getNumElements() / (sq * dh);
-  if (batch == 0)
+  // Grouped-query attention: K/V hold fewer heads than Q (the ring's
+  // rotating block is K/V-sized).
+  int64_t kvBatch = k.getNumElements() / (sk * dh);
+  if (batch == 0 || kvBatch == 0)
     return 0;
   bool ring = false;
   if (kernel.getAttrs().get("grid_axes"))
     if (auto r = kernel.getAttrs().getAs<IntegerAttr>("ring_size"))
       ring = r.getInt() > 1;
-  int64_t elems =
-      tsrt::attentionWorkspaceElems(batch, sq, sk, dh, dv, backward, ring);
+  int64_t elems = tsrt::attentionWorkspaceElems(batch, kvBatch, sq, sk, dh, dv,
+                                                backward, ring);
   return lowering::alignedBufferBytes(elems * 4, kAlignment);
 }
 

@@ -498,6 +498,9 @@ std::function<void(float *, int64_t)> ringRotate(const ExecContext &ctx,
 /// operands are this rank's stripe of a striped sequence and the kernel is
 /// ringAttentionForward/Backward over the communicator, whose size must be
 /// `ring_size`; it takes no mask and needs Sq == Sk.
+///
+/// Grouped-query attention: with rank >= 4, K and V may have Hkv heads (dim
+/// rank-3) where Q has H, Hkv dividing H (AttentionDims::group = H / Hkv).
 llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
                              ArrayRef<TensorType> ins,
                              ArrayRef<TensorType> outs, Instruction &inst) {
@@ -532,17 +535,26 @@ llvm::Error resolveAttention(StringRef name, AttrReader &attrs,
   auto badShapes = [&] {
     return fail("operand types " + typeStr(q) + ", " + typeStr(k) + ", " +
                 typeStr(v) + " are not Q [b..., Sq, Dh], K [b..., Sk, Dh], " +
-                "V [b..., Sk, Dv]");
+                "V [b..., Sk, Dv] (or, with rank >= 4, K/V with Hkv heads " +
+                "dividing Q's H at dim rank-3)");
   };
   if (r < 3 || rankOf(k) != r || rankOf(v) != r)
     return badShapes();
   std::vector<int64_t> lead(q.shape.begin(), q.shape.end() - 2);
-  if (!std::equal(lead.begin(), lead.end(), k.shape.begin()) ||
-      !std::equal(lead.begin(), lead.end(), v.shape.begin()) ||
+  std::vector<int64_t> kvLead(k.shape.begin(), k.shape.end() - 2);
+  int64_t group = 1;
+  if (kvLead != lead) {
+    // GQA: only the head dim may differ, and Hkv must divide H.
+    if (r < 4 || !std::equal(lead.begin(), lead.end() - 1, kvLead.begin()) ||
+        kvLead.back() <= 0 || lead.back() % kvLead.back() != 0)
+      return badShapes();
+    group = lead.back() / kvLead.back();
+  }
+  if (!std::equal(kvLead.begin(), kvLead.end(), v.shape.begin()) ||
       k.shape[r - 1] != q.shape[r - 1] || v.shape[r - 2] != k.shape[r - 2])
     return badShapes();
   cpu::AttentionDims d{shapeNumel(lead), q.shape[r - 2], k.shape[r - 2],
-                       q.shape[r - 1], v.shape[r - 1]};
+                       q.shape[r - 1],   v.shape[r - 1], group};
   if (causal && d.sq != d.sk)
     return fail("causal attention needs Sq == Sk");
   if (ring && d.sq != d.sk)

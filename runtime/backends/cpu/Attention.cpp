@@ -72,15 +72,17 @@ tessera::runtime::cpu::attentionBlockWorkspaceElems(const AttentionDims &d,
 
 int64_t tessera::runtime::cpu::attentionWorkspaceElems(const AttentionDims &d,
                                                        bool backward) {
-  return tessera::tsrt::attentionWorkspaceElems(d.batch, d.sq, d.sk, d.dh, d.dv,
-                                                backward, /*ring=*/false);
+  return tessera::tsrt::attentionWorkspaceElems(d.batch, d.kvBatch(), d.sq,
+                                                d.sk, d.dh, d.dv, backward,
+                                                /*ring=*/false);
 }
 
 int64_t
 tessera::runtime::cpu::ringAttentionWorkspaceElems(const AttentionDims &d,
                                                    bool backward) {
-  return tessera::tsrt::attentionWorkspaceElems(d.batch, d.sq, d.sk, d.dh, d.dv,
-                                                backward, /*ring=*/true);
+  return tessera::tsrt::attentionWorkspaceElems(d.batch, d.kvBatch(), d.sq,
+                                                d.sk, d.dh, d.dv, backward,
+                                                /*ring=*/true);
 }
 
 //===----------------------------------------------------------------------===//
@@ -93,11 +95,12 @@ void tessera::runtime::cpu::attentionBlockForward(
     SeqPositions kPos, float *oAcc, float *rowMax, float *rowSum,
     float *workspace) {
   assert(qPos.stride >= 1 && kPos.stride >= 1 && "positions must increase");
+  assert(d.group >= 1 && d.batch % d.group == 0 && "group must divide batch");
   const int64_t R = blockRows(d.sq);
   float *s = workspace;
   for (int64_t b = 0; b < d.batch; ++b) {
-    const float *kb = k + b * d.sk * d.dh;
-    const float *vb = v + b * d.sk * d.dv;
+    const float *kb = k + (b / d.group) * d.sk * d.dh;
+    const float *vb = v + (b / d.group) * d.sk * d.dv;
     for (int64_t i0 = 0; i0 < d.sq; i0 += R) {
       const int64_t rows = std::min(R, d.sq - i0);
       const int64_t nc =
@@ -185,11 +188,14 @@ void tessera::runtime::cpu::attentionBlockBackward(
   const int64_t R = blockRows(d.sq);
   float *p = workspace;             // P, then dS      [rows x nc]
   float *dp = workspace + R * d.sk; // dP             [rows x nc]
+  assert(d.group >= 1 && d.batch % d.group == 0 && "group must divide batch");
   for (int64_t b = 0; b < d.batch; ++b) {
-    const float *kb = k + b * d.sk * d.dh;
-    const float *vb = v + b * d.sk * d.dv;
-    float *dkb = dk + b * d.sk * d.dh;
-    float *dvb = dv + b * d.sk * d.dv;
+    // GQA: the group's query rows all add into their K/V row's dK, dV.
+    const int64_t kvRow = b / d.group;
+    const float *kb = k + kvRow * d.sk * d.dh;
+    const float *vb = v + kvRow * d.sk * d.dv;
+    float *dkb = dk + kvRow * d.sk * d.dh;
+    float *dvb = dv + kvRow * d.sk * d.dv;
     for (int64_t i0 = 0; i0 < d.sq; i0 += R) {
       const int64_t rows = std::min(R, d.sq - i0);
       const int64_t nc =
@@ -258,10 +264,12 @@ void tessera::runtime::cpu::attentionForward(const AttentionDims &d,
       std::fill(oBlk, oBlk + rows * d.dv, 0.0f);
       std::fill(rowMax, rowMax + rows, kNegInf);
       std::fill(rowSum, rowSum + rows, 0.0f);
-      attentionBlockForward(
-          sub, q + row0 * d.dh, k + b * d.sk * d.dh, v + b * d.sk * d.dv,
-          mask ? mask + i0 * d.sk : nullptr, scale, causal, SeqPositions{i0, 1},
-          SeqPositions{0, 1}, oBlk, rowMax, rowSum, workspace);
+      const int64_t kvRow = b / d.group;
+      attentionBlockForward(sub, q + row0 * d.dh, k + kvRow * d.sk * d.dh,
+                            v + kvRow * d.sk * d.dv,
+                            mask ? mask + i0 * d.sk : nullptr, scale, causal,
+                            SeqPositions{i0, 1}, SeqPositions{0, 1}, oBlk,
+                            rowMax, rowSum, workspace);
       attentionBlockFinalize(rows, d.dv, oBlk, rowMax, rowSum, lse + row0);
     }
   }
@@ -274,8 +282,8 @@ void tessera::runtime::cpu::attentionBackward(
     float *workspace) {
   assert((!causal || d.sq == d.sk) && "causal attention needs sq == sk");
   std::fill(dq, dq + d.batch * d.sq * d.dh, 0.0f);
-  std::fill(dk, dk + d.batch * d.sk * d.dh, 0.0f);
-  std::fill(dv, dv + d.batch * d.sk * d.dv, 0.0f);
+  std::fill(dk, dk + d.kvBatch() * d.sk * d.dh, 0.0f);
+  std::fill(dv, dv + d.kvBatch() * d.sk * d.dv, 0.0f);
   const int64_t R = blockRows(d.sq);
   float *delta = workspace + attentionBlockWorkspaceElems(d, true);
   for (int64_t b = 0; b < d.batch; ++b) {
@@ -284,12 +292,13 @@ void tessera::runtime::cpu::attentionBackward(
       const int64_t row0 = b * d.sq + i0;
       AttentionDims sub{1, rows, d.sk, d.dh, d.dv};
       attentionDelta(rows, d.dv, dout + row0 * d.dv, o + row0 * d.dv, delta);
+      const int64_t kvRow = b / d.group;
       attentionBlockBackward(
-          sub, q + row0 * d.dh, k + b * d.sk * d.dh, v + b * d.sk * d.dv,
-          dout + row0 * d.dv, lse + row0, delta,
+          sub, q + row0 * d.dh, k + kvRow * d.sk * d.dh,
+          v + kvRow * d.sk * d.dv, dout + row0 * d.dv, lse + row0, delta,
           mask ? mask + i0 * d.sk : nullptr, scale, causal, SeqPositions{i0, 1},
-          SeqPositions{0, 1}, dq + row0 * d.dh, dk + b * d.sk * d.dh,
-          dv + b * d.sk * d.dv, workspace);
+          SeqPositions{0, 1}, dq + row0 * d.dh, dk + kvRow * d.sk * d.dh,
+          dv + kvRow * d.sk * d.dv, workspace);
     }
   }
 }
@@ -305,8 +314,8 @@ void tessera::runtime::cpu::ringAttentionForward(
     float *workspace) {
   assert(d.sq == d.sk && "striped ring attention needs local sq == sk");
   assert(ringSize >= 1 && ringRank >= 0 && ringRank < ringSize);
-  const int64_t kElems = d.batch * d.sk * d.dh;
-  const int64_t vElems = d.batch * d.sk * d.dv;
+  const int64_t kElems = d.kvBatch() * d.sk * d.dh;
+  const int64_t vElems = d.kvBatch() * d.sk * d.dv;
   float *bufK = workspace;
   float *bufV = bufK + kElems;
   float *rowSum = bufV + vElems;
@@ -336,8 +345,8 @@ void tessera::runtime::cpu::ringAttentionBackward(
     float *dv, float *workspace) {
   assert(d.sq == d.sk && "striped ring attention needs local sq == sk");
   assert(ringSize >= 1 && ringRank >= 0 && ringRank < ringSize);
-  const int64_t kElems = d.batch * d.sk * d.dh;
-  const int64_t vElems = d.batch * d.sk * d.dv;
+  const int64_t kElems = d.kvBatch() * d.sk * d.dh;
+  const int64_t vElems = d.kvBatch() * d.sk * d.dv;
   float *bufK = workspace;
   float *bufV = bufK + kElems;
   float *bufDK = bufV + vElems;

@@ -5,9 +5,16 @@
 //
 // Shapes (all fp32, row major, contiguous): `batch` is the product of the
 // leading dims (e.g. B*H);
-//   Q [batch, sq, dh], K [batch, sk, dh], V [batch, sk, dv],
+//   Q [batch, sq, dh], K [batch/group, sk, dh], V [batch/group, sk, dv],
 //   O [batch, sq, dv], LSE [batch, sq], optional additive mask [sq, sk]
 //   (broadcast over batch; entries finite or -inf).
+// Grouped-query attention (Ainslie et al. 2023, "GQA", arXiv:2305.13245;
+// multi-query attention, Shazeer 2019, is group = H): `group` = n_rep
+// consecutive query batch rows share one K/V batch row, query row b uses
+// K/V row b / group. With Q [B, H, ...] and K/V [B, Hkv, ...] flattened,
+// b = x*H + h and b / group = x*Hkv + h / (H/Hkv), the head mapping of
+// Hugging Face's repeat_kv, so K/V are never copied per query head. The
+// backward accumulates dK/dV over the group's query heads.
 //
 // Algorithm.
 //  - Query rows are processed in row blocks of kAttentionBlockRows (64): for
@@ -59,9 +66,14 @@ namespace cpu {
 constexpr int64_t kAttentionBlockRows = tsrt::kAttentionBlockRows;
 
 /// Shapes: `batch` = product of the leading dims (e.g. B*H); Q [batch, sq, dh],
-/// K [batch, sk, dh], V [batch, sk, dv], O [batch, sq, dv], LSE [batch, sq].
+/// K [batch/group, sk, dh], V [batch/group, sk, dv], O [batch, sq, dv],
+/// LSE [batch, sq]. `group` (>= 1, dividing batch) is the number of query
+/// heads per K/V head (GQA's n_rep; 1 for multi-head attention).
 struct AttentionDims {
   int64_t batch, sq, sk, dh, dv;
+  int64_t group = 1;
+  /// Leading K/V rows: batch / group.
+  int64_t kvBatch() const { return batch / group; }
 };
 
 /// Global sequence positions of a block's rows: row i is at start + i*stride.
@@ -106,11 +118,12 @@ void attentionBackward(const AttentionDims &d, const float *q, const float *k,
 // Ring attention (striped layout).
 //===----------------------------------------------------------------------===//
 
-/// Floats of scratch for ringAttentionForward / ringAttentionBackward.
-///   forward:  batch*sk*(dh+dv)      rotating packed [K|V] block
+/// Floats of scratch for ringAttentionForward / ringAttentionBackward
+/// (kvBatch = batch / group: the rotating blocks hold the K/V heads only).
+///   forward:  kvBatch*sk*(dh+dv)    rotating packed [K|V] block
 ///           + batch*sq              running row sum
 ///           + blockRows*sk          row-block scores
-///   backward: batch*sk*2*(dh+dv)    rotating packed [K|V|dK|dV] block
+///   backward: kvBatch*sk*2*(dh+dv)  rotating packed [K|V|dK|dV] block
 ///           + batch*sq              delta
 ///           + 2*blockRows*sk        row-block P/dS and dP
 /// i.e. O(local K/V + blockRows * local sk), never local sq x sk.
@@ -123,7 +136,7 @@ int64_t ringAttentionWorkspaceElems(const AttentionDims &d, bool backward);
 /// (the caller implements it with MPI_Sendrecv_replace). K/V blocks travel
 /// the ring; softmax is online (running row max and sum), so no rank ever
 /// holds more than its local sq x (local sk) scores, and only row-blocked.
-/// Forward: K-1 rotations of the packed [K|V] block (n = batch*sk*(dh+dv),
+/// Forward: K-1 rotations of the packed [K|V] block (n = kvBatch*sk*(dh+dv),
 /// buf = the start of the workspace). After s rotations a rank holds the
 /// block of rank (r - s) mod K. o and lse are overwritten (o is used as the
 /// unnormalised accumulator and lse as the running max meanwhile).
@@ -137,8 +150,9 @@ void ringAttentionForward(const AttentionDims &d, int64_t ringRank,
 /// Backward: dK/dV accumulators travel with their K/V block (packed
 /// [K|V|dK|dV]), K rotations in all, so each block's gradients end at its
 /// owner. The first K-1 rotations move the whole packed block
-/// (n = batch*sk*2*(dh+dv), buf = workspace); the last one moves only the
-/// [dK|dV] half (buf = workspace + batch*sk*(dh+dv), n = batch*sk*(dh+dv)).
+/// (n = kvBatch*sk*2*(dh+dv), buf = workspace); the last one moves only the
+/// [dK|dV] half (buf = workspace + kvBatch*sk*(dh+dv),
+/// n = kvBatch*sk*(dh+dv)).
 /// With ringSize == 1 there is no rotation at all. dq, dk, dv overwritten.
 /// o and lse: ringAttentionForward's outputs.
 void ringAttentionBackward(const AttentionDims &d, int64_t ringRank,
@@ -156,7 +170,8 @@ void ringAttentionBackward(const AttentionDims &d, int64_t ringRank,
 /// attentionBlockBackward (2 * blockRows * sk).
 int64_t attentionBlockWorkspaceElems(const AttentionDims &d, bool backward);
 
-/// Folds one K/V block into the online-softmax state of the query rows:
+/// Folds one K/V block into the online-softmax state of the query rows
+/// (query row b against K/V row b / d.group):
 /// oAcc [batch, sq, dv] (unnormalised), rowMax [batch, sq] (start at -inf),
 /// rowSum [batch, sq] (start at 0). Allowed keys: causal ? kPos(j) <= qPos(i)
 /// : all; mask (optional, [sq, sk], row stride sk, broadcast over batch) is
@@ -179,7 +194,9 @@ void attentionDelta(int64_t rows, int64_t dv, const float *dout, const float *o,
                     float *delta);
 
 /// Gradient contributions of one K/V block, ACCUMULATED into dq [batch, sq,
-/// dh], dk [batch, sk, dh], dv [batch, sk, dv]. lse and delta [batch, sq]
+/// dh], dk [kvBatch, sk, dh], dv [kvBatch, sk, dv] (query row b adds into
+/// K/V row b / d.group, so dK/dV sum over each group). lse and delta
+/// [batch, sq]
 /// are the final (whole-sequence) ones. Masking as attentionBlockForward.
 void attentionBlockBackward(const AttentionDims &d, const float *q,
                             const float *k, const float *v, const float *dout,

@@ -144,6 +144,54 @@ func.func @attention_batch(%q: tensor<2x4x8xf32>, %k: tensor<3x4x8xf32>) {
 
 // -----
 
+func.func @attention_gqa_rank3(%q: tensor<8x4x8xf32>, %k: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{except the head dim (rank - 3) with rank >= 4}}
+  %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<8x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<8x4x8xf32>, tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_gqa_batch(%q: tensor<2x8x4x8xf32>, %k: tensor<3x2x4x8xf32>) {
+  // expected-error @+1 {{must have the same leading (batch) dims, except the head dim}}
+  %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<2x8x4x8xf32>, tensor<3x2x4x8xf32>, tensor<3x2x4x8xf32> -> tensor<2x8x4x8xf32>, tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_gqa_divide(%q: tensor<2x8x4x8xf32>, %k: tensor<2x3x4x8xf32>) {
+  // expected-error @+1 {{grouped-query attention needs the key/value head count 3 to divide the query head count 8}}
+  %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<2x8x4x8xf32>, tensor<2x3x4x8xf32>, tensor<2x3x4x8xf32> -> tensor<2x8x4x8xf32>, tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_gqa_more_kv(%q: tensor<2x2x4x8xf32>, %k: tensor<2x4x4x8xf32>) {
+  // expected-error @+1 {{key/value head count 4 to divide the query head count 2}}
+  %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<2x2x4x8xf32>, tensor<2x4x4x8xf32>, tensor<2x4x4x8xf32> -> tensor<2x2x4x8xf32>, tensor<2x2x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_gqa_kv_mismatch(%q: tensor<2x8x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x4x4x8xf32>) {
+  // expected-error @+1 {{key and value must have the same leading dims}}
+  %o, %l = tsr.attention %q, %k, %v {scale = 1.0 : f32} : tensor<2x8x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x4x4x8xf32> -> tensor<2x8x4x8xf32>, tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_gqa_divide(%q: tensor<2x8x4x8xf32>, %k: tensor<2x3x4x8xf32>, %l: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{grouped-query attention needs the key/value head count 3 to divide the query head count 8}}
+  %dq, %dk, %dv = tsr.attention_grad %q, %k, %k, %q, %l, %q {scale = 1.0 : f32} : tensor<2x8x4x8xf32>, tensor<2x3x4x8xf32>, tensor<2x3x4x8xf32>, tensor<2x8x4x8xf32>, tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
 func.func @attention_head_dim(%q: tensor<2x4x8xf32>, %k: tensor<2x4x6xf32>) {
   // expected-error @+1 {{key head dim 6 does not match query head dim 8}}
   %o, %l = tsr.attention %q, %k, %k {scale = 1.0 : f32} : tensor<2x4x8xf32>, tensor<2x4x6xf32>, tensor<2x4x6xf32> -> tensor<2x4x6xf32>, tensor<2x4xf32>

@@ -53,3 +53,14 @@ func.func @rms_norm_silu(%x: tensor<2x4x8xf32>, %w: tensor<8xf32>, %xb: tensor<2
   %s = tsr.sigmoid %g : tensor<2x4x8xf32>
   return %s, %dwb : tensor<2x4x8xf32>, tensor<4x8xbf16>
 }
+
+// Grouped-query attention: 8 query heads share 2 K/V heads; the gradient of
+// K and V has their (2-head) types.
+// CHECK-LABEL: func.func @attention_gqa
+// CHECK: %[[O:.*]], %[[L:.*]] = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 1.250000e-01 : f32} : tensor<2x8x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x6xf32> -> tensor<2x8x16x6xf32>, tensor<2x8x16xf32>
+// CHECK: tsr.attention_grad %arg0, %arg1, %arg2, %[[O]], %[[L]], %[[O]] {causal = true, scale = 1.250000e-01 : f32} : tensor<2x8x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x6xf32>, tensor<2x8x16x6xf32>, tensor<2x8x16xf32>
+func.func @attention_gqa(%q: tensor<2x8x16x8xf32>, %k: tensor<2x2x16x8xf32>, %v: tensor<2x2x16x6xf32>) -> tensor<2x2x16x8xf32> {
+  %o, %l = tsr.attention %q, %k, %v {causal = true, scale = 0.125 : f32} : tensor<2x8x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x6xf32> -> tensor<2x8x16x6xf32>, tensor<2x8x16xf32>
+  %dq, %dk, %dv = tsr.attention_grad %q, %k, %v, %o, %l, %o {causal = true, scale = 0.125 : f32} : tensor<2x8x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x6xf32>, tensor<2x8x16x6xf32>, tensor<2x8x16xf32>
+  return %dk : tensor<2x2x16x8xf32>
+}

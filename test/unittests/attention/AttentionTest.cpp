@@ -169,8 +169,8 @@ Result runPlain(const AttentionDims &d, const std::vector<float> &q,
   r.o.assign(d.batch * d.sq * d.dv, kNaN);
   r.lse.assign(d.batch * d.sq, kNaN);
   r.dq.assign(d.batch * d.sq * d.dh, kNaN);
-  r.dk.assign(d.batch * d.sk * d.dh, kNaN);
-  r.dv.assign(d.batch * d.sk * d.dv, kNaN);
+  r.dk.assign(d.kvBatch() * d.sk * d.dh, kNaN); // GQA: the K/V heads only
+  r.dv.assign(d.kvBatch() * d.sk * d.dv, kNaN);
   Workspace wf(attentionWorkspaceElems(d, false));
   attentionForward(d, q.data(), k.data(), v.data(), mask, scale, causal,
                    r.o.data(), r.lse.data(), wf.data());
@@ -294,6 +294,88 @@ TEST(Attention, Deterministic) {
 }
 
 //===----------------------------------------------------------------------===//
+// Grouped-query attention vs the reference on repeated K/V.
+//===----------------------------------------------------------------------===//
+
+/// Hugging Face's repeat_kv: [kvBatch, s, dim] -> [kvBatch * group, s, dim]
+/// where row b is a copy of row b / group.
+std::vector<float> repeatKV(const std::vector<float> &x, int64_t kvBatch,
+                            int64_t group, int64_t rowElems) {
+  std::vector<float> out(kvBatch * group * rowElems);
+  for (int64_t b = 0; b < kvBatch * group; ++b)
+    std::copy_n(x.data() + (b / group) * rowElems, rowElems,
+                out.data() + b * rowElems);
+  return out;
+}
+
+/// The gradient of repeat_kv: sums each group of rows.
+std::vector<double> sumGroups(const std::vector<double> &x, int64_t kvBatch,
+                              int64_t group, int64_t rowElems) {
+  std::vector<double> out(kvBatch * rowElems, 0.0);
+  for (int64_t b = 0; b < kvBatch * group; ++b)
+    for (int64_t e = 0; e < rowElems; ++e)
+      out[(b / group) * rowElems + e] += x[b * rowElems + e];
+  return out;
+}
+
+/// The GQA kernels (K/V with batch / group rows) against the naive
+/// reference run on K/V repeated per query head, whose K/V gradients are
+/// then summed over each group.
+void checkGroupedAgainstRepeated(const AttentionDims &d, bool causal,
+                                 const std::vector<float> *mask = nullptr,
+                                 unsigned seed = 1) {
+  SCOPED_TRACE("batch=" + std::to_string(d.batch) +
+               " group=" + std::to_string(d.group) + (causal ? " causal" : ""));
+  ASSERT_EQ(d.batch % d.group, 0);
+  const int64_t kvb = d.kvBatch();
+  auto q = randomVec(d.batch * d.sq * d.dh, seed);
+  auto k = randomVec(kvb * d.sk * d.dh, seed + 1);
+  auto v = randomVec(kvb * d.sk * d.dv, seed + 2);
+  auto dout = randomVec(d.batch * d.sq * d.dv, seed + 3);
+  const float scale = 2.0f / std::sqrt(float(d.dh));
+  const float *m = mask ? mask->data() : nullptr;
+  AttentionDims mha{d.batch, d.sq, d.sk, d.dh, d.dv};
+  Reference ref = naiveAttention(mha, q, repeatKV(k, kvb, d.group, d.sk * d.dh),
+                                 repeatKV(v, kvb, d.group, d.sk * d.dv), m,
+                                 scale, causal, dout);
+  Result got = runPlain(d, q, k, v, m, scale, causal, dout);
+  ASSERT_EQ(got.dk.size(), size_t(kvb * d.sk * d.dh));
+  ASSERT_EQ(got.dv.size(), size_t(kvb * d.sk * d.dv));
+  EXPECT_LT(relError(got.o, ref.o), kTol);
+  EXPECT_LT(relError(got.lse, ref.lse), kTol);
+  EXPECT_LT(relError(got.dq, ref.dq), kTol);
+  EXPECT_LT(relError(got.dk, sumGroups(ref.dk, kvb, d.group, d.sk * d.dh)),
+            kTol);
+  EXPECT_LT(relError(got.dv, sumGroups(ref.dv, kvb, d.group, d.sk * d.dv)),
+            kTol);
+}
+
+TEST(GroupedQueryAttention, MatchesRepeatedKV) {
+  // [B = 2, H = 8] query heads over Hkv = 4 (n_rep 2) and Hkv = 2 (n_rep 4).
+  checkGroupedAgainstRepeated({16, 100, 100, 16, 16, 2}, true, nullptr, 3);
+  checkGroupedAgainstRepeated({16, 100, 100, 16, 16, 4}, false, nullptr, 5);
+  // Several row blocks, sq != sk, dh != dv.
+  checkGroupedAgainstRepeated({6, 130, 77, 12, 20, 3}, false, nullptr, 7);
+}
+
+TEST(GroupedQueryAttention, MultiQuery) {
+  // MQA (Shazeer 2019): one K/V head for all query heads of a sample.
+  checkGroupedAgainstRepeated({8, 70, 70, 8, 8, 8}, true, nullptr, 9);
+}
+
+TEST(GroupedQueryAttention, MaskAndCausal) {
+  AttentionDims d{4, 130, 130, 8, 8, 2};
+  auto mask = makeMask(d.sq, d.sk, 53);
+  checkGroupedAgainstRepeated(d, true, &mask, 59);
+  checkGroupedAgainstRepeated(d, false, &mask, 61);
+}
+
+TEST(GroupedQueryAttention, GroupOfOneIsMultiHead) {
+  AttentionDims d{4, 50, 50, 8, 8, 1};
+  checkGroupedAgainstRepeated(d, true, nullptr, 67);
+}
+
+//===----------------------------------------------------------------------===//
 // Ring attention, one thread per rank.
 //===----------------------------------------------------------------------===//
 
@@ -357,21 +439,30 @@ void unstripe(const std::vector<float> &l, int64_t batch, int64_t S,
                   g.data() + (b * S + i * K + r) * dim);
 }
 
+/// Ring attention over K ranks; with group > 1 (GQA) K/V have batch / group
+/// rows and the rotating blocks are that size.
 void checkRing(int64_t batch, int64_t S, int64_t dh, int64_t dv, int K,
-               bool causal) {
+               bool causal, int64_t group = 1) {
   SCOPED_TRACE("K=" + std::to_string(K) + " S=" + std::to_string(S) +
-               (causal ? " causal" : " non-causal"));
+               (causal ? " causal" : " non-causal") +
+               " group=" + std::to_string(group));
   ASSERT_EQ(S % K, 0);
-  AttentionDims gd{batch, S, S, dh, dv};
-  auto q = randomVec(batch * S * dh, 101), k = randomVec(batch * S * dh, 102),
-       v = randomVec(batch * S * dv, 103),
-       dout = randomVec(batch * S * dv, 104);
+  ASSERT_EQ(batch % group, 0);
+  const int64_t kvb = batch / group;
+  AttentionDims gd{batch, S, S, dh, dv, group};
+  auto q = randomVec(batch * S * dh, 101), k = randomVec(kvb * S * dh, 102),
+       v = randomVec(kvb * S * dv, 103), dout = randomVec(batch * S * dv, 104);
   const float scale = 1.5f / std::sqrt(float(dh));
   Result want = runPlain(gd, q, k, v, nullptr, scale, causal, dout);
-  Reference exact = naiveAttention(gd, q, k, v, nullptr, scale, causal, dout);
+  AttentionDims mha{batch, S, S, dh, dv};
+  Reference exact = naiveAttention(mha, q, repeatKV(k, kvb, group, S * dh),
+                                   repeatKV(v, kvb, group, S * dv), nullptr,
+                                   scale, causal, dout);
+  exact.dk = sumGroups(exact.dk, kvb, group, S * dh);
+  exact.dv = sumGroups(exact.dv, kvb, group, S * dv);
 
   const int64_t n = S / K;
-  AttentionDims ld{batch, n, n, dh, dv};
+  AttentionDims ld{batch, n, n, dh, dv, group};
   Result got;
   got.o.assign(want.o.size(), kNaN);
   got.lse.assign(want.lse.size(), kNaN);
@@ -384,12 +475,12 @@ void checkRing(int64_t batch, int64_t S, int64_t dh, int64_t dv, int K,
   std::vector<int> fwdRotations(K, 0), bwdRotations(K, 0);
   std::vector<std::vector<int64_t>> bwdSizes(K);
   auto rankMain = [&](int r) {
-    auto lq = stripe(q, batch, S, dh, K, r), lk = stripe(k, batch, S, dh, K, r),
-         lv = stripe(v, batch, S, dv, K, r),
+    auto lq = stripe(q, batch, S, dh, K, r), lk = stripe(k, kvb, S, dh, K, r),
+         lv = stripe(v, kvb, S, dv, K, r),
          ldo = stripe(dout, batch, S, dv, K, r);
     std::vector<float> o(batch * n * dv, kNaN), lse(batch * n, kNaN),
-        dq(batch * n * dh, kNaN), dk(batch * n * dh, kNaN),
-        dvv(batch * n * dv, kNaN);
+        dq(batch * n * dh, kNaN), dk(kvb * n * dh, kNaN),
+        dvv(kvb * n * dv, kNaN);
     Workspace wf(ringAttentionWorkspaceElems(ld, false));
     ringAttentionForward(
         ld, r, K, lq.data(), lk.data(), lv.data(), scale, causal,
@@ -414,8 +505,8 @@ void checkRing(int64_t batch, int64_t S, int64_t dh, int64_t dv, int K,
     unstripe(o, batch, S, dv, K, r, got.o);
     unstripe(lse, batch, S, 1, K, r, got.lse);
     unstripe(dq, batch, S, dh, K, r, got.dq);
-    unstripe(dk, batch, S, dh, K, r, got.dk);
-    unstripe(dvv, batch, S, dv, K, r, got.dv);
+    unstripe(dk, kvb, S, dh, K, r, got.dk);
+    unstripe(dvv, kvb, S, dv, K, r, got.dv);
   };
   std::vector<std::thread> threads;
   for (int r = 0; r < K; ++r)
@@ -424,7 +515,7 @@ void checkRing(int64_t batch, int64_t S, int64_t dh, int64_t dv, int K,
     t.join();
 
   EXPECT_EQ(badGuards.load(), 0) << "ring kernel wrote past its workspace";
-  const int64_t kv = batch * n * (dh + dv);
+  const int64_t kv = kvb * n * (dh + dv); // the rotating K/V heads only
   for (int r = 0; r < K; ++r) {
     EXPECT_EQ(fwdRotations[r], K - 1);
     EXPECT_EQ(bwdRotations[r], K == 1 ? 0 : K);
@@ -451,6 +542,13 @@ TEST(RingAttention, MatchesPlainCausal) {
 TEST(RingAttention, MatchesPlainNonCausal) {
   for (int K : {1, 2, 4})
     checkRing(2, 200, 16, 16, K, false);
+}
+
+TEST(RingAttention, GroupedQuery) {
+  for (int K : {2, 4}) {
+    checkRing(8, 200, 16, 16, K, true, /*group=*/4);
+    checkRing(6, 96, 8, 12, K, false, /*group=*/3);
+  }
 }
 
 TEST(RingAttention, HeadDimsDifferAndSeveralRowBlocks) {
@@ -486,6 +584,20 @@ TEST(AttentionWorkspace, RingIsBlocksPlusRowBlock) {
     EXPECT_LT(ws, n * n / 2);
     AttentionDims d2{1, 2 * n, 2 * n, 64, 64};
     EXPECT_LE(ringAttentionWorkspaceElems(d2, bwd), 2 * ws);
+  }
+}
+
+// GQA: the rotating blocks hold the Hkv heads, not H copies.
+TEST(AttentionWorkspace, RingBlocksAreKeyValueHeads) {
+  const int64_t n = 256;
+  AttentionDims mha{8, n, n, 64, 64}, gqa{8, n, n, 64, 64, 4};
+  for (bool bwd : {false, true}) {
+    int64_t kvBlocks = (bwd ? 2 : 1) * n * (64 + 64);
+    EXPECT_EQ(ringAttentionWorkspaceElems(mha, bwd) -
+                  ringAttentionWorkspaceElems(gqa, bwd),
+              (8 - 2) * kvBlocks);
+    EXPECT_EQ(attentionWorkspaceElems(mha, bwd),
+              attentionWorkspaceElems(gqa, bwd));
   }
 }
 

@@ -174,6 +174,57 @@ TEST(AttentionKernel, Bf16KeepsF32Lse) {
     EXPECT_EQ(outs[1].data<float>()[i], lse.data<float>()[i]) << i;
 }
 
+// Grouped-query attention: K/V [B, Hkv, S, D] with Hkv dividing H; the
+// executor passes group = H / Hkv to the kernel, and the gradients of K and
+// V have K/V's shape.
+TEST(AttentionKernel, GroupedQueryMatchesKernel) {
+  mlir::MLIRContext ctx;
+  constexpr int64_t Hq = 6, Hkv = 2;
+  Tensor q = filled(DType::F32, {B, Hq, S, D}, 0.4f);
+  Tensor k = filled(DType::F32, {B, Hkv, S, D}, 0.8f);
+  Tensor v = filled(DType::F32, {B, Hkv, S, 3}, 1.1f);
+  Tensor dout = filled(DType::F32, {B, Hq, S, 3}, 1.9f);
+  std::vector<TensorType> fwdTypes = {{DType::F32, {B, Hq, S, 3}},
+                                      {DType::F32, {B, Hq, S}}};
+  Instruction fwd, bwd;
+  ASSERT_FALSE(bool(resolve("attention", attrs(ctx, 0.5f, true), {&q, &k, &v},
+                            fwdTypes, fwd)));
+  std::vector<Tensor> ol = run(fwd, {&q, &k, &v}, fwdTypes);
+  std::vector<TensorType> bwdTypes = {{DType::F32, {B, Hq, S, D}},
+                                      {DType::F32, {B, Hkv, S, D}},
+                                      {DType::F32, {B, Hkv, S, 3}}};
+  std::vector<const Tensor *> ins = {&q, &k, &v, &ol[0], &ol[1], &dout};
+  ASSERT_FALSE(bool(
+      resolve("attention_grad", attrs(ctx, 0.5f, true), ins, bwdTypes, bwd)));
+  std::vector<Tensor> g = run(bwd, ins, bwdTypes);
+
+  cpu::AttentionDims d{B * Hq, S, S, D, 3, Hq / Hkv};
+  Tensor o = Tensor::empty(DType::F32, {B, Hq, S, 3});
+  Tensor lse = Tensor::empty(DType::F32, {B, Hq, S});
+  std::vector<float> ws(cpu::attentionWorkspaceElems(d, true));
+  cpu::attentionForward(d, q.data<float>(), k.data<float>(), v.data<float>(),
+                        nullptr, 0.5f, true, o.data<float>(), lse.data<float>(),
+                        ws.data());
+  Tensor dq = Tensor::empty(DType::F32, {B, Hq, S, D});
+  Tensor dk = Tensor::empty(DType::F32, {B, Hkv, S, D});
+  Tensor dv = Tensor::empty(DType::F32, {B, Hkv, S, 3});
+  cpu::attentionBackward(d, q.data<float>(), k.data<float>(), v.data<float>(),
+                         o.data<float>(), lse.data<float>(), dout.data<float>(),
+                         nullptr, 0.5f, true, dq.data<float>(),
+                         dk.data<float>(), dv.data<float>(), ws.data());
+  for (int64_t i = 0; i < o.numel(); ++i)
+    EXPECT_EQ(ol[0].data<float>()[i], o.data<float>()[i]) << i;
+  for (int64_t i = 0; i < dq.numel(); ++i)
+    EXPECT_EQ(g[0].data<float>()[i], dq.data<float>()[i]) << i;
+  for (int64_t i = 0; i < dk.numel(); ++i)
+    EXPECT_EQ(g[1].data<float>()[i], dk.data<float>()[i]) << i;
+  for (int64_t i = 0; i < dv.numel(); ++i)
+    EXPECT_EQ(g[2].data<float>()[i], dv.data<float>()[i]) << i;
+  // Query heads 0..2 share K/V head 0: their outputs differ from heads 3..5
+  // (K/V head 1), so the mapping is h / n_rep, not h mod Hkv.
+  EXPECT_NE(o.data<float>()[0], o.data<float>()[3 * S * 3]);
+}
+
 TEST(AttentionKernel, BadShapesAndAttributesAreLoadErrors) {
   mlir::MLIRContext ctx;
   TensorType q{DType::F32, {2, 4, 8}}, k6{DType::F32, {2, 6, 8}};
@@ -208,6 +259,20 @@ TEST(AttentionKernel, BadShapesAndAttributesAreLoadErrors) {
             std::string::npos);
   EXPECT_NE(error("attention", attrs(ctx, 1, false), {q, q}, {o, lse})
                 .find("expects 3 operand(s)"),
+            std::string::npos);
+  // GQA: Hkv must divide H, only the head dim may differ, rank >= 4.
+  TensorType q4{DType::F32, {2, 6, 4, 8}}, o4{DType::F32, {2, 6, 4, 8}},
+      lse4{DType::F32, {2, 6, 4}};
+  for (TensorType kv : {TensorType{DType::F32, {2, 4, 4, 8}},
+                        TensorType{DType::F32, {1, 2, 4, 8}}})
+    EXPECT_NE(error("attention", attrs(ctx, 1, false), {q4, kv, kv}, {o4, lse4})
+                  .find("Hkv heads dividing Q's H"),
+              std::string::npos);
+  EXPECT_NE(error("attention", attrs(ctx, 1, false),
+                  {q, TensorType{DType::F32, {1, 4, 8}},
+                   TensorType{DType::F32, {1, 4, 8}}},
+                  {o, lse})
+                .find("are not Q [b..., Sq, Dh]"),
             std::string::npos);
 }
 

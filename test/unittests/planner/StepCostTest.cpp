@@ -550,6 +550,46 @@ module attributes {tsr.grid_axes = ["sp"]} {
               1e-12);
 }
 
+// Grouped-query attention does the work of multi-head attention on K/V
+// repeated per query head (the same scores, GEMMs and exps: the kernels loop
+// over the query heads) but reads Hkv/H of the K/V bytes; its gradient
+// writes dK/dV of K/V's size.
+TEST_F(StepCostTest, GroupedQueryAttentionCosts) {
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+module {
+  func.func @f(%q: tensor<2x8x128x16xf32>, %kv: tensor<2x2x128x16xf32>, %rep: tensor<2x8x128x16xf32>) -> (tensor<2x8x128x16xf32>, tensor<2x8x128x16xf32>, tensor<2x2x128x16xf32>, tensor<2x8x128x16xf32>) {
+    %o, %l = tsr.attention %q, %kv, %kv {causal = true, scale = 0.25 : f32} : tensor<2x8x128x16xf32>, tensor<2x2x128x16xf32>, tensor<2x2x128x16xf32> -> tensor<2x8x128x16xf32>, tensor<2x8x128xf32>
+    %ro, %rl = tsr.attention %q, %rep, %rep {causal = true, scale = 0.25 : f32} : tensor<2x8x128x16xf32>, tensor<2x8x128x16xf32>, tensor<2x8x128x16xf32> -> tensor<2x8x128x16xf32>, tensor<2x8x128xf32>
+    %dq, %dk, %dv = tsr.attention_grad %q, %kv, %kv, %o, %l, %o {causal = true, scale = 0.25 : f32} : tensor<2x8x128x16xf32>, tensor<2x2x128x16xf32>, tensor<2x2x128x16xf32>, tensor<2x8x128x16xf32>, tensor<2x8x128xf32>
+    %rq, %rk, %rv = tsr.attention_grad %q, %rep, %rep, %ro, %rl, %ro {causal = true, scale = 0.25 : f32} : tensor<2x8x128x16xf32>, tensor<2x8x128x16xf32>, tensor<2x8x128x16xf32>, tensor<2x8x128x16xf32>, tensor<2x8x128xf32>
+    return %o, %ro, %dk, %rk : tensor<2x8x128x16xf32>, tensor<2x8x128x16xf32>, tensor<2x2x128x16xf32>, tensor<2x8x128x16xf32>
+  }
+}
+)mlir");
+  ASSERT_TRUE(module);
+  auto fn = module->lookupSymbol<func::FuncOp>("f");
+  SmallVector<tsr::AttentionOp> fwd(fn.getOps<tsr::AttentionOp>());
+  SmallVector<tsr::AttentionGradOp> bwd(fn.getOps<tsr::AttentionGradOp>());
+  ASSERT_EQ(fwd.size(), 2u);
+  ASSERT_EQ(bwd.size(), 2u);
+  auto cost = [](Operation *op) { return cast<tsr::CostOpInterface>(op); };
+  for (auto [gqa, mha] : {std::pair<Operation *, Operation *>{fwd[0], fwd[1]},
+                          {bwd[0], bwd[1]}}) {
+    EXPECT_EQ(cost(gqa).getFlops(), cost(mha).getFlops());
+    EXPECT_EQ(cost(gqa).getTranscendentals(), cost(mha).getTranscendentals());
+    EXPECT_EQ(cost(gqa).getGemmShapes(), cost(mha).getGemmShapes());
+  }
+  // The first GEMM runs once per query head: batch B·H = 16.
+  EXPECT_EQ(fwd[0].getGemmShapes()[0], (tsr::GemmShape{16, 64, 64, 16}));
+  // K and V: 2 of 8 heads, 4 bytes each: 2·(8 − 2)·128·16·4 fewer bytes
+  // forward; backward also reads them and writes dK, dV of their size.
+  const int64_t kvBytesSaved = 2 * (8 - 2) * 128 * 16 * 4;
+  EXPECT_EQ(cost(fwd[1]).getBytesAccessed() - cost(fwd[0]).getBytesAccessed(),
+            2 * kvBytesSaved);
+  EXPECT_EQ(cost(bwd[1]).getBytesAccessed() - cost(bwd[0]).getBytesAccessed(),
+            4 * kvBytesSaved);
+}
+
 TEST_F(StepCostTest, Errors) {
   OwningOpRef<ModuleOp> module = parse(kTpModule);
   ASSERT_TRUE(module);

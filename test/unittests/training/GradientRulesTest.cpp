@@ -652,6 +652,22 @@ TEST_F(GradientRules, Attention) {
   })");
 }
 
+// Grouped-query attention: 6 query heads over 2 K/V heads (n_rep 3), so
+// each K/V head's gradient sums three query heads' contributions; and MQA.
+TEST_F(GradientRules, GroupedQueryAttention) {
+  check(
+      R"(func.func @f(%q: tensor<1x6x3x2xf32>, %k: tensor<1x2x3x2xf32>, %v: tensor<1x2x3x3xf32>) -> tensor<1x6x3x3xf32> {
+    %o, %l = tsr.attention %q, %k, %v {causal = true, scale = 0.75 : f32} : tensor<1x6x3x2xf32>, tensor<1x2x3x2xf32>, tensor<1x2x3x3xf32> -> tensor<1x6x3x3xf32>, tensor<1x6x3xf32>
+    return %o : tensor<1x6x3x3xf32>
+  })");
+  check(
+      R"(func.func @f(%q: tensor<2x4x3x2xf32>, %k: tensor<2x1x4x2xf32>, %v: tensor<2x1x4x2xf32>) -> tensor<2x4x3x2xf32> {
+    %m = tsr.constant dense<[[0.5, -1.0, 0.0, 0.3], [0.25, 0.0, 0xFF800000, 1.0], [0.0, 1.0, -0.5, 0.0]]> : tensor<3x4xf32>
+    %o, %l = tsr.attention %q, %k, %v, %m {scale = 0.5 : f32} : tensor<2x4x3x2xf32>, tensor<2x1x4x2xf32>, tensor<2x1x4x2xf32>, tensor<3x4xf32> -> tensor<2x4x3x2xf32>, tensor<2x4x3xf32>
+    return %o : tensor<2x4x3x2xf32>
+  })");
+}
+
 TEST_F(GradientRules, CrossEntropy) {
   Inputs in;
   in.lo = -2.0;

@@ -44,13 +44,15 @@ bool isIntType(Type t) {
 }
 
 /// Probabilities of scaled dot-product attention in double precision (the
-/// reference of tsr.attention / attention_grad).
+/// reference of tsr.attention / attention_grad). Grouped-query attention:
+/// K/V have kvBatch = batch / group rows and query row b uses K/V row
+/// b / group (`kv(b)`).
 struct AttentionRef {
   const RefTensor &q, &k, &v;
   const RefTensor *mask;
   double scale;
   bool causal;
-  int64_t batch, sq, sk, dh, dv;
+  int64_t batch, sq, sk, dh, dv, group;
 
   AttentionRef(const RefTensor &q, const RefTensor &k, const RefTensor &v,
                const RefTensor *mask, double scale, bool causal)
@@ -61,7 +63,10 @@ struct AttentionRef {
     sk = k.shape[r - 2];
     dv = v.shape[r - 1];
     batch = q.numel() / (sq * dh);
+    int64_t kvBatch = sk * dh ? k.numel() / (sk * dh) : batch;
+    group = kvBatch ? batch / kvBatch : 1;
   }
+  int64_t kv(int64_t b) const { return b / group; }
 
   /// Fills p with row i of batch b's probabilities; returns its lse.
   double probs(int64_t b, int64_t i, std::vector<double> &p) const {
@@ -73,7 +78,8 @@ struct AttentionRef {
         continue;
       double dot = 0;
       for (int64_t c = 0; c < dh; ++c)
-        dot += q.data[(b * sq + i) * dh + c] * k.data[(b * sk + j) * dh + c];
+        dot +=
+            q.data[(b * sq + i) * dh + c] * k.data[(kv(b) * sk + j) * dh + c];
       s[j] = scale * dot + (mask ? mask->data[i * sk + j] : 0.0);
       mx = std::max(mx, s[j]);
     }
@@ -605,7 +611,7 @@ struct Interpreter {
               for (int64_t j = 0; j < ref.sk; ++j)
                 for (int64_t c = 0; c < ref.dv; ++c)
                   o.data[(b * ref.sq + i) * ref.dv + c] +=
-                      p[j] * v.data[(b * ref.sk + j) * ref.dv + c];
+                      p[j] * v.data[(ref.kv(b) * ref.sk + j) * ref.dv + c];
             }
           set(op, 0, std::move(o));
           set(op, 1, std::move(lse));
@@ -630,17 +636,18 @@ struct Interpreter {
               for (int64_t j = 0; j < ref.sk; ++j) {
                 if (p[j] == 0)
                   continue;
-                const double *pv = v.data.data() + (b * ref.sk + j) * ref.dv;
+                const int64_t kb = ref.kv(b); // GQA: the group's K/V row
+                const double *pv = v.data.data() + (kb * ref.sk + j) * ref.dv;
                 double dp = 0;
                 for (int64_t c = 0; c < ref.dv; ++c) {
                   dp += pdo[c] * pv[c];
-                  dv.data[(b * ref.sk + j) * ref.dv + c] += p[j] * pdo[c];
+                  dv.data[(kb * ref.sk + j) * ref.dv + c] += p[j] * pdo[c];
                 }
                 double ds = p[j] * (dp - delta) * scale;
                 for (int64_t c = 0; c < ref.dh; ++c) {
                   dq.data[(b * ref.sq + i) * ref.dh + c] +=
-                      ds * k.data[(b * ref.sk + j) * ref.dh + c];
-                  dk.data[(b * ref.sk + j) * ref.dh + c] +=
+                      ds * k.data[(kb * ref.sk + j) * ref.dh + c];
+                  dk.data[(kb * ref.sk + j) * ref.dh + c] +=
                       ds * q.data[(b * ref.sq + i) * ref.dh + c];
                 }
               }
