@@ -1872,7 +1872,8 @@ llvm::Error CudaBackend::bindLayout(StringRef name, mlir::DictionaryAttr attrs,
 
 /// tsrt "attention" (q, k, v [, mask]) -> (o, lse) and "attention_grad"
 /// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv) through the fused flash
-/// attention kernels; the leading dims of q are the batch (B·H). Ring
+/// attention kernels; the leading dims of q are the batch (B·H), K/V may
+/// have fewer heads (grouped-query attention, FlashDims::group). Ring
 /// attention (grid_axes) never reaches here: bindKernel runs the CPU ring
 /// kernel on host copies (bindHostFallback).
 llvm::Error CudaBackend::bindAttention(StringRef name,
@@ -1894,6 +1895,10 @@ llvm::Error CudaBackend::bindAttention(StringRef name,
   d.dh = q[r - 1];
   d.sk = k[r - 2];
   d.dv = v[r - 1];
+  // Grouped-query attention: K/V with fewer heads (dim r-3) than Q; the
+  // shapes were checked when the CPU kernel table resolved the instruction.
+  if (r >= 4 && k[r - 3] != q[r - 3] && k[r - 3] > 0)
+    d.group = q[r - 3] / k[r - 3];
   if (d.dh > 128 || d.dv > 128)
     return fail(llvm::formatv("the cuda attention kernel takes head dims up "
                               "to 128, got Dh = {0}, Dv = {1}",

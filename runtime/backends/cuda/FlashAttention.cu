@@ -27,6 +27,8 @@ namespace {
 cudaError_t validate(const FlashDims &d, bool causal) {
   if (d.batch < 0 || d.sq < 0 || d.sk < 0 || d.dh < 0 || d.dv < 0)
     return cudaErrorInvalidValue;
+  if (d.group < 1 || d.batch % d.group != 0)
+    return cudaErrorInvalidValue; // GQA: n_rep must divide the query rows
   if (flashPaddedHeadDim(d.dh, d.dv) == 0)
     return cudaErrorInvalidValue; // dh or dv > kFlashMaxHeadDim
   if (causal && d.sq != d.sk)
@@ -57,6 +59,7 @@ template <typename T>
 FlashArgs<T> makeArgs(const FlashDims &d, float scale, bool causal) {
   FlashArgs<T> a{};
   a.batch = d.batch;
+  a.group = d.group;
   a.sq = d.sq;
   a.sk = d.sk;
   a.dh = static_cast<int>(d.dh);
@@ -95,7 +98,7 @@ cudaError_t backwardFor(const FlashArgs<T> &a, bool tensorCores,
     if (tensorCores) {
       const int smem = flashBackwardWmmaSharedBytes(D);
       cudaError_t err = launch(flashBackwardKVWmmaKernel<T, D>,
-                               a.batch * a.kTiles, smem, stream, a);
+                               (a.batch / a.group) * a.kTiles, smem, stream, a);
       if (err != cudaSuccess)
         return err;
       return launch(flashBackwardQWmmaKernel<T, D>, a.batch * a.qTiles, smem,
@@ -103,8 +106,9 @@ cudaError_t backwardFor(const FlashArgs<T> &a, bool tensorCores,
     }
   }
   const int smem = flashBackwardSharedBytes(D);
-  cudaError_t err =
-      launch(flashBackwardKVKernel<T, D>, a.batch * a.kTiles, smem, stream, a);
+  // dK/dV: one block per (K/V row, key tile); GQA's group loops inside.
+  cudaError_t err = launch(flashBackwardKVKernel<T, D>,
+                           (a.batch / a.group) * a.kTiles, smem, stream, a);
   if (err != cudaSuccess)
     return err;
   return launch(flashBackwardQKernel<T, D>, a.batch * a.qTiles, smem, stream,

@@ -17,7 +17,7 @@
 //
 // Semantics are exactly those of cpu::attentionForward / attentionBackward
 // (runtime/backends/cpu/Attention.h):
-//   Q [batch, sq, dh], K [batch, sk, dh], V [batch, sk, dv],
+//   Q [batch, sq, dh], K [batch/group, sk, dh], V [batch/group, sk, dv],
 //   O [batch, sq, dv], LSE [batch, sq] (always f32, natural log),
 //   optional additive mask [sq, sk] (f32, broadcast over batch, entries
 //   finite or -inf); O = softmax(scale * Q K^T + mask, causal) V.
@@ -26,6 +26,10 @@
 //   (never NaN).
 //   Backward: delta_i = sum_c dO_ic O_ic, dS = P * (dP - delta),
 //   dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO (all overwritten).
+//   Grouped-query attention (Ainslie et al. 2023, arXiv:2305.13245): with
+//   group = n_rep > 1 query row b uses K/V row b / group (no K/V copies);
+//   the dK/dV kernel's block for one K/V row loops over the group's query
+//   heads, so dK and dV are the group sums, still without atomics.
 //
 // Data types: Q, K, V, O, dO, dQ, dK, dV are all f32, all bf16 or all f16;
 // LSE, mask and the backward's delta scratch are f32.
@@ -72,9 +76,13 @@ namespace runtime {
 namespace cuda {
 
 /// Shapes of one attention call; `batch` is the product of the leading dims
-/// (e.g. B*H). See the file comment for the tensor layouts.
+/// (e.g. B*H). See the file comment for the tensor layouts. `group` (>= 1,
+/// dividing batch) is the number of query heads per K/V head under
+/// grouped-query attention (n_rep; 1 for multi-head attention): K and V
+/// have batch / group rows and query row b reads K/V row b / group.
 struct FlashDims {
   int64_t batch, sq, sk, dh, dv;
+  int64_t group = 1;
 };
 
 //===----------------------------------------------------------------------===//
@@ -262,20 +270,21 @@ int64_t flashAttentionScratchBytes(const FlashDims &d, DType dtype,
 /// memory, contiguous row major, aligned to their element size; o and lse
 /// must not alias the inputs. Asynchronous on `stream`.
 /// Errors (nothing is launched): cudaErrorInvalidValue when dtype is not a
-/// float type, a dim is negative, dh or dv > 128, causal with sq != sk, or
-/// the grid would be too large; otherwise the launch's cudaGetLastError().
-/// Uses 66,560 (dh, dv <= 64) or 115,712 bytes of dynamic shared memory per
-/// block for f32, 71,680 or 112,640 for the bf16/f16 tensor-core kernel
-/// (cudaFuncAttributeMaxDynamicSharedMemorySize is set). Queries the
-/// current device's compute capability (cudaGetDevice) to pick the kernel.
+/// float type, a dim is negative, group < 1 or not dividing batch, dh or
+/// dv > 128, causal with sq != sk, or the grid would be too large; otherwise
+/// the launch's cudaGetLastError(). Uses 66,560 (dh, dv <= 64) or 115,712 bytes
+/// of dynamic shared memory per block for f32, 71,680 or 112,640 for the
+/// bf16/f16 tensor-core kernel (cudaFuncAttributeMaxDynamicSharedMemorySize is
+/// set). Queries the current device's compute capability (cudaGetDevice) to
+/// pick the kernel.
 cudaError_t flashAttentionForward(const FlashDims &d, DType dtype,
                                   const void *q, const void *k, const void *v,
                                   const float *mask, float scale, bool causal,
                                   void *o, float *lse, cudaStream_t stream);
 
-/// Backward: dq [batch, sq, dh], dk [batch, sk, dh], dv [batch, sk, dv]
-/// (dtype) are OVERWRITTEN. o and lse must be flashAttentionForward's (or
-/// cpu::attentionForward's) outputs for the same q, k, v, mask, scale,
+/// Backward: dq [batch, sq, dh], dk [batch/group, sk, dh], dv [batch/group,
+/// sk, dv] (dtype) are OVERWRITTEN. o and lse must be flashAttentionForward's
+/// (or cpu::attentionForward's) outputs for the same q, k, v, mask, scale,
 /// causal; dout [batch, sq, dv] (dtype). `scratch`: device memory of at
 /// least flashAttentionScratchBytes(d, dtype, true) bytes, 4-byte aligned
 /// (holds delta; may be null when that is 0). Three kernels in stream order:

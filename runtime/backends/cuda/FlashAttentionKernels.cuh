@@ -73,7 +73,9 @@ static_assert(kFlashBlockK == kFlashBlockQ,
 
 /// Arguments shared by the kernels (element counts, not bytes).
 template <typename T> struct FlashArgs {
-  int64_t batch, sq, sk;
+  /// batch: query rows (B·H); group: query heads per K/V head (GQA's n_rep,
+  /// 1 for multi-head attention): query row b reads K/V row b / group.
+  int64_t batch, group, sq, sk;
   int dh, dv;
   float scale;
   bool causal;
@@ -243,8 +245,8 @@ TESSERA_FLASH_KERNEL flashForwardKernel(FlashArgs<T> p) {
   int64_t b, qt;
   blockTile(p.qTiles, /*reverse=*/true, b, qt);
   const int64_t q0 = qt * kFlashBlockQ;
-  const T *kb = p.k + b * p.sk * p.dh;
-  const T *vb = p.v + b * p.sk * p.dv;
+  const T *kb = p.k + (b / p.group) * p.sk * p.dh;
+  const T *vb = p.v + (b / p.group) * p.sk * p.dv;
 
   loadTile<D>(Qs, p.q + (b * p.sq + q0) * p.dh, p.sq - q0, p.dh, p.dh);
 
@@ -348,8 +350,8 @@ TESSERA_FLASH_KERNEL flashForwardWmmaKernel(FlashArgs<T> p) {
   int64_t b, qt;
   blockTile(p.qTiles, /*reverse=*/true, b, qt);
   const int64_t q0 = qt * kFlashBlockQ;
-  const T *kb = p.k + b * p.sk * p.dh;
-  const T *vb = p.v + b * p.sk * p.dv;
+  const T *kb = p.k + (b / p.group) * p.sk * p.dh;
+  const T *vb = p.v + (b / p.group) * p.sk * p.dv;
 
   loadTileRaw<D>(Qh, p.q + (b * p.sq + q0) * p.dh, p.sq - q0, p.dh, p.dh);
 
@@ -505,13 +507,9 @@ TESSERA_FLASH_KERNEL flashBackwardKVKernel(FlashArgs<T> p) {
   float *lseS = Ps + kFlashBlockK * kPStride;
   float *deltaS = lseS + kFlashBlockQ;
   const int ty = threadIdx.x / kLanes, tx = threadIdx.x % kLanes;
-  int64_t b, kt;
+  int64_t b, kt; // b: the K/V row
   blockTile(p.kTiles, /*reverse=*/false, b, kt);
   const int64_t k0 = kt * kFlashBlockK;
-  const T *qb = p.q + b * p.sq * p.dh;
-  const T *dob = p.dout + b * p.sq * p.dv;
-  const float *lseb = p.lse + b * p.sq;
-  const float *deltab = p.delta + b * p.sq;
 
   loadTile<D>(Ks, p.k + (b * p.sk + k0) * p.dh, p.sk - k0, p.dh, p.dh);
   loadTile<D>(Vs, p.v + (b * p.sk + k0) * p.dv, p.sk - k0, p.dv, p.dv);
@@ -525,61 +523,70 @@ TESSERA_FLASH_KERNEL flashBackwardKVKernel(FlashArgs<T> p) {
       dV[a][i] = 0.0f;
     }
 
+  // GQA: the group's query heads all add into this K/V tile's dK and dV, in
+  // a fixed order (deterministic, no atomics).
   const int64_t nq = p.qTiles;
-  for (int64_t qt = flashFirstQTile(kt, p.causal); qt < nq; ++qt) {
-    const int64_t q0 = qt * kFlashBlockQ;
-    loadTile<D>(Qs, qb + q0 * p.dh, p.sq - q0, p.dh, p.dh);
-    loadTile<D>(dOs, dob + q0 * p.dv, p.sq - q0, p.dv, p.dv);
-    loadRowStats(lseS, deltaS, lseb, deltab, q0, p.sq);
-    __syncthreads();
-    // S^T [key][query], then P^T.
-    float pt[kRows][kTileCols];
-    tileScores<D>(Ks, Qs, p.dh, ty, tx, k0, q0, p.sq, p.sk, p.causal,
-                  /*transposed=*/true, p.mask, p.scale, pt);
-    // dP^T [key][query] = V[key] . dO[query] (no scale, no mask).
-    float dpt[kRows][kTileCols];
-#pragma unroll
-    for (int a = 0; a < kRows; ++a)
-#pragma unroll
-      for (int i = 0; i < kTileCols; ++i)
-        dpt[a][i] = 0.0f;
-    for (int c = 0; c < p.dv; ++c) {
-      float vv[kRows], dov[kTileCols];
-#pragma unroll
-      for (int a = 0; a < kRows; ++a)
-        vv[a] = Vs[(ty * kRows + a) * (D + 1) + c];
-#pragma unroll
-      for (int i = 0; i < kTileCols; ++i)
-        dov[i] = dOs[(tx + kLanes * i) * (D + 1) + c];
+  for (int64_t g = 0; g < p.group; ++g) {
+    const int64_t bq = b * p.group + g;
+    const T *qb = p.q + bq * p.sq * p.dh;
+    const T *dob = p.dout + bq * p.sq * p.dv;
+    const float *lseb = p.lse + bq * p.sq;
+    const float *deltab = p.delta + bq * p.sq;
+    for (int64_t qt = flashFirstQTile(kt, p.causal); qt < nq; ++qt) {
+      const int64_t q0 = qt * kFlashBlockQ;
+      loadTile<D>(Qs, qb + q0 * p.dh, p.sq - q0, p.dh, p.dh);
+      loadTile<D>(dOs, dob + q0 * p.dv, p.sq - q0, p.dv, p.dv);
+      loadRowStats(lseS, deltaS, lseb, deltab, q0, p.sq);
+      __syncthreads();
+      // S^T [key][query], then P^T.
+      float pt[kRows][kTileCols];
+      tileScores<D>(Ks, Qs, p.dh, ty, tx, k0, q0, p.sq, p.sk, p.causal,
+                    /*transposed=*/true, p.mask, p.scale, pt);
+      // dP^T [key][query] = V[key] . dO[query] (no scale, no mask).
+      float dpt[kRows][kTileCols];
 #pragma unroll
       for (int a = 0; a < kRows; ++a)
 #pragma unroll
         for (int i = 0; i < kTileCols; ++i)
-          dpt[a][i] = fmaf(vv[a], dov[i], dpt[a][i]);
+          dpt[a][i] = 0.0f;
+      for (int c = 0; c < p.dv; ++c) {
+        float vv[kRows], dov[kTileCols];
+#pragma unroll
+        for (int a = 0; a < kRows; ++a)
+          vv[a] = Vs[(ty * kRows + a) * (D + 1) + c];
+#pragma unroll
+        for (int i = 0; i < kTileCols; ++i)
+          dov[i] = dOs[(tx + kLanes * i) * (D + 1) + c];
+#pragma unroll
+        for (int a = 0; a < kRows; ++a)
+#pragma unroll
+          for (int i = 0; i < kTileCols; ++i)
+            dpt[a][i] = fmaf(vv[a], dov[i], dpt[a][i]);
+      }
+#pragma unroll
+      for (int a = 0; a < kRows; ++a)
+#pragma unroll
+        for (int i = 0; i < kTileCols; ++i) {
+          const int qc = tx + kLanes * i;
+          pt[a][i] = flashRecomputeP(pt[a][i], lseS[qc]);
+          Ps[(ty * kRows + a) * kPStride + qc] = pt[a][i];
+        }
+      __syncthreads();
+      tileMatmulAcc<D>(Ps, dOs, ty, tx, dV); // dV += P^T dO
+      __syncthreads();
+#pragma unroll
+      for (int a = 0; a < kRows; ++a)
+#pragma unroll
+        for (int i = 0; i < kTileCols; ++i) {
+          const int qc = tx + kLanes * i;
+          Ps[(ty * kRows + a) * kPStride + qc] =
+              pt[a][i] * (dpt[a][i] - deltaS[qc]);
+        }
+      __syncthreads();
+      tileMatmulAcc<D>(Ps, Qs, ty, tx, dK); // dK += dS^T Q (scaled on store)
+      __syncthreads(); // before the next tile overwrites Qs, dOs, Ps
     }
-#pragma unroll
-    for (int a = 0; a < kRows; ++a)
-#pragma unroll
-      for (int i = 0; i < kTileCols; ++i) {
-        const int qc = tx + kLanes * i;
-        pt[a][i] = flashRecomputeP(pt[a][i], lseS[qc]);
-        Ps[(ty * kRows + a) * kPStride + qc] = pt[a][i];
-      }
-    __syncthreads();
-    tileMatmulAcc<D>(Ps, dOs, ty, tx, dV); // dV += P^T dO
-    __syncthreads();
-#pragma unroll
-    for (int a = 0; a < kRows; ++a)
-#pragma unroll
-      for (int i = 0; i < kTileCols; ++i) {
-        const int qc = tx + kLanes * i;
-        Ps[(ty * kRows + a) * kPStride + qc] =
-            pt[a][i] * (dpt[a][i] - deltaS[qc]);
-      }
-    __syncthreads();
-    tileMatmulAcc<D>(Ps, Qs, ty, tx, dK); // dK += dS^T Q (scaled on store)
-    __syncthreads(); // before the next tile overwrites Qs, dOs, Ps
-  }
+  } // query heads of the group
 
   const float one[kRows] = {1.0f, 1.0f, 1.0f, 1.0f};
   const float sc[kRows] = {p.scale, p.scale, p.scale, p.scale};
@@ -600,8 +607,8 @@ TESSERA_FLASH_KERNEL flashBackwardQKernel(FlashArgs<T> p) {
   int64_t b, qt;
   blockTile(p.qTiles, /*reverse=*/true, b, qt);
   const int64_t q0 = qt * kFlashBlockQ;
-  const T *kb = p.k + b * p.sk * p.dh;
-  const T *vb = p.v + b * p.sk * p.dv;
+  const T *kb = p.k + (b / p.group) * p.sk * p.dh;
+  const T *vb = p.v + (b / p.group) * p.sk * p.dv;
 
   loadTile<D>(Qs, p.q + (b * p.sq + q0) * p.dh, p.sq - q0, p.dh, p.dh);
   loadTile<D>(dOs, p.dout + (b * p.sq + q0) * p.dv, p.sq - q0, p.dv, p.dv);
@@ -752,11 +759,9 @@ TESSERA_FLASH_KERNEL flashBackwardKVWmmaKernel(FlashArgs<T> p) {
   float *Of = Sf; // [64][D+4] f32 output staging, over Sf and DPf at the end
   const int ty = threadIdx.x / kLanes, tx = threadIdx.x % kLanes;
   const int warp = threadIdx.x / 32;
-  int64_t b, kt;
+  int64_t b, kt; // b: the K/V row
   blockTile(p.kTiles, /*reverse=*/false, b, kt);
   const int64_t k0 = kt * kFlashBlockK;
-  const T *qb = p.q + b * p.sq * p.dh;
-  const T *dob = p.dout + b * p.sq * p.dv;
 
   loadTileRaw<D>(Kh, p.k + (b * p.sk + k0) * p.dh, p.sk - k0, p.dh, p.dh);
   loadTileRaw<D>(Vh, p.v + (b * p.sk + k0) * p.dv, p.sk - k0, p.dv, p.dv);
@@ -768,49 +773,56 @@ TESSERA_FLASH_KERNEL flashBackwardKVWmmaKernel(FlashArgs<T> p) {
     wmma::fill_fragment(dVf[o], 0.0f);
   }
 
-  for (int64_t qt = flashFirstQTile(kt, p.causal); qt < p.qTiles; ++qt) {
-    const int64_t q0 = qt * kFlashBlockQ;
-    loadTileRaw<D>(Qh, qb + q0 * p.dh, p.sq - q0, p.dh, p.dh);
-    loadTileRaw<D>(dOh, dob + q0 * p.dv, p.sq - q0, p.dv, p.dv);
-    loadRowStats(lseS, deltaS, p.lse + b * p.sq, p.delta + b * p.sq, q0, p.sq);
-    __syncthreads();
-    // S^T = K Q^T and dP^T = V dO^T: 2 x 16 tiles, four per warp.
-    for (int t = warp; t < 32; t += kWarps) {
-      const int u = t % 16, tm = u / 4, tn = u % 4;
-      if (t < 16)
-        wmmaABt(Kh, Qh, ldT, D, tm, tn, Sf, kSStride);
-      else
-        wmmaABt(Vh, dOh, ldT, D, tm, tn, DPf, kSStride);
-    }
-    __syncthreads();
-    float dot[kRows][kTileCols], s[kRows][kTileCols];
-#pragma unroll
-    for (int a = 0; a < kRows; ++a)
-#pragma unroll
-      for (int i = 0; i < kTileCols; ++i)
-        dot[a][i] = Sf[(ty * kRows + a) * kSStride + tx + kLanes * i];
-    finishScores(dot, ty, tx, k0, q0, p.sq, p.sk, p.causal,
-                 /*transposed=*/true, p.mask, p.scale, s);
-#pragma unroll
-    for (int a = 0; a < kRows; ++a)
-#pragma unroll
-      for (int i = 0; i < kTileCols; ++i) {
-        const int kr = ty * kRows + a, qc = tx + kLanes * i;
-        const float pr = flashRecomputeP(s[a][i], lseS[qc]);
-        const float dp = DPf[kr * kSStride + qc];
-        Ph[kr * kPhStride + qc] = fromF32<T>(pr);
-        dSh[kr * kPhStride + qc] = fromF32<T>(pr * (dp - deltaS[qc]));
+  // GQA: the group's query heads all add into this K/V tile's dK and dV.
+  for (int64_t g = 0; g < p.group; ++g) {
+    const int64_t bq = b * p.group + g;
+    const T *qb = p.q + bq * p.sq * p.dh;
+    const T *dob = p.dout + bq * p.sq * p.dv;
+    for (int64_t qt = flashFirstQTile(kt, p.causal); qt < p.qTiles; ++qt) {
+      const int64_t q0 = qt * kFlashBlockQ;
+      loadTileRaw<D>(Qh, qb + q0 * p.dh, p.sq - q0, p.dh, p.dh);
+      loadTileRaw<D>(dOh, dob + q0 * p.dv, p.sq - q0, p.dv, p.dv);
+      loadRowStats(lseS, deltaS, p.lse + bq * p.sq, p.delta + bq * p.sq, q0,
+                   p.sq);
+      __syncthreads();
+      // S^T = K Q^T and dP^T = V dO^T: 2 x 16 tiles, four per warp.
+      for (int t = warp; t < 32; t += kWarps) {
+        const int u = t % 16, tm = u / 4, tn = u % 4;
+        if (t < 16)
+          wmmaABt(Kh, Qh, ldT, D, tm, tn, Sf, kSStride);
+        else
+          wmmaABt(Vh, dOh, ldT, D, tm, tn, DPf, kSStride);
       }
-    __syncthreads();
-    // dV += P^T dO, dK += dS^T Q (dK scaled on store).
+      __syncthreads();
+      float dot[kRows][kTileCols], s[kRows][kTileCols];
 #pragma unroll
-    for (int o = 0; o < kOwn; ++o) {
-      const int t = warp + o * kWarps, tm = t / kTilesD, tn = t % kTilesD;
-      wmmaAccPM(dVf[o], Ph, dOh, ldT, tm, tn);
-      wmmaAccPM(dKf[o], dSh, Qh, ldT, tm, tn);
+      for (int a = 0; a < kRows; ++a)
+#pragma unroll
+        for (int i = 0; i < kTileCols; ++i)
+          dot[a][i] = Sf[(ty * kRows + a) * kSStride + tx + kLanes * i];
+      finishScores(dot, ty, tx, k0, q0, p.sq, p.sk, p.causal,
+                   /*transposed=*/true, p.mask, p.scale, s);
+#pragma unroll
+      for (int a = 0; a < kRows; ++a)
+#pragma unroll
+        for (int i = 0; i < kTileCols; ++i) {
+          const int kr = ty * kRows + a, qc = tx + kLanes * i;
+          const float pr = flashRecomputeP(s[a][i], lseS[qc]);
+          const float dp = DPf[kr * kSStride + qc];
+          Ph[kr * kPhStride + qc] = fromF32<T>(pr);
+          dSh[kr * kPhStride + qc] = fromF32<T>(pr * (dp - deltaS[qc]));
+        }
+      __syncthreads();
+      // dV += P^T dO, dK += dS^T Q (dK scaled on store).
+#pragma unroll
+      for (int o = 0; o < kOwn; ++o) {
+        const int t = warp + o * kWarps, tm = t / kTilesD, tn = t % kTilesD;
+        wmmaAccPM(dVf[o], Ph, dOh, ldT, tm, tn);
+        wmmaAccPM(dKf[o], dSh, Qh, ldT, tm, tn);
+      }
+      __syncthreads(); // before the next tile overwrites Qh, dOh, Sf, ...
     }
-    __syncthreads(); // before the next tile overwrites Qh, dOh, Sf, ...
-  }
+  } // query heads of the group
 
 #pragma unroll
   for (int o = 0; o < kOwn; ++o) {
@@ -858,8 +870,8 @@ TESSERA_FLASH_KERNEL flashBackwardQWmmaKernel(FlashArgs<T> p) {
   int64_t b, qt;
   blockTile(p.qTiles, /*reverse=*/true, b, qt);
   const int64_t q0 = qt * kFlashBlockQ;
-  const T *kb = p.k + b * p.sk * p.dh;
-  const T *vb = p.v + b * p.sk * p.dv;
+  const T *kb = p.k + (b / p.group) * p.sk * p.dh;
+  const T *vb = p.v + (b / p.group) * p.sk * p.dv;
 
   loadTileRaw<D>(Qh, p.q + (b * p.sq + q0) * p.dh, p.sq - q0, p.dh, p.dh);
   loadTileRaw<D>(dOh, p.dout + (b * p.sq + q0) * p.dv, p.sq - q0, p.dv, p.dv);

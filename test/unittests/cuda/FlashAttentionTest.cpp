@@ -199,6 +199,10 @@ struct Case {
   int64_t batch, sq, sk, dh, dv;
   bool causal;
   MaskKind mask;
+  /// Query rows per K/V row (grouped-query attention's n_rep): K and V have
+  /// batch / group rows. The host emulation takes only group = 1.
+  int64_t group = 1;
+  int64_t kvBatch() const { return batch / group; }
 };
 
 std::string describe(const Case &c) {
@@ -208,7 +212,7 @@ std::string describe(const Case &c) {
   return "batch=" + std::to_string(c.batch) + " sq=" + std::to_string(c.sq) +
          " sk=" + std::to_string(c.sk) + " dh=" + std::to_string(c.dh) +
          " dv=" + std::to_string(c.dv) + " causal=" + std::to_string(c.causal) +
-         " mask=" + m;
+         " mask=" + m + " group=" + std::to_string(c.group);
 }
 
 /// Additive mask [sq, sk]: finite values in [-1, 1) with ~20% -inf entries;
@@ -254,8 +258,8 @@ Tensor roundTo(const Tensor &t, DType dtype) {
 Inputs makeInputs(const Case &c, unsigned seed, DType dtype = DType::F32) {
   Inputs in;
   in.q = roundTo(randomF32({c.batch, c.sq, c.dh}, seed + 1), dtype);
-  in.k = roundTo(randomF32({c.batch, c.sk, c.dh}, seed + 2), dtype);
-  in.v = roundTo(randomF32({c.batch, c.sk, c.dv}, seed + 3), dtype);
+  in.k = roundTo(randomF32({c.kvBatch(), c.sk, c.dh}, seed + 2), dtype);
+  in.v = roundTo(randomF32({c.kvBatch(), c.sk, c.dv}, seed + 3), dtype);
   in.dout = roundTo(randomF32({c.batch, c.sq, c.dv}, seed + 4), dtype);
   if (c.mask != MaskKind::None)
     in.mask = makeMask(c, seed + 5);
@@ -267,7 +271,7 @@ const float *maskPtr(const Inputs &in) {
 }
 
 cpu::AttentionDims cpuDims(const Case &c) {
-  return cpu::AttentionDims{c.batch, c.sq, c.sk, c.dh, c.dv};
+  return cpu::AttentionDims{c.batch, c.sq, c.sk, c.dh, c.dv, c.group};
 }
 
 struct Forward {
@@ -292,8 +296,8 @@ Forward cpuForward(const Case &c, const Inputs &in) {
 Backward cpuBackward(const Case &c, const Inputs &in, const Forward &f) {
   cpu::AttentionDims d = cpuDims(c);
   Backward g{Tensor::empty(DType::F32, {c.batch, c.sq, c.dh}),
-             Tensor::empty(DType::F32, {c.batch, c.sk, c.dh}),
-             Tensor::empty(DType::F32, {c.batch, c.sk, c.dv})};
+             Tensor::empty(DType::F32, {c.kvBatch(), c.sk, c.dh}),
+             Tensor::empty(DType::F32, {c.kvBatch(), c.sk, c.dv})};
   std::vector<float> ws(
       std::max<int64_t>(1, cpu::attentionWorkspaceElems(d, true)));
   cpu::attentionBackward(d, in.q.data<float>(), in.k.data<float>(),
@@ -336,6 +340,7 @@ void emulateTileScores(const Case &c, const Inputs &in, int64_t b, int64_t qt,
 }
 
 Forward emulateForward(const Case &c, const Inputs &in) {
+  EXPECT_EQ(c.group, 1) << "the emulation is multi-head only";
   Forward f{Tensor::zeros(DType::F32, {c.batch, c.sq, c.dv}),
             Tensor::empty(DType::F32, {c.batch, c.sq})};
   const int64_t qTiles = cuda::flashNumTiles(c.sq, BQ);
@@ -385,6 +390,7 @@ Forward emulateForward(const Case &c, const Inputs &in) {
 }
 
 Backward emulateBackward(const Case &c, const Inputs &in, const Forward &f) {
+  EXPECT_EQ(c.group, 1) << "the emulation is multi-head only";
   Backward g{Tensor::zeros(DType::F32, {c.batch, c.sq, c.dh}),
              Tensor::zeros(DType::F32, {c.batch, c.sk, c.dh}),
              Tensor::zeros(DType::F32, {c.batch, c.sk, c.dv})};
@@ -704,6 +710,19 @@ TEST(FlashAttentionLogic, RejectsBadArguments) {
                                         nullptr, nullptr, 1.0f, false, nullptr,
                                         nullptr, nullptr),
             cudaErrorInvalidValue);
+  // GQA: the group must divide the query rows and be >= 1.
+  for (int64_t group : {0, 3}) {
+    FlashDims gqa{4, 4, 4, 8, 8, group};
+    EXPECT_EQ(cuda::flashAttentionForward(gqa, DType::F32, nullptr, nullptr,
+                                          nullptr, nullptr, 1.0f, false,
+                                          nullptr, nullptr, nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::flashAttentionBackward(gqa, DType::F32, nullptr, nullptr,
+                                           nullptr, nullptr, nullptr, nullptr,
+                                           nullptr, 1.0f, false, nullptr,
+                                           nullptr, nullptr, nullptr, nullptr),
+              cudaErrorInvalidValue);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -833,14 +852,15 @@ std::pair<Forward, Backward> simulateT(const Case &c, const Inputs &in,
   Forward f{Tensor::empty(dtype, {c.batch, c.sq, c.dv}),
             Tensor::empty(DType::F32, {c.batch, c.sq})};
   Backward g{Tensor::empty(dtype, {c.batch, c.sq, c.dh}),
-             Tensor::empty(dtype, {c.batch, c.sk, c.dh}),
-             Tensor::empty(dtype, {c.batch, c.sk, c.dv})};
+             Tensor::empty(dtype, {c.kvBatch(), c.sk, c.dh}),
+             Tensor::empty(dtype, {c.kvBatch(), c.sk, c.dv})};
   // Poison: every output must be overwritten.
   for (Tensor *t : {&f.o, &f.lse, &g.dq, &g.dk, &g.dv})
     std::memset(t->raw(), 0x7f, t->bytes());
   std::vector<float> delta(std::max<int64_t>(1, c.batch * c.sq), NAN);
   fd::FlashArgs<T> a{};
   a.batch = c.batch;
+  a.group = c.group;
   a.sq = c.sq;
   a.sk = c.sk;
   a.dh = static_cast<int>(c.dh);
@@ -878,14 +898,14 @@ std::pair<Forward, Backward> simulateT(const Case &c, const Inputs &in,
   if (cuda::flashUsesTensorCores(dtype, computeMajor)) {
     if constexpr (!std::is_same<T, float>::value) {
       const int smem = cuda::flashBackwardWmmaSharedBytes(D);
-      simulateLaunch(c.batch * a.kTiles, smem,
+      simulateLaunch(c.kvBatch() * a.kTiles, smem,
                      [&] { fd::flashBackwardKVWmmaKernel<T, D>(a); });
       simulateLaunch(c.batch * a.qTiles, smem,
                      [&] { fd::flashBackwardQWmmaKernel<T, D>(a); });
     }
   } else {
     const int smem = cuda::flashBackwardSharedBytes(D);
-    simulateLaunch(c.batch * a.kTiles, smem,
+    simulateLaunch(c.kvBatch() * a.kTiles, smem,
                    [&] { fd::flashBackwardKVKernel<T, D>(a); });
     simulateLaunch(c.batch * a.qTiles, smem,
                    [&] { fd::flashBackwardQKernel<T, D>(a); });
@@ -958,6 +978,22 @@ TEST(FlashAttentionKernelSim, HalfTypesOnCudaCoresMatchCpu) {
   checkSimulated(c, DType::F16, 1500, /*computeMajor=*/7);
 }
 
+// Grouped-query attention: query row b reads K/V row b / group and the
+// dK/dV kernel sums over the group's query rows (the CPU kernel is checked
+// against repeated K/V in AttentionTest).
+TEST(FlashAttentionKernelSim, GroupedQueryMatchesCpu) {
+  unsigned seed = 1600;
+  for (const Case &c : std::vector<Case>{
+           {4, 70, 70, 16, 16, true, MaskKind::None, 2},
+           {6, 33, 65, 8, 12, false, MaskKind::Random, 3},
+           {4, 66, 66, 72, 72, true, MaskKind::WithDeadRows, 4}, // MQA, D 128
+       })
+    checkSimulated(c, DType::F32, seed += 10);
+  Case half{4, 70, 70, 16, 24, true, MaskKind::Random, 2};
+  checkSimulated(half, DType::BF16, 1700);
+  checkSimulated(half, DType::F16, 1710, /*computeMajor=*/7);
+}
+
 TEST(FlashAttentionKernelSim, NoQueriesGiveZeroKeyGradients) {
   Case c{1, 0, 5, 4, 4, false, MaskKind::None};
   Inputs in = makeInputs(c, 1300);
@@ -988,7 +1024,7 @@ protected:
            v = dev(castHost(in.v, dtype)), maskHolder;
     Tensor o = devEmpty(dtype, {c.batch, c.sq, c.dv});
     Tensor lse = devEmpty(DType::F32, {c.batch, c.sq});
-    FlashDims d{c.batch, c.sq, c.sk, c.dh, c.dv};
+    FlashDims d{c.batch, c.sq, c.sk, c.dh, c.dv, c.group};
     EXPECT_EQ(cuda::flashAttentionForward(
                   d, dtype, q.raw(), k.raw(), v.raw(), devMask(in, maskHolder),
                   scaleOf(c), c.causal, o.raw(),
@@ -1003,14 +1039,14 @@ protected:
     Tensor q = dev(castHost(in.q, dtype)), k = dev(castHost(in.k, dtype)),
            v = dev(castHost(in.v, dtype)), o = dev(castHost(f.o, dtype)),
            dout = dev(castHost(in.dout, dtype)), lse = dev(f.lse), maskHolder;
-    FlashDims d{c.batch, c.sq, c.sk, c.dh, c.dv};
+    FlashDims d{c.batch, c.sq, c.sk, c.dh, c.dv, c.group};
     const int64_t scratchBytes =
         cuda::flashAttentionScratchBytes(d, dtype, true);
     Tensor scratch =
         devEmpty(DType::F32, {std::max<int64_t>(1, scratchBytes / 4)});
     Backward g{devEmpty(dtype, {c.batch, c.sq, c.dh}),
-               devEmpty(dtype, {c.batch, c.sk, c.dh}),
-               devEmpty(dtype, {c.batch, c.sk, c.dv})};
+               devEmpty(dtype, {c.kvBatch(), c.sk, c.dh}),
+               devEmpty(dtype, {c.kvBatch(), c.sk, c.dv})};
     // Poison the outputs: they must be overwritten, not accumulated into.
     EXPECT_EQ(cudaMemset(g.dq.raw(), 0x7f, g.dq.bytes()), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.dk.raw(), 0x7f, g.dk.bytes()), cudaSuccess);
@@ -1088,6 +1124,22 @@ TEST_F(FlashAttentionTest, BackwardHalfTypesMatchCpu) {
   for (DType dtype : {DType::BF16, DType::F16})
     for (const Case &c : deviceCases())
       checkBackward(c, dtype, seed += 10);
+}
+
+TEST_F(FlashAttentionTest, GroupedQueryMatchesCpu) {
+  unsigned seed = 1800;
+  for (const Case &c : std::vector<Case>{
+           {8, 130, 130, 64, 64, true, MaskKind::None, 4},
+           {6, 97, 150, 32, 48, false, MaskKind::WithDeadRows, 3},
+           {4, 256, 256, 128, 128, true, MaskKind::Random, 4}, // MQA
+       }) {
+    checkForward(c, DType::F32, seed += 10);
+    checkBackward(c, DType::F32, seed += 10);
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      checkForward(c, dtype, seed += 10);
+      checkBackward(c, dtype, seed += 10);
+    }
+  }
 }
 
 TEST_F(FlashAttentionTest, DeadRowsGiveZerosNotNaN) {
