@@ -81,6 +81,10 @@ tessera::planner::transformerShapeOf(ModuleOp module) {
                   "with B = " +
                   llvm::Twine(shape.globalBatch) + ")");
     shape.hidden = shape.heads * q.getDimSize(rank - 1);
+    // Grouped-query attention: K with fewer heads (dim rank-3) than Q.
+    auto k = cast<RankedTensorType>(attn.getKey().getType());
+    if (rank == 4 && k.getDimSize(1) != q.getDimSize(1))
+      shape.kvHeads = k.getDimSize(1);
   }
   if (attentionLayers.empty())
     return fail("no tsr.attention: the analytic planner models transformer "

@@ -4,7 +4,8 @@
 // what the analytic model needs (TransformerCost.h): the batch and
 // sequence of the integer `tokens` input, the layers that hold a
 // tsr.attention (their count; the heads and head size of its Q operand,
-// [B·H, S, d] or [B, H, S, d]), the vocabulary (last dimension of the
+// [B·H, S, d] or [B, H, S, d], and the key/value heads of its K operand
+// under grouped-query attention), the vocabulary (last dimension of the
 // [B, S, V] logits, else the embedding table's rows), the FFN width (the
 // widest weight dimension of the first block other than h and 3h), and
 // exact parameter counts: those read by the blocks' ops (averaged per

@@ -188,6 +188,12 @@ tessera::planner::searchPlans(const TransformerShape &shape,
              std::to_string(shape.heads) + " heads");
       continue;
     }
+    if (shape.keyValueHeads() % tp != 0) {
+      reject("tp=" + std::to_string(tp) + " does not divide the " +
+             std::to_string(shape.keyValueHeads()) +
+             " key/value heads (grouped-query attention)");
+      continue;
+    }
     if (shape.ffn % tp != 0) {
       reject("tp=" + std::to_string(tp) + " does not divide the FFN width " +
              std::to_string(shape.ffn));
@@ -222,10 +228,13 @@ tessera::planner::searchPlans(const TransformerShape &shape,
                    std::to_string(shape.seq));
             continue;
           }
-          if (sp == "ulysses" && shape.heads % (tp * k) != 0) {
+          if (sp == "ulysses" && shape.keyValueHeads() % (tp * k) != 0) {
             reject("sp=ulysses: tp x sp-size = " + std::to_string(tp * k) +
-                   " does not divide the " + std::to_string(shape.heads) +
-                   " heads");
+                   " does not divide the " +
+                   std::to_string(shape.keyValueHeads()) +
+                   (shape.keyValueHeads() == shape.heads
+                        ? " heads"
+                        : " key/value heads (grouped-query attention)"));
             continue;
           }
           int64_t dp = n / (tp * pp * k);

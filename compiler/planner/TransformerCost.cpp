@@ -46,6 +46,10 @@ llvm::Error TransformerShape::validate() const {
   if (hidden % heads != 0)
     return fail("model shape: " + llvm::Twine(heads) +
                 " heads do not divide the hidden size " + llvm::Twine(hidden));
+  if (kvHeads < 0 || (kvHeads && heads % kvHeads != 0))
+    return fail("model shape: " + llvm::Twine(kvHeads) +
+                " key/value heads do not divide the " + llvm::Twine(heads) +
+                " heads");
   return llvm::Error::success();
 }
 
@@ -98,12 +102,17 @@ std::string tessera::planner::divisibilityProblem(const TransformerShape &s,
   std::string out;
   llvm::raw_string_ostream os(out);
   int64_t cs = c.seqRanks();
-  if (s.heads % (c.tp * (c.sp == "ulysses" ? cs : 1)) != 0) {
+  int64_t headRanks = c.tp * (c.sp == "ulysses" ? cs : 1);
+  if (s.heads % headRanks != 0) {
     if (c.sp == "ulysses")
       os << "tp x sp-size = " << c.tp * cs << " does not divide the " << s.heads
          << " heads";
     else
       os << "tp=" << c.tp << " does not divide the " << s.heads << " heads";
+  } else if (s.keyValueHeads() % headRanks != 0) {
+    os << (c.sp == "ulysses" ? "tp x sp-size = " : "tp=") << headRanks
+       << " does not divide the " << s.keyValueHeads()
+       << " key/value heads (grouped-query attention)";
   } else if (s.ffn % c.tp != 0) {
     os << "tp=" << c.tp << " does not divide the FFN width " << s.ffn;
   } else if (s.layers % (c.pp * c.virtualStages) != 0) {
@@ -303,7 +312,10 @@ struct StepModel {
     struct G {
       double m, n, k, batch;
     };
-    const G gemms[] = {{tokens, 3 * h / t, h, 1},
+    // Q, K and V projections: K and V are kvHeads/heads as wide under GQA.
+    const double qkv = h * (1 + 2 * double(shape.keyValueHeads()) /
+                                    double(shape.heads));
+    const G gemms[] = {{tokens, qkv / t, h, 1},
                        {tokens, h, h / t, 1},
                        {tokens, f / t, h, 1},
                        {tokens, h, f / t, 1}};

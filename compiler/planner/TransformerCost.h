@@ -68,6 +68,12 @@ namespace tessera::planner {
 struct TransformerShape {
   std::string name;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
+  /// Key/value heads under grouped-query attention (Ainslie et al. 2023):
+  /// 0 means `heads` (multi-head attention). tp must divide them (whole K/V
+  /// heads per rank, Megatron-LM's rule), and the K/V projections are
+  /// kvHeads/heads as wide as the query's.
+  int64_t kvHeads = 0;
+  int64_t keyValueHeads() const { return kvHeads ? kvHeads : heads; }
   /// Sequences per optimizer step (over all data-parallel ranks).
   int64_t globalBatch = 0;
   /// Parameters of one layer, and of everything else (embeddings, final

@@ -56,6 +56,52 @@ module {
             std::string::npos);
 }
 
+// Grouped-query attention: the key/value heads come from the K operand
+// (4 query heads over 2 K/V heads), and tp must divide them.
+TEST_F(ModelShapeTest, GroupedQueryAttentionKeyValueHeads) {
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(R"mlir(
+module {
+  func.func @forward(%t: tensor<2x8xi64> {tsr.role = "input"}, %e: tensor<32x16xf32> {tsr.role = "param"}, %wq: tensor<16x16xf32> {tsr.role = "param"}, %wk: tensor<16x8xf32> {tsr.role = "param"}, %wv: tensor<16x8xf32> {tsr.role = "param"}, %wo: tensor<16x16xf32> {tsr.role = "param"}, %w1: tensor<16x64xf32> {tsr.role = "param"}, %w2: tensor<64x16xf32> {tsr.role = "param"}, %wh: tensor<16x32xf32> {tsr.role = "param"}) -> tensor<2x8x32xf32> {
+    %x = tsr.gather %e, %t : tensor<32x16xf32>, tensor<2x8xi64> -> tensor<2x8x16xf32>
+    %q0 = tsr.matmul %x, %wq : tensor<2x8x16xf32>, tensor<16x16xf32> -> tensor<2x8x16xf32>
+    %k0 = tsr.matmul %x, %wk : tensor<2x8x16xf32>, tensor<16x8xf32> -> tensor<2x8x8xf32>
+    %v0 = tsr.matmul %x, %wv : tensor<2x8x16xf32>, tensor<16x8xf32> -> tensor<2x8x8xf32>
+    %q1 = tsr.reshape %q0 : tensor<2x8x16xf32> -> tensor<2x8x4x4xf32>
+    %k1 = tsr.reshape %k0 : tensor<2x8x8xf32> -> tensor<2x8x2x4xf32>
+    %v1 = tsr.reshape %v0 : tensor<2x8x8xf32> -> tensor<2x8x2x4xf32>
+    %q = tsr.transpose %q1 {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x4xf32> -> tensor<2x4x8x4xf32>
+    %k = tsr.transpose %k1 {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x8x2x4xf32> -> tensor<2x2x8x4xf32>
+    %v = tsr.transpose %v1 {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x8x2x4xf32> -> tensor<2x2x8x4xf32>
+    %o, %l = tsr.attention %q, %k, %v {causal = true, scale = 0.5 : f32} : tensor<2x4x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32> -> tensor<2x4x8x4xf32>, tensor<2x4x8xf32>
+    %o1 = tsr.transpose %o {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x8x4xf32> -> tensor<2x8x4x4xf32>
+    %o2 = tsr.reshape %o1 : tensor<2x8x4x4xf32> -> tensor<2x8x16xf32>
+    %a = tsr.matmul %o2, %wo : tensor<2x8x16xf32>, tensor<16x16xf32> -> tensor<2x8x16xf32>
+    %r = tsr.add %x, %a : tensor<2x8x16xf32>
+    %h = tsr.matmul %r, %w1 : tensor<2x8x16xf32>, tensor<16x64xf32> -> tensor<2x8x64xf32>
+    %g = tsr.gelu %h : tensor<2x8x64xf32>
+    %m = tsr.matmul %g, %w2 : tensor<2x8x64xf32>, tensor<64x16xf32> -> tensor<2x8x16xf32>
+    %y = tsr.add %r, %m : tensor<2x8x16xf32>
+    %z = tsr.matmul %y, %wh : tensor<2x8x16xf32>, tensor<16x32xf32> -> tensor<2x8x32xf32>
+    return %z : tensor<2x8x32xf32>
+  }
+})mlir",
+                                                             &context);
+  ASSERT_TRUE(module);
+  llvm::Expected<TransformerShape> shape = transformerShapeOf(*module);
+  ASSERT_TRUE(static_cast<bool>(shape)) << llvm::toString(shape.takeError());
+  EXPECT_EQ(shape->heads, 4);
+  EXPECT_EQ(shape->kvHeads, 2);
+  EXPECT_EQ(shape->keyValueHeads(), 2);
+  EXPECT_EQ(shape->hidden, 16);
+  Candidate c;
+  c.tp = 2;
+  EXPECT_EQ(divisibilityProblem(*shape, c), "");
+  c.tp = 4; // divides the 4 query heads, not the 2 K/V heads
+  EXPECT_EQ(divisibilityProblem(*shape, c),
+            "tp=4 does not divide the 2 key/value heads (grouped-query "
+            "attention)");
+}
+
 TEST(TransformerShape, ValidateNamesTheField) {
   TransformerShape s = TransformerShape::gpt(2, 64, 4, 16, 100, 8);
   EXPECT_FALSE(llvm::errorToBool(s.validate()));
@@ -69,6 +115,12 @@ TEST(TransformerShape, ValidateNamesTheField) {
   ASSERT_TRUE(static_cast<bool>(e));
   EXPECT_EQ(llvm::toString(std::move(e)),
             "model shape: 5 heads do not divide the hidden size 64");
+  s = TransformerShape::gpt(2, 64, 4, 16, 100, 8);
+  s.kvHeads = 3;
+  e = s.validate();
+  ASSERT_TRUE(static_cast<bool>(e));
+  EXPECT_EQ(llvm::toString(std::move(e)),
+            "model shape: 3 key/value heads do not divide the 4 heads");
 }
 
 } // namespace
