@@ -14,8 +14,10 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/Sequence.h"
 
 #include <cmath>
+#include <map>
 #include <optional>
 
 using namespace mlir;
@@ -547,8 +549,34 @@ struct FoldReshapeChain : OpRewritePattern<tsr::ReshapeOp> {
 /// What a mask tensor amounts to.
 enum class MaskKind { None, Causal, Other };
 
-/// Classifies an additive mask [Sq, Sk] given as a constant: all zeros,
-/// 0 on/below the diagonal and -inf above (causal), or anything else.
+/// Whether a mask value drops its key: -inf, or a finite value so negative
+/// that exp(s + v − rowmax) underflows to exactly 0 in f32 for any score s
+/// of a sane magnitude (|s| < 1e29): v ≤ -1e30, or the lowest finite value
+/// of its type. Hugging Face fills masks with torch.finfo(dtype).min
+/// (-3.4028235e38 for f32 and bf16, -65504 for f16) instead of -inf.
+///
+/// The rule: such a value counts as -inf only where every query row keeps
+/// at least one key, which a causal mask does (the diagonal). The kept
+/// scores then set the row max and the dropped ones contribute exactly 0,
+/// as with -inf, so `causal = true` is exact. (A row whose keys are all
+/// dropped by a finite value attends uniformly, where -inf gives 0; so any
+/// mask other than causal keeps its exact values as the mask operand.)
+bool dropsKey(const APFloat &v) {
+  if (v.isInfinity())
+    return v.isNegative();
+  if (v.isNaN() || !v.isNegative())
+    return false;
+  if (v.bitwiseIsEqual(APFloat::getLargest(v.getSemantics(), true)))
+    return true;
+  APFloat d = v;
+  bool losesInfo = false;
+  (void)d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven,
+                  &losesInfo);
+  return d.convertToDouble() <= -1e30;
+}
+
+/// Classifies an additive mask [Sq, Sk]: all zeros, 0 on/below the diagonal
+/// and a dropping value (dropsKey) above it (causal), or anything else.
 MaskKind classifyAdditive(DenseElementsAttr attr, int64_t sq, int64_t sk) {
   if (!isa<FloatType>(attr.getElementType()))
     return MaskKind::Other;
@@ -557,37 +585,14 @@ MaskKind classifyAdditive(DenseElementsAttr attr, int64_t sq, int64_t sk) {
   for (APFloat f : attr.getValues<APFloat>()) {
     int64_t i = idx / sk, j = idx % sk;
     ++idx;
-    bool isZero = f.isZero(), isNegInf = f.isInfinity() && f.isNegative();
+    bool isZero = f.isZero();
     zeros &= isZero;
-    causal &= j <= i ? isZero : isNegInf;
+    causal &= j <= i ? isZero : dropsKey(f);
     if (!zeros && !causal)
       return MaskKind::Other;
   }
   return zeros ? MaskKind::None : causal ? MaskKind::Causal : MaskKind::Other;
 }
-
-/// If `v` (after looking through broadcasts/reshapes) has the shape
-/// [1..., Sq, Sk], returns it, else null.
-Value maskSource(Value v, int64_t sq, int64_t sk) {
-  Value src = stripBroadcast(v);
-  auto t = cast<RankedTensorType>(src.getType());
-  ArrayRef<int64_t> shape = t.getShape();
-  if (shape.size() < 2 || shape.take_back(2) != ArrayRef<int64_t>{sq, sk} ||
-      llvm::any_of(shape.drop_back(2), [](int64_t d) { return d != 1; }))
-    return {};
-  return src;
-}
-
-/// The additive mask and scale collected between the scores matmul and the
-/// softmax.
-struct AttentionMatch {
-  tsr::MatmulOp scores;
-  double scale = 1.0;
-  bool causal = false;
-  Value mask;                     // [1..., Sq, Sk] additive, or null
-  DenseElementsAttr boolMaskKeep; // select form: true where a key is kept
-  MaskKind boolMaskKind = MaskKind::Other; // what boolMaskKeep amounts to
-};
 
 /// Classifies a keep-mask [Sq, Sk] (true where a key is kept).
 MaskKind classifyKeep(DenseElementsAttr keep, int64_t sq, int64_t sk) {
@@ -602,28 +607,277 @@ MaskKind classifyKeep(DenseElementsAttr keep, int64_t sq, int64_t sk) {
   return all ? MaskKind::None : causal ? MaskKind::Causal : MaskKind::Other;
 }
 
+/// How a value's dims read a source tensor through tsr.broadcast (numpy,
+/// right-aligned) and reshapes that only add or remove unit dims: srcDim[d]
+/// is the dim of `src` that dim d of the value reads, or -1 where dim d is
+/// broadcast (or of size 1).
+struct DimView {
+  Value src;
+  SmallVector<int64_t, 4> srcDim;
+};
+
+SmallVector<int64_t, 4> nonUnitDims(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t, 4> dims;
+  for (auto [d, n] : llvm::enumerate(shape))
+    if (n != 1)
+      dims.push_back(d);
+  return dims;
+}
+
+DimView viewThroughBroadcasts(Value v) {
+  ArrayRef<int64_t> shape = cast<RankedTensorType>(v.getType()).getShape();
+  DimView view{v, {}};
+  for (auto [d, n] : llvm::enumerate(shape))
+    view.srcDim.push_back(n == 1 ? -1 : int64_t(d));
+  while (Operation *def = view.src.getDefiningOp()) {
+    ArrayRef<int64_t> out =
+        cast<RankedTensorType>(view.src.getType()).getShape();
+    SmallVector<int64_t, 4> inDimOf(out.size(), -1); // out dim -> input dim
+    Value in;
+    if (auto bc = dyn_cast<tsr::BroadcastOp>(def)) {
+      in = bc.getInput();
+      ArrayRef<int64_t> inShape = bc.getInput().getType().getShape();
+      int64_t off = int64_t(out.size()) - int64_t(inShape.size());
+      if (off < 0)
+        break;
+      bool ok = true;
+      for (auto [e, n] : llvm::enumerate(inShape)) {
+        if (n == 1)
+          continue;
+        ok &= n == out[e + off];
+        inDimOf[e + off] = e;
+      }
+      if (!ok)
+        break;
+    } else if (auto rs = dyn_cast<tsr::ReshapeOp>(def)) {
+      in = rs.getInput();
+      ArrayRef<int64_t> inShape = rs.getInput().getType().getShape();
+      SmallVector<int64_t, 4> a = nonUnitDims(inShape), b = nonUnitDims(out);
+      if (a.size() != b.size() ||
+          llvm::any_of(llvm::seq<size_t>(0, a.size()),
+                       [&](size_t k) { return inShape[a[k]] != out[b[k]]; }))
+        break;
+      for (size_t k = 0; k < a.size(); ++k)
+        inDimOf[b[k]] = a[k];
+    } else {
+      break;
+    }
+    for (int64_t &s : view.srcDim)
+      if (s >= 0)
+        s = inDimOf[s];
+    view.src = in;
+  }
+  return view;
+}
+
+/// The [Sq, Sk] tensor that `attr` (the constant source of `view`, a value
+/// of the scores' shape [b..., Sq, Sk]) amounts to when it is the same for
+/// every leading index b...: a mask with leading dims [B, 1, Sq, Sk] (the
+/// dynamo exporter folds the causal mask with the batch), [B, 1, 1, Sk]
+/// (BERT's extended attention mask) or a full [B, H, Sq, Sk] constant
+/// reduces when all its slices agree. Null when they differ (a per-sample
+/// padding mask: not raised).
+DenseElementsAttr reduceMaskSlices(DenseElementsAttr attr,
+                                   ArrayRef<int64_t> srcDim, int64_t sq,
+                                   int64_t sk) {
+  auto type = RankedTensorType::get({sq, sk}, attr.getElementType());
+  if (attr.isSplat())
+    return DenseElementsAttr::get(type, attr.getSplatValue<Attribute>());
+  int64_t r = srcDim.size();
+  int64_t rowDim = srcDim[r - 2], colDim = srcDim[r - 1];
+  int64_t rows = rowDim >= 0 ? sq : 1, cols = colDim >= 0 ? sk : 1;
+  ArrayRef<int64_t> shape = attr.getType().getShape();
+  // Strides of the source's row and column dims (0 when broadcast).
+  SmallVector<int64_t, 6> strides(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  auto slotOf = [&](int64_t flat) {
+    int64_t i = rowDim >= 0 ? flat / strides[rowDim] % shape[rowDim] : 0;
+    int64_t j = colDim >= 0 ? flat / strides[colDim] % shape[colDim] : 0;
+    return i * cols + j;
+  };
+  auto expand = [&](auto &slots, auto &out) {
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sk; ++j)
+        out.push_back(
+            slots[(rowDim >= 0 ? i : 0) * cols + (colDim >= 0 ? j : 0)]);
+  };
+  SmallVector<bool> set(rows * cols, false);
+  if (attr.getElementType().isInteger(1)) {
+    SmallVector<bool> slots(rows * cols, false), out;
+    int64_t flat = 0;
+    for (bool b : attr.getValues<bool>()) {
+      int64_t s = slotOf(flat++);
+      if (!set[s]) {
+        set[s] = true;
+        slots[s] = b;
+      } else if (slots[s] != b) {
+        return {};
+      }
+    }
+    expand(slots, out);
+    return DenseElementsAttr::get(type, out);
+  }
+  if (!isa<FloatType>(attr.getElementType()))
+    return {};
+  SmallVector<APFloat> slots, out;
+  slots.reserve(rows * cols);
+  for (int64_t s = 0; s < rows * cols; ++s)
+    slots.push_back(APFloat::getZero(
+        cast<FloatType>(attr.getElementType()).getFloatSemantics()));
+  int64_t flat = 0;
+  for (APFloat f : attr.getValues<APFloat>()) {
+    int64_t s = slotOf(flat++);
+    if (!set[s]) {
+      set[s] = true;
+      slots[s] = f;
+    } else if (!slots[s].bitwiseIsEqual(f)) {
+      return {};
+    }
+  }
+  expand(slots, out);
+  return DenseElementsAttr::get(type, out);
+}
+
+/// The floating-point splat a value reads (through broadcasts/reshapes).
+std::optional<APFloat> splatFloat(Value v) {
+  DenseElementsAttr attr;
+  if (!matchPattern(stripBroadcast(v), m_Constant(&attr)) || !attr.isSplat() ||
+      !isa<FloatType>(attr.getElementType()))
+    return std::nullopt;
+  return attr.getSplatValue<APFloat>();
+}
+
+/// A mask candidate of the scores' shape [b..., Sq, Sk]: a constant seen
+/// through broadcasts and unit reshapes, or a non-constant that such ops
+/// broadcast over every leading dim from [1..., Sq, Sk].
+std::optional<DimView> maskView(Value v) {
+  DimView view = viewThroughBroadcasts(v);
+  if (matchPattern(view.src, m_Constant()))
+    return view;
+  ArrayRef<int64_t> dims = view.srcDim;
+  int64_t r = dims.size();
+  if (view.src == v || r < 2 || dims[r - 2] < 0 || dims[r - 1] < 0 ||
+      llvm::any_of(dims.drop_back(2), [](int64_t d) { return d >= 0; }))
+    return std::nullopt;
+  return view;
+}
+
+/// The additive mask and scale collected between the scores matmul and the
+/// softmax.
+struct AttentionMatch {
+  tsr::MatmulOp scores;
+  double scale = 1.0;
+  std::optional<DimView> mask;    // additive, [b..., Sq, Sk] view
+  DenseElementsAttr boolMaskKeep; // select form: true where a key is kept
+  MaskKind boolMaskKind = MaskKind::Other; // what boolMaskKeep amounts to
+  std::optional<APFloat> fill;             // select form: the dropped value
+};
+
+/// If `x` [a..., H, S, D] is Hugging Face's repeat_kv of a K/V tensor
+/// [a..., Hkv, S, D] (unsqueezed to [a..., Hkv, 1, S, D], broadcast by
+/// Expand to [a..., Hkv, n, S, D] and reshaped to [a..., Hkv·n, S, D], so
+/// query head h reads K/V head h / n), returns the unsqueezed
+/// [a..., Hkv, 1, S, D] value and sets `nRep` = n. A repeat with the copies
+/// major ([a..., n, Hkv, S, D]: head h reads h mod Hkv) is another layout
+/// and is not matched.
+Value unsqueezedBeforeRepeat(Value x, int64_t &nRep) {
+  auto r2 = defOp<tsr::ReshapeOp>(x);
+  if (!r2 || !r2->hasOneUse())
+    return {};
+  auto bc = defOp<tsr::BroadcastOp>(r2.getInput());
+  if (!bc || !bc->hasOneUse())
+    return {};
+  ArrayRef<int64_t> out = r2.getType().getShape();
+  ArrayRef<int64_t> rep = bc.getType().getShape();
+  ArrayRef<int64_t> in = bc.getInput().getType().getShape();
+  int64_t r = out.size();
+  if (r < 4 || int64_t(rep.size()) != r + 1 || in.size() != rep.size() ||
+      rep.take_front(r - 3) != out.take_front(r - 3) ||
+      rep.take_back(2) != out.take_back(2) ||
+      rep[r - 3] * rep[r - 2] != out[r - 3] || in[r - 2] != 1)
+    return {};
+  for (int64_t d = 0; d <= r; ++d)
+    if (d != r - 2 && in[d] != rep[d])
+      return {};
+  nRep = rep[r - 2];
+  return bc.getInput();
+}
+
 struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
 
-  /// Keep-mask and its kind per (select condition constant, whether its true
-  /// side drops the key). Every layer of a model usually selects with the
-  /// same (uniqued) [S, S] constant; building and classifying it once instead
-  /// of per layer keeps import time flat in S * S * layers (a 96-layer,
-  /// S = 2048 model: 4 s -> well under 1 s). Attributes are uniqued and
-  /// immortal in the context, so they are safe keys for the pattern's life.
-  mutable llvm::DenseMap<std::pair<Attribute, int>,
-                         std::pair<DenseElementsAttr, MaskKind>>
-      keepMasks;
+  /// Reduced [Sq, Sk] masks per (constant, view, Sq, Sk, select side) and
+  /// their kind. Every layer of a model usually masks with the same
+  /// (uniqued) constant; reducing and classifying it once instead of per
+  /// layer keeps import time flat in S * S * layers (a 96-layer, S = 2048
+  /// model: 4 s -> well under 1 s). Attributes are uniqued and immortal in
+  /// the context, so they are safe keys for the pattern's life.
+  mutable std::map<std::pair<const void *, SmallVector<int64_t, 8>>,
+                   std::pair<DenseElementsAttr, MaskKind>>
+      masks;
+
+  /// The reduced [Sq, Sk] mask of a constant view and its kind (a null
+  /// attribute when its leading slices differ). `keepSide` >= 0 marks a
+  /// select condition: the keep-mask is the condition (1) or its negation
+  /// (0); otherwise the mask is additive.
+  std::pair<DenseElementsAttr, MaskKind> reducedMask(const DimView &view,
+                                                     int64_t sq, int64_t sk,
+                                                     int keepSide = -1) const {
+    DenseElementsAttr attr;
+    if (!matchPattern(view.src, m_Constant(&attr)))
+      return {};
+    SmallVector<int64_t, 8> key(view.srcDim.begin(), view.srcDim.end());
+    key.append({sq, sk, keepSide});
+    auto [it, inserted] = masks.try_emplace({attr.getAsOpaquePointer(), key});
+    if (!inserted)
+      return it->second;
+    DenseElementsAttr reduced = reduceMaskSlices(attr, view.srcDim, sq, sk);
+    if (reduced && keepSide == 0) {
+      SmallVector<bool> keep;
+      for (bool b : reduced.getValues<bool>())
+        keep.push_back(!b);
+      reduced = DenseElementsAttr::get(reduced.getType(), keep);
+    }
+    MaskKind kind = MaskKind::Other;
+    if (reduced)
+      kind = keepSide >= 0 ? classifyKeep(reduced, sq, sk)
+                           : classifyAdditive(reduced, sq, sk);
+    it->second = {reduced, kind};
+    return it->second;
+  }
 
   LogicalResult matchAndRewrite(tsr::MatmulOp root,
                                 PatternRewriter &rewriter) const override {
     if (root.getTransposeLhs() || root.getTransposeRhs())
       return failure();
-    auto softmax = defOp<tsr::SoftmaxOp>(root.getLhs());
-    auto pType = root.getLhs().getType();
+    // P = softmax(x) over the last axis, possibly computed in f32 between
+    // two casts (Hugging Face's eager attention upcasts the scores and casts
+    // the probabilities back): the fused op's softmax is f32 internally.
+    Value probs = root.getLhs();
+    auto castBack = defOp<tsr::ConvertOp>(probs);
+    if (castBack) {
+      if (!castBack->hasOneUse())
+        return failure();
+      probs = castBack.getInput();
+    }
+    auto softmax = defOp<tsr::SoftmaxOp>(probs);
+    if (!softmax || !softmax->hasOneUse())
+      return failure();
+    Value x = softmax.getInput();
+    auto castIn = defOp<tsr::ConvertOp>(x);
+    if (castIn) {
+      if (!castIn->hasOneUse() || !castBack)
+        return failure();
+      x = castIn.getInput();
+    }
+    auto pType = cast<RankedTensorType>(x.getType()); // the scores' type
     int64_t rank = pType.getRank();
-    if (!softmax || rank < 3 || softmax.getAxis() != rank - 1 ||
-        !softmax->hasOneUse() || !isa<FloatType>(pType.getElementType()))
+    if (rank < 3 || softmax.getAxis() != rank - 1 ||
+        !isa<FloatType>(pType.getElementType()) ||
+        root.getLhs().getType() != pType)
+      return failure();
+    if ((castIn || castBack) && !softmax.getType().getElementType().isF32())
       return failure();
     int64_t sq = pType.getDimSize(rank - 2), sk = pType.getDimSize(rank - 1);
 
@@ -631,7 +885,6 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     // before the mask in this walk is applied after it in the program.
     AttentionMatch m;
     bool masked = false, scaledLater = false, scaledAfterMask = false;
-    Value x = softmax.getInput();
     while (!m.scores) {
       Operation *def = x.getDefiningOp();
       if (!def || !def->hasOneUse() || x.getType() != pType)
@@ -659,47 +912,37 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
       if (auto add = dyn_cast<tsr::AddOp>(def)) {
         if (masked)
           return failure();
-        // The mask is the operand that is (a broadcast of) [1..., Sq, Sk].
-        Value maskV, next;
-        for (int k = 0; k < 2 && !maskV; ++k)
-          if (Value src = maskSource(add->getOperand(k), sq, sk);
-              src && src != add->getOperand(k)) {
-            maskV = src;
-            next = add->getOperand(1 - k);
-          }
-        if (!maskV)
+        // The mask is the operand that reads a constant, or a [1..., Sq, Sk]
+        // value, through broadcasts; the scores are the other one.
+        std::optional<DimView> views[2] = {maskView(add.getLhs()),
+                                           maskView(add.getRhs())};
+        if (bool(views[0]) == bool(views[1]))
           return failure();
+        int k = views[0] ? 0 : 1;
         masked = true;
         scaledAfterMask = scaledLater;
-        m.mask = maskV;
-        x = next;
+        m.mask = views[k];
+        x = add->getOperand(1 - k);
         continue;
       }
       if (auto sel = dyn_cast<tsr::SelectOp>(def)) {
         if (masked)
           return failure();
-        // select(cond, -inf, s) or select(cond, s, -inf), cond a constant.
-        std::optional<double> tv = splatValue(sel.getTrueValue());
-        std::optional<double> fv = splatValue(sel.getFalseValue());
-        bool dropTrue = tv && std::isinf(*tv) && *tv < 0;
-        bool dropFalse = fv && std::isinf(*fv) && *fv < 0;
+        // select(cond, fill, s) or select(cond, s, fill), cond a constant,
+        // fill a dropping splat (-inf, or finfo.min: see dropsKey).
+        std::optional<APFloat> tv = splatFloat(sel.getTrueValue());
+        std::optional<APFloat> fv = splatFloat(sel.getFalseValue());
+        bool dropTrue = tv && dropsKey(*tv);
+        bool dropFalse = fv && dropsKey(*fv);
         if (dropTrue == dropFalse)
           return failure();
-        Value cond = maskSource(sel.getCondition(), sq, sk);
-        DenseElementsAttr condAttr;
-        if (!cond || !matchPattern(cond, m_Constant(&condAttr)))
+        DimView cond = viewThroughBroadcasts(sel.getCondition());
+        auto [keep, kind] = reducedMask(cond, sq, sk, dropTrue ? 0 : 1);
+        if (!keep)
           return failure();
-        // Keep-mask: true where the key is kept.
-        auto [it, inserted] = keepMasks.try_emplace({condAttr, int(dropTrue)});
-        if (inserted) {
-          SmallVector<bool> keep;
-          for (bool b : condAttr.getValues<bool>())
-            keep.push_back(dropTrue ? !b : b);
-          auto keepType = RankedTensorType::get({sq, sk}, rewriter.getI1Type());
-          auto keepAttr = DenseElementsAttr::get(keepType, keep);
-          it->second = {keepAttr, classifyKeep(keepAttr, sq, sk)};
-        }
-        std::tie(m.boolMaskKeep, m.boolMaskKind) = it->second;
+        m.boolMaskKeep = keep;
+        m.boolMaskKind = kind;
+        m.fill = dropTrue ? *tv : *fv;
         masked = true;
         scaledAfterMask = scaledLater;
         x = dropTrue ? sel.getFalseValue() : sel.getTrueValue();
@@ -731,35 +974,43 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     auto vType = cast<RankedTensorType>(v.getType());
     if (qType.getRank() != rank || vType.getRank() != rank ||
         qType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
-        vType.getShape().drop_back(2) != pType.getShape().drop_back(2))
+        vType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
+        qType.getElementType() != pType.getElementType())
       return failure();
 
     // Decide the mask before building anything.
     MaskKind kind = MaskKind::None;
     DenseElementsAttr maskAttr;
+    Value maskValue; // a non-constant [1..., Sq, Sk] mask
     if (m.boolMaskKeep) {
       kind = m.boolMaskKind;
     } else if (m.mask) {
-      kind = MaskKind::Other;
-      if (matchPattern(m.mask, m_Constant(&maskAttr)))
-        kind = classifyAdditive(maskAttr, sq, sk);
-      if (cast<RankedTensorType>(m.mask.getType()).getElementType() !=
+      if (cast<RankedTensorType>(m.mask->src.getType()).getElementType() !=
           pType.getElementType())
         return failure();
+      std::tie(maskAttr, kind) = reducedMask(*m.mask, sq, sk);
+      if (!maskAttr) {
+        if (matchPattern(m.mask->src, m_Constant()))
+          return failure(); // differs across the batch or heads
+        kind = MaskKind::Other;
+        maskValue = m.mask->src;
+      }
     }
     // A scale applied after the mask would scale the mask too: only a
-    // 0/-inf mask is unchanged by a positive factor.
-    if (scaledAfterMask &&
-        ((kind == MaskKind::Other && !m.boolMaskKeep) || m.scale <= 0))
+    // causal mask (or none) is unchanged by a positive factor, and a select
+    // with -inf.
+    if (scaledAfterMask && ((kind == MaskKind::Other &&
+                             (!m.boolMaskKeep || !m.fill->isInfinity())) ||
+                            m.scale <= 0))
       return failure();
 
-    rewriter.setInsertionPoint(root);
+    // K: the scores' rhs is Kᵀ [b..., Dh, Sk] unless transpose_rhs; undo
+    // (or compose with) its transpose.
     Value k = m.scores.getRhs();
+    SmallVector<int64_t> perm;
+    for (int64_t d = 0; d < rank; ++d)
+      perm.push_back(d);
     if (!m.scores.getTransposeRhs()) {
-      // The rhs is Kᵀ [b..., Dh, Sk]: undo (or compose with) its transpose.
-      SmallVector<int64_t> perm;
-      for (int64_t d = 0; d < rank; ++d)
-        perm.push_back(d);
       std::swap(perm[rank - 1], perm[rank - 2]);
       if (auto t = defOp<tsr::TransposeOp>(k)) {
         ArrayRef<int64_t> inner = t.getPermutation();
@@ -769,50 +1020,74 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         perm = composed;
         k = t.getInput();
       }
-      bool identity = true;
-      for (int64_t d = 0; d < rank; ++d)
-        identity &= perm[d] == d;
-      if (!identity) {
-        auto kIn = cast<RankedTensorType>(k.getType());
-        SmallVector<int64_t> shape;
-        for (int64_t d : perm)
-          shape.push_back(kIn.getDimSize(d));
-        k = tsr::TransposeOp::create(
-            rewriter, loc, RankedTensorType::get(shape, kIn.getElementType()),
-            k, rewriter.getDenseI64ArrayAttr(perm));
-      }
     }
-    auto kType = cast<RankedTensorType>(k.getType());
-    if (kType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
-        kType.getDimSize(rank - 2) != sk ||
-        kType.getDimSize(rank - 1) != qType.getDimSize(rank - 1) ||
+    bool identity = llvm::all_of(llvm::seq<int64_t>(0, rank),
+                                 [&](int64_t d) { return perm[d] == d; });
+    auto kIn = cast<RankedTensorType>(k.getType());
+    SmallVector<int64_t> kShape;
+    for (int64_t d : perm)
+      kShape.push_back(kIn.getDimSize(d));
+    if (ArrayRef<int64_t>(kShape).drop_back(2) !=
+            pType.getShape().drop_back(2) ||
+        kShape[rank - 2] != sk ||
+        kShape[rank - 1] != qType.getDimSize(rank - 1) ||
         vType.getDimSize(rank - 2) != sk ||
-        kType.getElementType() != qType.getElementType() ||
+        kIn.getElementType() != qType.getElementType() ||
         vType.getElementType() != qType.getElementType())
       return failure();
+
+    // Grouped-query attention: K and V both repeat_kv'd by the same n_rep
+    // from [a..., Hkv, S, D]; the op reads the K/V heads themselves.
+    int64_t nRepK = 0, nRepV = 0;
+    Value kUnsq = identity ? unsqueezedBeforeRepeat(k, nRepK) : Value();
+    Value vUnsq = unsqueezedBeforeRepeat(v, nRepV);
+    bool gqa = kUnsq && vUnsq && nRepK == nRepV && nRepK > 1;
+
+    rewriter.setInsertionPoint(root);
+    auto dropUnitDim = [&](Value unsq) -> Value {
+      auto t = cast<RankedTensorType>(unsq.getType());
+      SmallVector<int64_t> shape(t.getShape());
+      shape.erase(shape.begin() + rank - 2);
+      auto type = RankedTensorType::get(shape, t.getElementType());
+      if (auto rs = defOp<tsr::ReshapeOp>(unsq))
+        if (rs.getInput().getType() == type)
+          return rs.getInput();
+      return tsr::ReshapeOp::create(rewriter, loc, type, unsq);
+    };
+    if (gqa) {
+      k = dropUnitDim(kUnsq);
+      v = dropUnitDim(vUnsq);
+    } else if (!identity) {
+      k = tsr::TransposeOp::create(
+          rewriter, loc, RankedTensorType::get(kShape, kIn.getElementType()), k,
+          rewriter.getDenseI64ArrayAttr(perm));
+    }
 
     Value maskOperand;
     auto maskType = RankedTensorType::get({sq, sk}, pType.getElementType());
     if (kind == MaskKind::Other) {
       if (m.boolMaskKeep) {
+        // 0 where kept, the select's fill value where dropped.
         auto elem = cast<FloatType>(pType.getElementType());
+        APFloat fill = *m.fill;
+        bool losesInfo = false;
+        (void)fill.convert(elem.getFloatSemantics(),
+                           APFloat::rmNearestTiesToEven, &losesInfo);
         APFloat zero = APFloat::getZero(elem.getFloatSemantics());
-        APFloat ninf = APFloat::getInf(elem.getFloatSemantics(), true);
         SmallVector<APFloat> vals;
         for (bool b : m.boolMaskKeep.getValues<bool>())
-          vals.push_back(b ? zero : ninf);
+          vals.push_back(b ? zero : fill);
         maskOperand = tsr::ConstantOp::create(
             rewriter, loc, maskType,
             cast<ElementsAttr>(DenseElementsAttr::get(maskType, vals)));
       } else if (maskAttr) {
-        maskOperand = tsr::ConstantOp::create(
-            rewriter, loc, maskType,
-            cast<ElementsAttr>(maskAttr.reshape(maskType)));
+        maskOperand = tsr::ConstantOp::create(rewriter, loc, maskType,
+                                              cast<ElementsAttr>(maskAttr));
       } else {
         maskOperand =
-            m.mask.getType() == maskType
-                ? m.mask
-                : tsr::ReshapeOp::create(rewriter, loc, maskType, m.mask)
+            maskValue.getType() == maskType
+                ? maskValue
+                : tsr::ReshapeOp::create(rewriter, loc, maskType, maskValue)
                       .getResult();
       }
     }

@@ -24,14 +24,29 @@
 //                   are used directly, in PyTorch layout).
 //   * reshape(reshape(x)) → reshape(x) (Squeeze/Unsqueeze/Flatten chains).
 //   * Attention   matmul(softmax(M(c · matmul(Q', Kᵀ))), V) over the last
-//                 axis, where Q' is Q or Q·c / Q÷c and M is + mask
-//                 (broadcast [1..., Sq, Sk]) or select(bool mask, -inf, ·)
-//                 (masked_fill), with any constant scalings c before or
-//                 (for 0/-inf masks) after it               → tsr.attention
-//                 {scale = Πc, causal} [mask]: a 0-below/-inf-above mask or
-//                 a lower-triangular keep-mask becomes causal = true with no
-//                 mask operand; other masks become the [Sq, Sk] operand.
-//                 Only when every intermediate value has a single user.
+//                 axis, where Q' is Q or Q·c / Q÷c and M is + mask or
+//                 select(bool mask, fill, ·) (masked_fill), with any
+//                 constant scalings c (Mul or Div) before or (for causal
+//                 masks) after it                           → tsr.attention
+//                 {scale = Πc, causal} [mask]. The mask is a constant seen
+//                 through broadcasts and unit reshapes whose [Sq, Sk] slices
+//                 are the same for every leading index ([B, 1, Sq, Sk] as
+//                 the dynamo exporter folds it, BERT's [B, 1, 1, Sk], a full
+//                 [B, H, Sq, Sk] constant), or a non-constant broadcast from
+//                 [1..., Sq, Sk]. 0 on/below the diagonal and -inf,
+//                 ≤ -1e30 or the type's lowest finite value (Hugging Face's
+//                 finfo.min) above it, or a lower-triangular keep-mask with
+//                 such a fill, becomes causal = true with no mask operand
+//                 (exact: see dropsKey); an all-zero mask is no mask; any
+//                 other mask becomes the [Sq, Sk] operand with its exact
+//                 values. A softmax computed in f32 between two casts
+//                 (Hugging Face's eager upcast) is matched as well.
+//                 Grouped-query attention: when K and V are both Hugging
+//                 Face's repeat_kv of [a..., Hkv, S, D] (reshape to
+//                 [a..., Hkv, 1, S, D], broadcast to [a..., Hkv, n, S, D],
+//                 reshape to [a..., Hkv·n, S, D]), the op takes the
+//                 un-repeated K/V. Only when every intermediate value has a
+//                 single user.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,0 +1,247 @@
+// RUN: tessera-import --raise-only %s | FileCheck %s
+// Raising the attention forms of Hugging Face models (transformers 4.49) as
+// the TorchScript and dynamo exporters write them, in hand-written tsr IR:
+// finfo.min masks (select and additive), masks with leading batch dims,
+// BERT's all-zero extended mask, grouped-query attention through repeat_kv,
+// softmax between f32 casts, the scale on Q; and the near misses that must
+// not be raised (or not as GQA).
+
+// GPT-2 (TorchScript): scores / sqrt(dh), then
+// where(causal_bool, scores, finfo(f32).min).
+// CHECK-LABEL: func.func @gpt2_select_finfo_min
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 5.000000e-01 : f32} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>, tensor<2x4x4xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @gpt2_select_finfo_min(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %c = tsr.constant dense<2.0> : tensor<2x4x4x4xf32>
+  %kt = tsr.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %s = tsr.matmul %q, %kt : tensor<2x4x4x2xf32>, tensor<2x4x2x4xf32> -> tensor<2x4x4x4xf32>
+  %ss = tsr.div %s, %c : tensor<2x4x4x4xf32>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %sm = tsr.select %kb, %ss, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p = tsr.softmax %sm {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
+
+// LLaMA / Qwen2 / Mistral (dynamo): 4 query heads over 2 K/V heads through
+// repeat_kv (unsqueeze, expand, reshape), Q·Kᵀ with transpose_rhs, * scaling,
+// + the causal finfo.min mask folded with the batch ([B, 1, S, S]).
+// CHECK-LABEL: func.func @llama_gqa_dynamo
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x4x4x2xf32>, %[[K:.*]]: tensor<2x2x4x2xf32>, %[[V:.*]]: tensor<2x2x4x2xf32>)
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = tsr.attention %[[Q]], %[[K]], %[[V]] {causal = true, scale = 0.707106769 : f32} : tensor<2x4x4x2xf32>, tensor<2x2x4x2xf32>, tensor<2x2x4x2xf32> -> tensor<2x4x4x2xf32>, tensor<2x4x4xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @llama_gqa_dynamo(%q: tensor<2x4x4x2xf32>, %k: tensor<2x2x4x2xf32>, %v: tensor<2x2x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %mask = tsr.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]], [[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<2x1x4x4xf32>
+  %scaling = tsr.constant dense<0.707106769> : tensor<f32>
+  %k1 = tsr.reshape %k : tensor<2x2x4x2xf32> -> tensor<2x2x1x4x2xf32>
+  %k2 = tsr.broadcast %k1 : tensor<2x2x1x4x2xf32> -> tensor<2x2x2x4x2xf32>
+  %kr = tsr.reshape %k2 : tensor<2x2x2x4x2xf32> -> tensor<2x4x4x2xf32>
+  %v1 = tsr.reshape %v : tensor<2x2x4x2xf32> -> tensor<2x2x1x4x2xf32>
+  %v2 = tsr.broadcast %v1 : tensor<2x2x1x4x2xf32> -> tensor<2x2x2x4x2xf32>
+  %vr = tsr.reshape %v2 : tensor<2x2x2x4x2xf32> -> tensor<2x4x4x2xf32>
+  %s = tsr.matmul %q, %kr {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %c1 = tsr.reshape %scaling : tensor<f32> -> tensor<1x1x1x1xf32>
+  %c = tsr.broadcast %c1 : tensor<1x1x1x1xf32> -> tensor<2x4x4x4xf32>
+  %ss = tsr.mul %s, %c : tensor<2x4x4x4xf32>
+  %mb = tsr.broadcast %mask : tensor<2x1x4x4xf32> -> tensor<2x4x4x4xf32>
+  %sm = tsr.add %ss, %mb : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %sm {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %vr : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
+
+// LLaMA (TorchScript): Kᵀ is a Transpose of the repeated K, the mask is a
+// full constant (the importer folds the Expand), and the Q/K/V heads come
+// from [B, S, H, D] projections: the un-repeated K/V are the transposes.
+// CHECK-LABEL: func.func @llama_gqa_torchscript
+// CHECK-DAG: %[[QT:.*]] = tsr.transpose %arg0 {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+// CHECK-DAG: %[[KT:.*]] = tsr.transpose %arg1 {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x2x2xf32> -> tensor<2x2x4x2xf32>
+// CHECK-DAG: %[[VT:.*]] = tsr.transpose %arg2 {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x2x2xf32> -> tensor<2x2x4x2xf32>
+// CHECK: tsr.attention %[[QT]], %[[KT]], %[[VT]] {causal = true, scale = 0.353553385 : f32} : tensor<2x4x4x2xf32>, tensor<2x2x4x2xf32>, tensor<2x2x4x2xf32> -> tensor<2x4x4x2xf32>, tensor<2x4x4xf32>
+// CHECK-NOT: tsr.softmax
+func.func @llama_gqa_torchscript(%qp: tensor<2x4x4x2xf32>, %kp: tensor<2x4x2x2xf32>, %vp: tensor<2x4x2x2xf32>) -> tensor<2x4x4x2xf32> {
+  %mask = tsr.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]], [[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<2x1x4x4xf32>
+  %scaling = tsr.constant dense<0.353553385> : tensor<2x4x4x4xf32>
+  %q = tsr.transpose %qp {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  %k = tsr.transpose %kp {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x2x2xf32> -> tensor<2x2x4x2xf32>
+  %v = tsr.transpose %vp {permutation = array<i64: 0, 2, 1, 3>} : tensor<2x4x2x2xf32> -> tensor<2x2x4x2xf32>
+  %k1 = tsr.reshape %k : tensor<2x2x4x2xf32> -> tensor<2x2x1x4x2xf32>
+  %k2 = tsr.broadcast %k1 : tensor<2x2x1x4x2xf32> -> tensor<2x2x2x4x2xf32>
+  %kr = tsr.reshape %k2 : tensor<2x2x2x4x2xf32> -> tensor<2x4x4x2xf32>
+  %v1 = tsr.reshape %v : tensor<2x2x4x2xf32> -> tensor<2x2x1x4x2xf32>
+  %v2 = tsr.broadcast %v1 : tensor<2x2x1x4x2xf32> -> tensor<2x2x2x4x2xf32>
+  %vr = tsr.reshape %v2 : tensor<2x2x2x4x2xf32> -> tensor<2x4x4x2xf32>
+  %kt = tsr.transpose %kr {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %s = tsr.matmul %q, %kt : tensor<2x4x4x2xf32>, tensor<2x4x2x4xf32> -> tensor<2x4x4x4xf32>
+  %ss = tsr.mul %s, %scaling : tensor<2x4x4x4xf32>
+  %mb = tsr.broadcast %mask : tensor<2x1x4x4xf32> -> tensor<2x4x4x4xf32>
+  %sm = tsr.add %ss, %mb : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %sm {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %vr : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
+
+// BERT (TorchScript): the extended attention mask of an unpadded batch
+// folds to a full all-zero (-0.0) constant; scores / sqrt(dh). No mask.
+// CHECK-LABEL: func.func @bert_zero_mask
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {scale = 2.500000e-01 : f32} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>, tensor<2x4x4xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @bert_zero_mask(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %zero = tsr.constant dense<-0.0> : tensor<2x4x4x4xf32>
+  %c = tsr.constant dense<4.0> : tensor<2x4x4x4xf32>
+  %kt = tsr.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %s = tsr.matmul %q, %kt : tensor<2x4x4x2xf32>, tensor<2x4x2x4xf32> -> tensor<2x4x4x4xf32>
+  %ss = tsr.div %s, %c : tensor<2x4x4x4xf32>
+  %sm = tsr.add %ss, %zero : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %sm {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
+
+// BERT with padding: an extended mask [B, 1, 1, S] that is the same for every
+// sample (the last key padded in both) becomes the [Sq, Sk] operand with its
+// exact finfo.min values; the same mask in dynamo's [B, 1, Sq, Sk] form.
+// CHECK-LABEL: func.func @bert_padding_same_for_batch
+// CHECK: %[[M:.*]] = tsr.constant dense<{{\[}}[0.000000e+00, 0.000000e+00, 0.000000e+00, -3.40282347E+38], [0.000000e+00, 0.000000e+00, 0.000000e+00, -3.40282347E+38], [0.000000e+00, 0.000000e+00, 0.000000e+00, -3.40282347E+38], [0.000000e+00, 0.000000e+00, 0.000000e+00, -3.40282347E+38]]> : tensor<4x4xf32>
+// CHECK: tsr.attention %arg0, %arg1, %arg2, %[[M]] {scale = 2.500000e-01 : f32}
+// CHECK-NOT: tsr.softmax
+func.func @bert_padding_same_for_batch(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %mask = tsr.constant dense<[[[[0.0, 0.0, 0.0, -3.40282347E+38]]], [[[0.0, 0.0, 0.0, -3.40282347E+38]]]]> : tensor<2x1x1x4xf32>
+  %c = tsr.constant dense<4.0> : tensor<2x4x4x4xf32>
+  %s = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %ss = tsr.div %s, %c : tensor<2x4x4x4xf32>
+  %mb = tsr.broadcast %mask : tensor<2x1x1x4xf32> -> tensor<2x4x4x4xf32>
+  %sm = tsr.add %ss, %mb : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %sm {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
+
+// The rule for a finite fill (dropsKey): -1e30 (and below) drops the key, so
+// this is causal; -1e29 does not, so it stays an explicit mask (exact).
+// CHECK-LABEL: func.func @causal_threshold
+// CHECK: %[[M:.*]] = tsr.constant dense<{{\[}}[0.000000e+00, -1.000000e+29, -1.000000e+29, -1.000000e+29]{{.*}}> : tensor<4x4xf32>
+// CHECK-NEXT: tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 1.000000e+00 : f32}
+// CHECK-NEXT: tsr.attention %arg0, %arg1, %arg2, %[[M]] {scale = 1.000000e+00 : f32}
+// CHECK-NOT: tsr.softmax
+func.func @causal_threshold(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>) {
+  %m30 = tsr.constant dense<[[[[0.0, -1.0E+30, -1.0E+30, -1.0E+30], [0.0, 0.0, -1.0E+30, -1.0E+30], [0.0, 0.0, 0.0, -1.0E+30], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %m29 = tsr.constant dense<[[[[0.0, -1.0E+29, -1.0E+29, -1.0E+29], [0.0, 0.0, -1.0E+29, -1.0E+29], [0.0, 0.0, 0.0, -1.0E+29], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %s = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %mb = tsr.broadcast %m30 : tensor<1x1x4x4xf32> -> tensor<2x4x4x4xf32>
+  %sm = tsr.add %s, %mb : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %sm {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  %s2 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %mb2 = tsr.broadcast %m29 : tensor<1x1x4x4xf32> -> tensor<2x4x4x4xf32>
+  %sm2 = tsr.add %s2, %mb2 : tensor<2x4x4x4xf32>
+  %p2 = tsr.softmax %sm2 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o2 = tsr.matmul %p2, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+}
+
+// f16's finfo.min (-65504, its lowest finite value) drops the key as well.
+// CHECK-LABEL: func.func @f16_finfo_min
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 1.000000e+00 : f32} : tensor<2x4x2xf16>
+func.func @f16_finfo_min(%q: tensor<2x4x2xf16>, %k: tensor<2x4x2xf16>, %v: tensor<2x4x2xf16>) -> tensor<2x4x2xf16> {
+  %m = tsr.constant dense<[[0.0, -65504.0, -65504.0, -65504.0], [0.0, 0.0, -65504.0, -65504.0], [0.0, 0.0, 0.0, -65504.0], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf16>
+  %s = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x2xf16>, tensor<2x4x2xf16> -> tensor<2x4x4xf16>
+  %mb = tsr.broadcast %m : tensor<4x4xf16> -> tensor<2x4x4xf16>
+  %sm = tsr.add %s, %mb : tensor<2x4x4xf16>
+  %p = tsr.softmax %sm {axis = 2 : i64} : tensor<2x4x4xf16>
+  %o = tsr.matmul %p, %v : tensor<2x4x4xf16>, tensor<2x4x2xf16> -> tensor<2x4x2xf16>
+  return %o : tensor<2x4x2xf16>
+}
+
+// Hugging Face's eager softmax on bf16: scores cast to f32, softmax, cast
+// back; Gemma-style scale on Q before the matmul.
+// CHECK-LABEL: func.func @bf16_softmax_casts_q_scaled
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 2.500000e-01 : f32} : tensor<2x4x4x2xbf16>, tensor<2x4x4x2xbf16>, tensor<2x4x4x2xbf16> -> tensor<2x4x4x2xbf16>, tensor<2x4x4xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @bf16_softmax_casts_q_scaled(%q: tensor<2x4x4x2xbf16>, %k: tensor<2x4x4x2xbf16>, %v: tensor<2x4x4x2xbf16>) -> tensor<2x4x4x2xbf16> {
+  %mask = tsr.constant dense<[[[[0.0, -3.38953139E+38, -3.38953139E+38, -3.38953139E+38], [0.0, 0.0, -3.38953139E+38, -3.38953139E+38], [0.0, 0.0, 0.0, -3.38953139E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xbf16>
+  %c = tsr.constant dense<0.25> : tensor<2x4x4x2xbf16>
+  %qs = tsr.mul %q, %c : tensor<2x4x4x2xbf16>
+  %s = tsr.matmul %qs, %k {transpose_rhs = true} : tensor<2x4x4x2xbf16>, tensor<2x4x4x2xbf16> -> tensor<2x4x4x4xbf16>
+  %mb = tsr.broadcast %mask : tensor<1x1x4x4xbf16> -> tensor<2x4x4x4xbf16>
+  %sm = tsr.add %s, %mb : tensor<2x4x4x4xbf16>
+  %up = tsr.convert %sm : tensor<2x4x4x4xbf16> -> tensor<2x4x4x4xf32>
+  %p = tsr.softmax %up {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %pd = tsr.convert %p : tensor<2x4x4x4xf32> -> tensor<2x4x4x4xbf16>
+  %o = tsr.matmul %pd, %v : tensor<2x4x4x4xbf16>, tensor<2x4x4x2xbf16> -> tensor<2x4x4x2xbf16>
+  return %o : tensor<2x4x4x2xbf16>
+}
+
+// Near misses.
+// (1) A padding mask that differs between the samples: not raised.
+// (2) A select whose fill (-1e29) does not drop the key: not raised.
+// (3) A general keep-mask with a finite fill scaled after the select: the
+//     scale would change the fill, not raised.
+// (4) The softmax computed in bf16 from f32 scores (a downcast): not raised.
+// CHECK-LABEL: func.func @not_raised
+// CHECK-NOT: tsr.attention
+// CHECK: return
+func.func @not_raised(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xbf16>) {
+  %pad = tsr.constant dense<[[[[0.0, 0.0, 0.0, -3.40282347E+38]]], [[[0.0, 0.0, -3.40282347E+38, -3.40282347E+38]]]]> : tensor<2x1x1x4xf32>
+  %s = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %mb = tsr.broadcast %pad : tensor<2x1x1x4xf32> -> tensor<2x4x4x4xf32>
+  %sm = tsr.add %s, %mb : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %sm {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %fill = tsr.constant dense<-1.0E+29> : tensor<2x4x4x4xf32>
+  %s2 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %sm2 = tsr.select %kb, %s2, %fill : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p2 = tsr.softmax %sm2 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o2 = tsr.matmul %p2, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %keep3 = tsr.constant dense<[[[[true, true, true, false], [true, true, true, false], [true, true, true, false], [true, true, true, false]]]]> : tensor<1x1x4x4xi1>
+  %kb3 = tsr.broadcast %keep3 : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %half = tsr.constant dense<0.5> : tensor<2x4x4x4xf32>
+  %s3 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %sm3 = tsr.select %kb3, %s3, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %ss3 = tsr.mul %sm3, %half : tensor<2x4x4x4xf32>
+  %p3 = tsr.softmax %ss3 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o3 = tsr.matmul %p3, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %qb = tsr.convert %q : tensor<2x4x4x2xf32> -> tensor<2x4x4x2xbf16>
+  %vb = tsr.convert %v : tensor<2x4x4x2xf32> -> tensor<2x4x4x2xbf16>
+  %s4 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %d4 = tsr.convert %s4 : tensor<2x4x4x4xf32> -> tensor<2x4x4x4xbf16>
+  %p4 = tsr.softmax %d4 {axis = 3 : i64} : tensor<2x4x4x4xbf16>
+  %o4 = tsr.matmul %p4, %vb : tensor<2x4x4x4xbf16>, tensor<2x4x4x2xbf16> -> tensor<2x4x4x2xbf16>
+  return %o, %o2, %o3, %o4 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xbf16>
+}
+
+// GQA near misses, raised as multi-head attention on the repeated K/V (the
+// K operand keeps 4 heads): (1) the copies major, [B, n, Hkv, S, D] (query
+// head h would read K/V head h mod Hkv, not h / n_rep); (2) K repeated but V
+// not.
+// CHECK-LABEL: func.func @gqa_near_misses
+// CHECK: tsr.attention %arg0, %{{.*}}, %{{.*}} {scale = 1.000000e+00 : f32} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+// CHECK: tsr.attention %arg0, %{{.*}}, %arg3 {scale = 1.000000e+00 : f32} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+// CHECK-NOT: tsr.softmax
+func.func @gqa_near_misses(%q: tensor<2x4x4x2xf32>, %k: tensor<2x2x4x2xf32>, %v: tensor<2x2x4x2xf32>, %vfull: tensor<2x4x4x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>) {
+  %k1 = tsr.reshape %k : tensor<2x2x4x2xf32> -> tensor<2x1x2x4x2xf32>
+  %k2 = tsr.broadcast %k1 : tensor<2x1x2x4x2xf32> -> tensor<2x2x2x4x2xf32>
+  %kr = tsr.reshape %k2 : tensor<2x2x2x4x2xf32> -> tensor<2x4x4x2xf32>
+  %v1 = tsr.reshape %v : tensor<2x2x4x2xf32> -> tensor<2x1x2x4x2xf32>
+  %v2 = tsr.broadcast %v1 : tensor<2x1x2x4x2xf32> -> tensor<2x2x2x4x2xf32>
+  %vr = tsr.reshape %v2 : tensor<2x2x2x4x2xf32> -> tensor<2x4x4x2xf32>
+  %s = tsr.matmul %q, %kr {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %p = tsr.softmax %s {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %vr : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %ka = tsr.reshape %k : tensor<2x2x4x2xf32> -> tensor<2x2x1x4x2xf32>
+  %kb = tsr.broadcast %ka : tensor<2x2x1x4x2xf32> -> tensor<2x2x2x4x2xf32>
+  %kc = tsr.reshape %kb : tensor<2x2x2x4x2xf32> -> tensor<2x4x4x2xf32>
+  %s2 = tsr.matmul %q, %kc {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %p2 = tsr.softmax %s2 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o2 = tsr.matmul %p2, %vfull : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+}
