@@ -33,6 +33,16 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
       * the first linear layer reached from those slices is the attention
         output projection: row-split (split over tp along its input
         features); its bias is replicated;
+      * separate Q, K and V projections (Hugging Face's q_proj, k_proj,
+        v_proj): the three distinct linear layers that the query, key and
+        value of a [B, H, S, Dh] `tsr.attention` are each computed from
+        (through reshapes, transposes and the rotary embedding's
+        elementwise ops, not through another linear layer) are
+        column-split, and the first linear layer after the attention
+        (o_proj) is row-split. Heads are split whole: tp must divide the
+        query heads and, under grouped-query attention (K/V with Hkv < H
+        heads), the Hkv key/value heads (Megatron-LM's rule; error naming
+        the K or V projection otherwise);
       * a linear layer whose output reaches another linear layer through
         shape-preserving ops only (bias add, GELU, ...) is an MLP: the first
         is column-split (weight and bias), the second row-split (bias
@@ -62,8 +72,9 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
     become partial sums over `mb` that `tsr-pipeline-split` turns into
     accumulations over micro-batches.
     Errors (naming the parameter and sizes) when tp does not divide a fused
-    attention projection's head count or an MLP's hidden size, or dp does not
-    divide the batch.
+    attention projection's head count, the query or key/value heads of
+    separate projections, or an MLP's hidden size, or dp does not divide the
+    batch.
 
     Before:
     ```mlir

@@ -282,6 +282,37 @@ struct Annotator {
     return std::nullopt;
   }
 
+  /// The one linear layer whose output `v` is computed from, walking back
+  /// through forward ops (reshape, transpose, rotary embeddings' elementwise
+  /// ops and slices) without passing a linear layer; null when none or
+  /// several are reached.
+  Linear *linearFeeding(Value v) {
+    SmallVector<Value> work{v};
+    llvm::DenseSet<Value> seen;
+    Linear *found = nullptr;
+    while (!work.empty()) {
+      Value cur = work.pop_back_val();
+      if (!seen.insert(cur).second)
+        continue;
+      Linear *hit = nullptr;
+      for (Linear &l : linears)
+        if (l.output == cur)
+          hit = &l;
+      if (hit) {
+        if (found && found != hit)
+          return nullptr;
+        found = hit;
+        continue;
+      }
+      Operation *def = cur.getDefiningOp();
+      if (!def || !isForward(def))
+        continue;
+      for (Value operand : def->getOperands())
+        work.push_back(operand);
+    }
+    return found;
+  }
+
   /// Earliest linear layer reached from `starts` through forward ops, via its
   /// activation operand. With `sameShape`, only through ops whose result has
   /// the type of the start values.
@@ -505,6 +536,62 @@ struct ShardingAnnotatePass
         }
       }
     }
+    // Separate Q, K and V projections (Hugging Face's q_proj, k_proj,
+    // v_proj) of a [B, H, S, Dh] tsr.attention: each column-split, and the
+    // first linear layer after the attention (o_proj) row-split. Heads are
+    // split whole: tp must divide the query heads and, under grouped-query
+    // attention (K/V with Hkv < H heads), the key/value heads (Megatron-LM
+    // keeps each K/V head on one rank with the query heads that read it).
+    WalkResult qkvWalk = func.walk([&](tsr::AttentionOp attn) {
+      if (!a.isForward(attn) ||
+          cast<RankedTensorType>(attn.getQuery().getType()).getRank() != 4)
+        return WalkResult::advance();
+      Linear *proj[3];
+      for (unsigned o = 0; o < 3; ++o) {
+        proj[o] = a.linearFeeding(attn->getOperand(o));
+        if (!proj[o] || split.count(proj[o]->matmul))
+          return WalkResult::advance();
+      }
+      if (proj[0] == proj[1] || proj[0] == proj[2] || proj[1] == proj[2])
+        return WalkResult::advance();
+      if (tp > 1) {
+        int64_t heads[3];
+        for (unsigned o = 0; o < 3; ++o)
+          heads[o] = cast<RankedTensorType>(attn->getOperand(o).getType())
+                         .getDimSize(1);
+        StringRef what[3] = {
+            "attention heads",
+            heads[1] == heads[0] ? "attention heads"
+                                 : "key/value heads (grouped-query attention)",
+            heads[2] == heads[0] ? "attention heads"
+                                 : "key/value heads (grouped-query attention)"};
+        for (unsigned o = 0; o < 3; ++o) {
+          if (heads[o] % tp != 0) {
+            (void)errorAt(*proj[o], what[o], heads[o]);
+            return WalkResult::interrupt();
+          }
+          if (proj[o]->sizeN % tp != 0) {
+            (void)errorAt(*proj[o], "output features", proj[o]->sizeN);
+            return WalkResult::interrupt();
+          }
+        }
+      }
+      for (Linear *l : proj)
+        split[l->matmul] = Split::Column;
+      if (Linear *out = a.firstLinearFrom({attn.getOutput()},
+                                          /*sameShape=*/false)) {
+        if (!split.count(out->matmul)) {
+          if (tp > 1 && out->sizeK % tp != 0) {
+            (void)errorAt(*out, "input features", out->sizeK);
+            return WalkResult::interrupt();
+          }
+          split[out->matmul] = Split::Row;
+        }
+      }
+      return WalkResult::advance();
+    });
+    if (qkvWalk.wasInterrupted())
+      return failure();
     // MLPs.
     for (Linear &l : a.linears) {
       if (split.count(l.matmul))

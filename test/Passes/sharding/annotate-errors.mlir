@@ -1,5 +1,10 @@
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=3" %s -split-input-file -verify-diagnostics
 // RUN: not tessera-opt --tsr-sharding-annotate="dp=3 tp=1" %S/Inputs/mlp.mlir 2>&1 | FileCheck %s --check-prefix=DP
+// RUN: not tessera-opt --tsr-sharding-annotate="dp=1 tp=4" %S/Inputs/gqa_block.mlir 2>&1 | FileCheck %s --check-prefix=GQA
+
+// Grouped-query attention: tp=4 divides the 4 query heads but not the 2
+// key/value heads (Megatron-LM splits whole K/V heads).
+// GQA: error: tp=4 does not divide the 2 key/value heads (grouped-query attention) of parameter 'k_proj.weight' [8, 16]
 
 // tp=3 does not divide the 4 heads of a fused QKV projection ([S,B,D] ->
 // [S, B*H, Dh] with H = 4).

@@ -4,6 +4,18 @@
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2 vocab-parallel=false" %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=OFF
 // RUN: tessera-opt --tsr-sharding-annotate %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=SERIAL
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %s | FileCheck %s
+// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %S/Inputs/gqa_block.mlir | FileCheck %s --check-prefix=GQA
+
+// Separate Q, K, V projections of a grouped-query attention (4 query heads
+// over 2 K/V heads): each column-split over tp (whole K/V heads per rank),
+// o_proj row-split, and the MLP after it still paired column/row.
+// GQA-LABEL: func.func @train_step
+// GQA-SAME: tsr.name = "q_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// GQA-SAME: tsr.name = "k_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// GQA-SAME: tsr.name = "v_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// GQA-SAME: tsr.name = "o_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
+// GQA-SAME: tsr.name = "fc1.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// GQA-SAME: tsr.name = "fc2.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
 
 // Transformer block: the fused QKV weight/bias are column-split by heads as
 // 3 chunks each split over tp, out_proj row-split (bias replicated), the MLP
