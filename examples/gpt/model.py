@@ -19,6 +19,14 @@ but each block's causal self-attention is written out in torch ops, GPT-2
 style (fused ``c_attn``, ``masked_fill`` with a registered ``tril`` buffer),
 so that the exporter emits the Where form of the mask.
 
+The ``gqa`` config (``attention="gqa"``) builds ``HandwrittenGPT`` with
+``GroupedQueryAttention`` blocks, written as Hugging Face's LLaMA/Qwen2
+eager attention (transformers 4.49) is: separate q/k/v projections, rotary
+position embeddings from precomputed tables, ``repeat_kv`` of ``nkv`` K/V
+heads to ``nhead`` query heads, ``* scaling``, an additive causal mask
+filled with ``torch.finfo(float32).min``, and a softmax in float32 cast
+back to the query's dtype (Ainslie et al. 2023, "GQA").
+
 ``CONFIGS`` holds the named configurations used by the example, the e2e tests
 and the benchmarks; ``build_model(cfg)`` seeds torch with ``cfg['seed']`` so
 the same config always yields bit-identical initial weights (these are the
@@ -61,6 +69,11 @@ CONFIGS = {
     "handwritten": dict(_COMMON_SMALL, activation="gelu", norm_first=True,
                         causal=True, attention="handwritten", opset=17,
                         out="test/e2e/models/handwritten_op17.onnx"),
+    # Grouped-query attention, LLaMA style: 4 query heads over 2 K/V heads
+    # (n_rep 2, head dim 8), so tp2 splits whole K/V heads.
+    "gqa": dict(_COMMON_SMALL, nkv=2, activation="gelu", norm_first=True,
+                causal=True, attention="gqa", opset=17,
+                out="test/e2e/models/gqa_op17.onnx"),
     # Pipeline-parallel e2e model: 4 layers so that pp4 has a layer per
     # stage, batch 16 so that dp2 x 8 micro-batches divides it.
     "pipeline": dict(vocab=256, d_model=32, nhead=4, d_ff=64, layers=4, seq=8,
@@ -135,6 +148,66 @@ class CausalSelfAttention(nn.Module):
         return self.c_proj(y)
 
 
+class GroupedQueryAttention(nn.Module):
+    """Grouped-query causal self-attention as Hugging Face's LlamaAttention
+    (eager, transformers 4.49) computes it (Ainslie et al. 2023, "GQA").
+
+    q/k/v projections (with biases, as Qwen2) to ``nhead`` query and
+    ``nkv`` key/value heads of size Dh; rotary position embeddings (Su et
+    al. 2021) applied with ``rotate_half`` from cos/sin tables precomputed
+    for the fixed sequence length (buffers, so the exporter embeds them as
+    constants); ``repeat_kv`` (unsqueeze, expand, reshape) so query head h
+    reads K/V head h // (nhead / nkv); scores ``* Dh**-0.5`` plus an
+    additive causal mask filled with ``torch.finfo(float32).min``; softmax
+    in float32 cast back to the query's dtype; ``o_proj`` without bias.
+    """
+
+    def __init__(self, d_model, nhead, nkv, seq, theta=10000.0):
+        super().__init__()
+        assert d_model % nhead == 0 and nhead % nkv == 0
+        self.nhead, self.nkv = nhead, nkv
+        self.dh = d_model // nhead
+        self.scaling = self.dh ** -0.5
+        self.q_proj = nn.Linear(d_model, nhead * self.dh)
+        self.k_proj = nn.Linear(d_model, nkv * self.dh)
+        self.v_proj = nn.Linear(d_model, nkv * self.dh)
+        self.o_proj = nn.Linear(nhead * self.dh, d_model, bias=False)
+        inv_freq = 1.0 / (theta ** (torch.arange(0, self.dh, 2).float()
+                                    / self.dh))
+        freqs = torch.outer(torch.arange(seq).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)  # [S, Dh]
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        mask = torch.full((seq, seq), torch.finfo(torch.float32).min).triu(1)
+        self.register_buffer("mask", mask[None, None], persistent=False)
+
+    @staticmethod
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def repeat_kv(self, x):
+        B, Hkv, S, Dh = x.shape
+        n_rep = self.nhead // Hkv
+        x = x[:, :, None, :, :].expand(B, Hkv, n_rep, S, Dh)
+        return x.reshape(B, Hkv * n_rep, S, Dh)
+
+    def forward(self, x):
+        B, S, _ = x.shape
+        q = self.q_proj(x).view(B, S, self.nhead, self.dh).transpose(1, 2)
+        k = self.k_proj(x).view(B, S, self.nkv, self.dh).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, self.nkv, self.dh).transpose(1, 2)
+        cos, sin = self.cos[:S], self.sin[:S]
+        q = q * cos + self.rotate_half(q) * sin
+        k = k * cos + self.rotate_half(k) * sin
+        k, v = self.repeat_kv(k), self.repeat_kv(v)
+        att = torch.matmul(q, k.transpose(2, 3)) * self.scaling
+        att = att + self.mask[:, :, :S, :S]
+        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(B, S, -1)
+        return self.o_proj(y)
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
 
@@ -142,7 +215,11 @@ class Block(nn.Module):
         super().__init__()
         D = cfg["d_model"]
         self.ln_1 = nn.LayerNorm(D)
-        self.attn = CausalSelfAttention(D, cfg["nhead"], cfg["seq"])
+        if cfg.get("attention") == "gqa":
+            self.attn = GroupedQueryAttention(D, cfg["nhead"], cfg["nkv"],
+                                              cfg["seq"])
+        else:
+            self.attn = CausalSelfAttention(D, cfg["nhead"], cfg["seq"])
         self.ln_2 = nn.LayerNorm(D)
         self.c_fc = nn.Linear(D, cfg["d_ff"])
         self.act = nn.GELU() if cfg["activation"] == "gelu" else nn.ReLU()
@@ -155,7 +232,7 @@ class Block(nn.Module):
 
 class HandwrittenGPT(nn.Module):
     """Decoder-only LM like GPT, with hand-written blocks (config key
-    ``attention="handwritten"``; always pre-norm and causal)."""
+    ``attention="handwritten"`` or ``"gqa"``; always pre-norm and causal)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -223,6 +300,6 @@ def build_model(cfg):
     """Builds the model of ``cfg`` (a dict or a CONFIGS name) deterministically."""
     cfg = get_config(cfg)
     torch.manual_seed(cfg["seed"])
-    if cfg.get("attention") == "handwritten":
+    if cfg.get("attention") in ("handwritten", "gqa"):
         return HandwrittenGPT(cfg)
     return GPT(cfg)

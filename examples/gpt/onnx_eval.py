@@ -130,6 +130,14 @@ def _eval_node(node, inputs):
         return [x.to(_ONNX_TO_TORCH_DTYPE[a["to"]])]
     if op == "Where":
         return [torch.where(x, inputs[1], inputs[2])]
+    if op == "ConstantOfShape":
+        value = (numpy_helper.to_array(a["value"]) if "value" in a
+                 else np.zeros(1, np.float32))
+        return [torch.full([int(d) for d in x.tolist()], value.item(),
+                           dtype=torch.from_numpy(value.copy()).dtype)]
+    if op == "Expand":  # numpy-style broadcast to a shape (ONNX Expand)
+        shape = [int(d) for d in inputs[1].tolist()]
+        return [x * torch.ones(shape, dtype=x.dtype)]
     if op == "Split":
         axis = a.get("axis", 0)
         if len(inputs) > 1 and inputs[1] is not None:

@@ -183,6 +183,11 @@ def run_module(text, feeds):
             val = e / e.sum(axis=attrs["axis"], keepdims=True)
         elif op == "attention":
             q, k, v = args[:3]
+            if q.ndim >= 4 and k.shape[-3] != q.shape[-3]:
+                # Grouped-query attention: query head h reads K/V head
+                # h // (H / Hkv), i.e. K/V repeated per query head.
+                rep = q.shape[-3] // k.shape[-3]
+                k, v = np.repeat(k, rep, axis=-3), np.repeat(v, rep, axis=-3)
             s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(
                 attrs["scale"])
             if len(args) > 3:
