@@ -645,10 +645,16 @@ def Tsr_AttentionOp : Tsr_ContractOp<"attention",
     out has lse = -inf and output 0.
 
     Raised by the importer from the exporter's MatMul → (Div|Mul) → Add mask
-    → Softmax → MatMul chains (PyTorch MultiheadAttention and hand-written
-    causal self-attention); `scale` is the product of the constant factors
-    applied to Q or to the scores. Sharding: the leading dims split freely;
-    without `ring_size`, Sq, Sk, Dh and Dv stay whole.
+    (or Where) → Softmax → MatMul chains (PyTorch MultiheadAttention,
+    hand-written causal self-attention, Hugging Face's eager attention with
+    repeat_kv for GQA; compiler/import/RaisePatterns.h); `scale` is the
+    product of the constant factors applied to Q or to the scores. Sharding: the leading dims split freely;
+    without `ring_size`, Sq, Sk, Dh and Dv stay whole. Under GQA the query's
+    head dim is two factors, Hkv (major, shared with the K/V head dim) and
+    n_rep (minor): heads split over tp split Hkv, so tp must divide Hkv
+    (Megatron-LM's rule); a layout that does not (tp not dividing Hkv)
+    leaves the heads whole. A split n_rep (K/V replicated) makes the
+    gradient's dK/dV partial sums.
 
     Ring attention (context parallelism): `ring_size` = K > 1 (absent means
     1) lets the sequence be split over K ranks (Liu et al. 2023, "Ring
