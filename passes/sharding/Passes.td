@@ -46,7 +46,9 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
       * a linear layer whose output reaches another linear layer through
         shape-preserving ops only (bias add, GELU, ...) is an MLP: the first
         is column-split (weight and bias), the second row-split (bias
-        replicated);
+        replicated); not when the second's weight is also an embedding
+        table (an LM head tied to the token embedding, e.g. BERT's MLM
+        decoder), which vocab parallelism splits instead;
       * with `vocab-parallel` (the default) and tp > 1, vocab parallelism
         (Megatron-LM, Shoeybi et al. 2019): the table read by a forward
         `tsr.gather` (the token embedding) is split over tp along its

@@ -592,13 +592,24 @@ struct ShardingAnnotatePass
     });
     if (qkvWalk.wasInterrupted())
       return failure();
-    // MLPs.
+    // MLPs. A linear layer whose weight is also an embedding table (an LM
+    // head tied to the token embedding, as BERT's MLM decoder after its
+    // dense + LayerNorm transform) is not an MLP's row half: vocab
+    // parallelism splits that table along the vocabulary, and a row split
+    // would split it along the hidden dim as well.
+    llvm::DenseSet<unsigned> tables;
+    func.walk([&](tsr::GatherOp gather) {
+      if (a.isForward(gather))
+        if (auto traced = a.traceParam(gather.getTable()))
+          tables.insert(traced->first);
+    });
     for (Linear &l : a.linears) {
       if (split.count(l.matmul))
         continue;
       Linear *second = a.firstLinearFrom({l.output}, /*sameShape=*/true);
       if (!second || split.count(second->matmul) || second->sizeK != l.sizeN ||
-          second->weightArg == l.weightArg)
+          second->weightArg == l.weightArg ||
+          tables.contains(second->weightArg))
         continue;
       if (tp > 1 && l.sizeN % tp != 0)
         return errorAt(l, "hidden size", l.sizeN);

@@ -5,6 +5,15 @@
 // RUN: tessera-opt --tsr-sharding-annotate %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=SERIAL
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %s | FileCheck %s
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %S/Inputs/gqa_block.mlir | FileCheck %s --check-prefix=GQA
+// RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=2" %S/Inputs/tied_mlm_head.mlir | FileCheck %s --check-prefix=TIED
+
+// An LM head tied to the token embedding (BERT's MLM decoder after a dense +
+// GELU transform) is not taken as an MLP's row half: the table is split
+// over the vocabulary only (a row split too would split it twice), and the
+// transform stays replicated.
+// TIED-LABEL: func.func @train_step
+// TIED-SAME: tsr.name = "word_embeddings.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}
+// TIED-SAME: tsr.name = "transform.dense.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>}
 
 // Separate Q, K, V projections of a grouped-query attention (4 query heads
 // over 2 K/V heads): each column-split over tp (whole K/V heads per rank),
