@@ -39,9 +39,11 @@ stages in the right venvs (scripts/python-env.sh):
         "constant"; the Identity nodes; the parameters no initializer
         holds.
 
-    make_fixtures.py sensitivity --work DIR         (export-ts venv)
+    make_fixtures.py sensitivity --work DIR [--sgd-lr X] [--adamw-lr Y]
+                                                    (export-ts venv)
         The README's conditioning table: how far PyTorch's own final
-        weights move when the initial weights change by 1e-7 relative.
+        weights move when the initial weights change by 1e-7 relative
+        (default rates: the references', SGD 0.1 and AdamW 3e-3).
 
 Every stage takes --family F (repeatable; default all). Any mismatch exits 1
 with a message naming the family and the numbers.
@@ -466,8 +468,8 @@ def cmd_sensitivity(args):
                 p.mul_(scale)
         model.train()
         params = list(model.parameters())
-        opt = torch.optim.SGD(params, lr=LR["sgd"]) if opt_name == "sgd" \
-            else torch.optim.AdamW(params, lr=LR["adamw"], **ADAMW)
+        opt = torch.optim.SGD(params, lr=args.sgd_lr) if opt_name == "sgd" \
+            else torch.optim.AdamW(params, lr=args.adamw_lr, **ADAMW)
         losses = []
         for step in range(STEPS):
             x, y = tessera_data.batch(tokens, step, B, S)
@@ -479,6 +481,7 @@ def cmd_sensitivity(args):
         return losses, {n: p.detach().double().numpy()
                         for n, p in model.named_parameters()}
 
+    print(f"SGD lr {args.sgd_lr}, AdamW lr {args.adamw_lr}\n")
     print("| family | optimizer | max rel loss change | worst final tensor "
           "(rel L2 change) |")
     print("|---|---|---|---|")
@@ -525,6 +528,9 @@ def main():
         p.add_argument("--work", required=name != "describe")
         if name == "export":
             p.add_argument("--exporter", required=True, choices=EXPORTERS)
+        if name == "sensitivity":
+            p.add_argument("--sgd-lr", type=float, default=LR["sgd"])
+            p.add_argument("--adamw-lr", type=float, default=LR["adamw"])
         elif name in ("check", "describe"):
             p.add_argument("--exporter", action="append",
                            choices=EXPORTERS)
