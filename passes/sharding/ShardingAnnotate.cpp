@@ -603,18 +603,25 @@ struct ShardingAnnotatePass
         if (auto traced = a.traceParam(gather.getTable()))
           tables.insert(traced->first);
     });
+    // A gated MLP (SwiGLU, GeGLU: down(act(gate(x)) * up(x))) has two
+    // linear layers feeding one row half: both are column-split, as in
+    // Megatron-LM, so the gating product stays local.
+    llvm::DenseSet<Operation *> mlpRows;
     for (Linear &l : a.linears) {
       if (split.count(l.matmul))
         continue;
       Linear *second = a.firstLinearFrom({l.output}, /*sameShape=*/true);
-      if (!second || split.count(second->matmul) || second->sizeK != l.sizeN ||
+      if (!second || second->sizeK != l.sizeN ||
           second->weightArg == l.weightArg ||
           tables.contains(second->weightArg))
+        continue;
+      if (split.count(second->matmul) && !mlpRows.contains(second->matmul))
         continue;
       if (tp > 1 && l.sizeN % tp != 0)
         return errorAt(l, "hidden size", l.sizeN);
       split[l.matmul] = Split::Column;
       split[second->matmul] = Split::Row;
+      mlpRows.insert(second->matmul);
     }
 
     if (tp > 1) {

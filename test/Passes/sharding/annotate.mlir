@@ -6,6 +6,16 @@
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %s | FileCheck %s
 // RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" %S/Inputs/gqa_block.mlir | FileCheck %s --check-prefix=GQA
 // RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=2" %S/Inputs/tied_mlm_head.mlir | FileCheck %s --check-prefix=TIED
+// RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=2" %S/Inputs/swiglu.mlir | FileCheck %s --check-prefix=GATED
+
+// A gated MLP (SwiGLU, GeGLU): both linear layers that feed the gating
+// product are column-split and the down projection row-split, as in
+// Megatron-LM, so silu(gate) * up stays local. (Only the gate was split
+// before, leaving up_proj replicated with an all-gathered gradient.)
+// GATED-LABEL: func.func @train_step
+// GATED-SAME: tsr.name = "gate_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// GATED-SAME: tsr.name = "up_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>
+// GATED-SAME: tsr.name = "down_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
 
 // An LM head tied to the token embedding (BERT's MLM decoder after a dense +
 // GELU transform) is not taken as an MLP's row half: the table is split
