@@ -601,6 +601,7 @@ int main(int argc, char **argv) {
       double seconds;
       int64_t peak; // bytes per rank, -1 when not memory-planned
       bool fits;
+      std::string failure; // why the plan could not be partitioned
     };
     std::vector<Reranked> reranked;
     if (refine) {
@@ -612,10 +613,26 @@ int main(int argc, char **argv) {
         if (reranked.size() == planner::kRefinedPlans)
           break;
         OwningOpRef<ModuleOp> trial = cast<ModuleOp>((*module)->clone());
-        if (failed(
-                pipeline::runStages(*trial, pipeline::partitionStages(p), "")))
-          return fail("partitioning the candidate plan " +
-                      scored.candidate.str() + " failed");
+        // A candidate the passes cannot build (a composition they do not
+        // support yet) is skipped with its first error, not fatal: the
+        // next-best plan is tried.
+        std::string failure;
+        {
+          ScopedDiagnosticHandler capture(&context, [&](Diagnostic &d) {
+            if (failure.empty() && d.getSeverity() == DiagnosticSeverity::Error)
+              failure = d.str();
+            return success();
+          });
+          if (failed(pipeline::runStages(*trial, pipeline::partitionStages(p),
+                                         "")) &&
+              failure.empty())
+            failure = "the pass pipeline failed";
+        }
+        if (!failure.empty()) {
+          reranked.push_back(
+              {scored.candidate.str(), NAN, -1, false, std::move(failure)});
+          continue;
+        }
         llvm::Expected<planner::StepCost> cost =
             planner::predictStepCost(*trial, *cluster, p.precision,
                                      std::nullopt, p.effectiveRankOrder());
@@ -629,7 +646,7 @@ int main(int argc, char **argv) {
         std::optional<int64_t> peak = artifact::predictedPeak(*memory);
         bool fits = !peak || double(*peak) <= limit;
         reranked.push_back({scored.candidate.str(), cost->stepSeconds,
-                            peak.value_or(-1), fits});
+                            peak.value_or(-1), fits, ""});
         if (fits && cost->stepSeconds < best) {
           best = cost->stepSeconds;
           chosen = i;
@@ -638,6 +655,13 @@ int main(int argc, char **argv) {
       if (chosen)
         std::rotate(result->best.begin(), result->best.begin() + *chosen,
                     result->best.begin() + *chosen + 1);
+      else if (llvm::all_of(reranked, [](const Reranked &r) {
+                 return !r.failure.empty();
+               }))
+        return fail(
+            "none of the search's best " + llvm::Twine(reranked.size()) +
+            " plans can be partitioned; the first: " + reranked.front().flags +
+            ": " + reranked.front().failure);
       else if (!reranked.empty())
         return fail("none of the search's best " +
                     llvm::Twine(reranked.size()) +
@@ -658,11 +682,17 @@ int main(int argc, char **argv) {
                      << cluster->name << ") and the memory plan among the "
                      << "analytic model's best " << reranked.size()
                      << " plans:\n";
-        for (const Reranked &r : reranked)
+        for (const Reranked &r : reranked) {
+          if (!r.failure.empty()) {
+            llvm::outs() << "  " << llvm::left_justify(r.flags, 60)
+                         << " cannot be partitioned: " << r.failure << "\n";
+            continue;
+          }
           llvm::outs() << llvm::format(
               "  %-60s %10.3f ms %14s%s\n", r.flags.c_str(), r.seconds * 1e3,
               r.peak < 0 ? "-" : runtime::formatByteSize(r.peak).c_str(),
               r.fits ? "" : "  (does not fit)");
+        }
       }
     }
     if (!explainJson.empty()) {
@@ -674,10 +704,14 @@ int main(int argc, char **argv) {
           planner::searchToJSON(*result, *shape, *cluster, search);
       llvm::json::Array ranks;
       for (const Reranked &r : reranked)
-        ranks.push_back(llvm::json::Object{{"flags", r.flags},
-                                           {"ir_step_seconds", r.seconds},
-                                           {"peak_bytes", r.peak},
-                                           {"fits", r.fits}});
+        if (!r.failure.empty())
+          ranks.push_back(llvm::json::Object{{"flags", r.flags},
+                                             {"partition_error", r.failure}});
+        else
+          ranks.push_back(llvm::json::Object{{"flags", r.flags},
+                                             {"ir_step_seconds", r.seconds},
+                                             {"peak_bytes", r.peak},
+                                             {"fits", r.fits}});
       (*report.getAsObject())["reranked"] = std::move(ranks);
       os << llvm::formatv("{0:2}\n", report);
     }
