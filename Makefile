@@ -1,5 +1,6 @@
 # Tessera top-level commands. Each target installs what is missing first.
-#   make demo   build and train the example GPT on 4 MPI ranks (dp2 x tp2)
+#   make demo   build and train a Hugging Face LLaMA (examples/llama) on 4 MPI
+#               ranks with the plan tessera-partition --devices 4 chooses
 #   make test   build and run every test (lit, unit, end-to-end)
 #   make bench  serial CPU step time vs PyTorch; pipeline bubble, predicted
 #               vs measured (bench/pipeline_bubble.sh); ZeRO memory per
