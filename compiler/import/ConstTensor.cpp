@@ -6,6 +6,7 @@
 #include "llvm/ADT/APInt.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 using namespace mlir;
@@ -332,6 +333,96 @@ std::vector<int64_t> broadcastIndices(llvm::ArrayRef<int64_t> in,
     }
   }
   return result;
+}
+
+namespace {
+template <typename T> T readLE(const char *p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+} // namespace
+
+int64_t dtypeBytes(int32_t dt) {
+  switch (dt) {
+  case kBool:
+  case kInt8:
+  case kUInt8:
+    return 1;
+  case kInt16:
+  case kUInt16:
+  case kFloat16:
+  case kBFloat16:
+    return 2;
+  case kInt32:
+  case kUInt32:
+  case kFloat:
+    return 4;
+  case kInt64:
+  case kUInt64:
+  case kDouble:
+    return 8;
+  default:
+    return 0;
+  }
+}
+
+double halfBitsToDouble(uint16_t bits, int32_t dt) {
+  llvm::APInt ap(16, bits);
+  llvm::APFloat f(dt == kBFloat16 ? llvm::APFloat::BFloat()
+                                  : llvm::APFloat::IEEEhalf(),
+                  ap);
+  bool lost = false;
+  f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven,
+            &lost);
+  return f.convertToDouble();
+}
+
+ConstTensor decodeTensor(int32_t dtype, ArrayRef<int64_t> dims,
+                         ArrayRef<char> raw) {
+  ConstTensor c;
+  c.dtype = dtype;
+  c.shape = Shape(dims);
+  int64_t bytes = dtypeBytes(dtype);
+  int64_t n = bytes ? static_cast<int64_t>(raw.size()) / bytes : 0;
+  const char *p = raw.data();
+  for (int64_t k = 0; k < n; ++k, p += bytes) {
+    switch (dtype) {
+    case kFloat:
+      c.push(readLE<float>(p));
+      break;
+    case kDouble:
+      c.push(readLE<double>(p));
+      break;
+    case kFloat16:
+    case kBFloat16:
+      c.push(halfBitsToDouble(readLE<uint16_t>(p), dtype));
+      break;
+    case kBool:
+    case kUInt8:
+      c.pushInt(readLE<uint8_t>(p));
+      break;
+    case kInt8:
+      c.pushInt(readLE<int8_t>(p));
+      break;
+    case kInt16:
+      c.pushInt(readLE<int16_t>(p));
+      break;
+    case kUInt16:
+      c.pushInt(readLE<uint16_t>(p));
+      break;
+    case kInt32:
+      c.pushInt(readLE<int32_t>(p));
+      break;
+    case kUInt32:
+      c.pushInt(readLE<uint32_t>(p));
+      break;
+    default:
+      c.pushInt(readLE<int64_t>(p));
+      break;
+    }
+  }
+  return c;
 }
 
 } // namespace tessera::import

@@ -92,6 +92,21 @@ struct ConstTensor {
   mlir::DenseElementsAttr toAttr(mlir::MLIRContext *ctx) const;
 };
 
+/// Bytes per element of `dt` as TensorProto stores it little-endian in
+/// raw_data (0 for types Tessera has no element type for).
+int64_t dtypeBytes(int32_t dt);
+
+/// The value of a float16 (`dt` kFloat16) or bfloat16 (kBFloat16) bit
+/// pattern.
+double halfBitsToDouble(uint16_t bits, int32_t dt);
+
+/// The tensor of `dtype` and `dims` whose elements are `raw`: TensorProto's
+/// little-endian raw_data layout, dtypeBytes(dtype) bytes each (bool and
+/// 8-bit types one byte, UINT64 kept as its int64 bit pattern). Reads
+/// raw.size() / dtypeBytes(dtype) elements.
+ConstTensor decodeTensor(int32_t dtype, llvm::ArrayRef<int64_t> dims,
+                         llvm::ArrayRef<char> raw);
+
 /// Rounds `v` to what an element of `dt` can hold.
 double roundToDType(double v, int32_t dt);
 int64_t wrapToDType(int64_t v, int32_t dt);

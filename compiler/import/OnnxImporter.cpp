@@ -14,6 +14,7 @@
 #include "compiler/import/ExternalData.h"
 #include "compiler/import/Initializers.h"
 #include "compiler/import/RaisePatterns.h"
+#include "compiler/import/TensorProtoBytes.h"
 
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
@@ -282,47 +283,6 @@ private:
 // Tensors
 //===----------------------------------------------------------------------===//
 
-template <typename T> T readLE(const char *p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-int64_t dtypeBytes(int32_t dt) {
-  switch (dt) {
-  case kBool:
-  case kInt8:
-  case kUInt8:
-    return 1;
-  case kInt16:
-  case kUInt16:
-  case kFloat16:
-  case kBFloat16:
-    return 2;
-  case kInt32:
-  case kUInt32:
-  case kFloat:
-    return 4;
-  case kInt64:
-  case kUInt64:
-  case kDouble:
-    return 8;
-  default:
-    return 0;
-  }
-}
-
-double halfBitsToDouble(uint16_t bits, int32_t dt) {
-  llvm::APInt ap(16, bits);
-  llvm::APFloat f(dt == kBFloat16 ? llvm::APFloat::BFloat()
-                                  : llvm::APFloat::IEEEhalf(),
-                  ap);
-  bool lost = false;
-  f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven,
-            &lost);
-  return f.convertToDouble();
-}
-
 /// Whether a float initializer of `n` elements has values: inline (raw_data
 /// or typed data) or in an external file. One with dims but neither (e.g. a
 /// shapes-only export) has unknown values. A tensor with some but not all of
@@ -333,12 +293,6 @@ bool initializerHasData(const onnx::TensorProto &t, int64_t n) {
   return !t.raw_data().empty() || t.float_data_size() > 0 ||
          t.double_data_size() > 0 || t.int32_data_size() > 0 ||
          t.int64_data_size() > 0 || t.uint64_data_size() > 0;
-}
-
-template <typename T> void appendLE(std::vector<char> &out, T v) {
-  char buf[sizeof(T)];
-  std::memcpy(buf, &v, sizeof(T));
-  out.insert(out.end(), buf, buf + sizeof(T));
 }
 
 FailureOr<TensorBytes> Importer::tensorBytes(const onnx::TensorProto &t,
@@ -360,119 +314,10 @@ FailureOr<TensorBytes> Importer::tensorBytes(const onnx::TensorProto &t,
       return error() << llvm::toString(r.takeError());
     return *r;
   }
-  if (t.has_raw_data()) {
-    const std::string &raw = t.raw_data();
-    if (static_cast<int64_t>(raw.size()) != n * bytes)
-      return error() << what << " '" << t.name() << "' has " << raw.size()
-                     << " bytes of raw_data, expected " << n * bytes;
-    return TensorBytes{ArrayRef<char>(raw.data(), raw.size()), nullptr};
-  }
-  // Typed fields (TensorProto's storage rules), re-encoded little-endian.
-  auto expect = [&](int64_t have) -> LogicalResult {
-    if (have != n)
-      return error() << what << " '" << t.name() << "' has " << have
-                     << " data elements, expected " << n;
-    return success();
-  };
-  scratch.clear();
-  scratch.reserve(n * bytes);
-  switch (dt) {
-  case kFloat:
-    if (failed(expect(t.float_data_size())))
-      return failure();
-    for (float v : t.float_data())
-      appendLE(scratch, v);
-    break;
-  case kDouble:
-    if (failed(expect(t.double_data_size())))
-      return failure();
-    for (double v : t.double_data())
-      appendLE(scratch, v);
-    break;
-  case kInt64:
-    if (failed(expect(t.int64_data_size())))
-      return failure();
-    for (int64_t v : t.int64_data())
-      appendLE(scratch, v);
-    break;
-  case kUInt32:
-    if (failed(expect(t.uint64_data_size())))
-      return failure();
-    for (uint64_t v : t.uint64_data())
-      appendLE(scratch, static_cast<uint32_t>(v));
-    break;
-  case kUInt64:
-    if (failed(expect(t.uint64_data_size())))
-      return failure();
-    for (uint64_t v : t.uint64_data())
-      appendLE(scratch, v);
-    break;
-  default: // int32_data holds every type of 32 bits or fewer
-    if (failed(expect(t.int32_data_size())))
-      return failure();
-    for (int32_t v : t.int32_data()) {
-      switch (bytes) {
-      case 1:
-        appendLE(scratch, static_cast<uint8_t>(v));
-        break;
-      case 2:
-        appendLE(scratch, static_cast<uint16_t>(v));
-        break;
-      default:
-        appendLE(scratch, v);
-        break;
-      }
-    }
-    break;
-  }
-  return TensorBytes{ArrayRef<char>(scratch.data(), scratch.size()), nullptr};
-}
-
-ConstTensor decodeTensor(int32_t dtype, ArrayRef<int64_t> dims,
-                         ArrayRef<char> raw) {
-  ConstTensor c;
-  c.dtype = dtype;
-  c.shape = Shape(dims);
-  int64_t bytes = dtypeBytes(dtype);
-  int64_t n = bytes ? static_cast<int64_t>(raw.size()) / bytes : 0;
-  const char *p = raw.data();
-  for (int64_t k = 0; k < n; ++k, p += bytes) {
-    switch (dtype) {
-    case kFloat:
-      c.push(readLE<float>(p));
-      break;
-    case kDouble:
-      c.push(readLE<double>(p));
-      break;
-    case kFloat16:
-    case kBFloat16:
-      c.push(halfBitsToDouble(readLE<uint16_t>(p), dtype));
-      break;
-    case kBool:
-    case kUInt8:
-      c.pushInt(readLE<uint8_t>(p));
-      break;
-    case kInt8:
-      c.pushInt(readLE<int8_t>(p));
-      break;
-    case kInt16:
-      c.pushInt(readLE<int16_t>(p));
-      break;
-    case kUInt16:
-      c.pushInt(readLE<uint16_t>(p));
-      break;
-    case kInt32:
-      c.pushInt(readLE<int32_t>(p));
-      break;
-    case kUInt32:
-      c.pushInt(readLE<uint32_t>(p));
-      break;
-    default:
-      c.pushInt(readLE<int64_t>(p));
-      break;
-    }
-  }
-  return c;
+  auto raw = inlineTensorBytes(t, what, n, scratch);
+  if (!raw)
+    return error() << llvm::toString(raw.takeError());
+  return TensorBytes{*raw, nullptr};
 }
 
 FailureOr<ConstTensor> Importer::readTensor(const onnx::TensorProto &t,

@@ -37,21 +37,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+# The helpers of the op models (same folder).
+from make_op_models import const, init, vi  # noqa: E402
+
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
-
-
-def vi(name, dtype, shape):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def const(name, value):
-    arr = np.asarray(value)
-    return helper.make_node("Constant", [], [name], name=name,
-                            value=numpy_helper.from_array(arr, name))
-
-
-def init(name, value):
-    return numpy_helper.from_array(np.asarray(value, np.float32), name)
 
 
 def save(m, path):

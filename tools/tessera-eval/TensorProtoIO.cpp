@@ -7,6 +7,9 @@
 
 #include "tools/tessera-eval/TensorProtoIO.h"
 
+#include "compiler/import/ConstTensor.h"
+#include "compiler/import/TensorProtoBytes.h"
+
 #include "runtime/Tensor.h"
 
 #include "llvm/ADT/StringSet.h"
@@ -26,42 +29,6 @@ llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-template <typename T> T readLE(const char *p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-/// Bytes per element of the dtypes HostTensor holds; 0 for the others.
-int64_t elementBytes(int32_t dt) {
-  switch (dt) {
-  case kBool:
-  case kInt8:
-  case kUInt8:
-    return 1;
-  case kInt16:
-  case kUInt16:
-  case kFloat16:
-  case kBFloat16:
-    return 2;
-  case kInt32:
-  case kUInt32:
-  case kFloat:
-    return 4;
-  case kInt64:
-  case kUInt64:
-  case kDouble:
-    return 8;
-  default:
-    return 0;
-  }
-}
-
-double halfToDouble(uint16_t bits, int32_t dt) {
-  return dt == kBFloat16 ? runtime::toFloat(runtime::BFloat16{bits})
-                         : runtime::toFloat(runtime::Float16{bits});
-}
-
 llvm::Expected<HostTensor> fromProto(const onnx::TensorProto &t,
                                      llvm::StringRef what) {
   HostTensor h;
@@ -70,8 +37,7 @@ llvm::Expected<HostTensor> fromProto(const onnx::TensorProto &t,
   if (t.data_location() == onnx::TensorProto::EXTERNAL ||
       t.external_data_size() > 0)
     return fail(what + ": external data is not supported");
-  int64_t bytes = elementBytes(h.dtype);
-  if (bytes == 0)
+  if (import::dtypeBytes(h.dtype) == 0)
     return fail(what + ": data type " + onnxDTypeName(h.dtype) +
                 " has no Tessera type (unsupported)");
   h.dims.assign(t.dims().begin(), t.dims().end());
@@ -81,92 +47,15 @@ llvm::Expected<HostTensor> fromProto(const onnx::TensorProto &t,
       return fail(what + ": invalid dims");
     n *= d;
   }
-  auto push = [&](double v) { h.f.push_back(v); };
-  auto pushInt = [&](int64_t v) { h.i.push_back(v); };
-  if (t.has_raw_data()) {
-    const std::string &raw = t.raw_data();
-    if (static_cast<int64_t>(raw.size()) != n * bytes)
-      return fail(llvm::formatv("{0}: {1} bytes of raw_data, expected {2}",
-                                what, raw.size(), n * bytes));
-    const char *p = raw.data();
-    for (int64_t k = 0; k < n; ++k, p += bytes) {
-      switch (h.dtype) {
-      case kFloat:
-        push(readLE<float>(p));
-        break;
-      case kDouble:
-        push(readLE<double>(p));
-        break;
-      case kFloat16:
-      case kBFloat16:
-        push(halfToDouble(readLE<uint16_t>(p), h.dtype));
-        break;
-      case kBool:
-      case kUInt8:
-        pushInt(readLE<uint8_t>(p));
-        break;
-      case kInt8:
-        pushInt(readLE<int8_t>(p));
-        break;
-      case kInt16:
-        pushInt(readLE<int16_t>(p));
-        break;
-      case kUInt16:
-        pushInt(readLE<uint16_t>(p));
-        break;
-      case kInt32:
-        pushInt(readLE<int32_t>(p));
-        break;
-      case kUInt32:
-        pushInt(readLE<uint32_t>(p));
-        break;
-      default: // INT64, UINT64 (bit pattern)
-        pushInt(readLE<int64_t>(p));
-        break;
-      }
-    }
-    return h;
-  }
-  int64_t have = 0;
-  switch (h.dtype) {
-  case kFloat:
-    have = t.float_data_size();
-    for (float v : t.float_data())
-      push(v);
-    break;
-  case kDouble:
-    have = t.double_data_size();
-    for (double v : t.double_data())
-      push(v);
-    break;
-  case kInt64:
-    have = t.int64_data_size();
-    for (int64_t v : t.int64_data())
-      pushInt(v);
-    break;
-  case kUInt32:
-  case kUInt64:
-    have = t.uint64_data_size();
-    for (uint64_t v : t.uint64_data())
-      pushInt(static_cast<int64_t>(v));
-    break;
-  case kFloat16:
-  case kBFloat16:
-    have = t.int32_data_size();
-    for (int32_t v : t.int32_data())
-      push(halfToDouble(static_cast<uint16_t>(v), h.dtype));
-    break;
-  default: // BOOL, INT8..INT32, UINT8, UINT16: int32_data
-    have = t.int32_data_size();
-    for (int32_t v : t.int32_data())
-      pushInt(h.dtype == kUInt8    ? static_cast<uint8_t>(v)
-              : h.dtype == kUInt16 ? static_cast<uint16_t>(v)
-                                   : v);
-    break;
-  }
-  if (have != n)
-    return fail(
-        llvm::formatv("{0}: {1} data elements, expected {2}", what, have, n));
+  // The importer's reading of TensorProto storage, so that both agree.
+  std::vector<char> scratch;
+  llvm::Expected<llvm::ArrayRef<char>> raw =
+      import::inlineTensorBytes(t, what, n, scratch);
+  if (!raw)
+    return raw.takeError();
+  import::ConstTensor c = import::decodeTensor(h.dtype, h.dims, *raw);
+  h.f = std::move(c.f);
+  h.i = std::move(c.i);
   return h;
 }
 
@@ -236,7 +125,8 @@ void adoptBFloat16Bits(HostTensor &t, int32_t declared) {
   t.dtype = kBFloat16;
   t.f.clear();
   for (int64_t bits : t.i)
-    t.f.push_back(halfToDouble(static_cast<uint16_t>(bits), kBFloat16));
+    t.f.push_back(
+        import::halfBitsToDouble(static_cast<uint16_t>(bits), kBFloat16));
   t.i.clear();
 }
 
@@ -430,7 +320,7 @@ llvm::Error bindInputs(PreparedModel &model, llvm::ArrayRef<HostTensor> values,
       for (int64_t d : v.dims)
         t->add_dims(d);
       std::string raw;
-      int64_t bytes = elementBytes(v.dtype);
+      int64_t bytes = import::dtypeBytes(v.dtype);
       raw.resize(static_cast<size_t>(v.numel() * bytes));
       for (int64_t k = 0; k < v.numel(); ++k) {
         char *p = raw.data() + k * bytes;

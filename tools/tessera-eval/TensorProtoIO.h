@@ -17,29 +17,29 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include "compiler/import/ConstTensor.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tessera::eval {
 
-/// ONNX TensorProto::DataType numbers used here.
-enum OnnxDType : int32_t {
-  kFloat = 1,
-  kUInt8 = 2,
-  kInt8 = 3,
-  kUInt16 = 4,
-  kInt16 = 5,
-  kInt32 = 6,
-  kInt64 = 7,
-  kString = 8,
-  kBool = 9,
-  kFloat16 = 10,
-  kDouble = 11,
-  kUInt32 = 12,
-  kUInt64 = 13,
-  kBFloat16 = 16,
-};
+/// ONNX TensorProto::DataType numbers (the importer's, ConstTensor.h).
+using import::kBFloat16;
+using import::kBool;
+using import::kDouble;
+using import::kFloat;
+using import::kFloat16;
+using import::kInt16;
+using import::kInt32;
+using import::kInt64;
+using import::kInt8;
+using import::kString;
+using import::kUInt16;
+using import::kUInt32;
+using import::kUInt64;
+using import::kUInt8;
 
 /// ONNX's name of a data type ("FLOAT", "INT64", ...; "DTYPE<n>" if unknown).
 std::string onnxDTypeName(int32_t dtype);
