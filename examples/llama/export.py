@@ -28,6 +28,11 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# make_fixtures.strip_paths: the exporter's recorded stack traces made
+# relative to the checkout, as for the HF test fixtures.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
+                                "test", "e2e", "hf"))
+from make_fixtures import strip_paths  # noqa: E402
 CONFIG = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
               num_key_value_heads=4, head_dim=32, intermediate_size=640,
               attention_dropout=0.0, tie_word_embeddings=False)
@@ -54,22 +59,6 @@ def build(vocab, seq):
     cfg._attn_implementation = "eager"
     torch.manual_seed(SEED)
     return LlamaLogits(cfg).float().eval()
-
-
-def strip_paths(path):
-    """Makes the absolute paths in the exporter's recorded stack traces
-    (metadata_props pkg.torch.onnx.stack_trace) relative to the checkout and
-    the venv, so that the file does not depend on where it was made."""
-    import onnx
-    root = os.path.dirname(os.path.dirname(HERE))
-    m = onnx.load(path, load_external_data=False)
-    prefixes = sorted({root + os.sep, sys.prefix + os.sep}, key=len,
-                      reverse=True)
-    for node in m.graph.node:
-        for prop in node.metadata_props:
-            for p in prefixes:
-                prop.value = prop.value.replace(p, "")
-    onnx.save(m, path)
 
 
 def main():
