@@ -5,7 +5,7 @@
     bench/fit_waiting_share.py --cluster IN.json -o OUT.json [--force]
         [--build build] [--np 4] [--steps 20] [--repeat 8] [--no-bind]
 
-`waiting_rank_share` (compiler/planner/Cluster.h) is how much of its core a
+`waiting_rank_share` (common/cluster/Cluster.h) is how much of its core a
 rank waiting for a pipeline message still takes when ranks share cores
 (the CPU backend oversubscribed); the planner's pipeline simulation
 (tsrt::schedule::simulate) gives the rest to the ranks that run.
@@ -20,7 +20,7 @@ model, here a GPT that is not the example (4 layers, hidden 64, 4 heads,
 sequence 32, batch 16, vocabulary 256; written by
 examples/gpt/make_gpt_onnx.py --with-weights).
 
-`sync_lag_fraction` and `compute_scale` (compiler/planner/Cluster.h,
+`sync_lag_fraction` and `compute_scale` (common/cluster/Cluster.h,
 StepCost.h) say how a step's kernels run against the calibration's: the
 compute right after a collective takes longer when ranks share cores (the
 ranks leave a collective apart and the late ones wait for their turn on a

@@ -3,8 +3,8 @@
 #include "compiler/artifact/Artifact.h"
 #include "compiler/artifact/Memory.h"
 
+#include "common/schedule/PipelineSchedule.h"
 #include "dialects/tsr/TsrOps.h"
-#include "dialects/tsrt/PipelineSchedule.h"
 #include "dialects/tsrt/TsrtDialect.h"
 #include "passes/lowering/Passes.h"
 #include "runtime/Tensor.h"

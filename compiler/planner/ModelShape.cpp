@@ -2,8 +2,8 @@
 
 #include "compiler/planner/ModelShape.h"
 
+#include "common/layers/LayerCuts.h"
 #include "dialects/tsr/TsrOps.h"
-#include "passes/training/LayerCuts.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"

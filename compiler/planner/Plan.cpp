@@ -2,7 +2,7 @@
 
 #include "compiler/planner/Plan.h"
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,10 +1,10 @@
 //===- StepCost.cpp - predicted step time of a partitioned plan -----------===//
 
 #include "compiler/planner/StepCost.h"
-#include "compiler/planner/CostModel.h"
+#include "common/cluster/CostModel.h"
+#include "common/schedule/PipelineSchedule.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
-#include "dialects/tsrt/PipelineSchedule.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

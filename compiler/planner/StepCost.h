@@ -120,7 +120,7 @@
 #ifndef TESSERA_COMPILER_PLANNER_STEPCOST_H
 #define TESSERA_COMPILER_PLANNER_STEPCOST_H
 
-#include "compiler/planner/Cluster.h"
+#include "common/cluster/Cluster.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"

@@ -53,8 +53,8 @@
 #ifndef TESSERA_COMPILER_PLANNER_TRANSFORMERCOST_H
 #define TESSERA_COMPILER_PLANNER_TRANSFORMERCOST_H
 
-#include "compiler/planner/Cluster.h"
-#include "compiler/planner/CostModel.h"
+#include "common/cluster/Cluster.h"
+#include "common/cluster/CostModel.h"
 
 #include "llvm/ADT/StringRef.h"
 #include <cstdint>

@@ -1,7 +1,7 @@
 //===- TsrtDialect.cpp - Tessera runtime-program dialect ------------------===//
 
 #include "dialects/tsrt/TsrtDialect.h"
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"

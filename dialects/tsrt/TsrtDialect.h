@@ -15,7 +15,7 @@
 #define GET_OP_CLASSES
 #include "dialects/tsrt/TsrtOps.h.inc"
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 
 namespace tessera::tsrt {
 /// True for the `tsrt.kernel` names that move elements without arithmetic

@@ -9,12 +9,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "common/layers/LayerCuts.h"
 #include "passes/pipeline/Passes.h"
 #include "passes/pipeline/StageBalance.h"
-#include "passes/training/LayerCuts.h"
 
+#include "common/schedule/PipelineSchedule.h"
 #include "dialects/tsr/TsrOps.h"
-#include "dialects/tsrt/PipelineSchedule.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -8,7 +8,7 @@
 
 #include "passes/pipeline/Passes.h"
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"

@@ -8,9 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "common/layers/LayerCuts.h"
 #include "passes/sharding/FactorSharding.h"
 #include "passes/sharding/Passes.h"
-#include "passes/training/LayerCuts.h"
 
 #include "dialects/tsr/TsrOps.h"
 

@@ -91,7 +91,7 @@ def Recompute : Pass<"tsr-recompute", "::mlir::ModuleOp"> {
     Runs on the `@train_step` of `tsr-build-train-step` (forward ops tagged
     `tsr.fwd`, backward ops `tsr.bwd`), before sharding. The forward ops are
     cut into *layers* at the points where exactly one activation crosses (a
-    transformer's residual stream; passes/training/LayerCuts.h); constants
+    transformer's residual stream; common/layers/LayerCuts.h); constants
     (ops computed only from constants) and step arguments do not count.
 
     - `mode=full` (Chen et al., 2016, "Training Deep Nets with Sublinear

@@ -12,9 +12,9 @@
 
 #include "passes/training/Passes.h"
 
+#include "common/layers/LayerCuts.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
-#include "passes/training/LayerCuts.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

@@ -70,7 +70,7 @@
 #include "runtime/executor/Layout.h"
 #include "runtime/executor/Program.h"
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"

@@ -29,11 +29,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "common/cluster/Cluster.h"
 #include "compiler/artifact/Artifact.h"
 #include "compiler/artifact/Memory.h"
 #include "compiler/import/OnnxImporter.h"
 #include "compiler/pipeline/Pipeline.h"
-#include "compiler/planner/Cluster.h"
 #include "compiler/planner/ModelShape.h"
 #include "compiler/planner/Plan.h"
 #include "compiler/planner/Search.h"
@@ -276,7 +276,7 @@ static cl::opt<std::string> clusterSpec(
              "dgx-h100:N (N nodes of 8 GPUs), cpu:N (N MPI ranks on this "
              "machine, as measured by `mpirun -np N tessera-run "
              "--calibrate`) or a cluster JSON file "
-             "(compiler/planner/Cluster.h). Fails when the plan needs more "
+             "(common/cluster/Cluster.h). Fails when the plan needs more "
              "ranks than the cluster has devices. With --explain, prints the "
              "predicted step time (compute + communication, no overlap) and "
              "MFU, and the collectives with their link"),

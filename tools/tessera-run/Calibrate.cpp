@@ -2,9 +2,9 @@
 
 #include "Calibrate.h"
 
-#include "compiler/planner/CostModel.h"
+#include "common/cluster/CostModel.h"
+#include "common/schedule/PipelineSchedule.h"
 #include "dialects/tsrt/AttentionWorkspace.h"
-#include "dialects/tsrt/PipelineSchedule.h"
 #include "runtime/backends/cpu/Attention.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 
@@ -232,32 +232,42 @@ std::string utcNow() {
   return buf;
 }
 
-} // namespace
+/// What every step of the calibration shares: the ranks, where rank 0 logs,
+/// and the trial counts and lengths of the mode (--calibrate-quick or not).
+struct Session {
+  Session(const mpi::Communicator &world, const calibrate::Options &options)
+      : world(world), quick(options.quick),
+        log(world.rank() == 0 ? options.log : nullptr),
+        collectiveTrials(options.quick ? 3 : 15),
+        collectiveTarget(options.quick ? 2e-3 : 10e-3),
+        computeTarget(options.quick ? 2e-3 : 100e-3) {}
 
-llvm::Expected<planner::Cluster>
-calibrate::measure(const mpi::Communicator &world, const Options &options) {
-  const bool quick = options.quick;
-  const int n = world.size();
-  const bool isRoot = world.rank() == 0;
-  llvm::raw_ostream *log = isRoot ? options.log : nullptr;
+  /// Seconds per call of `op` (all ranks at once): computeTrials trials of
+  /// about computeTarget seconds each, the median.
+  double timeCompute(const std::function<bool()> &op) const {
+    return timeConcurrent(world, op, repsFor(world, op, computeTarget),
+                          computeTrials);
+  }
+
+  const mpi::Communicator &world;
+  const bool quick;
+  /// Rank 0's progress lines (null on the other ranks or when silent).
+  llvm::raw_ostream *const log;
   // Compute trials are long: with ranks sharing cores, each barrier costs
   // up to a scheduler time slice (milliseconds), which must stay small
   // against the work timed between two of them.
-  const int computeTrials = quick ? 3 : 3;
+  const int computeTrials = 3;
   // A collective's cost in a step is a difference of two noisy times
   // (segment + collective, segment alone): many shorter paired trials.
-  const int collectiveTrials = quick ? 3 : 15;
-  const double collectiveTarget = quick ? 2e-3 : 10e-3;
-  const double computeTarget = quick ? 2e-3 : 100e-3;
+  const int collectiveTrials;
+  const double collectiveTarget, computeTarget;
+};
 
-  planner::Cluster c;
-  c.name = "cpu:" + std::to_string(n);
-  c.nodes = 1;
-  c.devicesPerNode = n;
-
-  // GEMMs: fp32 through cpu::matmul (OpenBLAS sgemm, as the CPU backend).
-  std::vector<int64_t> dims = quick ? std::vector<int64_t>{16, 128}
-                                    : std::vector<int64_t>{16, 64, 256, 1024};
+/// GEMMs: fp32 through cpu::matmul (OpenBLAS sgemm, as the CPU backend), a
+/// table over m, n, k and the best rate as the peak.
+llvm::Error measureGemms(const Session &s, planner::Cluster &c) {
+  std::vector<int64_t> dims = s.quick ? std::vector<int64_t>{16, 128}
+                                      : std::vector<int64_t>{16, 64, 256, 1024};
   double best = 0;
   for (int64_t m : dims)
     for (int64_t nn : dims)
@@ -271,8 +281,7 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
           cpu::matmul(a, b, false, false, out);
           return true;
         };
-        int64_t reps = repsFor(world, op, computeTarget);
-        double t = timeConcurrent(world, op, reps, computeTrials);
+        double t = s.timeCompute(op);
         double flops = 2.0 * m * nn * k / t;
         c.gemm.push_back({"fp32", m, nn, k, flops});
         best = std::max(best, flops);
@@ -281,465 +290,492 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     return fail("no GEMM could be timed");
   c.peakFlops["fp32"] = best;
   c.gemmPeakFraction = 1.0;
-  if (log)
-    *log << llvm::formatv("calibrate: {0} GEMM shapes, best {1:F2} GFLOP/s "
-                          "per rank\n",
-                          c.gemm.size(), best * 1e-9);
+  if (s.log)
+    *s.log << llvm::formatv("calibrate: {0} GEMM shapes, best {1:F2} GFLOP/s "
+                            "per rank\n",
+                            c.gemm.size(), best * 1e-9);
+  return llvm::Error::success();
+}
 
-  // Elementwise: cpu::add reads two floats and writes one per element.
-  {
-    auto timeAdd = [&](int64_t elems) {
-      Tensor a = Tensor::empty(DType::F32, {elems});
-      Tensor b = Tensor::empty(DType::F32, {elems});
-      Tensor out = Tensor::empty(DType::F32, {elems});
-      std::fill_n(a.data<float>(), elems, 1.0f);
-      std::fill_n(b.data<float>(), elems, 2.0f);
-      auto op = [&] {
-        cpu::add(a, b, out);
-        return true;
-      };
-      return timeConcurrent(world, op, repsFor(world, op, computeTarget),
-                            computeTrials);
-    };
-    c.opOverhead = timeAdd(16);
-    std::vector<int64_t> sizes =
-        quick ? std::vector<int64_t>{1 << 12, 1 << 16, 1 << 20}
+/// Elementwise: the per-kernel overhead and the memory bandwidth from
+/// cpu::add (reads two floats and writes one per element), and the rate of
+/// transcendentals (exp and erf).
+llvm::Error measureElementwise(const Session &s, planner::Cluster &c) {
+  auto timeAdd = [&](int64_t elems) {
+    Tensor a = Tensor::empty(DType::F32, {elems});
+    Tensor b = Tensor::empty(DType::F32, {elems});
+    Tensor out = Tensor::empty(DType::F32, {elems});
+    std::fill_n(a.data<float>(), elems, 1.0f);
+    std::fill_n(b.data<float>(), elems, 2.0f);
+    return s.timeCompute([&] {
+      cpu::add(a, b, out);
+      return true;
+    });
+  };
+  c.opOverhead = timeAdd(16);
+  std::vector<int64_t> sizes =
+      s.quick ? std::vector<int64_t>{1 << 12, 1 << 16, 1 << 20}
               : std::vector<int64_t>{1 << 12, 1 << 14, 1 << 16,
                                      1 << 18, 1 << 20, 1 << 22};
-    // t - overhead = bytes / bw, fitted through the origin with weights
-    // 1/t² (relative error).
-    std::vector<double> ones, bytes, times;
-    for (int64_t e : sizes) {
-      double t = timeAdd(e);
-      ones.push_back(1.0);
-      bytes.push_back(12.0 * static_cast<double>(e));
-      times.push_back(std::max(t - c.opOverhead, 1e-12));
-    }
-    std::vector<double> zeros(sizes.size(), 0.0);
-    double slope = fitTwo(zeros, bytes, times).second;
-    if (!(slope > 0))
-      return fail("the elementwise kernel's time does not grow with its size");
-    c.memoryBandwidth = 1.0 / slope;
-    // Transcendentals: the mean per-element time of exp and erf (libm).
-    const int64_t elems = quick ? 1 << 12 : 1 << 16;
-    Tensor in = Tensor::empty(DType::F32, {elems});
-    Tensor out = Tensor::empty(DType::F32, {elems});
-    for (int64_t i = 0; i < elems; ++i)
-      in.data<float>()[i] = -4.0f + 8.0f * static_cast<float>(i) / elems;
-    double perElement = 0;
-    for (bool useErf : {false, true}) {
-      auto op = [&] {
-        if (useErf)
-          cpu::erf(in, out);
-        else
-          cpu::exp(in, out);
-        return true;
-      };
-      perElement += 0.5 *
-                    timeConcurrent(world, op, repsFor(world, op, computeTarget),
-                                   computeTrials) /
-                    static_cast<double>(elems);
-    }
-    c.transcendentalRate = 1.0 / perElement;
-    if (log)
-      *log << llvm::formatv("calibrate: elementwise {0:F2} GB/s per rank, "
+  // t - overhead = bytes / bw, fitted through the origin with weights
+  // 1/t² (relative error).
+  std::vector<double> ones, bytes, times;
+  for (int64_t e : sizes) {
+    double t = timeAdd(e);
+    ones.push_back(1.0);
+    bytes.push_back(12.0 * static_cast<double>(e));
+    times.push_back(std::max(t - c.opOverhead, 1e-12));
+  }
+  std::vector<double> zeros(sizes.size(), 0.0);
+  double slope = fitTwo(zeros, bytes, times).second;
+  if (!(slope > 0))
+    return fail("the elementwise kernel's time does not grow with its size");
+  c.memoryBandwidth = 1.0 / slope;
+  // Transcendentals: the mean per-element time of exp and erf (libm).
+  const int64_t elems = s.quick ? 1 << 12 : 1 << 16;
+  Tensor in = Tensor::empty(DType::F32, {elems});
+  Tensor out = Tensor::empty(DType::F32, {elems});
+  for (int64_t i = 0; i < elems; ++i)
+    in.data<float>()[i] = -4.0f + 8.0f * static_cast<float>(i) / elems;
+  double perElement = 0;
+  for (bool useErf : {false, true}) {
+    auto op = [&] {
+      if (useErf)
+        cpu::erf(in, out);
+      else
+        cpu::exp(in, out);
+      return true;
+    };
+    perElement += 0.5 * s.timeCompute(op) / static_cast<double>(elems);
+  }
+  c.transcendentalRate = 1.0 / perElement;
+  if (s.log)
+    *s.log << llvm::formatv("calibrate: elementwise {0:F2} GB/s per rank, "
                             "{1:F3} us per kernel, {2:F1} M exp/erf per s\n",
                             c.memoryBandwidth * 1e-9, c.opOverhead * 1e6,
                             c.transcendentalRate * 1e-6);
-  }
+  return llvm::Error::success();
+}
 
-  // The backend's non-GEMM kernels that run far below the roofline (row
-  // reductions, the optimizer updates, GeLU, the loss): seconds per element
-  // of their first operand, by tsr op name (StepCost times them so).
-  {
-    const int64_t rows = quick ? 256 : 2048, cols = 128;
-    const int64_t elems = rows * cols;
-    auto filled = [](std::initializer_list<int64_t> shape, float value) {
-      Tensor t = Tensor::empty(DType::F32, std::vector<int64_t>(shape));
-      std::fill_n(t.data<float>(), t.numel(), value);
-      return t;
-    };
-    Tensor x = filled({rows, cols}, 0.5f), dy = filled({rows, cols}, 0.25f);
-    for (int64_t i = 0; i < elems; ++i)
-      x.data<float>()[i] = static_cast<float>(i % 97) / 97.0f - 0.5f;
-    Tensor out = filled({rows, cols}, 0), out2 = filled({rows, cols}, 0),
-           out3 = filled({rows, cols}, 0);
-    Tensor gamma = filled({cols}, 1), beta = filled({cols}, 0),
-           dgamma = filled({cols}, 0), dbeta = filled({cols}, 0);
-    Tensor step = Tensor::empty(DType::F32, {});
-    step.data<float>()[0] = 3;
-    Tensor labels = Tensor::empty(DType::I64, {rows});
-    for (int64_t i = 0; i < rows; ++i)
-      labels.data<int64_t>()[i] = i % cols;
-    Tensor loss = Tensor::empty(DType::F32, {});
-    Tensor dloss = Tensor::empty(DType::F32, {});
-    dloss.data<float>()[0] = 1;
-    llvm::Error kernelError = llvm::Error::success();
-    auto check = [&](llvm::Error e) {
-      if (e && !kernelError)
-        kernelError = std::move(e);
-      else
-        llvm::consumeError(std::move(e));
-      return true;
-    };
-    std::vector<std::pair<const char *, std::function<bool()>>> kernels = {
-        {"layer_norm",
-         [&] {
-           cpu::layerNorm(x, gamma, beta, 1, 1e-5f, out);
-           return true;
-         }},
-        {"layer_norm_grad",
-         [&] {
-           cpu::layerNormGrad(x, gamma, dy, 1, 1e-5f, out, dgamma, dbeta);
-           return true;
-         }},
-        {"rms_norm",
-         [&] {
-           cpu::rmsNorm(x, gamma, 1, 1e-5f, out);
-           return true;
-         }},
-        {"rms_norm_grad",
-         [&] {
-           cpu::rmsNormGrad(x, gamma, dy, 1, 1e-5f, out, dgamma);
-           return true;
-         }},
-        {"adamw_update",
-         [&] {
-           cpu::adamwUpdate(x, dy, out2, out3, step, 1e-3, 0.9, 0.999, 1e-8,
-                            0.01, out, out2, out3);
-           return true;
-         }},
-        {"sgd_update",
-         [&] {
-           cpu::sgdUpdate(x, dy, 1e-3, 0.0, out);
-           return true;
-         }},
-        {"gelu",
-         [&] {
-           cpu::gelu(x, cpu::GeluApproximate::None, out);
-           return true;
-         }},
-        {"gelu_grad",
-         [&] {
-           cpu::geluGrad(x, dy, cpu::GeluApproximate::None, out);
-           return true;
-         }},
-        {"silu",
-         [&] {
-           cpu::silu(x, out);
-           return true;
-         }},
-        {"silu_grad",
-         [&] {
-           cpu::siluGrad(x, dy, out);
-           return true;
-         }},
-        {"cross_entropy",
-         [&] { return check(cpu::crossEntropy(x, labels, loss)); }},
-        {"cross_entropy_grad",
-         [&] { return check(cpu::crossEntropyGrad(x, labels, dloss, out)); }},
-    };
-    for (auto &[name, op] : kernels) {
-      double t = timeConcurrent(world, op, repsFor(world, op, computeTarget),
-                                computeTrials);
-      c.kernelSecondsPerElement[name] = t / static_cast<double>(elems);
-    }
-    // The fused attention kernel, per score it forms (causal, blocks of
-    // kAttentionBlockRows query rows: the count of CostRules.cpp).
-    {
-      cpu::AttentionDims d{quick ? 8 : 32, 128, 128, 16, 16};
-      const int64_t qkv = d.batch * d.sq * d.dh;
-      std::vector<float> q(qkv, 0.1f), k(qkv, 0.2f), v(qkv, 0.3f), o(qkv),
-          dout(qkv, 0.01f), dq(qkv), dk(qkv), dv(qkv), lse(d.batch * d.sq);
-      for (int64_t i = 0; i < qkv; ++i)
-        q[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
-      std::vector<float> work(std::max(cpu::attentionWorkspaceElems(d, false),
-                                       cpu::attentionWorkspaceElems(d, true)));
-      double scores = 0;
-      for (int64_t i0 = 0; i0 < d.sq; i0 += tsrt::kAttentionBlockRows) {
-        int64_t rows = std::min(tsrt::kAttentionBlockRows, d.sq - i0);
-        scores +=
-            double(d.batch) * double(rows) * double(std::min(d.sk, i0 + rows));
-      }
-      std::function<bool()> fwd = [&] {
-        cpu::attentionForward(d, q.data(), k.data(), v.data(), nullptr, 0.25f,
-                              /*causal=*/true, o.data(), lse.data(),
-                              work.data());
-        return true;
-      };
-      fwd();
-      std::function<bool()> bwd = [&] {
-        cpu::attentionBackward(d, q.data(), k.data(), v.data(), o.data(),
-                               lse.data(), dout.data(), nullptr, 0.25f,
-                               /*causal=*/true, dq.data(), dk.data(), dv.data(),
-                               work.data());
-        return true;
-      };
-      c.kernelSecondsPerElement["attention"] =
-          timeConcurrent(world, fwd, repsFor(world, fwd, computeTarget),
-                         computeTrials) /
-          scores;
-      c.kernelSecondsPerElement["attention_grad"] =
-          timeConcurrent(world, bwd, repsFor(world, bwd, computeTarget),
-                         computeTrials) /
-          scores;
-    }
-    if (kernelError)
-      return std::move(kernelError);
-    if (log)
-      *log << llvm::formatv(
-          "calibrate: layer_norm {0:F2} ns, layer_norm_grad {1:F2} ns, "
-          "adamw_update {2:F2} ns per element\n",
-          c.kernelSecondsPerElement["layer_norm"] * 1e9,
-          c.kernelSecondsPerElement["layer_norm_grad"] * 1e9,
-          c.kernelSecondsPerElement["adamw_update"] * 1e9);
-  }
+Tensor filledTensor(std::initializer_list<int64_t> shape, float value) {
+  Tensor t = Tensor::empty(DType::F32, std::vector<int64_t>(shape));
+  std::fill_n(t.data<float>(), t.numel(), value);
+  return t;
+}
 
-  // Oversubscription (more ranks than cores): how much of a core a rank
-  // waiting for a message still takes (Cluster::waitingRankShare), measured
-  // the way a pipeline meets it. Ranks r < n/2 and r + n/2 form a two-stage
-  // pipeline (bound round-robin, rank r on core r mod C, they share a core,
-  // as the stages of the benchmark's pipelines do) and run a 1F1B step of
-  // kPipelineMicroBatches micro-batches: a forward is one LayerSegment, a
-  // backward two, and each boundary a 16 KiB message (MPI_Isend, MPI_Recv,
-  // as the pipeline executor transfers). The share is the one for which
-  // tsrt::schedule::simulate, with the chunks at the all-busy speed of one
-  // LayerSegment, predicts the measured step: the same simulation StepCost
-  // runs for pipeline plans, so the figure means what the planner uses it
-  // for (0: bubbles are free, the running stage gets the whole core; 1: a
-  // waiting rank keeps its share).
+/// The backend's non-GEMM kernels that run far below the roofline (row
+/// reductions, the optimizer updates, GeLU, the loss): seconds per element
+/// of their first operand, by tsr op name (StepCost times them so).
+llvm::Error measureRowKernels(const Session &s, planner::Cluster &c) {
+  const int64_t rows = s.quick ? 256 : 2048, cols = 128;
+  const int64_t elems = rows * cols;
+  Tensor x = filledTensor({rows, cols}, 0.5f),
+         dy = filledTensor({rows, cols}, 0.25f);
+  for (int64_t i = 0; i < elems; ++i)
+    x.data<float>()[i] = static_cast<float>(i % 97) / 97.0f - 0.5f;
+  Tensor out = filledTensor({rows, cols}, 0),
+         out2 = filledTensor({rows, cols}, 0),
+         out3 = filledTensor({rows, cols}, 0);
+  Tensor gamma = filledTensor({cols}, 1), beta = filledTensor({cols}, 0),
+         dgamma = filledTensor({cols}, 0), dbeta = filledTensor({cols}, 0);
+  Tensor step = Tensor::empty(DType::F32, {});
+  step.data<float>()[0] = 3;
+  Tensor labels = Tensor::empty(DType::I64, {rows});
+  for (int64_t i = 0; i < rows; ++i)
+    labels.data<int64_t>()[i] = i % cols;
+  Tensor loss = Tensor::empty(DType::F32, {});
+  Tensor dloss = Tensor::empty(DType::F32, {});
+  dloss.data<float>()[0] = 1;
+  llvm::Error kernelError = llvm::Error::success();
+  auto check = [&](llvm::Error e) {
+    if (e && !kernelError)
+      kernelError = std::move(e);
+    else
+      llvm::consumeError(std::move(e));
+    return true;
+  };
+  std::vector<std::pair<const char *, std::function<bool()>>> kernels = {
+      {"layer_norm",
+       [&] {
+         cpu::layerNorm(x, gamma, beta, 1, 1e-5f, out);
+         return true;
+       }},
+      {"layer_norm_grad",
+       [&] {
+         cpu::layerNormGrad(x, gamma, dy, 1, 1e-5f, out, dgamma, dbeta);
+         return true;
+       }},
+      {"rms_norm",
+       [&] {
+         cpu::rmsNorm(x, gamma, 1, 1e-5f, out);
+         return true;
+       }},
+      {"rms_norm_grad",
+       [&] {
+         cpu::rmsNormGrad(x, gamma, dy, 1, 1e-5f, out, dgamma);
+         return true;
+       }},
+      {"adamw_update",
+       [&] {
+         cpu::adamwUpdate(x, dy, out2, out3, step, 1e-3, 0.9, 0.999, 1e-8, 0.01,
+                          out, out2, out3);
+         return true;
+       }},
+      {"sgd_update",
+       [&] {
+         cpu::sgdUpdate(x, dy, 1e-3, 0.0, out);
+         return true;
+       }},
+      {"gelu",
+       [&] {
+         cpu::gelu(x, cpu::GeluApproximate::None, out);
+         return true;
+       }},
+      {"gelu_grad",
+       [&] {
+         cpu::geluGrad(x, dy, cpu::GeluApproximate::None, out);
+         return true;
+       }},
+      {"silu",
+       [&] {
+         cpu::silu(x, out);
+         return true;
+       }},
+      {"silu_grad",
+       [&] {
+         cpu::siluGrad(x, dy, out);
+         return true;
+       }},
+      {"cross_entropy",
+       [&] { return check(cpu::crossEntropy(x, labels, loss)); }},
+      {"cross_entropy_grad",
+       [&] { return check(cpu::crossEntropyGrad(x, labels, dloss, out)); }},
+  };
+  for (auto &[name, op] : kernels)
+    c.kernelSecondsPerElement[name] =
+        s.timeCompute(op) / static_cast<double>(elems);
+  return kernelError;
+}
+
+/// The fused attention kernel, per score it forms (causal, blocks of
+/// kAttentionBlockRows query rows: the count of CostRules.cpp), forward and
+/// backward.
+void measureAttention(const Session &s, planner::Cluster &c) {
+  cpu::AttentionDims d{s.quick ? 8 : 32, 128, 128, 16, 16};
+  const int64_t qkv = d.batch * d.sq * d.dh;
+  std::vector<float> q(qkv, 0.1f), k(qkv, 0.2f), v(qkv, 0.3f), o(qkv),
+      dout(qkv, 0.01f), dq(qkv), dk(qkv), dv(qkv), lse(d.batch * d.sq);
+  for (int64_t i = 0; i < qkv; ++i)
+    q[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+  std::vector<float> work(std::max(cpu::attentionWorkspaceElems(d, false),
+                                   cpu::attentionWorkspaceElems(d, true)));
+  double scores = 0;
+  for (int64_t i0 = 0; i0 < d.sq; i0 += tsrt::kAttentionBlockRows) {
+    int64_t rows = std::min(tsrt::kAttentionBlockRows, d.sq - i0);
+    scores +=
+        double(d.batch) * double(rows) * double(std::min(d.sk, i0 + rows));
+  }
+  std::function<bool()> fwd = [&] {
+    cpu::attentionForward(d, q.data(), k.data(), v.data(), nullptr, 0.25f,
+                          /*causal=*/true, o.data(), lse.data(), work.data());
+    return true;
+  };
+  fwd();
+  std::function<bool()> bwd = [&] {
+    cpu::attentionBackward(d, q.data(), k.data(), v.data(), o.data(),
+                           lse.data(), dout.data(), nullptr, 0.25f,
+                           /*causal=*/true, dq.data(), dk.data(), dv.data(),
+                           work.data());
+    return true;
+  };
+  c.kernelSecondsPerElement["attention"] = s.timeCompute(fwd) / scores;
+  c.kernelSecondsPerElement["attention_grad"] = s.timeCompute(bwd) / scores;
+}
+
+/// The kernels of measureRowKernels and measureAttention, and the log line.
+llvm::Error measureKernels(const Session &s, planner::Cluster &c) {
+  if (llvm::Error e = measureRowKernels(s, c)) {
+    // The attention kernels are still timed before the error is returned,
+    // so every rank makes the same collective calls.
+    measureAttention(s, c);
+    return e;
+  }
+  measureAttention(s, c);
+  if (s.log)
+    *s.log << llvm::formatv(
+        "calibrate: layer_norm {0:F2} ns, layer_norm_grad {1:F2} ns, "
+        "adamw_update {2:F2} ns per element\n",
+        c.kernelSecondsPerElement["layer_norm"] * 1e9,
+        c.kernelSecondsPerElement["layer_norm_grad"] * 1e9,
+        c.kernelSecondsPerElement["adamw_update"] * 1e9);
+  return llvm::Error::success();
+}
+
+/// Oversubscription (more ranks than cores): how much of a core a rank
+/// waiting for a message still takes (Cluster::waitingRankShare), measured
+/// the way a pipeline meets it. Ranks r < n/2 and r + n/2 form a two-stage
+/// pipeline (bound round-robin, rank r on core r mod C, they share a core,
+/// as the stages of the benchmark's pipelines do) and run a 1F1B step of
+/// kPipelineMicroBatches micro-batches: a forward is one LayerSegment, a
+/// backward two, and each boundary a 16 KiB message (MPI_Isend, MPI_Recv,
+/// as the pipeline executor transfers). The share is the one for which
+/// tsrt::schedule::simulate, with the chunks at the all-busy speed of one
+/// LayerSegment, predicts the measured step: the same simulation StepCost
+/// runs for pipeline plans, so the figure means what the planner uses it
+/// for (0: bubbles are free, the running stage gets the whole core; 1: a
+/// waiting rank keeps its share). Sets c.coresPerNode; measures only when
+/// the ranks outnumber the cores.
+llvm::Error measureWaitingShare(const Session &s, planner::Cluster &c) {
+  const mpi::Communicator &world = s.world;
+  const int n = world.size();
   c.coresPerNode = cpusAvailable(world);
-  if (n >= 2 && c.coresPerNode < n) {
-    using namespace tsrt::schedule;
-    constexpr int64_t kPipelineMicroBatches = 4;
-    Shape shape;
-    shape.stages = 2;
-    shape.microBatches = kPipelineMicroBatches;
-    auto built = build(Kind::OneFOneB, shape);
-    if (!built)
-      return built.takeError();
-    std::vector<StageActions> schedule = std::move(*built);
-    LayerSegment segment(32);
-    std::function<bool()> chunkWork = [&] { return segment(); };
-    // Sent (read only, possibly by several sends in flight) and received.
-    std::vector<float> message(4096, 1.0f), received(4096);
-    int64_t reps = repsFor(world, chunkWork, computeTarget);
+  if (n < 2 || c.coresPerNode >= n)
+    return llvm::Error::success();
+  using namespace tsrt::schedule;
+  constexpr int64_t kPipelineMicroBatches = 4;
+  Shape shape;
+  shape.stages = 2;
+  shape.microBatches = kPipelineMicroBatches;
+  auto built = build(Kind::OneFOneB, shape);
+  if (!built)
+    return built.takeError();
+  std::vector<StageActions> schedule = std::move(*built);
+  LayerSegment segment(32);
+  std::function<bool()> chunkWork = [&] { return segment(); };
+  // Sent (read only, possibly by several sends in flight) and received.
+  std::vector<float> message(4096, 1.0f), received(4096);
+  int64_t reps = repsFor(world, chunkWork, s.computeTarget);
 
-    int rank = world.rank();
-    int half = n / 2;
-    // With n odd the last rank has no partner and runs stage 0's work alone.
-    bool paired = rank < 2 * half;
-    int stage = paired && rank >= half ? 1 : 0;
-    int partner = stage == 0 ? rank + half : rank - half;
-    auto tagOf = [](const Action &a) {
-      return 7200 + 2 * static_cast<int>(a.microBatch) +
-             (a.phase == Phase::Backward ? 1 : 0);
-    };
-    std::function<bool()> pipelineStep = [&] {
-      std::vector<MPI_Request> sends;
-      for (const Action &a : schedule[stage]) {
-        bool forward = a.phase == Phase::Forward;
-        // Stage 1 receives activations before its forward; stage 0 the
-        // gradient before its backward.
-        if (paired && (stage == 1) == forward)
-          MPI_Recv(received.data(), static_cast<int>(received.size()),
-                   MPI_FLOAT, partner, tagOf(a), world.handle(),
-                   MPI_STATUS_IGNORE);
-        for (int i = 0; i < (forward ? 1 : 2); ++i)
-          segment();
-        if (paired && (stage == 0) == forward) {
-          sends.emplace_back();
-          MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_FLOAT,
-                    partner, tagOf(a), world.handle(), &sends.back());
-        }
-        // The executor completes finished sends after every action
-        // (runtime/executor Pipeline: MPI_Testsome).
-        if (!sends.empty()) {
-          int done = 0;
-          std::vector<int> indices(sends.size());
-          MPI_Testsome(static_cast<int>(sends.size()), sends.data(), &done,
-                       indices.data(), MPI_STATUSES_IGNORE);
-        }
+  int rank = world.rank();
+  int half = n / 2;
+  // With n odd the last rank has no partner and runs stage 0's work alone.
+  bool paired = rank < 2 * half;
+  int stage = paired && rank >= half ? 1 : 0;
+  int partner = stage == 0 ? rank + half : rank - half;
+  auto tagOf = [](const Action &a) {
+    return 7200 + 2 * static_cast<int>(a.microBatch) +
+           (a.phase == Phase::Backward ? 1 : 0);
+  };
+  std::function<bool()> pipelineStep = [&] {
+    std::vector<MPI_Request> sends;
+    for (const Action &a : schedule[stage]) {
+      bool forward = a.phase == Phase::Forward;
+      // Stage 1 receives activations before its forward; stage 0 the
+      // gradient before its backward.
+      if (paired && (stage == 1) == forward)
+        MPI_Recv(received.data(), static_cast<int>(received.size()), MPI_FLOAT,
+                 partner, tagOf(a), world.handle(), MPI_STATUS_IGNORE);
+      for (int i = 0; i < (forward ? 1 : 2); ++i)
+        segment();
+      if (paired && (stage == 0) == forward) {
+        sends.emplace_back();
+        MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_FLOAT,
+                  partner, tagOf(a), world.handle(), &sends.back());
       }
-      MPI_Waitall(static_cast<int>(sends.size()), sends.data(),
-                  MPI_STATUSES_IGNORE);
-      return true;
-    };
-    // The host's speed drifts over seconds, so each trial times the
-    // all-busy segment and the pipeline step back to back, and their ratio
-    // (the step in units of one all-busy chunk) is taken over trials.
-    const int64_t stepReps = std::max<int64_t>(1, reps / 12);
-    std::vector<double> ratios, busyTimes;
-    for (int t = 0; t < 2 * computeTrials + 1; ++t) {
-      double busy = timeConcurrent(world, chunkWork, reps, 1);
-      double step = timeConcurrent(world, pipelineStep, stepReps, 1);
-      if (busy > 0 && step > 0) {
-        ratios.push_back(step / busy);
-        busyTimes.push_back(busy);
+      // The executor completes finished sends after every action
+      // (runtime/executor Pipeline: MPI_Testsome).
+      if (!sends.empty()) {
+        int done = 0;
+        std::vector<int> indices(sends.size());
+        MPI_Testsome(static_cast<int>(sends.size()), sends.data(), &done,
+                     indices.data(), MPI_STATUSES_IGNORE);
       }
     }
-    double allBusy = ratios.empty() ? 0 : median(busyTimes);
-    double measured = ratios.empty() ? 0 : median(ratios) * allBusy;
-
-    // The simulated step for a share, in seconds.
-    std::vector<ChunkComms> comms(2);
-    comms[0].forward.push_back({/*isSend=*/true, /*peer=*/1, /*channel=*/0});
-    comms[0].backward.push_back({false, 1, 1});
-    comms[1].forward.push_back({false, 0, 0});
-    comms[1].backward.push_back({true, 0, 1});
-    const double fwd[] = {allBusy, allBusy}, bwd[] = {2 * allBusy, 2 * allBusy};
-    ComputeSharing sharing;
-    sharing.processes = n;
-    sharing.processesPerStage = std::max(1, n / 2);
-    sharing.cores = c.coresPerNode;
-    auto simulated = [&](double share) {
-      sharing.waitingShare = share;
-      return simulate(schedule, comms, shape, fwd, bwd, &sharing).makespan;
-    };
-    c.waitingRankShare =
-        fitWaitingShare(schedule, comms, shape, fwd, bwd, sharing, measured);
-    if (log)
-      *log << llvm::formatv(
-          "calibrate: {0} ranks on {1} cores; a two-stage 1F1B step of {2} "
-          "micro-batches took {3:F3} ms (simulated: {4:F3} ms with free "
-          "bubbles, {5:F3} ms with none): a waiting rank takes {6:F2} of its "
-          "core share\n",
-          n, c.coresPerNode, kPipelineMicroBatches, measured * 1e3,
-          simulated(0) * 1e3, simulated(1) * 1e3, c.waitingRankShare);
+    MPI_Waitall(static_cast<int>(sends.size()), sends.data(),
+                MPI_STATUSES_IGNORE);
+    return true;
+  };
+  // The host's speed drifts over seconds, so each trial times the
+  // all-busy segment and the pipeline step back to back, and their ratio
+  // (the step in units of one all-busy chunk) is taken over trials.
+  const int64_t stepReps = std::max<int64_t>(1, reps / 12);
+  std::vector<double> ratios, busyTimes;
+  for (int t = 0; t < 2 * s.computeTrials + 1; ++t) {
+    double busy = timeConcurrent(world, chunkWork, reps, 1);
+    double step = timeConcurrent(world, pipelineStep, stepReps, 1);
+    if (busy > 0 && step > 0) {
+      ratios.push_back(step / busy);
+      busyTimes.push_back(busy);
+    }
   }
+  double allBusy = ratios.empty() ? 0 : median(busyTimes);
+  double measured = ratios.empty() ? 0 : median(ratios) * allBusy;
 
-  // Collectives over all n ranks, sizes as nccl-tests counts them.
+  // The simulated step for a share, in seconds.
+  std::vector<ChunkComms> comms(2);
+  comms[0].forward.push_back({/*isSend=*/true, /*peer=*/1, /*channel=*/0});
+  comms[0].backward.push_back({false, 1, 1});
+  comms[1].forward.push_back({false, 0, 0});
+  comms[1].backward.push_back({true, 0, 1});
+  const double fwd[] = {allBusy, allBusy}, bwd[] = {2 * allBusy, 2 * allBusy};
+  ComputeSharing sharing;
+  sharing.processes = n;
+  sharing.processesPerStage = std::max(1, n / 2);
+  sharing.cores = c.coresPerNode;
+  auto simulated = [&](double share) {
+    sharing.waitingShare = share;
+    return simulate(schedule, comms, shape, fwd, bwd, &sharing).makespan;
+  };
+  c.waitingRankShare =
+      fitWaitingShare(schedule, comms, shape, fwd, bwd, sharing, measured);
+  if (s.log)
+    *s.log << llvm::formatv(
+        "calibrate: {0} ranks on {1} cores; a two-stage 1F1B step of {2} "
+        "micro-batches took {3:F3} ms (simulated: {4:F3} ms with free "
+        "bubbles, {5:F3} ms with none): a waiting rank takes {6:F2} of its "
+        "core share\n",
+        n, c.coresPerNode, kPipelineMicroBatches, measured * 1e3,
+        simulated(0) * 1e3, simulated(1) * 1e3, c.waitingRankShare);
+  return llvm::Error::success();
+}
+
+/// α-β of collective `kind` over `comm` (every rank of the world in one
+/// such group, all groups at once, timed by the slowest rank) at the message
+/// sizes `sizes` (S, as nccl-tests counts them). A step meets its
+/// collectives between kernels, each rank arriving from its own compute
+/// (and, oversubscribed, from its turn on a shared core), with its caches
+/// full of the layer's tensors, not from the previous collective. So every
+/// timed collective follows `burst`, a layer-like compute segment, and the
+/// segment's time alone, measured with the same repetitions right before,
+/// is subtracted.
+llvm::Expected<planner::Cluster::Link>
+measureLink(const Session &s, Collective kind, const mpi::Communicator &comm,
+            llvm::ArrayRef<int64_t> sizes, const std::function<bool()> &burst) {
+  const mpi::Communicator &world = s.world;
+  int g = comm.size();
+  // One buffer set, timed operation and repetition count per size.
+  struct PerSize {
+    std::unique_ptr<CollectiveBuffers> buffers;
+    std::function<bool()> op, inStep;
+    int64_t reps = 1;
+    std::vector<double> diffs, backToBack;
+  };
+  std::vector<PerSize> perSize(sizes.size());
+  std::vector<double> steps, volume, times, sizesS;
+  for (auto [i, bytesS] : llvm::enumerate(sizes)) {
+    // Floats of S, rounded up to a multiple of the group size.
+    int64_t elems = std::max<int64_t>(bytesS / 4, g);
+    elems = (elems + g - 1) / g * g;
+    PerSize &p = perSize[i];
+    p.buffers = std::make_unique<CollectiveBuffers>(elems, g);
+    p.op = collectiveOp(kind, comm, *p.buffers);
+    p.inStep = [&p, &burst] { return burst() && p.op(); };
+    p.reps = repsFor(world, p.inStep, s.collectiveTarget);
+    double bytes = 4.0 * static_cast<double>(elems);
+    sizesS.push_back(bytes);
+    steps.push_back(static_cast<double>(planner::ringSteps(kind, g)));
+    volume.push_back(planner::busBandwidthFactor(kind, g) * bytes);
+  }
+  // Paired: the segment alone and the segment + collective back to back
+  // in every trial, the median of the differences (the host's speed
+  // drifts over seconds, which unpaired medians would take for cost).
+  // The trials sweep the sizes in several passes, so that a burst of
+  // other work (seconds long) spoils a few trials of several sizes, which
+  // the median drops, rather than every trial of one size.
+  const int passes = std::min(3, s.collectiveTrials);
+  for (int pass = 0; pass < passes; ++pass)
+    for (PerSize &p : perSize)
+      for (int k = pass; k < s.collectiveTrials; k += passes) {
+        double alone = timeConcurrent(world, burst, p.reps, 1);
+        double with = timeConcurrent(world, p.inStep, p.reps, 1);
+        // The collective back to back: its ranks arrive together.
+        double chained = timeConcurrent(world, p.op, p.reps, 1);
+        if (with < 0 || chained < 0)
+          return fail(llvm::Twine(planner::collectiveName(kind)) +
+                      " failed while timing it");
+        p.diffs.push_back(with - alone);
+        p.backToBack.push_back(chained);
+      }
+  std::vector<double> chainedTimes;
+  for (PerSize &p : perSize) {
+    // At least the collective back to back (noise can make the
+    // difference smaller than that).
+    double chained = std::max(median(p.backToBack), 1e-12);
+    chainedTimes.push_back(chained);
+    times.push_back(std::max(median(p.diffs), chained));
+  }
+  auto [alpha, invBeta] = fitTwo(steps, volume, times);
+  planner::Cluster::Link link;
+  link.latency = alpha;
+  // A vanishing slope (all latency): a very fast link rather than 0.
+  link.bandwidth = invBeta > 0 ? 1.0 / invBeta : 1e15;
+  // The times themselves, made non-decreasing in S (a larger message
+  // never costs less; the trials' noise can say so).
+  std::vector<double> monotone = planner::nonDecreasingTimes(times);
+  std::vector<double> chainedMonotone =
+      planner::nonDecreasingTimes(chainedTimes);
+  for (size_t i = 0; i < sizesS.size(); ++i) {
+    link.measured.push_back({sizesS[i], monotone[i]});
+    link.measuredBackToBack.push_back({sizesS[i], chainedMonotone[i]});
+  }
+  link.measuredRanks = g;
+  return link;
+}
+
+/// Every collective kind over all n ranks and over every group shape a
+/// grid axis (or several nested ones) can have on n ranks; then the
+/// intra- and inter-node links (all_reduce's, or with one rank send_recv's
+/// self-exchange).
+llvm::Error measureCollectives(const Session &s, planner::Cluster &c) {
+  const mpi::Communicator &world = s.world;
+  const int n = world.size();
+  // Sizes as nccl-tests counts them.
   std::vector<int64_t> sizes =
-      quick ? std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18}
-            : std::vector<int64_t>{1 << 8,  1 << 10, 1 << 12, 1 << 14,
-                                   1 << 16, 1 << 18, 1 << 20, 1 << 22};
+      s.quick ? std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18}
+              : std::vector<int64_t>{1 << 8,  1 << 10, 1 << 12, 1 << 14,
+                                     1 << 16, 1 << 18, 1 << 20, 1 << 22};
   const Collective kinds[] = {Collective::AllReduce, Collective::AllGather,
                               Collective::ReduceScatter, Collective::AllToAll,
                               Collective::SendRecv};
-  // A step meets its collectives between kernels, each rank arriving from
-  // its own compute (and, oversubscribed, from its turn on a shared core),
-  // with its caches full of the layer's tensors, not from the previous
-  // collective. So every timed collective follows a layer-like compute
-  // segment (LayerSegment: an MLP block on 32 tokens) and the segment's
-  // time alone, measured with the same repetitions right before, is
-  // subtracted.
+  // The compute segment before each timed collective: an MLP block on 32
+  // tokens (measureLink).
   LayerSegment segment(32);
   std::function<bool()> burst = [&] { return segment(); };
-  // α-β of `kind` over `comm` (every rank of the world in one such group,
-  // all groups at once, timed by the slowest rank).
-  auto measureLink = [&](Collective kind, const mpi::Communicator &comm)
-      -> llvm::Expected<planner::Cluster::Link> {
-    int g = comm.size();
-    // One buffer set, timed operation and repetition count per size.
-    struct PerSize {
-      std::unique_ptr<CollectiveBuffers> buffers;
-      std::function<bool()> op, inStep;
-      int64_t reps = 1;
-      std::vector<double> diffs, backToBack;
-    };
-    std::vector<PerSize> perSize(sizes.size());
-    std::vector<double> steps, volume, times, sizesS;
-    for (auto [i, bytesS] : llvm::enumerate(sizes)) {
-      // Floats of S, rounded up to a multiple of the group size.
-      int64_t elems = std::max<int64_t>(bytesS / 4, g);
-      elems = (elems + g - 1) / g * g;
-      PerSize &p = perSize[i];
-      p.buffers = std::make_unique<CollectiveBuffers>(elems, g);
-      p.op = collectiveOp(kind, comm, *p.buffers);
-      p.inStep = [&p, &burst] { return burst() && p.op(); };
-      p.reps = repsFor(world, p.inStep, collectiveTarget);
-      double s = 4.0 * static_cast<double>(elems);
-      sizesS.push_back(s);
-      steps.push_back(static_cast<double>(planner::ringSteps(kind, g)));
-      volume.push_back(planner::busBandwidthFactor(kind, g) * s);
-    }
-    // Paired: the segment alone and the segment + collective back to back
-    // in every trial, the median of the differences (the host's speed
-    // drifts over seconds, which unpaired medians would take for cost).
-    // The trials sweep the sizes in several passes, so that a burst of
-    // other work (seconds long) spoils a few trials of several sizes, which
-    // the median drops, rather than every trial of one size.
-    const int passes = std::min(3, collectiveTrials);
-    for (int pass = 0; pass < passes; ++pass)
-      for (PerSize &p : perSize)
-        for (int k = pass; k < collectiveTrials; k += passes) {
-          double alone = timeConcurrent(world, burst, p.reps, 1);
-          double with = timeConcurrent(world, p.inStep, p.reps, 1);
-          // The collective back to back: its ranks arrive together.
-          double chained = timeConcurrent(world, p.op, p.reps, 1);
-          if (with < 0 || chained < 0)
-            return fail(llvm::Twine(planner::collectiveName(kind)) +
-                        " failed while timing it");
-          p.diffs.push_back(with - alone);
-          p.backToBack.push_back(chained);
-        }
-    std::vector<double> chainedTimes;
-    for (PerSize &p : perSize) {
-      // At least the collective back to back (noise can make the
-      // difference smaller than that).
-      double chained = std::max(median(p.backToBack), 1e-12);
-      chainedTimes.push_back(chained);
-      times.push_back(std::max(median(p.diffs), chained));
-    }
-    auto [alpha, invBeta] = fitTwo(steps, volume, times);
-    planner::Cluster::Link link;
-    link.latency = alpha;
-    // A vanishing slope (all latency): a very fast link rather than 0.
-    link.bandwidth = invBeta > 0 ? 1.0 / invBeta : 1e15;
-    // The times themselves, made non-decreasing in S (a larger message
-    // never costs less; the trials' noise can say so).
-    std::vector<double> monotone = planner::nonDecreasingTimes(times);
-    std::vector<double> chainedMonotone =
-        planner::nonDecreasingTimes(chainedTimes);
-    for (size_t i = 0; i < sizesS.size(); ++i) {
-      link.measured.push_back({sizesS[i], monotone[i]});
-      link.measuredBackToBack.push_back({sizesS[i], chainedMonotone[i]});
-    }
-    link.measuredRanks = g;
-    return link;
-  };
-  // The group shapes a grid axis (or several nested ones) can have on n
-  // ranks: size g >= 2 with stride s, g·s dividing n, besides the world.
+  // The group shapes besides the world: size g >= 2 with stride s, g·s
+  // dividing n.
   std::vector<std::pair<int, int>> shapes;
   for (int g = 2; g < n; ++g)
-    for (int s = 1; g * s <= n; ++s)
-      if (n % (g * s) == 0)
-        shapes.push_back({g, s});
+    for (int stride = 1; g * stride <= n; ++stride)
+      if (n % (g * stride) == 0)
+        shapes.push_back({g, stride});
   for (Collective kind : kinds) {
     if (n < 2 && kind != Collective::SendRecv)
       continue;
     llvm::StringRef name = planner::collectiveName(kind);
-    auto link = measureLink(kind, world);
+    auto link = measureLink(s, kind, world, sizes, burst);
     if (!link)
       return link.takeError();
     // The plain links are the α-β fit alone: they stand in for groups of
     // any size.
     planner::Cluster::Link line{link->bandwidth, link->latency, {}, 0};
     planner::Cluster::LinkPair pair{line, line, {}};
-    if (log)
-      *log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta {2:F3} "
-                            "GB/s\n",
-                            name, link->latency * 1e6, link->bandwidth * 1e-9);
+    if (s.log)
+      *s.log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta "
+                              "{2:F3} GB/s\n",
+                              name, link->latency * 1e6,
+                              link->bandwidth * 1e-9);
     if (n >= 2)
       pair.groups.push_back({n, 1, *link});
-    for (auto [g, s] : shapes) {
-      // Groups {b, b + s, ..., b + (g-1)·s}.
+    for (auto [g, stride] : shapes) {
+      // Groups {b, b + stride, ..., b + (g-1)·stride}.
       int rank = world.rank();
       MPI_Comm sub = MPI_COMM_NULL;
-      if (MPI_Comm_split(world.handle(), (rank / (g * s)) * s + rank % s, rank,
+      if (MPI_Comm_split(world.handle(),
+                         (rank / (g * stride)) * stride + rank % stride, rank,
                          &sub) != MPI_SUCCESS)
         return fail("MPI_Comm_split for groups of " + llvm::Twine(g));
       mpi::Communicator group(sub);
-      auto groupLink = measureLink(kind, group);
+      auto groupLink = measureLink(s, kind, group, sizes, burst);
       MPI_Comm_free(&sub);
       if (!groupLink)
         return groupLink.takeError();
-      pair.groups.push_back({g, s, *groupLink});
-      if (log)
-        *log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta "
-                              "{2:F3} GB/s on groups of {3} ranks {4} apart\n",
-                              name, groupLink->latency * 1e6,
-                              groupLink->bandwidth * 1e-9, g, s);
+      pair.groups.push_back({g, stride, *groupLink});
+      if (s.log)
+        *s.log << llvm::formatv("calibrate: {0,-14} alpha {1:F2} us, beta "
+                                "{2:F3} GB/s on groups of {3} ranks {4} "
+                                "apart\n",
+                                name, groupLink->latency * 1e6,
+                                groupLink->bandwidth * 1e-9, g, stride);
     }
     c.collectiveLinks[name.str()] = std::move(pair);
   }
@@ -750,15 +786,38 @@ calibrate::measure(const mpi::Communicator &world, const Options &options) {
     // One rank: nothing to measure; send_recv's self-exchange stands in.
     c.intraNode = c.interNode = *c.collectiveLinks["send_recv"].intraNode;
   }
+  return llvm::Error::success();
+}
 
+/// The memory per rank and where the figures come from.
+void describeMachine(const Session &s, planner::Cluster &c) {
+  const int n = s.world.size();
   double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
                static_cast<double>(sysconf(_SC_PAGE_SIZE));
   c.memoryBytes = ram > 0 ? ram / n : 1;
   c.source = "measured by tessera-run --calibrate" +
-             std::string(quick ? " --calibrate-quick" : "") + " on " +
+             std::string(s.quick ? " --calibrate-quick" : "") + " on " +
              hostName() + " at " + utcNow() + " with " + std::to_string(n) +
              " MPI ranks at once (OpenBLAS sgemm, cpu::add, "
              "runtime/collectives/mpi; medians of barrier-separated trials)";
+}
+
+} // namespace
+
+llvm::Expected<planner::Cluster>
+calibrate::measure(const mpi::Communicator &world, const Options &options) {
+  const Session session(world, options);
+  const int n = world.size();
+  planner::Cluster c;
+  c.name = "cpu:" + std::to_string(n);
+  c.nodes = 1;
+  c.devicesPerNode = n;
+  // The steps run in this order on every rank (each is collective).
+  for (auto step : {measureGemms, measureElementwise, measureKernels,
+                    measureWaitingShare, measureCollectives})
+    if (llvm::Error e = step(session, c))
+      return std::move(e);
+  describeMachine(session, c);
   return c;
 }
 

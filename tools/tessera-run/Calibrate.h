@@ -3,7 +3,7 @@
 // `mpirun -np N tessera-run --calibrate [OUT.json]` (issue 6, "cpu:N
 // calibration"): measures, with all N ranks working at once as they do in a
 // training step, the figures the planner's step-time model uses, and
-// returns them as a planner::Cluster (compiler/planner/Cluster.h) of one
+// returns them as a planner::Cluster (common/cluster/Cluster.h) of one
 // node with N devices:
 //
 //  - `gemm`: achieved fp32 FLOP/s of cpu::matmul (the OpenBLAS sgemm the CPU
@@ -38,7 +38,7 @@
 //    MPI_COMM_WORLD) and send_recv (a ring exchange with
 //    MPI_Sendrecv_replace, as the ring-attention kernel does): α and β by a
 //    least-squares fit of t = α·ringSteps + busBandwidthFactor·S/β
-//    (compiler/planner/CostModel.h, S as nccl-tests counts it) over several
+//    (common/cluster/CostModel.h, S as nccl-tests counts it) over several
 //    message sizes, weighted by 1/t² (relative error) so that small and
 //    large messages count alike. Each timed collective follows a
 //    LayerSegment (an MLP block on 32 tokens of width 128: layer norm, two
@@ -73,8 +73,8 @@
 #ifndef TESSERA_TOOLS_TESSERA_RUN_CALIBRATE_H
 #define TESSERA_TOOLS_TESSERA_RUN_CALIBRATE_H
 
-#include "compiler/planner/Cluster.h"
-#include "compiler/planner/CostModel.h"
+#include "common/cluster/Cluster.h"
+#include "common/cluster/CostModel.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
 
 #include "llvm/Support/Error.h"
@@ -128,7 +128,7 @@ struct BenchOps {
 /// reduce_scatter, all_to_all over `world` and a send/recv ring exchange,
 /// at each size, the median time of back-to-back calls (slowest rank),
 /// algbw = S / time and busbw = algbw · busBandwidthFactor (nccl-tests'
-/// definitions, compiler/planner/CostModel.h), one row per size, printed by
+/// definitions, common/cluster/CostModel.h), one row per size, printed by
 /// rank 0. Collective over `world`. Error: an MPI failure (names the
 /// collective and size). `ops` (default: the CPU backend's MPI
 /// collectives) runs them on another transport (NcclBench.h).

@@ -92,7 +92,7 @@
 #include "NcclBench.h"
 #endif
 
-#include "compiler/planner/Cluster.h"
+#include "common/cluster/Cluster.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
@@ -140,7 +140,7 @@ static cl::opt<bool> calibrateFlag(
              "a table of shapes, elementwise bandwidth and per-kernel cost, "
              "exp/erf rate, alpha-beta of every collective; see "
              "tools/tessera-run/Calibrate.h) and write the cluster JSON "
-             "(compiler/planner/Cluster.h) to the positional path, or, "
+             "(common/cluster/Cluster.h) to the positional path, or, "
              "without one, to $TESSERA_CALIBRATION_DIR/cpu-N.json (default "
              "directory $HOME/.cache/tessera), which tessera-partition "
              "--cluster cpu:N reads. Takes under a minute; needs no plan"),

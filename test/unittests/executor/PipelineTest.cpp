@@ -16,7 +16,7 @@
 #include "PackPlan.h"
 #include "StagedHostBackend.h"
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"

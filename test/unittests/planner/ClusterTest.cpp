@@ -1,7 +1,7 @@
 //===- ClusterTest.cpp - cluster presets, JSON and errors -----------------===//
 
-#include "compiler/planner/Cluster.h"
-#include "compiler/planner/CostModel.h"
+#include "common/cluster/Cluster.h"
+#include "common/cluster/CostModel.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"

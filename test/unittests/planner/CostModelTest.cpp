@@ -1,6 +1,6 @@
 //===- CostModelTest.cpp - α-β collective costs, placement, bubble --------===//
 
-#include "compiler/planner/CostModel.h"
+#include "common/cluster/CostModel.h"
 
 #include <gtest/gtest.h>
 

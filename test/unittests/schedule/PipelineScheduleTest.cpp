@@ -1,6 +1,6 @@
 //===- PipelineScheduleTest.cpp - pipeline schedules and their checks -----===//
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 //===- CostModel.cpp - α-β collective costs on a cluster ------------------===//
 
-#include "compiler/planner/CostModel.h"
+#include "common/cluster/CostModel.h"
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>

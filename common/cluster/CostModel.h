@@ -9,10 +9,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TESSERA_COMPILER_PLANNER_COSTMODEL_H
-#define TESSERA_COMPILER_PLANNER_COSTMODEL_H
+#ifndef TESSERA_COMMON_CLUSTER_COSTMODEL_H
+#define TESSERA_COMMON_CLUSTER_COSTMODEL_H
 
-#include "compiler/planner/Cluster.h"
+#include "common/cluster/Cluster.h"
 
 #include "llvm/ADT/StringRef.h"
 #include <cstdint>
@@ -138,4 +138,4 @@ int64_t dtypeBytes(llvm::StringRef dtype);
 
 } // namespace tessera::planner
 
-#endif // TESSERA_COMPILER_PLANNER_COSTMODEL_H
+#endif // TESSERA_COMMON_CLUSTER_COSTMODEL_H

@@ -1,6 +1,6 @@
 //===- Cluster.cpp - the machine the planner plans for --------------------===//
 
-#include "compiler/planner/Cluster.h"
+#include "common/cluster/Cluster.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"

@@ -26,8 +26,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TESSERA_DIALECTS_TSRT_PIPELINESCHEDULE_H
-#define TESSERA_DIALECTS_TSRT_PIPELINESCHEDULE_H
+#ifndef TESSERA_COMMON_SCHEDULE_PIPELINESCHEDULE_H
+#define TESSERA_COMMON_SCHEDULE_PIPELINESCHEDULE_H
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -182,4 +182,4 @@ double fitWaitingShare(llvm::ArrayRef<StageActions> actions,
 
 } // namespace tessera::tsrt::schedule
 
-#endif // TESSERA_DIALECTS_TSRT_PIPELINESCHEDULE_H
+#endif // TESSERA_COMMON_SCHEDULE_PIPELINESCHEDULE_H

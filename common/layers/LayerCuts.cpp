@@ -1,6 +1,6 @@
 //===- LayerCuts.cpp - layers of a forward pass ---------------------------===//
 
-#include "passes/training/LayerCuts.h"
+#include "common/layers/LayerCuts.h"
 
 #include "mlir/IR/Block.h"
 #include "llvm/ADT/DenseMap.h"

@@ -53,8 +53,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TESSERA_COMPILER_PLANNER_CLUSTER_H
-#define TESSERA_COMPILER_PLANNER_CLUSTER_H
+#ifndef TESSERA_COMMON_CLUSTER_CLUSTER_H
+#define TESSERA_COMMON_CLUSTER_CLUSTER_H
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -255,4 +255,4 @@ llvm::Expected<Cluster> loadCluster(llvm::StringRef specOrPath);
 
 } // namespace tessera::planner
 
-#endif // TESSERA_COMPILER_PLANNER_CLUSTER_H
+#endif // TESSERA_COMMON_CLUSTER_CLUSTER_H

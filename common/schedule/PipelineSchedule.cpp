@@ -1,6 +1,6 @@
 //===- PipelineSchedule.cpp - pipeline schedules and their checks ---------===//
 
-#include "dialects/tsrt/PipelineSchedule.h"
+#include "common/schedule/PipelineSchedule.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"

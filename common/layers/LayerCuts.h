@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TESSERA_PASSES_TRAINING_LAYERCUTS_H
-#define TESSERA_PASSES_TRAINING_LAYERCUTS_H
+#ifndef TESSERA_COMMON_LAYERS_LAYERCUTS_H
+#define TESSERA_COMMON_LAYERS_LAYERCUTS_H
 
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -49,4 +49,4 @@ llvm::SmallVector<mlir::Operation *> forwardOpsOf(mlir::Block &body);
 
 } // namespace tessera::training
 
-#endif // TESSERA_PASSES_TRAINING_LAYERCUTS_H
+#endif // TESSERA_COMMON_LAYERS_LAYERCUTS_H
