@@ -7,10 +7,12 @@
 #               rank, formula vs predicted vs measured (bench/memory_table.sh);
 #               the plan search's speed and its fidelity to Narayanan et al.
 #               2021, Table 1 (tessera-planner-bench, docs/Planner.md)
+#   make bundle $(BUILD)/bundle: tessera-run, Open MPI and a launcher for a
+#               node without LLVM, OpenBLAS or Open MPI (scripts/bundle.sh)
 BUILD ?= build
 JOBS ?= 2
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test demo bench bundle clean
 
 all: build
 
@@ -35,6 +37,9 @@ bench: build
 	$(BUILD)/bench/planner/tessera-planner-bench speed
 	./bench/planner_search.sh $(BUILD)
 	$(BUILD)/bench/planner/tessera-planner-bench fidelity
+
+bundle: build
+	./scripts/bundle.sh $(BUILD) $(BUILD)/bundle
 
 clean:
 	rm -rf $(BUILD)

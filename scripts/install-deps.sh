@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package Tessera needs to build, test and run, if missing.
-# Idempotent: does nothing when everything is present.
+# Idempotent: does nothing when everything is present. debootstrap makes the
+# minimal Debian chroot in which the bundle test (scripts/bundle-chroot-test.sh)
+# runs `make bundle`'s tessera-run.
 set -euo pipefail
 PKGS=(
   cmake ninja-build g++ make
@@ -8,6 +10,7 @@ PKGS=(
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev
+  debootstrap
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
   python3-torch python3-onnx python3-numpy python3-venv python3-pip
 )
