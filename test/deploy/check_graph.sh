@@ -7,6 +7,12 @@
 # passes/ or dialects/tsr (the compiler's), read from their CMakeLists.txt.
 # As a control, the same check must fail for tessera-partition, which links
 # the compiler: a check that cannot fail proves nothing. Exit 1 on a failure.
+#
+# cmake --graphviz evaluates each library's link items with that library as
+# the target being linked, so the TESSERA_RUNTIME_* expressions (top-level
+# CMakeLists.txt) show their shared branch there (LLVM, MLIR,
+# libopenblas.so); tessera-run's own link line takes the static archives,
+# which check_bundle.sh checks (it loads no libMLIR, libLLVM, libopenblas).
 set -euo pipefail
 SRC=$1 SCRATCH=$2
 shift 2
