@@ -2,6 +2,9 @@
 #   make demo   build and train a Hugging Face LLaMA (examples/llama) on 4 MPI
 #               ranks with the plan tessera-partition --devices 4 chooses
 #   make test   build and run every test (lit, unit, end-to-end)
+#   make docs   regenerate the dialect and pass references (mlir-tblgen from
+#               the .td files) into docs/dialects and docs/passes; the
+#               docs.generated test fails until the committed copies match
 #   make bench  serial CPU step time vs PyTorch; pipeline bubble, predicted
 #               vs measured (bench/pipeline_bubble.sh); ZeRO memory per
 #               rank, formula vs predicted vs measured (bench/memory_table.sh);
@@ -12,7 +15,7 @@
 BUILD ?= build
 JOBS ?= 2
 
-.PHONY: all deps build test demo bench bundle clean
+.PHONY: all deps build test docs demo bench bundle clean
 
 all: build
 
@@ -26,6 +29,16 @@ build: deps
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Needs only a configured build tree and mlir-tblgen, not a full build.
+GENERATED_DOCS = dialects passes
+docs:
+	test -f $(BUILD)/CMakeCache.txt || \
+	  cmake -G Ninja -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS) --target tessera-docs
+	for d in $(GENERATED_DOCS); do \
+	  rm -rf docs/$$d && cp -R $(BUILD)/docs/$$d docs/$$d || exit 1; \
+	done
 
 demo: build
 	./scripts/demo.sh $(BUILD)

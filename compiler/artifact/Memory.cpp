@@ -52,10 +52,11 @@ artifact::lowerToRuntimeProgram(ModuleOp partitioned,
   OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
   PassManager pm(partitioned.getContext());
   pm.addPass(lowering::createLowerToRuntime());
+  // Both run per function, nested under the module.
   if (plan.bucketMb >= 0)
-    pm.addPass(lowering::createOverlapGradientCollectives(
+    pm.addNestedPass<func::FuncOp>(lowering::createOverlapGradientCollectives(
         lowering::OverlapGradientCollectivesOptions{plan.bucketMb}));
-  pm.addPass(lowering::createPlanMemory());
+  pm.addNestedPass<func::FuncOp>(lowering::createPlanMemory());
   if (failed(pm.run(*program)))
     return failure();
   return program;

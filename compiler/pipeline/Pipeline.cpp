@@ -71,12 +71,12 @@ pipeline::partitionStages(const planner::Plan &plan) {
         {"recompute", "tsr-recompute{mode=" + plan.recompute + "}"});
   stages.insert(stages.end(),
                 {{"sharding-annotate", annotate},
-                 {"sharding-propagate", "tsr-sharding-propagate"},
-                 {"sharding-partition", "tsr-sharding-partition"}});
+                 {"sharding-propagate", "func.func(tsr-sharding-propagate)"},
+                 {"sharding-partition", "func.func(tsr-sharding-partition)"}});
   if (plan.zero > 0)
     stages.push_back(
         {"zero-sharding",
-         llvm::formatv("tsr-zero-sharding{{stage={0}}", plan.zero)});
+         llvm::formatv("func.func(tsr-zero-sharding{{stage={0}})", plan.zero)});
   if (plan.pipelined()) {
     std::string split =
         llvm::formatv("tsr-pipeline-split{{schedule={0} virtual-stages={1}",

@@ -23,7 +23,9 @@ namespace tessera::pipeline {
 /// One step of the pipeline: a textual pass pipeline on the module.
 struct Stage {
   std::string name;     ///< used in dump file names
-  std::string pipeline; ///< e.g. "tsr-sharding-annotate{dp=2 tp=2}"
+  /// A textual pipeline on the module, e.g. "tsr-sharding-annotate{dp=2
+  /// tp=2}"; function passes are nested: "func.func(tsr-sharding-propagate)".
+  std::string pipeline;
 };
 
 /// The stages that turn @forward into the partitioned @train_step for `plan`.

@@ -179,12 +179,12 @@ struct Prediction {
   }
 };
 
-LogicalResult planFunction(func::FuncOp func) {
+LogicalResult planFunction(FunctionOpInterface func) {
   MLIRContext *ctx = func.getContext();
   Builder b(ctx);
-  if (func.isExternal() || !func.getBody().hasOneBlock())
+  if (func.isExternal() || !func.getFunctionBody().hasOneBlock())
     return func.emitOpError("tsr-plan-memory needs a function with one block");
-  Block &body = func.front();
+  Block &body = func.getFunctionBody().front();
 
   // Storage classes: every value maps to the value that owns its storage.
   enum class Owner { Argument, Constant, Result };
@@ -452,13 +452,15 @@ LogicalResult planFunction(func::FuncOp func) {
 
 struct PlanMemoryPass : public lowering::impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    // Pipeline plans keep the heap path (see Passes.td).
-    if (!module.getOps<tsrt::PipelineScheduleOp>().empty())
+    FunctionOpInterface func = getOperation();
+    // Pipeline plans keep the heap path (see Passes.td). Whether the program
+    // is one is a fact of the enclosing module (its tsrt.pipeline_schedule,
+    // which no function pass creates or changes).
+    if (auto module = func->getParentOfType<ModuleOp>();
+        module && !module.getOps<tsrt::PipelineScheduleOp>().empty())
       return;
-    for (auto func : module.getOps<func::FuncOp>())
-      if (failed(planFunction(func)))
-        return signalPassFailure();
+    if (failed(planFunction(func)))
+      return signalPassFailure();
   }
 };
 

@@ -47,14 +47,18 @@ struct OverlapGradientCollectivesPass
   using OverlapGradientCollectivesBase::OverlapGradientCollectivesBase;
 
   void runOnOperation() override {
-    ModuleOp module = getOperation();
+    FunctionOpInterface func = getOperation();
     if (bucketMb < 0) {
-      module.emitError("tsr-overlap-gradient-collectives: bucket-mb must be "
-                       ">= 0, got ")
+      func.emitError("tsr-overlap-gradient-collectives: bucket-mb must be "
+                     ">= 0, got ")
           << bucketMb;
       return signalPassFailure();
     }
-    if (!module.getOps<tsrt::PipelineScheduleOp>().empty())
+    // Pipeline programs and the grid's axis names are facts of the enclosing
+    // module (its tsrt.pipeline_schedule and tsrt.grid_axes, which no
+    // function pass changes).
+    auto module = func->getParentOfType<ModuleOp>();
+    if (!module || !module.getOps<tsrt::PipelineScheduleOp>().empty())
       return;
     int16_t dpAxis = -1;
     if (auto names = module->getAttrOfType<ArrayAttr>("tsrt.grid_axes"))
@@ -63,13 +67,12 @@ struct OverlapGradientCollectivesPass
           dpAxis = static_cast<int16_t>(i);
     if (dpAxis < 0)
       return;
-    for (auto func : module.getOps<func::FuncOp>())
-      if (!func.isExternal())
-        runOnFunction(func, dpAxis);
+    if (!func.isExternal())
+      runOnFunction(func, dpAxis);
   }
 
-  void runOnFunction(func::FuncOp func, int16_t dpAxis) {
-    Block &body = func.front();
+  void runOnFunction(FunctionOpInterface func, int16_t dpAxis) {
+    Block &body = func.getFunctionBody().front();
     DenseMap<Operation *, int64_t> position;
     for (auto [i, op] : llvm::enumerate(body))
       position[&op] = i;

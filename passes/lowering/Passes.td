@@ -29,11 +29,15 @@ def LowerToRuntime : Pass<"tsr-lower-to-runtime", "::mlir::ModuleOp"> {
     ```
     Fails, naming the op, on an op of any other dialect or a collective the
     runtime does not implement (`shard.all_slice`, send/recv).
+
+    Runs on the module: it replaces the module's `shard.grid` by module
+    attributes and lowers every function.
   }];
   let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
 }
 
-def PlanMemory : Pass<"tsr-plan-memory", "::mlir::ModuleOp"> {
+def PlanMemory
+    : InterfacePass<"tsr-plan-memory", "::mlir::FunctionOpInterface"> {
   let summary = "Static memory plan: arena offsets and the predicted peak "
                 "bytes per rank.";
   let description = [{
@@ -102,12 +106,17 @@ def PlanMemory : Pass<"tsr-plan-memory", "::mlir::ModuleOp"> {
     instruction (the pass runs after lowering), a function without a single
     block or a `func.return`, and a type the runtime cannot hold (not a
     statically shaped f32/bf16/f16/i64/i1 tensor).
+
+    Runs on each function (`FunctionOpInterface`; nest it, e.g.
+    `builtin.module(func.func(tsr-plan-memory))`); whether the program is a
+    pipeline plan is read from the enclosing module.
   }];
   let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
 }
 
 def OverlapGradientCollectives
-    : Pass<"tsr-overlap-gradient-collectives", "::mlir::ModuleOp"> {
+    : InterfacePass<"tsr-overlap-gradient-collectives",
+                    "::mlir::FunctionOpInterface"> {
   let summary = "Bucket data-parallel gradient all-reduces and overlap them "
                 "with backward.";
   let description = [{
@@ -141,6 +150,11 @@ def OverlapGradientCollectives
     ...   // later backward ops
     %a = tsrt.wait %s, %ga : tensor<64xf32>, tensor<64xf32> -> tensor<64xf32>
     ```
+
+    Runs on each function (`FunctionOpInterface`; nest it, e.g.
+    `builtin.module(func.func(tsr-overlap-gradient-collectives))`); the
+    grid's axis names and whether the program is a pipeline plan are read
+    from the enclosing module.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25",

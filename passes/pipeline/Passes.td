@@ -73,6 +73,9 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
                        %dw: ... {tsrt.acc = 3 : i64}) -> (... {tsrt.result = 2 : i64})
     tsrt.pipeline_schedule {kind = "1f1b", stages = 2, micro_batches = 2, ...}
     ```
+
+    Runs on the module: it creates the chunk functions, turns `@train_step`
+    into a declaration and adds the module's `tsrt.pipeline_schedule`.
   }];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"1f1b\"",
@@ -110,6 +113,9 @@ def PrintPipelineSchedule
     1F1B: min(P − stage, M), interleaved: Megatron-LM's warm-up count + 1).
     The module is not changed. Errors: no `tsrt.pipeline_schedule`, or a
     grid without a `pp` axis.
+
+    Runs on the module: the schedule is the module's
+    `tsrt.pipeline_schedule` op, not a function's.
   }];
   let dependentDialects = ["::tessera::tsrt::TsrtDialect"];
 }

@@ -74,6 +74,13 @@ FailureOr<Grid> sharding::getModuleGrid(ModuleOp module) {
   return g;
 }
 
+FailureOr<Grid> sharding::getEnclosingGrid(FunctionOpInterface func) {
+  auto module = func->getParentOfType<ModuleOp>();
+  if (!module)
+    return func.emitError("must be inside a module that holds its shard.grid");
+  return getModuleGrid(module);
+}
+
 int64_t sharding::splitWays(const DimFactors &dim, const Grid &grid) {
   int64_t n = 1;
   for (const SubFactor &f : dim)

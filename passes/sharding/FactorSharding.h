@@ -19,6 +19,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include <optional>
 
 namespace tessera::sharding {
@@ -73,6 +74,12 @@ struct TensorSharding {
 /// The module's grid: `@grid`, or its only `shard.grid`. Emits an error
 /// when there is none.
 mlir::FailureOr<Grid> getModuleGrid(mlir::ModuleOp module);
+
+/// The grid of the module that holds `func` (getModuleGrid of its parent),
+/// for the passes that run per function: they only read the module's
+/// `shard.grid` symbols, which no function pass changes. Emits an error when
+/// `func` is not inside a module or the module has no grid.
+mlir::FailureOr<Grid> getEnclosingGrid(mlir::FunctionOpInterface func);
 
 /// Local extent of a dimension: Π size_i / |axes_i|.
 int64_t localExtent(const DimFactors &dim, const Grid &grid);

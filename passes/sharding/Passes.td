@@ -90,6 +90,9 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
       func.func @train_step(%w: tensor<256x64xf32> {..., tsr.sharding = #tsr.sharding<@grid, [[1], []]>}, ...,
                             %tokens: tensor<8x64xi64> {..., tsr.sharding = #tsr.sharding<@grid, [[0], []]>}, ...)
     ```
+
+    Runs on the module: it creates the module's `shard.grid` and
+    `tsr.grid_axes`, which the later passes read.
   }];
   let options = [
     Option<"dp", "dp", "int64_t", "1", "Data-parallel ranks (grid axis 0).">,
@@ -121,7 +124,8 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
-def ShardingPropagate : Pass<"tsr-sharding-propagate", "::mlir::ModuleOp"> {
+def ShardingPropagate
+    : InterfacePass<"tsr-sharding-propagate", "::mlir::FunctionOpInterface"> {
   let summary = "Give every tsr op result a sharding from the annotated "
                 "arguments.";
   let description = [{
@@ -156,10 +160,15 @@ def ShardingPropagate : Pass<"tsr-sharding-propagate", "::mlir::ModuleOp"> {
     ```mlir
     %y = tsr.matmul %x, %w2 {transpose_rhs = true, tsr.shardings = [#tsr.sharding<@grid, [[0], [], []] partial = [1]>]} : ...
     ```
+
+    Runs on each function (`FunctionOpInterface`; nest it, e.g.
+    `builtin.module(func.func(tsr-sharding-propagate))`), with the enclosing
+    module's grid.
   }];
 }
 
-def ShardingPartition : Pass<"tsr-sharding-partition", "::mlir::ModuleOp"> {
+def ShardingPartition
+    : InterfacePass<"tsr-sharding-partition", "::mlir::FunctionOpInterface"> {
   let summary = "Rewrite the sharded train step to per-rank shapes with "
                 "shard collectives.";
   let description = [{
@@ -205,6 +214,10 @@ def ShardingPartition : Pass<"tsr-sharding-partition", "::mlir::ModuleOp"> {
     %r = shard.all_reduce %y on @grid grid_axes = [1] : tensor<4x64x64xf32> -> tensor<4x64x64xf32>
     %z = tsr.add %r, %b : tensor<4x64x64xf32>
     ```
+
+    Runs on each function (`FunctionOpInterface`; nest it, e.g.
+    `builtin.module(func.func(tsr-sharding-partition))`), with the enclosing
+    module's grid.
   }];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

@@ -420,29 +420,89 @@ struct ShardingAnnotatePass
     return s;
   }
 
-  LogicalResult annotate(func::FuncOp func, const Grid &grid) {
-    int64_t dp = this->dp, tp = this->tp;
+  /// What annotate() decides for one function, step by step.
+  struct AnnotateState {
     Annotator a;
+    unsigned numArgs = 0;
+    /// Per argument: one sub-factor list per dim (replicated by default).
+    std::vector<SmallVector<DimFactors>> args;
+    SmallVector<RankedTensorType> types;
+    /// Tensor parallelism: how each linear layer's matmul is split, and the
+    /// chunk count of a fused attention projection's output.
+    DenseMap<Operation *, Split> split;
+    DenseMap<Operation *, int64_t> chunksOf;
+    /// Arguments split along the vocabulary (tsr.vocab_parallel).
+    SmallVector<unsigned> vocabSplit;
+  };
+
+  LogicalResult annotate(func::FuncOp func, const Grid &grid) {
+    AnnotateState s;
+    Annotator &a = s.a;
     a.func = func;
-    a.dp = dp;
-    a.tp = tp;
+    a.dp = this->dp;
+    a.tp = this->tp;
     a.grid = grid;
     a.computeBackward();
+    if (failed(initLayouts(s)) || failed(splitBatch(s)) ||
+        failed(splitSequence(s)))
+      return failure();
+
+    // Tensor parallelism: Megatron's column/row pairs.
+    func.walk([&](Operation *op) {
+      if (auto l = a.asLinear(op))
+        a.linears.push_back(*l);
+    });
+    if (failed(splitFusedAttention(s)) || failed(splitSeparateQkv(s)) ||
+        failed(splitMlps(s)))
+      return failure();
+    applyTensorSplits(s);
+
+    if (failed(splitVocabulary(s)))
+      return failure();
+    shareOptimizerState(s);
+    writeShardings(s, grid);
+
+    MLIRContext *ctx = func.getContext();
+    if (sp == "megatron")
+      return constrainResidualStream(func, grid, s.args, s.types);
+    if (sp == "ulysses")
+      return constrainAttentionHeads(func, grid, s.args, s.types);
+    if (sp == "ring")
+      func.walk([&](Operation *op) {
+        if (isa<tsr::AttentionOp, tsr::AttentionGradOp>(op))
+          op->setAttr("ring_size",
+                      IntegerAttr::get(IntegerType::get(ctx, 64), spSize));
+      });
+    return success();
+  }
+
+  /// Every argument replicated; fails on an argument that is not a ranked
+  /// tensor.
+  LogicalResult initLayouts(AnnotateState &s) {
+    func::FuncOp func = s.a.func;
     unsigned numArgs = func.getNumArguments();
-    // Per argument: one sub-factor list per dim (replicated by default).
-    std::vector<SmallVector<DimFactors>> args(numArgs);
-    SmallVector<RankedTensorType> types(numArgs);
+    s.numArgs = numArgs;
+    s.args.resize(numArgs);
+    s.types.resize(numArgs);
     for (unsigned i = 0; i < numArgs; ++i) {
       auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
       if (!type)
         return func.emitError("argument ") << i << " is not a ranked tensor";
-      types[i] = type;
+      s.types[i] = type;
       for (int64_t size : type.getShape())
-        args[i].push_back(DimFactors{SubFactor{size, {}}});
+        s.args[i].push_back(DimFactors{SubFactor{size, {}}});
     }
+    return success();
+  }
 
-    // Data parallelism: the batch.
-    for (unsigned i = 0; i < numArgs; ++i) {
+  /// Data parallelism: the batch of the tokens and labels.
+  LogicalResult splitBatch(AnnotateState &s) {
+    Annotator &a = s.a;
+    func::FuncOp func = a.func;
+    int64_t dp = this->dp;
+    auto &args = s.args;
+    auto &types = s.types;
+    for (unsigned i = 0; i < s.numArgs; ++i) {
       StringRef r = a.role(i);
       if (r != "tokens" && r != "labels")
         continue;
@@ -472,11 +532,18 @@ struct ShardingAnnotatePass
       if (!axes.empty())
         args[i][0] = DimFactors{SubFactor{batch, {axes.begin(), axes.end()}}};
     }
+    return success();
+  }
 
-    // Sequence parallelism over `sp`: the sequence dim of tokens and
-    // labels, block-split (Ulysses) or striped (ring: local position i of
-    // sp rank r is i·K + r, which balances causal attention's work).
-    for (unsigned i = 0; i < numArgs && spAxis >= 0; ++i) {
+  /// Sequence parallelism over `sp`: the sequence dim of tokens and
+  /// labels, block-split (Ulysses) or striped (ring: local position i of
+  /// sp rank r is i·K + r, which balances causal attention's work).
+  LogicalResult splitSequence(AnnotateState &s) {
+    Annotator &a = s.a;
+    func::FuncOp func = a.func;
+    auto &args = s.args;
+    auto &types = s.types;
+    for (unsigned i = 0; i < s.numArgs && spAxis >= 0; ++i) {
       StringRef r = a.role(i);
       if (r != "tokens" && r != "labels")
         continue;
@@ -493,32 +560,39 @@ struct ShardingAnnotatePass
                                              SubFactor{spSize, {spAxis}}}
                                 : DimFactors{SubFactor{seq, {spAxis}}};
     }
+    return success();
+  }
 
-    // Tensor parallelism: Megatron's column/row pairs.
-    func.walk([&](Operation *op) {
-      if (auto l = a.asLinear(op))
-        a.linears.push_back(*l);
-    });
-    DenseMap<Operation *, Split> split;
-    DenseMap<Operation *, int64_t> chunksOf;
+  /// The error for a linear layer whose `what` (of `size`) tp does not
+  /// divide.
+  InFlightDiagnostic tpError(AnnotateState &s, Linear &l, StringRef what,
+                             int64_t size) {
+    return l.matmul->emitError("tp=")
+           << static_cast<int64_t>(tp) << " does not divide the " << size << " "
+           << what << " of parameter '" << s.a.name(l.weightArg) << "' "
+           << shapeOf(s.types[l.weightArg]);
+  }
+
+  /// Fused attention projections (column-split by chunks) and their output
+  /// projections (row-split).
+  LogicalResult splitFusedAttention(AnnotateState &s) {
+    Annotator &a = s.a;
+    int64_t tp = this->tp;
+    auto &split = s.split;
     auto errorAt = [&](Linear &l, StringRef what, int64_t size) {
-      return l.matmul->emitError("tp=")
-             << tp << " does not divide the " << size << " " << what
-             << " of parameter '" << a.name(l.weightArg) << "' "
-             << shapeOf(types[l.weightArg]);
+      return tpError(s, l, what, size);
     };
-    // Fused attention projections and their output projections.
     for (Linear &l : a.linears) {
       int64_t k = 0;
       SmallVector<Operation *> slices = a.chunkSlices(l.output, k);
       if (slices.empty() || split.count(l.matmul))
         continue;
       split[l.matmul] = Split::Column;
-      chunksOf[l.matmul] = k;
+      s.chunksOf[l.matmul] = k;
       std::optional<int64_t> heads;
-      for (Operation *s : slices)
+      for (Operation *slice : slices)
         if (!heads)
-          heads = a.headCount(s->getResult(0));
+          heads = a.headCount(slice->getResult(0));
       if (tp > 1) {
         if (heads && *heads % tp != 0)
           return errorAt(l, "attention heads", *heads);
@@ -526,8 +600,8 @@ struct ShardingAnnotatePass
           return errorAt(l, "columns per chunk", l.sizeN / k);
       }
       SmallVector<Value> starts;
-      for (Operation *s : slices)
-        starts.push_back(s->getResult(0));
+      for (Operation *slice : slices)
+        starts.push_back(slice->getResult(0));
       if (Linear *out = a.firstLinearFrom(starts, /*sameShape=*/false)) {
         if (!split.count(out->matmul)) {
           split[out->matmul] = Split::Row;
@@ -536,13 +610,23 @@ struct ShardingAnnotatePass
         }
       }
     }
-    // Separate Q, K and V projections (Hugging Face's q_proj, k_proj,
-    // v_proj) of a [B, H, S, Dh] tsr.attention: each column-split, and the
-    // first linear layer after the attention (o_proj) row-split. Heads are
-    // split whole: tp must divide the query heads and, under grouped-query
-    // attention (K/V with Hkv < H heads), the key/value heads (Megatron-LM
-    // keeps each K/V head on one rank with the query heads that read it).
-    WalkResult qkvWalk = func.walk([&](tsr::AttentionOp attn) {
+    return success();
+  }
+
+  /// Separate Q, K and V projections (Hugging Face's q_proj, k_proj,
+  /// v_proj) of a [B, H, S, Dh] tsr.attention: each column-split, and the
+  /// first linear layer after the attention (o_proj) row-split. Heads are
+  /// split whole: tp must divide the query heads and, under grouped-query
+  /// attention (K/V with Hkv < H heads), the key/value heads (Megatron-LM
+  /// keeps each K/V head on one rank with the query heads that read it).
+  LogicalResult splitSeparateQkv(AnnotateState &s) {
+    Annotator &a = s.a;
+    int64_t tp = this->tp;
+    auto &split = s.split;
+    auto errorAt = [&](Linear &l, StringRef what, int64_t size) {
+      return tpError(s, l, what, size);
+    };
+    WalkResult qkvWalk = a.func.walk([&](tsr::AttentionOp attn) {
       if (!a.isForward(attn) ||
           cast<RankedTensorType>(attn.getQuery().getType()).getRank() != 4)
         return WalkResult::advance();
@@ -590,15 +674,21 @@ struct ShardingAnnotatePass
       }
       return WalkResult::advance();
     });
-    if (qkvWalk.wasInterrupted())
-      return failure();
-    // MLPs. A linear layer whose weight is also an embedding table (an LM
+    return failure(qkvWalk.wasInterrupted());
+  }
+
+  /// MLPs: the first linear layer column-split, the second row-split.
+  LogicalResult splitMlps(AnnotateState &s) {
+    Annotator &a = s.a;
+    int64_t tp = this->tp;
+    auto &split = s.split;
+    // A linear layer whose weight is also an embedding table (an LM
     // head tied to the token embedding, as BERT's MLM decoder after its
     // dense + LayerNorm transform) is not an MLP's row half: vocab
     // parallelism splits that table along the vocabulary, and a row split
     // would split it along the hidden dim as well.
     llvm::DenseSet<unsigned> tables;
-    func.walk([&](tsr::GatherOp gather) {
+    a.func.walk([&](tsr::GatherOp gather) {
       if (a.isForward(gather))
         if (auto traced = a.traceParam(gather.getTable()))
           tables.insert(traced->first);
@@ -618,100 +708,116 @@ struct ShardingAnnotatePass
       if (split.count(second->matmul) && !mlpRows.contains(second->matmul))
         continue;
       if (tp > 1 && l.sizeN % tp != 0)
-        return errorAt(l, "hidden size", l.sizeN);
+        return tpError(s, l, "hidden size", l.sizeN);
       split[l.matmul] = Split::Column;
       split[second->matmul] = Split::Row;
       mlpRows.insert(second->matmul);
     }
+    return success();
+  }
 
-    if (tp > 1) {
-      for (Linear &l : a.linears) {
-        auto it = split.find(l.matmul);
-        if (it == split.end())
-          continue;
-        if (it->second == Split::Column) {
-          int64_t k = chunksOf.lookup(l.matmul);
-          DimFactors dim = k > 1 ? DimFactors{SubFactor{k, {}},
-                                              SubFactor{l.sizeN / k, {kTpAxis}}}
-                                 : DimFactors{SubFactor{l.sizeN, {kTpAxis}}};
-          args[l.weightArg][l.argDimN] = dim;
-          if (l.biasArg)
-            args[*l.biasArg][0] = dim;
-        } else {
-          args[l.weightArg][l.argDimK] =
-              DimFactors{SubFactor{l.sizeK, {kTpAxis}}};
-        }
-      }
-    }
-
-    // Vocab parallelism (Megatron-LM, Shoeybi et al. 2019): the embedding
-    // table's vocabulary rows and the LM head's vocabulary columns (with its
-    // bias) are split over tp. The lookup then gives partial sums that the
-    // partitioner all-reduces, and tsr.cross_entropy reduces over the split
-    // vocabulary itself, so the [N, V] logits are never gathered.
-    SmallVector<unsigned> vocabSplit;
-    auto markVocab = [&](unsigned arg) {
-      if (!llvm::is_contained(vocabSplit, arg))
-        vocabSplit.push_back(arg);
-    };
-    if (tp > 1 && vocabParallel) {
-      WalkResult walk = func.walk([&](tsr::GatherOp gather) {
-        if (!a.isForward(gather))
-          return WalkResult::advance();
-        // A lookup at constant indices (positions, BERT's token types) reads
-        // a table, not a vocabulary: only tables indexed by the tokens are.
-        Value idx = gather.getIndices();
-        while (Operation *def = idx.getDefiningOp()) {
-          if (!isa<tsr::ReshapeOp, tsr::BroadcastOp, tsr::ConvertOp>(def))
-            break;
-          idx = def->getOperand(0);
-        }
-        if (matchPattern(idx, m_Constant()))
-          return WalkResult::advance();
-        auto traced = a.traceParam(gather.getTable());
-        if (!traced)
-          return WalkResult::advance();
-        unsigned arg = traced->first;
-        int64_t dim = traced->second[0];
-        int64_t vocab = types[arg].getDimSize(dim);
-        if (vocab % tp != 0) {
-          gather.emitError("tp=")
-              << tp << " does not divide the vocabulary size " << vocab
-              << " of embedding table '" << a.name(arg) << "' "
-              << shapeOf(types[arg]) << " (use --vocab-parallel off)";
-          return WalkResult::interrupt();
-        }
-        args[arg][dim] = DimFactors{SubFactor{vocab, {kTpAxis}}};
-        markVocab(arg);
-        return WalkResult::advance();
-      });
-      if (walk.wasInterrupted())
-        return failure();
-      for (Linear &l : a.linears) {
-        if (split.count(l.matmul) || !a.reachesLogits(l.output))
-          continue;
-        if (l.sizeN % tp != 0)
-          return l.matmul->emitError("tp=")
-                 << tp << " does not divide the vocabulary size " << l.sizeN
-                 << " of LM head '" << a.name(l.weightArg) << "' "
-                 << shapeOf(types[l.weightArg])
-                 << " (use --vocab-parallel off)";
-        DimFactors dim{SubFactor{l.sizeN, {kTpAxis}}};
+  /// Writes the column / row splits chosen above into the weights' and
+  /// biases' layouts (tp > 1).
+  void applyTensorSplits(AnnotateState &s) {
+    if (tp <= 1)
+      return;
+    auto &args = s.args;
+    for (Linear &l : s.a.linears) {
+      auto it = s.split.find(l.matmul);
+      if (it == s.split.end())
+        continue;
+      if (it->second == Split::Column) {
+        int64_t k = s.chunksOf.lookup(l.matmul);
+        DimFactors dim = k > 1 ? DimFactors{SubFactor{k, {}},
+                                            SubFactor{l.sizeN / k, {kTpAxis}}}
+                               : DimFactors{SubFactor{l.sizeN, {kTpAxis}}};
         args[l.weightArg][l.argDimN] = dim;
-        markVocab(l.weightArg);
-        if (l.biasArg) {
+        if (l.biasArg)
           args[*l.biasArg][0] = dim;
-          markVocab(*l.biasArg);
-        }
+      } else {
+        args[l.weightArg][l.argDimK] =
+            DimFactors{SubFactor{l.sizeK, {kTpAxis}}};
       }
     }
+  }
 
-    // Optimizer state follows its parameter; results follow their argument.
+  /// Vocab parallelism (Megatron-LM, Shoeybi et al. 2019): the embedding
+  /// table's vocabulary rows and the LM head's vocabulary columns (with its
+  /// bias) are split over tp. The lookup then gives partial sums that the
+  /// partitioner all-reduces, and tsr.cross_entropy reduces over the split
+  /// vocabulary itself, so the [N, V] logits are never gathered.
+  LogicalResult splitVocabulary(AnnotateState &s) {
+    Annotator &a = s.a;
+    int64_t tp = this->tp;
+    auto &args = s.args;
+    auto &types = s.types;
+    auto markVocab = [&](unsigned arg) {
+      if (!llvm::is_contained(s.vocabSplit, arg))
+        s.vocabSplit.push_back(arg);
+    };
+    if (!(tp > 1 && vocabParallel))
+      return success();
+    WalkResult walk = a.func.walk([&](tsr::GatherOp gather) {
+      if (!a.isForward(gather))
+        return WalkResult::advance();
+      // A lookup at constant indices (positions, BERT's token types) reads
+      // a table, not a vocabulary: only tables indexed by the tokens are.
+      Value idx = gather.getIndices();
+      while (Operation *def = idx.getDefiningOp()) {
+        if (!isa<tsr::ReshapeOp, tsr::BroadcastOp, tsr::ConvertOp>(def))
+          break;
+        idx = def->getOperand(0);
+      }
+      if (matchPattern(idx, m_Constant()))
+        return WalkResult::advance();
+      auto traced = a.traceParam(gather.getTable());
+      if (!traced)
+        return WalkResult::advance();
+      unsigned arg = traced->first;
+      int64_t dim = traced->second[0];
+      int64_t vocab = types[arg].getDimSize(dim);
+      if (vocab % tp != 0) {
+        gather.emitError("tp=")
+            << tp << " does not divide the vocabulary size " << vocab
+            << " of embedding table '" << a.name(arg) << "' "
+            << shapeOf(types[arg]) << " (use --vocab-parallel off)";
+        return WalkResult::interrupt();
+      }
+      args[arg][dim] = DimFactors{SubFactor{vocab, {kTpAxis}}};
+      markVocab(arg);
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+    for (Linear &l : a.linears) {
+      if (s.split.count(l.matmul) || !a.reachesLogits(l.output))
+        continue;
+      if (l.sizeN % tp != 0)
+        return l.matmul->emitError("tp=")
+               << tp << " does not divide the vocabulary size " << l.sizeN
+               << " of LM head '" << a.name(l.weightArg) << "' "
+               << shapeOf(types[l.weightArg]) << " (use --vocab-parallel off)";
+      DimFactors dim{SubFactor{l.sizeN, {kTpAxis}}};
+      args[l.weightArg][l.argDimN] = dim;
+      markVocab(l.weightArg);
+      if (l.biasArg) {
+        args[*l.biasArg][0] = dim;
+        markVocab(*l.biasArg);
+      }
+    }
+    return success();
+  }
+
+  /// Optimizer state follows its parameter.
+  void shareOptimizerState(AnnotateState &s) {
+    Annotator &a = s.a;
+    auto &args = s.args;
+    auto &types = s.types;
     llvm::StringMap<unsigned> byName;
-    for (unsigned i = 0; i < numArgs; ++i)
+    for (unsigned i = 0; i < s.numArgs; ++i)
       if (a.role(i) == "param" || a.role(i) == "frozen")
         byName[a.name(i)] = i;
-    for (unsigned i = 0; i < numArgs; ++i) {
+    for (unsigned i = 0; i < s.numArgs; ++i) {
       if (a.role(i) != "opt_state")
         continue;
       StringRef n = a.name(i);
@@ -724,13 +830,23 @@ struct ShardingAnnotatePass
         break;
       }
     }
+  }
+
+  /// Sets the arguments' tsr.sharding (and tsr.vocab_parallel); results
+  /// follow the argument of their name, the loss is replicated.
+  void writeShardings(AnnotateState &s, const Grid &grid) {
+    Annotator &a = s.a;
+    func::FuncOp func = a.func;
+    auto &args = s.args;
+    auto &types = s.types;
+    unsigned numArgs = s.numArgs;
     MLIRContext *ctx = func.getContext();
     SmallVector<tsr::ShardingAttr> attrs;
     for (unsigned i = 0; i < numArgs; ++i) {
       attrs.push_back(tsr::ShardingAttr::getFactored(ctx, grid.symbol, args[i],
                                                      {}, grid.shape));
       func.setArgAttr(i, "tsr.sharding", attrs.back());
-      if (llvm::is_contained(vocabSplit, i))
+      if (llvm::is_contained(s.vocabSplit, i))
         func.setArgAttr(i, "tsr.vocab_parallel", UnitAttr::get(ctx));
     }
     llvm::StringMap<unsigned> argByName;
@@ -751,17 +867,6 @@ struct ShardingAnnotatePass
       }
       func.setResultAttr(r, "tsr.sharding", attr);
     }
-    if (sp == "megatron")
-      return constrainResidualStream(func, grid, args, types);
-    if (sp == "ulysses")
-      return constrainAttentionHeads(func, grid, args, types);
-    if (sp == "ring")
-      func.walk([&](Operation *op) {
-        if (isa<tsr::AttentionOp, tsr::AttentionGradOp>(op))
-          op->setAttr("ring_size",
-                      IntegerAttr::get(IntegerType::get(ctx, 64), spSize));
-      });
-    return success();
   }
 
   /// The batch and sequence sizes and the tokens' batch-dim layout.

@@ -30,7 +30,7 @@ using tsr::ShardingRuleOpInterface;
 namespace {
 
 struct Partitioner {
-  func::FuncOp func;
+  FunctionOpInterface func;
   Grid grid;
   DenseMap<Value, RankedTensorType> globalType;
   DenseMap<Value, TensorSharding> sharding;
@@ -304,7 +304,7 @@ struct Partitioner {
     }
     Operation *terminator = nullptr;
     WalkResult walk = func.walk([&](Operation *op) {
-      if (op == func)
+      if (op == func.getOperation())
         return WalkResult::advance();
       if (op->hasTrait<OpTrait::IsTerminator>()) {
         terminator = op;
@@ -426,8 +426,9 @@ struct Partitioner {
         resultTypes.push_back(nv->getType());
       }
     }
-    func.setFunctionType(FunctionType::get(
-        func.getContext(), func.getBody().getArgumentTypes(), resultTypes));
+    func.setType(FunctionType::get(func.getContext(),
+                                   func.getFunctionBody().getArgumentTypes(),
+                                   resultTypes));
     for (Operation *op : llvm::reverse(dead))
       op->erase();
     dead.clear();
@@ -473,17 +474,17 @@ struct ShardingPartitionPass
     : public tessera::sharding::impl::ShardingPartitionBase<
           ShardingPartitionPass> {
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    FailureOr<Grid> grid = getModuleGrid(module);
+    FunctionOpInterface func = getOperation();
+    if (func.isExternal())
+      return;
+    FailureOr<Grid> grid = getEnclosingGrid(func);
     if (failed(grid))
       return signalPassFailure();
-    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
-      Partitioner p;
-      p.func = func;
-      p.grid = *grid;
-      if (failed(p.run()))
-        return signalPassFailure();
-    }
+    Partitioner p;
+    p.func = func;
+    p.grid = *grid;
+    if (failed(p.run()))
+      return signalPassFailure();
   }
 };
 } // namespace

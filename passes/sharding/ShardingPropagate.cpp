@@ -29,16 +29,15 @@ struct ShardingPropagatePass
     : public tessera::sharding::impl::ShardingPropagateBase<
           ShardingPropagatePass> {
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    FailureOr<Grid> grid = getModuleGrid(module);
-    if (failed(grid))
+    FunctionOpInterface func = getOperation();
+    if (func.isExternal())
+      return;
+    FailureOr<Grid> grid = getEnclosingGrid(func);
+    if (failed(grid) || failed(propagate(func, *grid)))
       return signalPassFailure();
-    for (func::FuncOp func : module.getOps<func::FuncOp>())
-      if (failed(propagate(func, *grid)))
-        return signalPassFailure();
   }
 
-  LogicalResult propagate(func::FuncOp func, const Grid &grid) {
+  LogicalResult propagate(FunctionOpInterface func, const Grid &grid) {
     DenseMap<Value, TensorSharding> state;
     for (BlockArgument arg : func.getArguments()) {
       auto type = dyn_cast<RankedTensorType>(arg.getType());
@@ -54,7 +53,7 @@ struct ShardingPropagatePass
     SmallVector<Operation *> ops;
     std::vector<ShardingRule> rules;
     WalkResult walk = func.walk([&](Operation *op) {
-      if (op == func || op->hasTrait<OpTrait::IsTerminator>())
+      if (op == func.getOperation() || op->hasTrait<OpTrait::IsTerminator>())
         return WalkResult::advance();
       auto iface = dyn_cast<ShardingRuleOpInterface>(op);
       if (!iface) {

@@ -122,6 +122,51 @@ struct AddOfDisjointConcats : public OpRewritePattern<tsr::AddOp> {
   }
 };
 
+/// What BuildTrainStepPass::run learns about @forward and builds, step by
+/// step (each step fills the fields below its own comment).
+struct StepState {
+  // inspectForward
+  func::FuncOp forward;
+  func::ReturnOp ret;
+  unsigned logitsIndex = 0;
+  RankedTensorType logitsType;
+  int64_t vocab = 0;
+  int64_t numTokens = 0;
+  // classifyArguments
+  SmallVector<unsigned> params, frozen, inputs;
+  int tokensIndex = -1;
+  RankedTensorType labelsType;
+  RankedTensorType scalarF32;
+  // planSignature
+  SmallVector<NewArg> args;
+  unsigned optStateBegin = 0, optStateEnd = 0, labelsArg = 0;
+  SmallVector<Type> resultTypes;
+  SmallVector<DictionaryAttr> resultAttrs;
+  // createTrainStep, appendLoss
+  func::FuncOp trainStep;
+  Block *entry = nullptr;
+  SmallVector<Operation *> forwardOps;
+  Value logits;
+  Value loss;
+};
+
+/// Argument `i` of @forward's attributes, named "arg<i>" when it has no name.
+NamedAttrList forwardAttrs(func::FuncOp forward, unsigned i) {
+  Builder b(forward.getContext());
+  NamedAttrList attrs(forward.getArgAttrDict(i));
+  if (!attrs.get(kName))
+    attrs.set(kName, b.getStringAttr("arg" + Twine(i)));
+  return attrs;
+}
+
+/// A scalar f32 `tsr.constant` of value `v`.
+Value splat(OpBuilder &builder, Location loc, double v) {
+  auto scalarF32 = RankedTensorType::get({}, builder.getF32Type());
+  auto attr = DenseElementsAttr::get(scalarF32, builder.getF32FloatAttr(v));
+  return tsr::ConstantOp::create(builder, loc, scalarF32,
+                                 cast<ElementsAttr>(attr));
+}
+
 struct BuildTrainStepPass
     : public training::impl::BuildTrainStepBase<BuildTrainStepPass> {
   using Base::Base;
@@ -136,6 +181,16 @@ struct BuildTrainStepPass
   double effectiveWeightDecay() const {
     return weightDecay >= 0 ? weightDecay : (optimizer == "adamw" ? 0.01 : 0.0);
   }
+
+  // The steps of run(), in order.
+  LogicalResult inspectForward(ModuleOp module, StepState &s);
+  LogicalResult classifyArguments(StepState &s);
+  void planSignature(StepState &s);
+  void createTrainStep(OpBuilder &builder, StepState &s);
+  void appendLoss(OpBuilder &builder, StepState &s);
+  void appendOptimizer(OpBuilder &builder, StepState &s,
+                       ArrayRef<Value> paramValues, ArrayRef<Value> grads);
+  void cleanup(func::FuncOp trainStep);
 };
 
 LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
@@ -159,10 +214,37 @@ LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
 
 LogicalResult BuildTrainStepPass::run() {
   ModuleOp module = getOperation();
-  MLIRContext *ctx = &getContext();
   if (failed(checkOptions(module)))
     return failure();
+  StepState s;
+  if (failed(inspectForward(module, s)) || failed(classifyArguments(s)))
+    return failure();
+  planSignature(s);
+  OpBuilder builder(s.forward);
+  createTrainStep(builder, s);
+  appendLoss(builder, s);
 
+  // Backward.
+  SmallVector<Value> paramValues;
+  for (unsigned k = 0; k < s.params.size(); ++k)
+    paramValues.push_back(s.entry->getArgument(k));
+  Value seed = splat(builder, s.ret.getLoc(), 1.0);
+  auto grads = training::buildBackward(builder, s.forwardOps, {{s.loss, seed}},
+                                       paramValues);
+  if (failed(grads)) {
+    s.trainStep.erase();
+    return failure();
+  }
+
+  appendOptimizer(builder, s, paramValues, *grads);
+  s.forward.erase();
+  cleanup(s.trainStep);
+  return success();
+}
+
+/// Finds @forward, checks its form and finds its logits result.
+LogicalResult BuildTrainStepPass::inspectForward(ModuleOp module,
+                                                 StepState &s) {
   auto forward = module.lookupSymbol<func::FuncOp>("forward");
   if (!forward)
     return module.emitError(
@@ -191,11 +273,19 @@ LogicalResult BuildTrainStepPass::run() {
     return forward.emitError("@forward's logits result must be a statically "
                              "shaped float tensor [..., V] of rank >= 2, got ")
            << forward.getResultTypes()[logitsIndex];
-  int64_t vocab = logitsType.getShape().back();
-  int64_t numTokens = logitsType.getNumElements() / std::max<int64_t>(vocab, 1);
+  s.forward = forward;
+  s.ret = ret;
+  s.logitsIndex = logitsIndex;
+  s.logitsType = logitsType;
+  s.vocab = logitsType.getShape().back();
+  s.numTokens = logitsType.getNumElements() / std::max<int64_t>(s.vocab, 1);
+  return success();
+}
 
-  // Classify the arguments.
-  SmallVector<unsigned> params, frozen, inputs;
+/// Sorts @forward's arguments into params, frozen and inputs, finds the
+/// token ids and derives the labels' type.
+LogicalResult BuildTrainStepPass::classifyArguments(StepState &s) {
+  func::FuncOp forward = s.forward;
   for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
     auto role = forward.getArgAttrOfType<StringAttr>(i, kRole);
     StringRef r = role ? role.getValue() : "input";
@@ -205,11 +295,11 @@ LogicalResult BuildTrainStepPass::run() {
       if (!tensor || !isa<FloatType>(tensor.getElementType()))
         return forward.emitError("trainable argument ")
                << i << " must be a floating-point tensor, got " << t;
-      params.push_back(i);
+      s.params.push_back(i);
     } else if (r == "frozen") {
-      frozen.push_back(i);
+      s.frozen.push_back(i);
     } else if (r == "input") {
-      inputs.push_back(i);
+      s.inputs.push_back(i);
     } else {
       return forward.emitError("argument ")
              << i << " has unknown tsr.role '" << r
@@ -217,40 +307,44 @@ LogicalResult BuildTrainStepPass::run() {
     }
   }
   // The token ids: the first integer input.
-  int tokensIndex = -1;
-  for (unsigned i : inputs) {
+  for (unsigned i : s.inputs) {
     auto t = dyn_cast<RankedTensorType>(forward.getArgument(i).getType());
     if (t && isa<IntegerType>(t.getElementType())) {
-      tokensIndex = i;
+      s.tokensIndex = i;
       break;
     }
   }
   // The labels have the tokens' shape when it matches the logits' rows.
-  SmallVector<int64_t> labelsShape(logitsType.getShape().drop_back());
-  if (tokensIndex >= 0) {
-    auto t = cast<RankedTensorType>(forward.getArgument(tokensIndex).getType());
-    if (t.hasStaticShape() && t.getNumElements() == numTokens)
+  SmallVector<int64_t> labelsShape(s.logitsType.getShape().drop_back());
+  if (s.tokensIndex >= 0) {
+    auto t =
+        cast<RankedTensorType>(forward.getArgument(s.tokensIndex).getType());
+    if (t.hasStaticShape() && t.getNumElements() == s.numTokens)
       labelsShape.assign(t.getShape().begin(), t.getShape().end());
   }
+  Builder b(&getContext());
+  s.labelsType = RankedTensorType::get(labelsShape, b.getI64Type());
+  s.scalarF32 = RankedTensorType::get({}, b.getF32Type());
+  return success();
+}
+
+/// @train_step's arguments (params, frozen, optimizer state, inputs (tokens),
+/// labels) and results (loss, updated params, updated optimizer state).
+void BuildTrainStepPass::planSignature(StepState &s) {
+  MLIRContext *ctx = &getContext();
   Builder b(ctx);
-  auto labelsType = RankedTensorType::get(labelsShape, b.getI64Type());
-  auto scalarF32 = RankedTensorType::get({}, b.getF32Type());
+  func::FuncOp forward = s.forward;
   bool adamw = optimizer == "adamw";
 
-  auto forwardAttrs = [&](unsigned i) {
-    NamedAttrList attrs(forward.getArgAttrDict(i));
-    if (!attrs.get(kName))
-      attrs.set(kName, b.getStringAttr("arg" + Twine(i)));
-    return attrs;
-  };
-
   // Arguments: params, frozen, optimizer state, inputs (tokens), labels.
-  SmallVector<NewArg> args;
-  for (unsigned i : params)
-    args.push_back({forward.getArgument(i).getType(), forwardAttrs(i), (int)i});
-  for (unsigned i : frozen)
-    args.push_back({forward.getArgument(i).getType(), forwardAttrs(i), (int)i});
-  unsigned optStateBegin = args.size();
+  SmallVector<NewArg> &args = s.args;
+  for (unsigned i : s.params)
+    args.push_back(
+        {forward.getArgument(i).getType(), forwardAttrs(forward, i), (int)i});
+  for (unsigned i : s.frozen)
+    args.push_back(
+        {forward.getArgument(i).getType(), forwardAttrs(forward, i), (int)i});
+  s.optStateBegin = args.size();
   auto optStateArg = [&](Type type, const Twine &name) {
     NamedAttrList attrs;
     attrs.set(kRole, b.getStringAttr("opt_state"));
@@ -258,17 +352,18 @@ LogicalResult BuildTrainStepPass::run() {
     args.push_back({type, attrs, -1});
   };
   if (adamw) {
-    for (unsigned i : params) {
-      std::string name = cast<StringAttr>(forwardAttrs(i).get(kName)).str();
+    for (unsigned i : s.params) {
+      std::string name =
+          cast<StringAttr>(forwardAttrs(forward, i).get(kName)).str();
       optStateArg(forward.getArgument(i).getType(), name + ".exp_avg");
       optStateArg(forward.getArgument(i).getType(), name + ".exp_avg_sq");
     }
-    optStateArg(scalarF32, "step");
+    optStateArg(s.scalarF32, "step");
   }
-  unsigned optStateEnd = args.size();
-  for (unsigned i : inputs) {
-    NamedAttrList attrs = forwardAttrs(i);
-    if ((int)i == tokensIndex)
+  s.optStateEnd = args.size();
+  for (unsigned i : s.inputs) {
+    NamedAttrList attrs = forwardAttrs(forward, i);
+    if ((int)i == s.tokensIndex)
       attrs.set(kRole, b.getStringAttr("tokens"));
     else
       attrs.set(kRole, b.getStringAttr("input"));
@@ -278,113 +373,112 @@ LogicalResult BuildTrainStepPass::run() {
     NamedAttrList attrs;
     attrs.set(kRole, b.getStringAttr("labels"));
     attrs.set(kName, b.getStringAttr("labels"));
-    args.push_back({labelsType, attrs, -1});
+    args.push_back({s.labelsType, attrs, -1});
   }
-  unsigned labelsArg = args.size() - 1;
+  s.labelsArg = args.size() - 1;
 
   // Results: loss, updated params, updated optimizer state.
-  SmallVector<Type> resultTypes = {scalarF32};
-  SmallVector<DictionaryAttr> resultAttrs;
+  s.resultTypes = {s.scalarF32};
   {
     NamedAttrList attrs;
     attrs.set(kRole, b.getStringAttr("loss"));
     attrs.set(kName, b.getStringAttr("loss"));
-    resultAttrs.push_back(attrs.getDictionary(ctx));
+    s.resultAttrs.push_back(attrs.getDictionary(ctx));
   }
-  for (unsigned i : params) {
-    resultTypes.push_back(forward.getArgument(i).getType());
+  for (unsigned i : s.params) {
+    s.resultTypes.push_back(forward.getArgument(i).getType());
     NamedAttrList attrs;
     attrs.set(kRole, b.getStringAttr("param"));
-    attrs.set(kName, forwardAttrs(i).get(kName));
-    resultAttrs.push_back(attrs.getDictionary(ctx));
+    attrs.set(kName, forwardAttrs(forward, i).get(kName));
+    s.resultAttrs.push_back(attrs.getDictionary(ctx));
   }
-  for (unsigned k = optStateBegin; k < optStateEnd; ++k) {
-    resultTypes.push_back(args[k].type);
+  for (unsigned k = s.optStateBegin; k < s.optStateEnd; ++k) {
+    s.resultTypes.push_back(args[k].type);
     NamedAttrList attrs;
     attrs.set(kRole, b.getStringAttr("opt_state"));
     attrs.set(kName, args[k].attrs.get(kName));
-    resultAttrs.push_back(attrs.getDictionary(ctx));
+    s.resultAttrs.push_back(attrs.getDictionary(ctx));
   }
+}
 
-  // Create @train_step and clone the forward body into it.
-  OpBuilder builder(forward);
+/// Creates @train_step with the planned signature, next to @forward, and
+/// clones the forward body into it; leaves `builder` at the end of its body.
+void BuildTrainStepPass::createTrainStep(OpBuilder &builder, StepState &s) {
+  MLIRContext *ctx = &getContext();
+  func::FuncOp forward = s.forward;
   SmallVector<Type> argTypes;
-  for (const NewArg &a : args)
+  for (const NewArg &a : s.args)
     argTypes.push_back(a.type);
   auto trainStep =
       func::FuncOp::create(builder, forward.getLoc(), "train_step",
-                           builder.getFunctionType(argTypes, resultTypes));
+                           builder.getFunctionType(argTypes, s.resultTypes));
   trainStep.setVisibility(forward.getVisibility());
   Block *entry = trainStep.addEntryBlock();
-  for (auto [k, a] : llvm::enumerate(args))
+  for (auto [k, a] : llvm::enumerate(s.args))
     trainStep.setArgAttrs(k, a.attrs.getDictionary(ctx));
-  for (auto [k, attrs] : llvm::enumerate(resultAttrs))
+  for (auto [k, attrs] : llvm::enumerate(s.resultAttrs))
     trainStep.setResultAttrs(k, attrs);
 
   IRMapping mapping;
-  for (auto [k, a] : llvm::enumerate(args))
+  for (auto [k, a] : llvm::enumerate(s.args))
     if (a.forwardIndex >= 0)
       mapping.map(forward.getArgument(a.forwardIndex), entry->getArgument(k));
   builder.setInsertionPointToEnd(entry);
-  SmallVector<Operation *> forwardOps;
   for (Operation &op : forward.front().without_terminator())
-    forwardOps.push_back(builder.clone(op, mapping));
-  Value logits = mapping.lookup(ret.getOperand(logitsIndex));
+    s.forwardOps.push_back(builder.clone(op, mapping));
+  s.logits = mapping.lookup(s.ret.getOperand(s.logitsIndex));
+  s.trainStep = trainStep;
+  s.entry = entry;
+}
 
-  // Loss = cross_entropy(logits [N, V], labels [N]) · (1/N): the sum and the
-  // 1/N constant stay separate ops (the count is the global token count).
-  Location lossLoc = ret.getLoc();
-  auto rowsType =
-      RankedTensorType::get({numTokens, vocab}, logitsType.getElementType());
-  Value logits2d = logits;
-  if (logitsType != rowsType) {
-    logits2d = tsr::ReshapeOp::create(builder, lossLoc, rowsType, logits);
-    forwardOps.push_back(logits2d.getDefiningOp());
+/// Loss = cross_entropy(logits [N, V], labels [N]) · (1/N): the sum and the
+/// 1/N constant stay separate ops (the count is the global token count).
+void BuildTrainStepPass::appendLoss(OpBuilder &builder, StepState &s) {
+  Location lossLoc = s.ret.getLoc();
+  auto rowsType = RankedTensorType::get({s.numTokens, s.vocab},
+                                        s.logitsType.getElementType());
+  Value logits2d = s.logits;
+  if (s.logitsType != rowsType) {
+    logits2d = tsr::ReshapeOp::create(builder, lossLoc, rowsType, s.logits);
+    s.forwardOps.push_back(logits2d.getDefiningOp());
   }
-  Value labels = entry->getArgument(labelsArg);
-  auto labelsRows = RankedTensorType::get({numTokens}, b.getI64Type());
-  if (labelsType != labelsRows) {
+  Value labels = s.entry->getArgument(s.labelsArg);
+  auto labelsRows = RankedTensorType::get({s.numTokens}, builder.getI64Type());
+  if (s.labelsType != labelsRows) {
     labels = tsr::ReshapeOp::create(builder, lossLoc, labelsRows, labels);
-    forwardOps.push_back(labels.getDefiningOp());
+    s.forwardOps.push_back(labels.getDefiningOp());
   }
-  auto sum = tsr::CrossEntropyOp::create(builder, lossLoc, scalarF32, logits2d,
-                                         labels);
-  forwardOps.push_back(sum);
-  auto splat = [&](double v) -> Value {
-    auto attr = DenseElementsAttr::get(scalarF32, builder.getF32FloatAttr(v));
-    return tsr::ConstantOp::create(builder, lossLoc, scalarF32,
-                                   cast<ElementsAttr>(attr));
-  };
-  Value invCount = splat(1.0 / double(numTokens));
-  forwardOps.push_back(invCount.getDefiningOp());
+  auto sum = tsr::CrossEntropyOp::create(builder, lossLoc, s.scalarF32,
+                                         logits2d, labels);
+  s.forwardOps.push_back(sum);
+  Value invCount = splat(builder, lossLoc, 1.0 / double(s.numTokens));
+  s.forwardOps.push_back(invCount.getDefiningOp());
   auto loss = tsr::MulOp::create(builder, lossLoc, sum, invCount);
-  forwardOps.push_back(loss);
+  s.forwardOps.push_back(loss);
+  s.loss = loss.getResult();
+}
 
-  // Backward.
-  SmallVector<Value> paramValues;
-  for (unsigned k = 0; k < params.size(); ++k)
-    paramValues.push_back(entry->getArgument(k));
-  Value seed = splat(1.0);
-  auto grads = training::buildBackward(builder, forwardOps,
-                                       {{loss.getResult(), seed}}, paramValues);
-  if (failed(grads)) {
-    trainStep.erase();
-    return failure();
-  }
-
-  // Optimizer.
-  SmallVector<Value> results = {loss.getResult()};
+/// One fused optimizer update per parameter with a gradient, and the return
+/// of the loss, the updated parameters and the updated optimizer state.
+void BuildTrainStepPass::appendOptimizer(OpBuilder &builder, StepState &s,
+                                         ArrayRef<Value> paramValues,
+                                         ArrayRef<Value> grads) {
+  Location lossLoc = s.ret.getLoc();
+  Block *entry = s.entry;
+  bool adamw = optimizer == "adamw";
+  SmallVector<Value> results = {s.loss};
   SmallVector<Value> newOptState;
   FloatAttr lrAttr = builder.getF32FloatAttr(lr);
   FloatAttr wdAttr = builder.getF32FloatAttr(effectiveWeightDecay());
   Value newStep;
   if (adamw) {
-    Value step = entry->getArgument(optStateEnd - 1);
-    newStep = tsr::AddOp::create(builder, lossLoc, step, splat(1.0));
+    Value step = entry->getArgument(s.optStateEnd - 1);
+    newStep = tsr::AddOp::create(builder, lossLoc, step,
+                                 splat(builder, lossLoc, 1.0));
   }
   for (auto [k, p] : llvm::enumerate(paramValues)) {
-    Value g = (*grads)[k];
-    Location loc = forward.getArgument(params[k]).getLoc();
+    Value g = grads[k];
+    Location loc = s.forward.getArgument(s.params[k]).getLoc();
     if (!adamw) {
       results.push_back(g ? tsr::SgdUpdateOp::create(builder, loc, p.getType(),
                                                      p, g, lrAttr, wdAttr)
@@ -392,8 +486,8 @@ LogicalResult BuildTrainStepPass::run() {
                           : p);
       continue;
     }
-    Value m = entry->getArgument(optStateBegin + 2 * k);
-    Value v = entry->getArgument(optStateBegin + 2 * k + 1);
+    Value m = entry->getArgument(s.optStateBegin + 2 * k);
+    Value v = entry->getArgument(s.optStateBegin + 2 * k + 1);
     if (!g) {
       // torch.optim skips a parameter without a gradient.
       results.push_back(p);
@@ -410,11 +504,12 @@ LogicalResult BuildTrainStepPass::run() {
   if (adamw)
     newOptState.push_back(newStep);
   results.append(newOptState);
-  func::ReturnOp::create(builder, ret.getLoc(), results);
+  func::ReturnOp::create(builder, s.ret.getLoc(), results);
+}
 
-  forward.erase();
-
-  // Cleanup: fold, drop dead forward values, CSE.
+/// Cleanup: fold, drop dead forward values, CSE.
+void BuildTrainStepPass::cleanup(func::FuncOp trainStep) {
+  MLIRContext *ctx = &getContext();
   RewritePatternSet patterns(ctx);
   patterns.add<AddOfDisjointConcats>(ctx);
   for (Dialect *dialect : ctx->getLoadedDialects())
@@ -428,7 +523,6 @@ LogicalResult BuildTrainStepPass::run() {
   IRRewriter rewriter(ctx);
   DominanceInfo dominance(trainStep);
   eliminateCommonSubExpressions(rewriter, dominance, trainStep);
-  return success();
 }
 
 } // namespace

@@ -68,6 +68,9 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
     exists), the forward returns nothing or non-float logits, an argument has
     an unknown role, or an op's gradient rule fails (the rule names the op
     and its location).
+
+    Runs on the module: it creates the function `@train_step` from
+    `@forward`.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
@@ -124,6 +127,9 @@ def Recompute : Pass<"tsr-recompute", "::mlir::ModuleOp"> {
 
     Errors: an unknown `mode`; no `@train_step` with forward/backward tags
     (run `tsr-build-train-step` first).
+
+    Runs on the module: it rewrites the function `@train_step`, found by its
+    symbol, and fails when the module has none.
   }];
   let options = [
     Option<"mode", "mode", "std::string", /*default=*/"\"full\"",
@@ -212,6 +218,9 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     fp16 on a step with no `tsr.cross_entropy_grad`; no `@train_step` with
     a body; a `@train_step` that already holds values of the low type; a
     non-`tsr` op that would have to run in bf16/f16.
+
+    Runs on the module: it rewrites the function `@train_step`, found by its
+    symbol, and fails when the module has none.
   }];
   let options = [
     Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",

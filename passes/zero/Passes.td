@@ -14,7 +14,8 @@
 
 include "mlir/Pass/PassBase.td"
 
-def ZeroSharding : Pass<"tsr-zero-sharding", "::mlir::ModuleOp"> {
+def ZeroSharding
+    : InterfacePass<"tsr-zero-sharding", "::mlir::FunctionOpInterface"> {
   let summary = "Shard optimizer state, gradients and (stage 3) parameters "
                 "over the dp grid axis (ZeRO-1/2/3).";
   let description = [{
@@ -109,6 +110,10 @@ def ZeroSharding : Pass<"tsr-zero-sharding", "::mlir::ModuleOp"> {
     whose gradient is not a dp all-reduce (the pass must run after
     `tsr-sharding-partition`), or that is already split over dp; a module
     without a "dp" grid axis or without a single `shard.grid`; `stage` > 3.
+
+    Runs on each function (`FunctionOpInterface`; nest it, e.g.
+    `builtin.module(func.func(tsr-zero-sharding))`); the grid (the single
+    `shard.grid`, `tsr.grid_axes`) is the enclosing module's.
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "0",

@@ -54,7 +54,7 @@ struct GridInfo {
   SmallVector<int64_t> shape;
 };
 
-StringAttr nameOf(func::FuncOp func, BlockArgument arg) {
+StringAttr nameOf(FunctionOpInterface func, BlockArgument arg) {
   if (auto name =
           func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.name"))
     return name;
@@ -62,15 +62,15 @@ StringAttr nameOf(func::FuncOp func, BlockArgument arg) {
                          "#" + Twine(arg.getArgNumber()).str());
 }
 
-bool hasRole(func::FuncOp func, Value v, StringRef role) {
+bool hasRole(FunctionOpInterface func, Value v, StringRef role) {
   auto arg = dyn_cast<BlockArgument>(v);
-  if (!arg || arg.getOwner() != &func.getBody().front())
+  if (!arg || arg.getOwner() != &func.getFunctionBody().front())
     return false;
   auto attr = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
   return attr && attr.getValue() == role;
 }
 
-tsr::ShardingAttr shardingOf(func::FuncOp func, BlockArgument arg) {
+tsr::ShardingAttr shardingOf(FunctionOpInterface func, BlockArgument arg) {
   return func.getArgAttrOfType<tsr::ShardingAttr>(arg.getArgNumber(),
                                                   kShardingAttr);
 }
@@ -141,12 +141,20 @@ struct ZeroShardingPass
   using Base::Base;
 
   void runOnOperation() override {
-    ModuleOp module = getOperation();
+    FunctionOpInterface func = getOperation();
     if (stage == 0)
       return;
     if (stage < 0 || stage > 3) {
-      module.emitError("tsr-zero-sharding: stage must be 0, 1, 2 or 3, got ")
+      func.emitError("tsr-zero-sharding: stage must be 0, 1, 2 or 3, got ")
           << static_cast<int64_t>(stage);
+      return signalPassFailure();
+    }
+    // The grid is the enclosing module's (its shard.grid and tsr.grid_axes,
+    // which no function pass changes).
+    auto module = func->getParentOfType<ModuleOp>();
+    if (!module) {
+      func.emitError("tsr-zero-sharding: the function must be inside a "
+                     "module that holds its shard.grid");
       return signalPassFailure();
     }
     FailureOr<GridInfo> grid = gridInfo(module);
@@ -154,9 +162,8 @@ struct ZeroShardingPass
       return signalPassFailure();
     if (grid->dp == 1)
       return; // one data-parallel rank: nothing to shard
-    for (auto func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
-      if (!func.isExternal() && failed(runOnFunction(func, *grid)))
-        return signalPassFailure();
+    if (!func.isExternal() && failed(runOnFunction(func, *grid)))
+      return signalPassFailure();
   }
 
   FailureOr<GridInfo> gridInfo(ModuleOp module) {
@@ -186,7 +193,7 @@ struct ZeroShardingPass
   }
 
   /// Checks one update and picks its ZeRO dimension.
-  FailureOr<ZeroParam> plan(func::FuncOp func, Operation *update,
+  FailureOr<ZeroParam> plan(FunctionOpInterface func, Operation *update,
                             const GridInfo &grid) {
     ZeroParam p;
     p.update = update;
@@ -259,8 +266,8 @@ struct ZeroShardingPass
     return p;
   }
 
-  LogicalResult runOnFunction(func::FuncOp func, const GridInfo &grid) {
-    Block &body = func.getBody().front();
+  LogicalResult runOnFunction(FunctionOpInterface func, const GridInfo &grid) {
+    Block &body = func.getFunctionBody().front();
     SmallVector<ZeroParam> params;
     SmallVector<Attribute> replicated;
     // The end of backward: where ZeRO-1 puts its reduce-scatters.

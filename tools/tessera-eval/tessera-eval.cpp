@@ -429,7 +429,7 @@ Outcome runJob(const Job &job, Tolerance tol, llvm::StringRef writeDir) {
   // Lower to the runtime program.
   PassManager pm(&ctx);
   pm.addPass(lowering::createLowerToRuntime());
-  pm.addPass(lowering::createPlanMemory());
+  pm.addNestedPass<func::FuncOp>(lowering::createPlanMemory());
   if (failed(pm.run(*module)))
     return error("lower", diags.take("lowering failed"));
 

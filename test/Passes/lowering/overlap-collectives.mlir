@@ -1,6 +1,6 @@
-// RUN: tessera-opt --tsr-overlap-gradient-collectives="bucket-mb=0" %s | FileCheck %s --check-prefix=ALONE
-// RUN: tessera-opt --tsr-overlap-gradient-collectives="bucket-mb=1" %s | FileCheck %s --check-prefix=BUCKET
-// RUN: not tessera-opt --tsr-overlap-gradient-collectives="bucket-mb=-1" %s 2>&1 | FileCheck %s --check-prefix=NEG
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-overlap-gradient-collectives{bucket-mb=0}))' %s | FileCheck %s --check-prefix=ALONE
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-overlap-gradient-collectives{bucket-mb=1}))' %s | FileCheck %s --check-prefix=BUCKET
+// RUN: not tessera-opt --pass-pipeline='builtin.module(func.func(tsr-overlap-gradient-collectives{bucket-mb=-1}))' %s 2>&1 | FileCheck %s --check-prefix=NEG
 // NEG: error: tsr-overlap-gradient-collectives: bucket-mb must be >= 0, got -1
 
 // Two all-reduces over dp (axis 0) and one over tp (axis 1, left alone).

@@ -1,4 +1,4 @@
-// RUN: tessera-opt --tsr-plan-memory %s -split-input-file -verify-diagnostics
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-plan-memory))' %s -split-input-file -verify-diagnostics
 
 // The pass runs after tsr-lower-to-runtime: a tsr op is an error.
 func.func @not_lowered(%x: tensor<4xf32>) -> tensor<4xf32> {

@@ -1,4 +1,4 @@
-// RUN: tessera-opt --tsr-plan-memory %s -split-input-file | FileCheck %s
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-plan-memory))' %s -split-input-file | FileCheck %s
 
 // Freed space is reused: %c's lifetime starts after %a's last use, so it
 // takes %a's offset; %b overlaps both and sits above them. The reshape is a

@@ -1,10 +1,10 @@
 // tsr-print-pipeline-schedule: one line per rank (dp x tp x pp, pp fastest),
 // with its stage's actions and peak activation sets against the bound.
 // 1F1B holds at most P - stage micro-batches; GPipe holds all M.
-// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd lr=0.5" --tsr-sharding-annotate="dp=2 pp=2 micro-batches=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-pipeline-split --tsr-print-pipeline-schedule %s -o /dev/null | FileCheck %s
-// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd lr=0.5" --tsr-sharding-annotate="pp=2 micro-batches=4" --tsr-sharding-propagate --tsr-sharding-partition --tsr-pipeline-split="schedule=gpipe" --tsr-print-pipeline-schedule %s -o /dev/null | FileCheck %s --check-prefix=GPIPE
-// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd lr=0.5" --tsr-sharding-annotate="pp=2 micro-batches=4" --tsr-sharding-propagate --tsr-sharding-partition --tsr-pipeline-split="schedule=1f1b" --tsr-print-pipeline-schedule %s -o /dev/null | FileCheck %s --check-prefix=ONEF
-// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd lr=0.5" --tsr-sharding-annotate="pp=2 micro-batches=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-pipeline-split="schedule=interleaved virtual-stages=2" --tsr-print-pipeline-schedule %s -o /dev/null | FileCheck %s --check-prefix=INTERLEAVED
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-build-train-step{optimizer=sgd lr=0.5},tsr-sharding-annotate{dp=2 pp=2 micro-batches=2},func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-pipeline-split,tsr-print-pipeline-schedule)' %s -o /dev/null | FileCheck %s
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-build-train-step{optimizer=sgd lr=0.5},tsr-sharding-annotate{pp=2 micro-batches=4},func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-pipeline-split{schedule=gpipe},tsr-print-pipeline-schedule)' %s -o /dev/null | FileCheck %s --check-prefix=GPIPE
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-build-train-step{optimizer=sgd lr=0.5},tsr-sharding-annotate{pp=2 micro-batches=4},func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-pipeline-split{schedule=1f1b},tsr-print-pipeline-schedule)' %s -o /dev/null | FileCheck %s --check-prefix=ONEF
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-build-train-step{optimizer=sgd lr=0.5},tsr-sharding-annotate{pp=2 micro-batches=2},func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-pipeline-split{schedule=interleaved virtual-stages=2},tsr-print-pipeline-schedule)' %s -o /dev/null | FileCheck %s --check-prefix=INTERLEAVED
 // RUN: not tessera-opt --tsr-print-pipeline-schedule %s -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOSCHED
 
 func.func @forward(

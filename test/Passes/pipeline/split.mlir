@@ -1,5 +1,5 @@
-// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd lr=0.5" --tsr-sharding-annotate="pp=2 micro-batches=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-pipeline-split %s | FileCheck %s
-// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd lr=0.5" --tsr-sharding-annotate="pp=2 micro-batches=4" --tsr-sharding-propagate --tsr-sharding-partition --tsr-pipeline-split="schedule=gpipe stages=0,2" %s | FileCheck %s --check-prefix=GPIPE
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-build-train-step{optimizer=sgd lr=0.5},tsr-sharding-annotate{pp=2 micro-batches=2},func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-pipeline-split)' %s | FileCheck %s
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-build-train-step{optimizer=sgd lr=0.5},tsr-sharding-annotate{pp=2 micro-batches=4},func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-pipeline-split{schedule=gpipe stages=0,2})' %s | FileCheck %s --check-prefix=GPIPE
 
 // A small LM: embedding -> two linear + GELU layers -> head.
 func.func @forward(

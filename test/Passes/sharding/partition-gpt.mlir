@@ -5,14 +5,14 @@
 // loss, no all-gather/all-slice (the logits are never gathered), and every
 // rank reproduces its piece of the serial step, with vocab parallelism on
 // and off.
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/gpt_train_step.mlir | FileCheck %s --check-prefix=TP --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice --implicit-check-not=tsr.shardings
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/gpt_train_step.mlir | FileCheck %s --check-prefix=DP
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/gpt_train_step.mlir | FileCheck %s --check-prefix=TP --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice --implicit-check-not=tsr.shardings
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/gpt_train_step.mlir | FileCheck %s --check-prefix=DP
 // RUN: tessera-opt %S/Inputs/gpt_train_step.mlir --mlir-print-op-generic > %t.serial.mlir
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/gpt_train_step.mlir --mlir-print-op-generic > %t.2x2.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/gpt_train_step.mlir --mlir-print-op-generic > %t.2x2.mlir
 // RUN: %python %S/Inputs/simulate.py %t.serial.mlir %t.2x2.mlir | FileCheck %s --check-prefix=SIM
-// RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=4" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/gpt_train_step.mlir --mlir-print-op-generic > %t.1x4.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=1 tp=4},func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/gpt_train_step.mlir --mlir-print-op-generic > %t.1x4.mlir
 // RUN: %python %S/Inputs/simulate.py %t.serial.mlir %t.1x4.mlir | FileCheck %s --check-prefix=SIM
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2 vocab-parallel=false" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/gpt_train_step.mlir --mlir-print-op-generic > %t.2x2.novocab.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2 vocab-parallel=false},func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/gpt_train_step.mlir --mlir-print-op-generic > %t.2x2.novocab.mlir
 // RUN: %python %S/Inputs/simulate.py %t.serial.mlir %t.2x2.novocab.mlir | FileCheck %s --check-prefix=SIM
 
 // TP-LABEL: func.func @train_step

@@ -1,23 +1,28 @@
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=MHA --implicit-check-not=tsr.shardings --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=TP
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=DP
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=MLP --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/reshard.mlir | FileCheck %s --check-prefix=RESHARD
+// tsr-sharding-partition on its own: each input under Inputs/partition/
+// already carries the shardings (tsr.sharding on arguments and results,
+// tsr.shardings on every op), as tsr-sharding-annotate and
+// tsr-sharding-propagate would leave them (each file names the command that
+// made it); the partitioner only turns them into local types and collectives.
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mha_block.dp2xtp2.mlir | FileCheck %s --check-prefix=MHA --implicit-check-not=tsr.shardings --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mha_block.dp2xtp2.mlir | FileCheck %s --check-prefix=TP
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mha_block.dp2xtp2.mlir | FileCheck %s --check-prefix=DP
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mlp.dp2xtp2.mlir | FileCheck %s --check-prefix=MLP --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/reshard.mlir | FileCheck %s --check-prefix=RESHARD
 
 // Numerics: every rank of the partitioned step (collectives simulated) must
 // reproduce its piece of the serial step's results.
 // RUN: tessera-opt %S/Inputs/mha_block.mlir --mlir-print-op-generic > %t.mha.serial.mlir
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mha_block.mlir --mlir-print-op-generic > %t.mha.2x2.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mha_block.dp2xtp2.mlir --mlir-print-op-generic > %t.mha.2x2.mlir
 // RUN: %python %S/Inputs/simulate.py %t.mha.serial.mlir %t.mha.2x2.mlir | FileCheck %s --check-prefix=SIM16
-// RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=4" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mha_block.mlir --mlir-print-op-generic > %t.mha.1x4.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mha_block.dp1xtp4.mlir --mlir-print-op-generic > %t.mha.1x4.mlir
 // RUN: %python %S/Inputs/simulate.py %t.mha.serial.mlir %t.mha.1x4.mlir | FileCheck %s --check-prefix=SIM16
-// RUN: tessera-opt --tsr-sharding-annotate="dp=4 tp=1" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mha_block.mlir --mlir-print-op-generic > %t.mha.4x1.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mha_block.dp4xtp1.mlir --mlir-print-op-generic > %t.mha.4x1.mlir
 // RUN: %python %S/Inputs/simulate.py %t.mha.serial.mlir %t.mha.4x1.mlir | FileCheck %s --check-prefix=SIM16
 // RUN: tessera-opt %S/Inputs/mlp.mlir --mlir-print-op-generic > %t.mlp.serial.mlir
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mlp.mlir --mlir-print-op-generic > %t.mlp.2x2.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mlp.dp2xtp2.mlir --mlir-print-op-generic > %t.mlp.2x2.mlir
 // RUN: %python %S/Inputs/simulate.py %t.mlp.serial.mlir %t.mlp.2x2.mlir | FileCheck %s --check-prefix=SIM7
 // RUN: tessera-opt %S/Inputs/reshard.mlir --mlir-print-op-generic > %t.reshard.serial.mlir
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/reshard.mlir --mlir-print-op-generic > %t.reshard.part.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/reshard.mlir --mlir-print-op-generic > %t.reshard.part.mlir
 // RUN: %python %S/Inputs/simulate.py %t.reshard.serial.mlir %t.reshard.part.mlir | FileCheck %s --check-prefix=SIM1
 // SIM16: OK: 16 results on 4 ranks match the serial run
 // SIM7: OK: 7 results on 4 ranks match the serial run
@@ -97,7 +102,7 @@
 // One dp all-reduce per parameter gradient (15) plus the loss; linear2's
 // bias gradient sums the LM head's input gradient, which is partial over tp
 // as well, so its all-reduce is over dp and tp at once.
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=DPTP
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-partition))' %S/Inputs/partition/mha_block.dp2xtp2.mlir | FileCheck %s --check-prefix=DPTP
 // DPTP-COUNT-1: shard.all_reduce {{.*}} grid_axes = [0, 1] : tensor<16xf32>
 // DPTP-NOT: grid_axes = [0, 1]
 // DP-COUNT-15: shard.all_reduce {{.*}} grid_axes = [0]

@@ -1,4 +1,4 @@
-// RUN: tessera-opt --split-input-file --tsr-sharding-propagate %s | FileCheck %s
+// RUN: tessera-opt --split-input-file --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate))' %s | FileCheck %s
 
 // tsr.attention's rule: the leading (batch, head) dims split with Q, K, V,
 // O, the log-sum-exp and every gradient; Sq, Sk, Dh and Dv stay whole (a

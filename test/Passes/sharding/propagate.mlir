@@ -1,6 +1,6 @@
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=MHA
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=MLP
-// RUN: tessera-opt --tsr-sharding-propagate --split-input-file %s | FileCheck %s
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate))' %S/Inputs/mha_block.mlir | FileCheck %s --check-prefix=MHA
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate))' %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=MLP
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate))' --split-input-file %s | FileCheck %s
 
 // Transformer block, dp=2 tp=2: Megatron's plan falls out of the op rules.
 // MHA-LABEL: func.func @train_step

@@ -1,4 +1,4 @@
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %s -verify-diagnostics
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate,tsr-sharding-partition))' %s -verify-diagnostics
 
 // The ring factor (ring_size = 4) split over sp = 2 ranks would leave two
 // stripes per rank, which is not the striped layout the kernel computes.

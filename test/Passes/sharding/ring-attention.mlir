@@ -1,10 +1,10 @@
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %s | FileCheck %s
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition --tsr-lower-to-runtime --tsr-plan-memory %s | FileCheck %s --check-prefix=RT
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %s | FileCheck %s --check-prefix=BLOCK
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate,tsr-sharding-partition))' %s | FileCheck %s
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-lower-to-runtime,func.func(tsr-plan-memory))' %s | FileCheck %s --check-prefix=RT
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate,tsr-sharding-partition))' %s | FileCheck %s --check-prefix=BLOCK
 // Numerics (simulate.py: each ring op equals the op on the interleaved,
 // gathered sequence), on a 1x2x2 grid with the heads over tp as well:
 // RUN: tessera-opt %S/Inputs/ring_attention.mlir --mlir-print-op-generic > %t.serial.mlir
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/ring_attention.mlir --mlir-print-op-generic > %t.part.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/ring_attention.mlir --mlir-print-op-generic > %t.part.mlir
 // RUN: FileCheck %s --check-prefix=SIMIR --implicit-check-not=shard.all_gather < %t.part.mlir
 // RUN: %python %S/Inputs/simulate.py %t.serial.mlir %t.part.mlir | FileCheck %s --check-prefix=SIM
 // SIMIR: "tsr.attention"({{.*}}) <{causal = true, ring_size = 2 : i64, scale = 5.000000e-01 : f32}> {grid_axes = array<i16: 2>} : (tensor<2x4x3xf32>, tensor<2x4x3xf32>, tensor<2x4x5xf32>) -> (tensor<2x4x5xf32>, tensor<2x4xf32>)

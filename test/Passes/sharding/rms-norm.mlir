@@ -1,6 +1,6 @@
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/rms_norm.mlir | FileCheck %s
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/rms_norm.mlir | FileCheck %s
 // RUN: tessera-opt %S/Inputs/rms_norm.mlir --mlir-print-op-generic > %t.serial.mlir
-// RUN: tessera-opt --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/rms_norm.mlir --mlir-print-op-generic > %t.part.mlir
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/rms_norm.mlir --mlir-print-op-generic > %t.part.mlir
 // RUN: %python %S/Inputs/simulate.py %t.serial.mlir %t.part.mlir | FileCheck %s --check-prefix=SIM
 // SIM: OK: 8 results on 4 ranks match the serial run
 

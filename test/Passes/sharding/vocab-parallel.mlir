@@ -3,9 +3,9 @@
 // over the vocabulary, the lookup is masked and all-reduced, and the
 // cross-entropy reduces over the split vocabulary inside its kernel
 // (grid_axes), so the [N, V] logits are never all-gathered.
-// RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=2" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mlp.mlir | FileCheck %s --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice
-// RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-lower-to-runtime --tsr-plan-memory %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=RT
-// RUN: tessera-opt --tsr-sharding-annotate="dp=1 tp=2 vocab-parallel=false" --tsr-sharding-propagate --tsr-sharding-partition %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=OFF
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=1 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/mlp.mlir | FileCheck %s --implicit-check-not=shard.all_gather --implicit-check-not=shard.all_slice
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=1 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition),tsr-lower-to-runtime,func.func(tsr-plan-memory))' %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=RT
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=1 tp=2 vocab-parallel=false},func.func(tsr-sharding-propagate,tsr-sharding-partition))' %S/Inputs/mlp.mlir | FileCheck %s --check-prefix=OFF
 
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: %arg0: tensor<32x16xf32> {tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}

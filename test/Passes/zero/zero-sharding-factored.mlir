@@ -5,8 +5,8 @@
 // 8 over dp (layout {3, 16 : [1, 0]}, local [12]) and reshapes around each
 // collective. Plain dimensions are preferred: the fused QKV weight (dim 0
 // factored) is split along its plain dim 1.
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-zero-sharding=stage=1 %S/../sharding/Inputs/mha_block.mlir | FileCheck %s --check-prefix=Z1
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-zero-sharding=stage=3 %S/../sharding/Inputs/mha_block.mlir | FileCheck %s --check-prefix=Z3
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition,tsr-zero-sharding{stage=1}))' %S/../sharding/Inputs/mha_block.mlir | FileCheck %s --check-prefix=Z1
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition,tsr-zero-sharding{stage=3}))' %S/../sharding/Inputs/mha_block.mlir | FileCheck %s --check-prefix=Z3
 
 // Z1-LABEL: func.func @train_step
 // Z1-SAME: %arg4: tensor<24x16xf32> {tsr.name = "self_attn.in_proj_weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [{3, 16 : [1]}, []]>}

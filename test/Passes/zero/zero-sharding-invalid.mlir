@@ -1,5 +1,5 @@
-// RUN: tessera-opt --tsr-zero-sharding=stage=1 %s -split-input-file -verify-diagnostics
-// RUN: not tessera-opt --tsr-zero-sharding=stage=4 %S/Inputs/adamw_step.mlir 2>&1 | FileCheck %s --check-prefix=STAGE
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=1}))' %s -split-input-file -verify-diagnostics
+// RUN: not tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=4}))' %S/Inputs/adamw_step.mlir 2>&1 | FileCheck %s --check-prefix=STAGE
 // STAGE: error: tsr-zero-sharding: stage must be 0, 1, 2 or 3, got 4
 
 // The gradient is not reduced over dp: the pass runs after partition.
@@ -98,14 +98,21 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 
 // -----
 
-// The data axis is found by name.
+// The data axis is found by name. (The pass runs on each function and
+// checks the grid of the module that holds it.)
 // expected-error @+1 {{tsr-zero-sharding: the module's tsr.grid_axes has no "dp" axis of the grid}}
 module attributes {tsr.grid_axes = ["data", "tp"]} {
   shard.grid @grid(shape = 2x1)
+  func.func @train_step() {
+    return
+  }
 }
 
 // -----
 
 // expected-error @+1 {{tsr-zero-sharding needs exactly one shard.grid (run it after tsr-sharding-partition), found 0}}
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
+  func.func @train_step() {
+    return
+  }
 }

@@ -2,8 +2,8 @@
 // bf16 and converted to f32 for the update. ZeRO reduce-scatters the bf16
 // gradient and converts the shard; under ZeRO-1 the convert moves after the
 // reduce-scatter, which now sits after backward.
-// RUN: tessera-opt --tsr-zero-sharding=stage=1 %s | FileCheck %s --check-prefix=Z1
-// RUN: tessera-opt --tsr-zero-sharding=stage=2 %s | FileCheck %s --check-prefix=Z2
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=1}))' %s | FileCheck %s --check-prefix=Z1
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=2}))' %s | FileCheck %s --check-prefix=Z2
 
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)

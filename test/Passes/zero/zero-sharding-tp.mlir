@@ -5,8 +5,8 @@
 // [[1, 0], []]: dp rank j keeps block j of the tp rank's rows). The token
 // embedding and the LM head are split over the vocabulary (vocab
 // parallelism), and ZeRO shards their tp pieces over dp the same way.
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-zero-sharding=stage=3 %S/../sharding/Inputs/mlp.mlir | FileCheck %s --check-prefix=Z3
-// RUN: tessera-opt --tsr-sharding-annotate="dp=2 tp=2" --tsr-sharding-propagate --tsr-sharding-partition --tsr-zero-sharding=stage=1 %S/../sharding/Inputs/mlp.mlir | FileCheck %s --check-prefix=Z1 --implicit-check-not=shard.all_reduce
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition,tsr-zero-sharding{stage=3}))' %S/../sharding/Inputs/mlp.mlir | FileCheck %s --check-prefix=Z3
+// RUN: tessera-opt --pass-pipeline='builtin.module(tsr-sharding-annotate{dp=2 tp=2},func.func(tsr-sharding-propagate,tsr-sharding-partition,tsr-zero-sharding{stage=1}))' %S/../sharding/Inputs/mlp.mlir | FileCheck %s --check-prefix=Z1 --implicit-check-not=shard.all_reduce
 
 // Z3-LABEL: func.func @train_step
 // Z3-SAME: %arg0: tensor<16x16xf32> {tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1, 0], []]>, tsr.vocab_parallel}

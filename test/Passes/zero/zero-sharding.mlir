@@ -1,12 +1,12 @@
 // tsr-zero-sharding on a partitioned AdamW step (dp = 2): `w` [8, 4] is
 // sharded along dim 0 ([4, 4] per dp rank); `b` [3] has no dimension divisible
 // by 2 and keeps its all-reduce and replicated state.
-// RUN: tessera-opt --tsr-zero-sharding=stage=1 %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefixes=CHECK,Z1
-// RUN: tessera-opt --tsr-zero-sharding=stage=2 %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefixes=CHECK,Z2
-// RUN: tessera-opt --tsr-zero-sharding=stage=3 %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefix=Z3
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=1}))' %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefixes=CHECK,Z1
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=2}))' %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefixes=CHECK,Z2
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=3}))' %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefix=Z3
 // Stage 0, and any stage with dp = 1, change nothing.
-// RUN: tessera-opt --tsr-zero-sharding=stage=0 %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefix=OFF
-// RUN: sed 's/shape = 2x1/shape = 1x1/' %S/Inputs/adamw_step.mlir | tessera-opt --tsr-zero-sharding=stage=3 | FileCheck %s --check-prefix=OFF
+// RUN: tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=0}))' %S/Inputs/adamw_step.mlir | FileCheck %s --check-prefix=OFF
+// RUN: sed 's/shape = 2x1/shape = 1x1/' %S/Inputs/adamw_step.mlir | tessera-opt --pass-pipeline='builtin.module(func.func(tsr-zero-sharding{stage=3}))' | FileCheck %s --check-prefix=OFF
 
 // ZeRO-1 and ZeRO-2: the optimizer state of `w` is a dp shard (argument and
 // result), its parameter stays whole.
