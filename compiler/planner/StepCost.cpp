@@ -257,40 +257,6 @@ llvm::Expected<StepCost> planner::predictStepCost(
     }
     addCollectiveBytes(op, kind, axes, bytes, syncPoint);
   };
-  // Ring attention's K/V rotations (runtime/backends/cpu/Attention.cpp):
-  // fp32 blocks, sent with MPI_Sendrecv_replace around the ring.
-  auto addRing = [&](Operation *op, Value key, Value value, bool backward) {
-    auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
-    auto ring = op->getAttrOfType<IntegerAttr>("ring_size");
-    if (!axes || !ring || ring.getInt() < 2)
-      return;
-    double kv =
-        4.0 * (cast<RankedTensorType>(key.getType()).getNumElements() +
-               cast<RankedTensorType>(value.getType()).getNumElements());
-    int64_t rotations = ring.getInt() - 1;
-    for (int64_t i = 0; i < rotations && !err; ++i)
-      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(),
-                         backward ? 2 * kv : kv, true, /*inKernel=*/true);
-    if (backward && !err)
-      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(), kv, true,
-                         /*inKernel=*/true);
-  };
-  // Vocab-parallel cross-entropy (runtime/executor/Kernels.cpp): the kernel
-  // all-reduces its N rows' max, then their sums of exponentials (and, in
-  // the forward, the target logits), as f64.
-  auto addVocabParallel = [&](Operation *op, Value logits, bool backward) {
-    auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
-    if (!axes || axes.empty())
-      return;
-    double rows = static_cast<double>(
-        cast<RankedTensorType>(logits.getType()).getDimSize(0));
-    addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(), 8 * rows,
-                       true, /*inKernel=*/true);
-    if (!err)
-      addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(),
-                         (backward ? 8 : 16) * rows, true, /*inKernel=*/true);
-  };
-
   double memoryBandwidth = cluster.memoryBandwidth;
   auto walkFunction = [&](func::FuncOp fn) {
     sinceCollective = 0;
@@ -321,14 +287,17 @@ llvm::Expected<StepCost> planner::predictStepCost(
         SmallVector<tsr::GemmShape> gemms = costOp.getGemmShapes();
         auto measured = cluster.kernelSecondsPerElement.find(
             op->getName().stripDialect().str());
-        bool isAttention = isa<tsr::AttentionOp, tsr::AttentionGradOp>(op);
+        // The count the calibration measured the kernel in (elements of
+        // operand 0; the fused attention kernels: scores formed), or -1.
+        int64_t units = measured != cluster.kernelSecondsPerElement.end()
+                            ? costOp.getMeasuredUnits()
+                            : -1;
         // This op's kernel time: GEMM-like (gemmSeconds) or other.
         double opGemm = 0, opOther = 0;
-        if (isAttention && measured != cluster.kernelSecondsPerElement.end()) {
-          // The fused attention kernel, measured per score it forms (one exp
-          // each: getTranscendentals).
-          opGemm = static_cast<double>(costOp.getTranscendentals()) *
-                   measured->second;
+        if (units >= 0) {
+          // The backend's own kernel, measured per unit.
+          (gemms.empty() ? opOther : opGemm) =
+              static_cast<double>(units) * measured->second;
         } else if (!gemms.empty()) {
           double gemmFlops = 0, seconds = 0;
           for (const tsr::GemmShape &g : gemms) {
@@ -338,13 +307,6 @@ llvm::Expected<StepCost> planner::predictStepCost(
           }
           opGemm = seconds + std::max(0.0, flops - gemmFlops) / peak +
                    transcendentals;
-        } else if (measured != cluster.kernelSecondsPerElement.end() &&
-                   op->getNumOperands() > 0) {
-          // The backend's own kernel, measured per element of operand 0.
-          auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
-          double elements =
-              in && in.hasStaticShape() ? double(in.getNumElements()) : 0;
-          opOther = elements * measured->second;
         } else {
           opOther = flops / peak + transcendentals;
           if (memoryBandwidth > 0)
@@ -358,20 +320,19 @@ llvm::Expected<StepCost> planner::predictStepCost(
         OpKindCost &kind = cost.opKinds[op->getName().stripDialect().str()];
         ++kind.calls;
         kind.seconds += opGemm + opOther + cluster.opOverhead;
-        llvm::TypeSwitch<Operation *>(op)
-            .Case([&](tsr::AttentionOp o) {
-              addRing(op, o.getKey(), o.getValue(), /*backward=*/false);
-            })
-            .Case([&](tsr::AttentionGradOp o) {
-              addRing(op, o.getKey(), o.getValue(), /*backward=*/true);
-            })
-            .Case([&](tsr::CrossEntropyOp o) {
-              addVocabParallel(op, o.getLogits(), /*backward=*/false);
-            })
-            .Case([&](tsr::CrossEntropyGradOp o) {
-              addVocabParallel(op, o.getLogits(), /*backward=*/true);
-            })
-            .Default([](Operation *) {});
+        // The kernel's own messages (ring attention's K/V rotations, the
+        // vocab-parallel cross-entropy's row statistics), which its compute
+        // separates from the previous collective.
+        for (const tsr::KernelMessage &m : costOp.getKernelMessages()) {
+          addCollectiveBytes(op,
+                             m.kind == tsr::KernelMessage::Kind::SendRecv
+                                 ? Collective::SendRecv
+                                 : Collective::AllReduce,
+                             m.gridAxes, static_cast<double>(m.bytes), true,
+                             /*inKernel=*/true);
+          if (err)
+            break;
+        }
         return err ? WalkResult::interrupt() : WalkResult::advance();
       }
       llvm::TypeSwitch<Operation *>(op)

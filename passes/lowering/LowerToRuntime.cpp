@@ -85,8 +85,7 @@ struct LowerToRuntimePass
       if (auto cst = dyn_cast<tsr::ConstantOp>(op)) {
         lowered =
             tsrt::ConstantOp::create(b, loc, cst.getType(), cst.getValue());
-      } else if (op->getDialect() &&
-                 op->getDialect()->getNamespace() == "tsr") {
+      } else if (isa_and_nonnull<tsr::TsrDialect>(op->getDialect())) {
         lowered = tsrt::KernelOp::create(
             b, loc, op->getResultTypes(),
             b.getStringAttr(op->getName().stripDialect()), op->getOperands(),

@@ -95,16 +95,17 @@ struct RecomputePass : training::impl::RecomputeBase<RecomputePass> {
 
     // The ops each layer may recompute.
     SmallVector<SetVector<Operation *>> candidates(numLayers);
-    // selective: each tsr.attention and the ops that only reshuffle its
-    // output (transpose/reshape back to [B, S, D]), so neither O, its
-    // relayout nor the log-sum-exp is kept from forward to backward.
+    // selective: each op with the SelectiveRecompute trait (tsr.attention)
+    // and the ops that only reshuffle its output (transpose/reshape back to
+    // [B, S, D]), so neither O, its relayout nor the log-sum-exp is kept
+    // from forward to backward.
     DenseSet<Operation *> core;
     for (auto [i, op] : llvm::enumerate(forwardOps)) {
       if (layerOf[i] + 1 >= numLayers || op->getNumResults() == 0 ||
           !isMemoryEffectFree(op))
         continue;
       if (mode == "selective") {
-        bool seed = isa<tsr::AttentionOp>(op);
+        bool seed = op->hasTrait<tsr::SelectiveRecompute>();
         bool carries = false;
         if (!seed && op->getNumResults() == 1) {
           int64_t out = numElements(op->getResult(0)), largest = 0;

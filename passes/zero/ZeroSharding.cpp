@@ -30,7 +30,8 @@ constexpr StringLiteral kShardingAttr = "tsr.sharding";
 
 /// One updated parameter and what ZeRO does with it.
 struct ZeroParam {
-  Operation *update = nullptr; ///< tsr.sgd_update or tsr.adamw_update
+  /// The update (tsr.sgd_update, tsr.adamw_update, ...).
+  tsr::OptimizerUpdateOpInterface update;
   BlockArgument param;
   StringAttr name;
   shard::AllReduceOp gradReduce; ///< the dp all-reduce of the gradient
@@ -186,11 +187,12 @@ struct ZeroShardingPass
   }
 
   /// Checks one update and picks its ZeRO dimension.
-  FailureOr<ZeroParam> plan(func::FuncOp func, Operation *update,
+  FailureOr<ZeroParam> plan(func::FuncOp func,
+                            tsr::OptimizerUpdateOpInterface update,
                             const GridInfo &grid) {
     ZeroParam p;
     p.update = update;
-    Value param = update->getOperand(0);
+    Value param = update.getParamOperand().get();
     if (!hasRole(func, param, "param"))
       return update->emitOpError(
           "updates a value that is not a function argument with tsr.role = "
@@ -201,7 +203,7 @@ struct ZeroShardingPass
       return update->emitError("parameter '")
              << p.name.getValue() << "': " << msg;
     };
-    Value grad = update->getOperand(1);
+    Value grad = update.getGradOperand().get();
     // Mixed precision reduces the gradient in the compute type, then
     // converts it for the update.
     p.gradConvert = grad.getDefiningOp<tsr::ConvertOp>();
@@ -218,17 +220,15 @@ struct ZeroShardingPass
       return fail("its gradient all-reduce is not a sum");
     if (!p.gradReduce->hasOneUse())
       return fail("its gradient all-reduce has uses other than the update");
-    if (auto adamw = dyn_cast<tsr::AdamwUpdateOp>(update)) {
-      for (Value state : {adamw.getExpAvg(), adamw.getExpAvgSq()}) {
-        if (!hasRole(func, state, "opt_state"))
-          return fail("its optimizer state is not a function argument with "
-                      "tsr.role = \"opt_state\"");
-        if (!state.hasOneUse())
-          return fail("its optimizer state '" +
-                      nameOf(func, cast<BlockArgument>(state)).getValue() +
-                      "' has uses other than the update");
-        p.optState.push_back(cast<BlockArgument>(state));
-      }
+    for (Value state : update.getOptimizerState()) {
+      if (!hasRole(func, state, "opt_state"))
+        return fail("its optimizer state is not a function argument with "
+                    "tsr.role = \"opt_state\"");
+      if (!state.hasOneUse())
+        return fail("its optimizer state '" +
+                    nameOf(func, cast<BlockArgument>(state)).getValue() +
+                    "' has uses other than the update");
+      p.optState.push_back(cast<BlockArgument>(state));
     }
     auto type = cast<RankedTensorType>(param.getType());
     tsr::ShardingAttr attr = shardingOf(func, p.param);
@@ -266,11 +266,12 @@ struct ZeroShardingPass
     // The end of backward: where ZeRO-1 puts its reduce-scatters.
     Operation *firstUpdate = nullptr;
     for (Operation &op : body) {
-      if (!isa<tsr::SgdUpdateOp, tsr::AdamwUpdateOp>(op))
+      auto update = dyn_cast<tsr::OptimizerUpdateOpInterface>(op);
+      if (!update)
         continue;
       if (!firstUpdate)
         firstUpdate = &op;
-      FailureOr<ZeroParam> p = plan(func, &op, grid);
+      FailureOr<ZeroParam> p = plan(func, update, grid);
       if (failed(p))
         return failure();
       if (p->dim < 0)
@@ -353,8 +354,9 @@ struct ZeroShardingPass
           if (use.getOwner() == ret)
             func.setResultAttr(use.getOperandNumber(), kShardingAttr, attr);
       };
-      for (auto [k, state] : llvm::enumerate(p.optState))
-        resultAttr(p.update->getResult(k + 1), shardingOf(func, state));
+      for (auto [state, updated] :
+           llvm::zip_equal(p.optState, p.update.getUpdatedOptimizerState()))
+        resultAttr(updated, shardingOf(func, state));
 
       // The dp shard of `v` (a value of the parameter's type) and back.
       RankedTensorType view = viewType(full, p, grid.dp, /*shard=*/false);
@@ -373,10 +375,10 @@ struct ZeroShardingPass
         Value v = reshapeTo(b, loc, p.param, view);
         v = shard::AllSliceOp::create(b, loc, viewShard, gridName, dpAxes, v,
                                       axis);
-        p.update->setOperand(0, reshapeTo(b, loc, v, local));
+        p.update.getParamOperand().set(reshapeTo(b, loc, v, local));
         for (Value r : p.update->getResults())
           r.setType(local);
-        Value newParam = p.update->getResult(0);
+        Value newParam = p.update.getUpdatedParam();
         SmallVector<OpOperand *> uses;
         for (OpOperand &use : newParam.getUses())
           uses.push_back(&use);
@@ -418,7 +420,7 @@ struct ZeroShardingPass
       func.setArgAttr(p.param.getArgNumber(), kShardingAttr, sharded);
       for (Value r : p.update->getResults())
         r.setType(local);
-      resultAttr(p.update->getResult(0), sharded);
+      resultAttr(p.update.getUpdatedParam(), sharded);
     }
     if (!replicated.empty())
       func->setAttr("tsr.zero_replicated",
