@@ -2,6 +2,7 @@
 
 #include "compiler/planner/StepCost.h"
 #include "compiler/planner/CostModel.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 #include "dialects/tsrt/PipelineSchedule.h"
@@ -158,7 +159,7 @@ llvm::Expected<RankLayout> readGrid(ModuleOp module, const Cluster &cluster,
   if (!grids.empty())
     cost.gridShape.assign(grids[0].getShape().begin(),
                           grids[0].getShape().end());
-  if (auto names = module->getAttrOfType<ArrayAttr>("tsr.grid_axes")) {
+  if (auto names = tsr::getGridAxes(module)) {
     for (Attribute name : names)
       if (auto str = dyn_cast<StringAttr>(name))
         cost.axisNames.push_back(str.str());

@@ -23,6 +23,7 @@
 
 #include "passes/training/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
@@ -205,8 +206,7 @@ private:
     for (BlockArgument arg : body.getArguments()) {
       if (!hasElement(arg.getType(), Float32Type::get(&getContext())))
         continue;
-      auto role =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+      auto role = tsr::getArgRole(func, arg.getArgNumber());
       if (role && role.getValue() == "opt_state")
         continue;
       Operation *first = nullptr;

@@ -8,6 +8,7 @@
 
 #include "passes/zero/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
@@ -25,8 +26,6 @@ using namespace mlir;
 using namespace tessera;
 
 namespace {
-
-constexpr StringLiteral kShardingAttr = "tsr.sharding";
 
 /// One updated parameter and what ZeRO does with it.
 struct ZeroParam {
@@ -56,8 +55,7 @@ struct GridInfo {
 };
 
 StringAttr nameOf(func::FuncOp func, BlockArgument arg) {
-  if (auto name =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.name"))
+  if (auto name = tsr::getArgName(func, arg.getArgNumber()))
     return name;
   return StringAttr::get(func.getContext(),
                          "#" + Twine(arg.getArgNumber()).str());
@@ -67,13 +65,13 @@ bool hasRole(func::FuncOp func, Value v, StringRef role) {
   auto arg = dyn_cast<BlockArgument>(v);
   if (!arg || arg.getOwner() != &func.getBody().front())
     return false;
-  auto attr = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+  auto attr = tsr::getArgRole(func, arg.getArgNumber());
   return attr && attr.getValue() == role;
 }
 
 tsr::ShardingAttr shardingOf(func::FuncOp func, BlockArgument arg) {
   return func.getArgAttrOfType<tsr::ShardingAttr>(arg.getArgNumber(),
-                                                  kShardingAttr);
+                                                  tsr::kShardingAttrName);
 }
 
 /// Sub-factors of dimension `d` of a value of local type `local` with
@@ -170,7 +168,7 @@ struct ZeroShardingPass
     info.gridName = grids.front().getSymNameAttr();
     info.shape.assign(grids.front().getShape().begin(),
                       grids.front().getShape().end());
-    auto names = module->getAttrOfType<ArrayAttr>("tsr.grid_axes");
+    auto names = tsr::getGridAxes(module);
     if (names)
       for (auto [i, n] : llvm::enumerate(names))
         if (auto s = dyn_cast<StringAttr>(n); s && s.getValue() == "dp")
@@ -286,7 +284,7 @@ struct ZeroShardingPass
     // before it and once for the uses from it on.
     Operation *backwardStart = nullptr;
     for (Operation &op : body)
-      if (op.hasAttr("tsr.bwd")) {
+      if (tsr::isBackward(&op)) {
         backwardStart = &op;
         break;
       }
@@ -343,7 +341,7 @@ struct ZeroShardingPass
       // Optimizer state: arguments and results become dp shards.
       for (BlockArgument state : p.optState) {
         unsigned i = state.getArgNumber();
-        func.setArgAttr(i, kShardingAttr,
+        func.setArgAttr(i, tsr::kShardingAttrName,
                         withDpOn(shardingOf(func, state),
                                  cast<RankedTensorType>(state.getType()), p.dim,
                                  p.sub, grid));
@@ -352,7 +350,8 @@ struct ZeroShardingPass
       auto resultAttr = [&](Value v, tsr::ShardingAttr attr) {
         for (OpOperand &use : v.getUses())
           if (use.getOwner() == ret)
-            func.setResultAttr(use.getOperandNumber(), kShardingAttr, attr);
+            func.setResultAttr(use.getOperandNumber(), tsr::kShardingAttrName,
+                               attr);
       };
       for (auto [state, updated] :
            llvm::zip_equal(p.optState, p.update.getUpdatedOptimizerState()))
@@ -417,13 +416,13 @@ struct ZeroShardingPass
           use->set(gathered);
       }
       tsr::ShardingAttr sharded = withDpOn(paramAttr, full, p.dim, p.sub, grid);
-      func.setArgAttr(p.param.getArgNumber(), kShardingAttr, sharded);
+      func.setArgAttr(p.param.getArgNumber(), tsr::kShardingAttrName, sharded);
       for (Value r : p.update->getResults())
         r.setType(local);
       resultAttr(p.update.getUpdatedParam(), sharded);
     }
     if (!replicated.empty())
-      func->setAttr("tsr.zero_replicated",
+      func->setAttr(tsr::kZeroReplicatedAttrName,
                     ArrayAttr::get(func.getContext(), replicated));
     func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                    ret.getOperandTypes()));

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
@@ -226,6 +227,61 @@ func.func @f(%q: tensor<2x16x8xf32>) {
   EXPECT_TRUE(o[0]->hasTrait<tsr::SelectiveRecompute>());
   EXPECT_FALSE(o[1]->hasTrait<tsr::SelectiveRecompute>());
   EXPECT_FALSE(o[2]->hasTrait<tsr::SelectiveRecompute>());
+}
+
+TEST_F(TsrInterfacesTest, DiscardableAttrNamesAndAccessors) {
+  // The names the IR (and every lit test) spells.
+  EXPECT_EQ(tsr::kRoleAttrName, "tsr.role");
+  EXPECT_EQ(tsr::kNameAttrName, "tsr.name");
+  EXPECT_EQ(tsr::kInitAttrName, "tsr.init");
+  EXPECT_EQ(tsr::kWeightsAttrName, "tsr.weights");
+  EXPECT_EQ(tsr::kGridAxesAttrName, "tsr.grid_axes");
+  EXPECT_EQ(tsr::kForwardAttrName, "tsr.fwd");
+  EXPECT_EQ(tsr::kBackwardAttrName, "tsr.bwd");
+  EXPECT_EQ(tsr::kShardingAttrName, "tsr.sharding");
+  EXPECT_EQ(tsr::kShardingsAttrName, "tsr.shardings");
+  EXPECT_EQ(tsr::kVocabParallelAttrName, "tsr.vocab_parallel");
+  EXPECT_EQ(tsr::kZeroReplicatedAttrName, "tsr.zero_replicated");
+  EXPECT_TRUE(tsr::isTsrAttrName("tsr.role"));
+  EXPECT_FALSE(tsr::isTsrAttrName("tsrt.role"));
+  EXPECT_FALSE(tsr::isTsrAttrName("tsr"));
+  EXPECT_FALSE(tsr::isTsrAttrName("ts.r"));
+
+  SmallVector<Operation *> o = ops(R"mlir(
+module attributes {tsr.grid_axes = ["dp", "tp"]} {
+  shard.grid @grid(shape = 2x2)
+  func.func @f(%p: tensor<4x8xf32> {tsr.name = "w", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [[1], []]>},
+               %x: tensor<4x8xf32> {tsr.role = 3 : i64})
+      -> (tensor<4x8xf32> {tsr.name = "y", tsr.role = "loss"}) {
+    %a = tsr.add %p, %x {tsr.fwd = 7 : i64} : tensor<4x8xf32>
+    %b = tsr.neg %a {tsr.bwd = 7 : i64} : tensor<4x8xf32>
+    return %b : tensor<4x8xf32>
+  }
+}
+)mlir");
+  ASSERT_EQ(o.size(), 2u);
+  auto fn = module->lookupSymbol<func::FuncOp>("f");
+  EXPECT_EQ(tsr::getArgName(fn, 0).getValue(), "w");
+  EXPECT_EQ(tsr::getArgRole(fn, 0).getValue(), "param");
+  EXPECT_FALSE(tsr::getArgName(fn, 1));
+  EXPECT_FALSE(tsr::getArgRole(fn, 1)); // not a string
+  EXPECT_EQ(tsr::getResultName(fn, 0).getValue(), "y");
+  EXPECT_EQ(tsr::getResultRole(fn, 0).getValue(), "loss");
+  tsr::ShardingAttr sharding = tsr::getArgSharding(fn, 0);
+  ASSERT_TRUE(sharding);
+  EXPECT_EQ(sharding.getDimAxes(0), ArrayRef<int16_t>({1}));
+  EXPECT_FALSE(tsr::getArgSharding(fn, 1));
+  EXPECT_FALSE(tsr::getResultSharding(fn, 0));
+  ArrayAttr axes = tsr::getGridAxes(*module);
+  ASSERT_TRUE(axes);
+  EXPECT_EQ(axes.size(), 2u);
+  tsr::setGridAxes(*module, Builder(&context).getStrArrayAttr({"pp"}));
+  EXPECT_EQ(cast<StringAttr>(tsr::getGridAxes(*module)[0]).getValue(), "pp");
+  EXPECT_EQ(tsr::getForwardId(o[0]).getInt(), 7);
+  EXPECT_FALSE(tsr::getBackwardId(o[0]));
+  EXPECT_FALSE(tsr::isBackward(o[0]));
+  EXPECT_EQ(tsr::getBackwardId(o[1]).getInt(), 7);
+  EXPECT_TRUE(tsr::isBackward(o[1]));
 }
 
 } // namespace
