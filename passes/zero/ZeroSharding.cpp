@@ -70,8 +70,7 @@ bool hasRole(func::FuncOp func, Value v, StringRef role) {
 }
 
 tsr::ShardingAttr shardingOf(func::FuncOp func, BlockArgument arg) {
-  return func.getArgAttrOfType<tsr::ShardingAttr>(arg.getArgNumber(),
-                                                  tsr::kShardingAttrName);
+  return tsr::getArgSharding(func, arg.getArgNumber());
 }
 
 /// Sub-factors of dimension `d` of a value of local type `local` with
