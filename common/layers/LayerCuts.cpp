@@ -1,6 +1,7 @@
 //===- LayerCuts.cpp - layers of a forward pass ---------------------------===//
 
 #include "common/layers/LayerCuts.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 
 #include "mlir/IR/Block.h"
 #include "llvm/ADT/DenseMap.h"
@@ -75,9 +76,9 @@ tessera::training::StepOps tessera::training::classifyStepOps(Block &body) {
       ops.constant.insert(&op);
       continue;
     }
-    if (op.hasAttr("tsr.bwd") || llvm::any_of(op.getOperands(), [&](Value v) {
-          return definedBy(v, ops.backward);
-        }))
+    if (op.hasAttr(tessera::tsr::kBackwardAttrName) ||
+        llvm::any_of(op.getOperands(),
+                     [&](Value v) { return definedBy(v, ops.backward); }))
       ops.backward.insert(&op);
     else
       ops.forward.push_back(&op);

@@ -4,6 +4,7 @@
 #include "compiler/artifact/Memory.h"
 
 #include "common/schedule/PipelineSchedule.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 #include "dialects/tsrt/TsrtDialect.h"
 #include "passes/lowering/Passes.h"
@@ -98,8 +99,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   int64_t globalBatch = 0, seqLen = 0;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto type = dyn_cast<RankedTensorType>(func.getArgumentTypes()[i]);
-    auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
-    auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
+    auto role = tsr::getArgRole(func, i);
+    auto name = tsr::getArgName(func, i);
     if (!type || !role || !name)
       return func.emitError("argument ")
              << i << " lacks a tensor type, tsr.role or tsr.name";
@@ -109,8 +110,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
              << name.getValue() << "' has unsupported element type "
              << type.getElementType();
     SmallVector<int64_t> globalShape;
-    auto layout = layoutOf(func.getArgAttr(i, "tsr.sharding"), type, gridShape,
-                           globalShape);
+    auto layout = layoutOf(func.getArgAttr(i, tsr::kShardingAttrName), type,
+                           gridShape, globalShape);
     if (failed(layout))
       return func.emitError("argument '")
              << name.getValue()
@@ -128,8 +129,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
                                 {"layout", std::move(*layout)}});
   }
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
-    auto role = func.getResultAttrOfType<StringAttr>(i, "tsr.role");
-    auto name = func.getResultAttrOfType<StringAttr>(i, "tsr.name");
+    auto role = tsr::getResultRole(func, i);
+    auto name = tsr::getResultName(func, i);
     if (!role)
       return func.emitError("result ") << i << " lacks tsr.role";
     results.push_back(
@@ -159,8 +160,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   if (plan.tp > 1) {
     json::Array split;
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (func.getArgAttr(i, "tsr.vocab_parallel"))
-        if (auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name"))
+      if (func.getArgAttr(i, tsr::kVocabParallelAttrName))
+        if (auto name = tsr::getArgName(func, i))
           split.push_back(name.getValue());
     manifest["vocab_parallel"] = json::Object{{"enabled", plan.vocabParallel},
                                               {"params", std::move(split)}};
@@ -169,7 +170,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
     manifest["sequence_parallel"] = std::move(*sp);
   if (plan.zero > 0) {
     json::Array replicated;
-    if (auto names = func->getAttrOfType<ArrayAttr>("tsr.zero_replicated"))
+    if (auto names =
+            func->getAttrOfType<ArrayAttr>(tsr::kZeroReplicatedAttrName))
       for (auto name : names.getAsValueRange<StringAttr>())
         replicated.push_back(name);
     manifest["zero"] = json::Object{{"stage", plan.zero},
@@ -513,8 +515,8 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
 /// Copies an initial value (`tsr.init`) into a global-shape f32 tensor.
 static FailureOr<runtime::Tensor> initTensor(func::FuncOp func, unsigned i,
                                              ArrayRef<int64_t> globalShape) {
-  auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
-  Attribute init = func.getArgAttr(i, "tsr.init");
+  auto name = tsr::getArgName(func, i);
+  Attribute init = func.getArgAttr(i, tsr::kInitAttrName);
   auto elements = dyn_cast_or_null<ElementsAttr>(init);
   if (!elements || !elements.getElementType().isF32())
     return func.emitError("parameter '")

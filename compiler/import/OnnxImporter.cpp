@@ -16,6 +16,7 @@
 #include "compiler/import/RaisePatterns.h"
 #include "compiler/import/TensorProtoBytes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
@@ -2248,8 +2249,8 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   report.entries.clear();
   auto paramAttrs = [&](StringRef name, bool frozen) {
     NamedAttrList attrs;
-    attrs.set("tsr.name", b.getStringAttr(name));
-    attrs.set("tsr.role", b.getStringAttr(frozen ? "frozen" : "param"));
+    attrs.set(tsr::kNameAttrName, b.getStringAttr(name));
+    attrs.set(tsr::kRoleAttrName, b.getStringAttr(frozen ? "frozen" : "param"));
     return attrs;
   };
   for (const ParamPlan &p : plan.params) {
@@ -2287,7 +2288,7 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
         }
         raw = TensorBytes{ArrayRef<char>(slice.data(), slice.size()), nullptr};
       }
-      attrs.set("tsr.init", blobAttr(p.name, type, raw));
+      attrs.set(tsr::kInitAttrName, blobAttr(p.name, type, raw));
     } else {
       weightsAbsent = true;
     }
@@ -2313,8 +2314,8 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   for (const GraphArg &a : graphArgs)
     if (!a.isParam) {
       NamedAttrList attrs;
-      attrs.set("tsr.name", b.getStringAttr(a.name));
-      attrs.set("tsr.role", b.getStringAttr("input"));
+      attrs.set(tsr::kNameAttrName, b.getStringAttr(a.name));
+      attrs.set(tsr::kRoleAttrName, b.getStringAttr("input"));
       argTypes.push_back(a.type);
       argAttrs.push_back(attrs);
       argNames.push_back(a.name);
@@ -2457,7 +2458,8 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   func::ReturnOp::create(b, fileLoc, results);
   func.setFunctionType(b.getFunctionType(argTypes, resultTypes));
   for (int k = 0; k < g.output_size(); ++k)
-    func.setResultAttr(k, "tsr.name", b.getStringAttr(g.output(k).name()));
+    func.setResultAttr(k, tsr::kNameAttrName,
+                       b.getStringAttr(g.output(k).name()));
 
   if (failed(verify(*module))) {
     error() << "internal error: the imported module does not verify";
@@ -2596,12 +2598,12 @@ std::optional<std::string> weightsMissing(ModuleOp module) {
     if (func.isExternal())
       continue;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
+      auto role = tsr::getArgRole(func, i);
       if (!role || (role.getValue() != "param" && role.getValue() != "frozen"))
         continue;
-      if (func.getArgAttr(i, "tsr.init"))
+      if (func.getArgAttr(i, tsr::kInitAttrName))
         continue;
-      auto name = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
+      auto name = tsr::getArgName(func, i);
       return name ? name.str() : ("argument #" + Twine(i)).str();
     }
   }

@@ -49,6 +49,7 @@
 #ifndef TESSERA_COMPILER_IMPORT_ONNXIMPORTER_H
 #define TESSERA_COMPILER_IMPORT_ONNXIMPORTER_H
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -122,7 +123,7 @@ importOnnxBytes(llvm::StringRef bytes, llvm::StringRef displayName,
 /// Module attribute marking a weight-free import: `tsr.weights = "absent"`
 /// when some parameter (`tsr.role` "param" or "frozen") of @forward has no
 /// `tsr.init`. Absent when every parameter has its initial value.
-inline constexpr llvm::StringLiteral kWeightsAttr = "tsr.weights";
+inline constexpr llvm::StringLiteral kWeightsAttr = tsr::kWeightsAttrName;
 inline constexpr llvm::StringLiteral kWeightsAbsent = "absent";
 
 /// The name of the first parameter or frozen argument (in argument order)

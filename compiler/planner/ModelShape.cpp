@@ -3,6 +3,7 @@
 #include "compiler/planner/ModelShape.h"
 
 #include "common/layers/LayerCuts.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -37,8 +38,7 @@ tessera::planner::transformerShapeOf(ModuleOp module) {
   llvm::DenseSet<Value> params;
   double totalParams = 0;
   for (BlockArgument arg : forward.getArguments()) {
-    auto role =
-        forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+    auto role = tsr::getArgRole(forward, arg.getArgNumber());
     auto type = dyn_cast<RankedTensorType>(arg.getType());
     if (!role || !type)
       continue;

@@ -3,6 +3,7 @@
 #include "compiler/planner/StepCost.h"
 #include "common/cluster/CostModel.h"
 #include "common/schedule/PipelineSchedule.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 #include "dialects/tsrt/TsrtDialect.h"
@@ -55,50 +56,110 @@ double planner::gemmSeconds(const Cluster &cluster, llvm::StringRef dtype,
                          flops, bytes);
 }
 
-llvm::Expected<StepCost> planner::predictStepCost(
-    ModuleOp module, const Cluster &cluster, llvm::StringRef dtype,
-    std::optional<double> gemmEfficiency, ArrayRef<std::string> rankOrder) {
+namespace {
+
+/// Checks the dtype and the GEMM efficiency; returns the cluster's peak
+/// FLOP/s for the dtype.
+llvm::Expected<double> peakFor(const Cluster &cluster, llvm::StringRef dtype,
+                               std::optional<double> gemmEfficiency) {
   if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
     return error("unknown dtype '" + dtype + "' (expected fp32, bf16 or fp16)");
   auto peakIt = cluster.peakFlops.find(dtype.str());
   if (peakIt == cluster.peakFlops.end() || !(peakIt->second > 0))
     return error("cluster '" + cluster.name + "' has no peak FLOP/s for " +
                  dtype);
-  double peak = peakIt->second;
   if (gemmEfficiency && !(*gemmEfficiency > 0 && *gemmEfficiency <= 1))
     return error("GEMM efficiency must be in (0, 1], got " +
                  llvm::Twine(std::to_string(*gemmEfficiency)));
+  return peakIt->second;
+}
 
-  // One @train_step, or a pipeline: a tsrt.pipeline_schedule and its
-  // chunks' forward / backward / apply functions.
+/// The functions to cost: one @train_step, or a pipeline: a
+/// tsrt.pipeline_schedule and its chunks' forward / backward / apply
+/// functions.
+struct StepFunctions {
   func::FuncOp step;
+  tsrt::PipelineScheduleOp schedule;
+};
+
+llvm::Expected<StepFunctions> findStepFunctions(ModuleOp module) {
+  StepFunctions found;
   SmallVector<tsrt::PipelineScheduleOp> schedules(
       module.getOps<tsrt::PipelineScheduleOp>());
   if (schedules.size() > 1)
     return error("the module has more than one tsrt.pipeline_schedule");
-  tsrt::PipelineScheduleOp schedule =
-      schedules.empty() ? nullptr : schedules.front();
+  found.schedule = schedules.empty() ? nullptr : schedules.front();
   for (auto fn : module.getOps<func::FuncOp>()) {
     if (fn.isExternal() || fn.isPrivate())
       continue;
     if (fn.getName() == "train_step")
-      step = fn;
-    else if (!schedule)
+      found.step = fn;
+    else if (!found.schedule)
       return error("function @" + fn.getName() +
                    " besides @train_step and no tsrt.pipeline_schedule");
   }
-  if (!step && !schedule)
+  if (!found.step && !found.schedule)
     return error("the module has no @train_step");
+  return found;
+}
 
-  StepCost cost;
-  // The grid: its shape from `shard.grid`, one rank without one.
+/// Where the grid's axes put ranks: the rank axes (not mb) in the order
+/// ranks are laid out, slowest first, and each grid axis's position in it,
+/// for node placement.
+struct RankLayout {
+  std::vector<int64_t> gridShape;
+  std::vector<int64_t> rankShape;
+  /// Per grid axis: its index in rankShape, -1 for the mb axis.
+  std::vector<int64_t> rankPosition;
+  /// The pp axis, or -1.
+  int64_t ppAxis = -1;
+
+  /// Ranks between neighbours along grid axis `axis` (a rank axis): the
+  /// product of the axes laid out faster.
+  int64_t rankStride(int64_t axis) const {
+    int64_t stride = 1;
+    for (size_t p = size_t(rankPosition[axis]) + 1; p < rankShape.size(); ++p)
+      stride *= rankShape[p];
+    return stride;
+  }
+
+  /// The rank stride of a group over `axes` when its ranks are evenly
+  /// spaced ({b, b + s, ...}: the axes, ordered by stride, nest without
+  /// gaps), else 0.
+  int64_t groupStride(ArrayRef<int16_t> axes) const {
+    std::vector<std::pair<int64_t, int64_t>> strideSize;
+    for (int16_t axis : axes) {
+      if (axis < 0 || static_cast<size_t>(axis) >= rankPosition.size() ||
+          rankPosition[axis] < 0)
+        return 0;
+      int64_t stride = rankStride(axis);
+      if (gridShape[axis] > 1)
+        strideSize.push_back({stride, gridShape[axis]});
+    }
+    if (strideSize.empty())
+      return 0;
+    llvm::sort(strideSize);
+    for (size_t i = 1; i < strideSize.size(); ++i)
+      if (strideSize[i].first !=
+          strideSize[i - 1].first * strideSize[i - 1].second)
+        return 0;
+    return strideSize.front().first;
+  }
+};
+
+/// Reads the grid (its shape from `shard.grid`, one rank without one, its
+/// axis names from `tsr.grid_axes`) into `cost` and lays its rank axes out
+/// in `rankOrder`.
+llvm::Expected<RankLayout> readGrid(ModuleOp module, const Cluster &cluster,
+                                    ArrayRef<std::string> rankOrder,
+                                    StepCost &cost) {
   SmallVector<shard::GridOp> grids(module.getOps<shard::GridOp>());
   if (grids.size() > 1)
     return error("the module has more than one shard.grid");
   if (!grids.empty())
     cost.gridShape.assign(grids[0].getShape().begin(),
                           grids[0].getShape().end());
-  if (auto names = module->getAttrOfType<ArrayAttr>("tsr.grid_axes")) {
+  if (auto names = tsr::getGridAxes(module)) {
     for (Attribute name : names)
       if (auto str = dyn_cast<StringAttr>(name))
         cost.axisNames.push_back(str.str());
@@ -115,102 +176,103 @@ llvm::Expected<StepCost> planner::predictStepCost(
       continue;
     cost.ranks *= size;
   }
-  // The rank axes (not mb) in the order ranks are laid out, slowest first,
-  // and each grid axis's position in it, for node placement.
-  std::vector<int64_t> rankShape;
-  std::vector<int64_t> rankPosition(cost.gridShape.size(), -1);
-  {
-    std::vector<int64_t> order;
-    auto indexOf = [&](llvm::StringRef name) -> int64_t {
-      for (auto [i, n] : llvm::enumerate(cost.axisNames))
-        if (n == name)
-          return int64_t(i);
-      return -1;
-    };
-    for (const std::string &name : rankOrder) {
-      int64_t i = indexOf(name);
-      if (i < 0)
-        return error("rank order names axis '" + name +
-                     "', which the grid does not have");
-      order.push_back(i);
-    }
-    // Axes the order leaves out (or all, without one) in grid order: slowest
-    // first when an order is given, as Plan::effectiveRankOrder puts them.
-    std::vector<int64_t> rest;
-    for (size_t i = 0; i < cost.gridShape.size(); ++i)
-      if (!llvm::is_contained(order, int64_t(i)) &&
-          !(i < cost.axisNames.size() && cost.axisNames[i] == "mb"))
-        rest.push_back(int64_t(i));
-    order.insert(order.begin(), rest.begin(), rest.end());
-    for (int64_t i : order) {
-      rankPosition[i] = int64_t(rankShape.size());
-      rankShape.push_back(cost.gridShape[i]);
-    }
+  RankLayout layout;
+  layout.gridShape = cost.gridShape;
+  layout.rankPosition.assign(cost.gridShape.size(), -1);
+  std::vector<int64_t> order;
+  auto indexOf = [&](llvm::StringRef name) -> int64_t {
+    for (auto [i, n] : llvm::enumerate(cost.axisNames))
+      if (n == name)
+        return int64_t(i);
+    return -1;
+  };
+  for (const std::string &name : rankOrder) {
+    int64_t i = indexOf(name);
+    if (i < 0)
+      return error("rank order names axis '" + name +
+                   "', which the grid does not have");
+    order.push_back(i);
   }
-  int64_t ppAxis = -1;
+  // Axes the order leaves out (or all, without one) in grid order: slowest
+  // first when an order is given, as Plan::effectiveRankOrder puts them.
+  std::vector<int64_t> rest;
+  for (size_t i = 0; i < cost.gridShape.size(); ++i)
+    if (!llvm::is_contained(order, int64_t(i)) &&
+        !(i < cost.axisNames.size() && cost.axisNames[i] == "mb"))
+      rest.push_back(int64_t(i));
+  order.insert(order.begin(), rest.begin(), rest.end());
+  for (int64_t i : order) {
+    layout.rankPosition[i] = int64_t(layout.rankShape.size());
+    layout.rankShape.push_back(cost.gridShape[i]);
+  }
   for (auto [i, name] : llvm::enumerate(cost.axisNames))
     if (name == "pp")
-      ppAxis = int64_t(i);
+      layout.ppAxis = int64_t(i);
   if (cost.ranks > cluster.devices())
     return error("the plan needs " + llvm::Twine(cost.ranks) +
                  " ranks but cluster '" + cluster.name + "' has " +
                  llvm::Twine(cluster.devices()) + " devices");
+  return layout;
+}
 
-  // The rank stride of a group over `axes` when its ranks are evenly
-  // spaced ({b, b + s, ...}: the axes, ordered by stride, nest without
-  // gaps), else 0.
-  // Ranks between neighbours along grid axis `axis` (a rank axis): the
-  // product of the axes laid out faster.
-  auto rankStride = [&](int64_t axis) {
-    int64_t stride = 1;
-    for (size_t p = size_t(rankPosition[axis]) + 1; p < rankShape.size(); ++p)
-      stride *= rankShape[p];
-    return stride;
-  };
-  auto groupStride = [&](ArrayRef<int16_t> axes) -> int64_t {
-    std::vector<std::pair<int64_t, int64_t>> strideSize;
-    for (int16_t axis : axes) {
-      if (axis < 0 || static_cast<size_t>(axis) >= rankPosition.size() ||
-          rankPosition[axis] < 0)
-        return 0;
-      int64_t stride = rankStride(axis);
-      if (cost.gridShape[axis] > 1)
-        strideSize.push_back({stride, cost.gridShape[axis]});
-    }
-    if (strideSize.empty())
-      return 0;
-    llvm::sort(strideSize);
-    for (size_t i = 1; i < strideSize.size(); ++i)
-      if (strideSize[i].first !=
-          strideSize[i - 1].first * strideSize[i - 1].second)
-        return 0;
-    return strideSize.front().first;
-  };
-  llvm::Error err = llvm::Error::success();
-  // The sync lag (Cluster::syncLagFraction): compute since the function's
-  // last collective (ops' kernel time, overhead left out), and whether it
-  // had one.
-  double sinceCollective = 0;
-  bool afterCollective = false;
-  // Not in a pipeline: its ranks that share a core are in different stages
-  // (pp is the slowest rank axis), not in one collective, and the schedule
-  // simulation gives them their turns (ComputeSharing).
-  auto endSegment = [&] {
-    if (afterCollective && !schedule) {
+/// Walks functions and adds their kernels and collectives to a StepCost
+/// (see StepCost.h for the formulas).
+class FunctionCoster {
+public:
+  FunctionCoster(const Cluster &cluster, llvm::StringRef dtype, double peak,
+                 std::optional<double> gemmEfficiency, const RankLayout &layout,
+                 bool pipeline, StepCost &cost)
+      : cluster(cluster), dtype(dtype), peak(peak),
+        gemmEfficiency(gemmEfficiency), layout(layout), pipeline(pipeline),
+        cost(cost) {}
+
+  /// Adds the kernels and collectives of `fn` to the cost.
+  llvm::Error walk(func::FuncOp fn) {
+    sinceCollective = 0;
+    afterCollective = false;
+    fn.walk([&](Operation *op) -> WalkResult {
+      // A pipeline send: one message to the next (or previous) stage over pp
+      // (its recv is the peer's send and costs nothing more).
+      if (auto send = dyn_cast<tsrt::SendOp>(op)) {
+        if (layout.ppAxis >= 0)
+          addCollective(op, Collective::SendRecv,
+                        {static_cast<int16_t>(layout.ppAxis)},
+                        send.getInput().getType(), /*syncPoint=*/false);
+      } else if (auto costOp = dyn_cast<tsr::CostOpInterface>(op)) {
+        addKernel(costOp);
+      } else {
+        addShardCollective(op);
+      }
+      return failure ? WalkResult::interrupt() : WalkResult::advance();
+    });
+    endSegment();
+    if (failure)
+      return error(*failure);
+    return llvm::Error::success();
+  }
+
+private:
+  /// Ends a stretch of compute after a collective: its sync lag (not in a
+  /// pipeline: its ranks that share a core are in different stages, pp
+  /// being the slowest rank axis, not in one collective, and the schedule
+  /// simulation gives them their turns: ComputeSharing).
+  void endSegment() {
+    if (afterCollective && !pipeline) {
       double window = std::min(sinceCollective, cluster.syncLagWindow);
       cost.syncLagComputeSeconds += window;
       cost.syncLagSeconds += cluster.syncLagFraction * window;
     }
     sinceCollective = 0;
-  };
-  // `syncPoint`: the collective counts for the sync lag (a pipeline's sends
-  // do not: the schedule simulation times their stages' waits).
-  // `inKernel`: a kernel's own message (ring attention's rotations, the
-  // vocab-parallel cross-entropy's statistics), which its compute separates
-  // from the previous one, so never back to back.
-  auto addCollectiveBytes = [&](Operation *op, Collective kind,
-                                ArrayRef<int16_t> axes, double bytes,
-                                bool syncPoint = true, bool inKernel = false) {
+  }
+
+  /// `syncPoint`: the collective counts for the sync lag (a pipeline's sends
+  /// do not: the schedule simulation times their stages' waits).
+  /// `inKernel`: a kernel's own message (ring attention's rotations, the
+  /// vocab-parallel cross-entropy's statistics), which its compute separates
+  /// from the previous one, so never back to back.
+  void addCollectiveBytes(Operation *op, Collective kind,
+                          ArrayRef<int16_t> axes, double bytes,
+                          bool syncPoint = true, bool inKernel = false) {
     // Right after another collective, no kernel time between: the ranks
     // arrive together (Cluster::Link::measuredBackToBack).
     bool backToBack =
@@ -226,18 +288,19 @@ llvm::Expected<StepCost> planner::predictStepCost(
     int64_t n = 1;
     for (int16_t axis : axes) {
       if (axis < 0 || static_cast<size_t>(axis) >= cost.gridShape.size()) {
-        err = error(op->getName().getStringRef() + " on grid axis " +
-                    llvm::Twine(axis) + " outside the grid");
+        failure = (op->getName().getStringRef() + " on grid axis " +
+                   llvm::Twine(axis) + " outside the grid")
+                      .str();
         return;
       }
       n *= cost.gridShape[axis];
       // A group over several axes is connected by single-axis steps, so it
       // stays in one node iff every one of its axes does.
-      if (rankPosition[axis] >= 0)
-        c.withinNode &=
-            axisWithinNode(cluster, rankShape, size_t(rankPosition[axis]));
+      if (layout.rankPosition[axis] >= 0)
+        c.withinNode &= axisWithinNode(cluster, layout.rankShape,
+                                       size_t(layout.rankPosition[axis]));
     }
-    c.groupStride = groupStride(axes);
+    c.groupStride = layout.groupStride(axes);
     c.seconds = collectiveSeconds(
         kind, bytes, n,
         cluster.link(collectiveName(kind), c.withinNode, n, c.groupStride),
@@ -245,222 +308,219 @@ llvm::Expected<StepCost> planner::predictStepCost(
     c.backToBack = backToBack;
     cost.communicationSeconds += c.seconds;
     cost.collectives.push_back(std::move(c));
-  };
-  auto addCollective = [&](Operation *op, Collective kind,
-                           ArrayRef<int16_t> axes, Type sized,
-                           bool syncPoint = true) {
+  }
+
+  void addCollective(Operation *op, Collective kind, ArrayRef<int16_t> axes,
+                     Type sized, bool syncPoint = true) {
     double bytes = tensorBytes(sized);
     if (bytes < 0) {
-      err = error(op->getName().getStringRef() +
-                  " on a tensor without a static shape");
+      failure =
+          (op->getName().getStringRef() + " on a tensor without a static shape")
+              .str();
       return;
     }
     addCollectiveBytes(op, kind, axes, bytes, syncPoint);
-  };
-  // Ring attention's K/V rotations (runtime/backends/cpu/Attention.cpp):
-  // fp32 blocks, sent with MPI_Sendrecv_replace around the ring.
-  auto addRing = [&](Operation *op, Value key, Value value, bool backward) {
-    auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
-    auto ring = op->getAttrOfType<IntegerAttr>("ring_size");
-    if (!axes || !ring || ring.getInt() < 2)
-      return;
-    double kv =
-        4.0 * (cast<RankedTensorType>(key.getType()).getNumElements() +
-               cast<RankedTensorType>(value.getType()).getNumElements());
-    int64_t rotations = ring.getInt() - 1;
-    for (int64_t i = 0; i < rotations && !err; ++i)
-      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(),
-                         backward ? 2 * kv : kv, true, /*inKernel=*/true);
-    if (backward && !err)
-      addCollectiveBytes(op, Collective::SendRecv, axes.asArrayRef(), kv, true,
-                         /*inKernel=*/true);
-  };
-  // Vocab-parallel cross-entropy (runtime/executor/Kernels.cpp): the kernel
-  // all-reduces its N rows' max, then their sums of exponentials (and, in
-  // the forward, the target logits), as f64.
-  auto addVocabParallel = [&](Operation *op, Value logits, bool backward) {
-    auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
-    if (!axes || axes.empty())
-      return;
-    double rows = static_cast<double>(
-        cast<RankedTensorType>(logits.getType()).getDimSize(0));
-    addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(), 8 * rows,
-                       true, /*inKernel=*/true);
-    if (!err)
-      addCollectiveBytes(op, Collective::AllReduce, axes.asArrayRef(),
-                         (backward ? 8 : 16) * rows, true, /*inKernel=*/true);
-  };
-
-  double memoryBandwidth = cluster.memoryBandwidth;
-  auto walkFunction = [&](func::FuncOp fn) {
-    sinceCollective = 0;
-    afterCollective = false;
-    fn.walk([&](Operation *op) -> WalkResult {
-      // A pipeline send: one message to the next (or previous) stage over pp
-      // (its recv is the peer's send and costs nothing more).
-      if (auto send = dyn_cast<tsrt::SendOp>(op)) {
-        if (ppAxis >= 0)
-          addCollective(op, Collective::SendRecv,
-                        {static_cast<int16_t>(ppAxis)},
-                        send.getInput().getType(), /*syncPoint=*/false);
-        return err ? WalkResult::interrupt() : WalkResult::advance();
-      }
-      if (auto costOp = dyn_cast<tsr::CostOpInterface>(op)) {
-        // A constant is materialised once, when the plan is loaded.
-        if (op->hasTrait<OpTrait::ConstantLike>())
-          return WalkResult::advance();
-        double flops = static_cast<double>(costOp.getFlops());
-        double bytes = static_cast<double>(costOp.getBytesAccessed());
-        double transcendentals =
-            cluster.transcendentalRate > 0
-                ? static_cast<double>(costOp.getTranscendentals()) /
-                      cluster.transcendentalRate
-                : 0;
-        cost.flopsPerRank += flops;
-        ++cost.kernels;
-        SmallVector<tsr::GemmShape> gemms = costOp.getGemmShapes();
-        auto measured = cluster.kernelSecondsPerElement.find(
-            op->getName().stripDialect().str());
-        bool isAttention = isa<tsr::AttentionOp, tsr::AttentionGradOp>(op);
-        // This op's kernel time: GEMM-like (gemmSeconds) or other.
-        double opGemm = 0, opOther = 0;
-        if (isAttention && measured != cluster.kernelSecondsPerElement.end()) {
-          // The fused attention kernel, measured per score it forms (one exp
-          // each: getTranscendentals).
-          opGemm = static_cast<double>(costOp.getTranscendentals()) *
-                   measured->second;
-        } else if (!gemms.empty()) {
-          double gemmFlops = 0, seconds = 0;
-          for (const tsr::GemmShape &g : gemms) {
-            gemmFlops += static_cast<double>(g.flops());
-            seconds += gemmSeconds(cluster, dtype, peak, g.batch, g.m, g.n, g.k,
-                                   gemmEfficiency);
-          }
-          opGemm = seconds + std::max(0.0, flops - gemmFlops) / peak +
-                   transcendentals;
-        } else if (measured != cluster.kernelSecondsPerElement.end() &&
-                   op->getNumOperands() > 0) {
-          // The backend's own kernel, measured per element of operand 0.
-          auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
-          double elements =
-              in && in.hasStaticShape() ? double(in.getNumElements()) : 0;
-          opOther = elements * measured->second;
-        } else {
-          opOther = flops / peak + transcendentals;
-          if (memoryBandwidth > 0)
-            opOther = std::max(opOther, bytes / memoryBandwidth);
-        }
-        opGemm *= cluster.computeScale;
-        opOther *= cluster.computeScale;
-        cost.gemmSeconds += opGemm;
-        cost.otherSeconds += opOther;
-        sinceCollective += opGemm + opOther;
-        OpKindCost &kind = cost.opKinds[op->getName().stripDialect().str()];
-        ++kind.calls;
-        kind.seconds += opGemm + opOther + cluster.opOverhead;
-        llvm::TypeSwitch<Operation *>(op)
-            .Case([&](tsr::AttentionOp o) {
-              addRing(op, o.getKey(), o.getValue(), /*backward=*/false);
-            })
-            .Case([&](tsr::AttentionGradOp o) {
-              addRing(op, o.getKey(), o.getValue(), /*backward=*/true);
-            })
-            .Case([&](tsr::CrossEntropyOp o) {
-              addVocabParallel(op, o.getLogits(), /*backward=*/false);
-            })
-            .Case([&](tsr::CrossEntropyGradOp o) {
-              addVocabParallel(op, o.getLogits(), /*backward=*/true);
-            })
-            .Default([](Operation *) {});
-        return err ? WalkResult::interrupt() : WalkResult::advance();
-      }
-      llvm::TypeSwitch<Operation *>(op)
-          .Case([&](shard::AllReduceOp o) {
-            addCollective(op, Collective::AllReduce, o.getGridAxes(),
-                          o.getInput().getType());
-          })
-          .Case([&](shard::AllGatherOp o) {
-            addCollective(op, Collective::AllGather, o.getGridAxes(),
-                          o.getResult().getType());
-          })
-          .Case([&](shard::ReduceScatterOp o) {
-            addCollective(op, Collective::ReduceScatter, o.getGridAxes(),
-                          o.getInput().getType());
-          })
-          .Case([&](shard::AllToAllOp o) {
-            addCollective(op, Collective::AllToAll, o.getGridAxes(),
-                          o.getInput().getType());
-          })
-          .Default([](Operation *) {});
-      return err ? WalkResult::interrupt() : WalkResult::advance();
-    });
-    endSegment();
-  };
-
-  if (!schedule) {
-    walkFunction(step);
-    if (err)
-      return std::move(err);
-    cost.overheadSeconds =
-        static_cast<double>(cost.kernels) * cluster.opOverhead;
-    cost.computeSeconds =
-        cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
-    cost.stepSeconds =
-        cost.computeSeconds + cost.communicationSeconds + cost.syncLagSeconds;
-    cost.mfu = cost.stepSeconds > 0
-                   ? cost.flopsPerRank / (cost.stepSeconds * peak)
-                   : 0;
-    return cost;
   }
 
-  // A pipeline: each chunk's forward, backward and apply function costed
-  // once; the schedule simulated with those times (tsrt::schedule::simulate:
-  // a stage runs its actions in order, an action waits for the one it
-  // receives from); the step is the makespan plus the slowest stage's apply
-  // (its data-parallel all-reduces and optimizer). The per-rank figures are
-  // the busiest stage's: its chunks' forward and backward M times, and its
-  // apply once.
-  struct Parts {
-    double gemm = 0, other = 0, comm = 0, flops = 0;
-    int64_t kernels = 0;
-    /// The function's collectives: cost.collectives[begin, end).
-    size_t collectivesBegin = 0, collectivesEnd = 0;
-    /// The function's kernels by op kind.
-    std::map<std::string, OpKindCost> opKinds;
-    double seconds(double overhead) const {
-      return gemm + other + comm + double(kernels) * overhead;
+  /// A `shard` collective (all_slice and other ops cost nothing).
+  void addShardCollective(Operation *op) {
+    llvm::TypeSwitch<Operation *>(op)
+        .Case([&](shard::AllReduceOp o) {
+          addCollective(op, Collective::AllReduce, o.getGridAxes(),
+                        o.getInput().getType());
+        })
+        .Case([&](shard::AllGatherOp o) {
+          addCollective(op, Collective::AllGather, o.getGridAxes(),
+                        o.getResult().getType());
+        })
+        .Case([&](shard::ReduceScatterOp o) {
+          addCollective(op, Collective::ReduceScatter, o.getGridAxes(),
+                        o.getInput().getType());
+        })
+        .Case([&](shard::AllToAllOp o) {
+          addCollective(op, Collective::AllToAll, o.getGridAxes(),
+                        o.getInput().getType());
+        })
+        .Default([](Operation *) {});
+  }
+
+  /// One kernel: its time (GEMM-like or other), overhead and own messages.
+  void addKernel(tsr::CostOpInterface costOp) {
+    Operation *op = costOp;
+    // A constant is materialised once, when the plan is loaded.
+    if (op->hasTrait<OpTrait::ConstantLike>())
+      return;
+    double flops = static_cast<double>(costOp.getFlops());
+    double bytes = static_cast<double>(costOp.getBytesAccessed());
+    double transcendentals =
+        cluster.transcendentalRate > 0
+            ? static_cast<double>(costOp.getTranscendentals()) /
+                  cluster.transcendentalRate
+            : 0;
+    cost.flopsPerRank += flops;
+    ++cost.kernels;
+    SmallVector<tsr::GemmShape> gemms = costOp.getGemmShapes();
+    auto measured = cluster.kernelSecondsPerElement.find(
+        op->getName().stripDialect().str());
+    // The count the calibration measured the kernel in (elements of
+    // operand 0; the fused attention kernels: scores formed), or -1.
+    int64_t units = measured != cluster.kernelSecondsPerElement.end()
+                        ? costOp.getMeasuredUnits()
+                        : -1;
+    // This op's kernel time: GEMM-like (gemmSeconds) or other.
+    double opGemm = 0, opOther = 0;
+    if (units >= 0) {
+      // The backend's own kernel, measured per unit.
+      (gemms.empty() ? opOther : opGemm) =
+          static_cast<double>(units) * measured->second;
+    } else if (!gemms.empty()) {
+      double gemmFlops = 0, seconds = 0;
+      for (const tsr::GemmShape &g : gemms) {
+        gemmFlops += static_cast<double>(g.flops());
+        seconds += gemmSeconds(cluster, dtype, peak, g.batch, g.m, g.n, g.k,
+                               gemmEfficiency);
+      }
+      opGemm =
+          seconds + std::max(0.0, flops - gemmFlops) / peak + transcendentals;
+    } else {
+      opOther = flops / peak + transcendentals;
+      if (cluster.memoryBandwidth > 0)
+        opOther = std::max(opOther, bytes / cluster.memoryBandwidth);
     }
-  };
+    opGemm *= cluster.computeScale;
+    opOther *= cluster.computeScale;
+    cost.gemmSeconds += opGemm;
+    cost.otherSeconds += opOther;
+    sinceCollective += opGemm + opOther;
+    OpKindCost &kind = cost.opKinds[op->getName().stripDialect().str()];
+    ++kind.calls;
+    kind.seconds += opGemm + opOther + cluster.opOverhead;
+    // The kernel's own messages (ring attention's K/V rotations, the
+    // vocab-parallel cross-entropy's row statistics), which its compute
+    // separates from the previous collective.
+    for (const tsr::KernelMessage &m : costOp.getKernelMessages()) {
+      addCollectiveBytes(op,
+                         m.kind == tsr::KernelMessage::Kind::SendRecv
+                             ? Collective::SendRecv
+                             : Collective::AllReduce,
+                         m.gridAxes, static_cast<double>(m.bytes), true,
+                         /*inKernel=*/true);
+      if (failure)
+        break;
+    }
+  }
+
+  const Cluster &cluster;
+  llvm::StringRef dtype;
+  double peak;
+  std::optional<double> gemmEfficiency;
+  const RankLayout &layout;
+  bool pipeline;
+  StepCost &cost;
+  /// The sync lag (Cluster::syncLagFraction): compute since the function's
+  /// last collective (ops' kernel time, overhead left out), and whether it
+  /// had one.
+  double sinceCollective = 0;
+  bool afterCollective = false;
+  /// The first error met, without the "step cost: " prefix.
+  std::optional<std::string> failure;
+};
+
+/// What one pipeline function (a chunk's forward, backward or apply) costs.
+struct Parts {
+  double gemm = 0, other = 0, comm = 0, flops = 0;
+  int64_t kernels = 0;
+  /// The function's collectives: cost.collectives[begin, end).
+  size_t collectivesBegin = 0, collectivesEnd = 0;
+  /// The function's kernels by op kind.
+  std::map<std::string, OpKindCost> opKinds;
+  double seconds(double overhead) const {
+    return gemm + other + comm + double(kernels) * overhead;
+  }
+};
+
+/// Costs the pipeline function `ref` names into `parts`: what it adds to
+/// `cost`'s running totals (its collectives are appended to
+/// cost.collectives, its op kinds kept apart).
+llvm::Error costPipelineFunction(tsrt::PipelineScheduleOp schedule,
+                                 SymbolTableCollection &symbols, Attribute ref,
+                                 FunctionCoster &coster, StepCost &cost,
+                                 Parts &parts) {
+  auto fn = symbols.lookupNearestSymbolFrom<func::FuncOp>(
+      schedule, cast<SymbolRefAttr>(ref));
+  if (!fn)
+    return error("tsrt.pipeline_schedule names a missing function");
+  Parts before;
+  before.gemm = cost.gemmSeconds;
+  before.other = cost.otherSeconds;
+  before.comm = cost.communicationSeconds;
+  before.flops = cost.flopsPerRank;
+  before.kernels = cost.kernels;
+  before.collectivesBegin = cost.collectives.size();
+  std::map<std::string, OpKindCost> kindsBefore;
+  std::swap(kindsBefore, cost.opKinds);
+  llvm::Error err = coster.walk(fn);
+  std::swap(parts.opKinds, cost.opKinds);
+  cost.opKinds = std::move(kindsBefore);
+  if (err)
+    return err;
+  parts.gemm = cost.gemmSeconds - before.gemm;
+  parts.other = cost.otherSeconds - before.other;
+  parts.comm = cost.communicationSeconds - before.comm;
+  parts.flops = cost.flopsPerRank - before.flops;
+  parts.kernels = cost.kernels - before.kernels;
+  parts.collectivesBegin = before.collectivesBegin;
+  parts.collectivesEnd = cost.collectives.size();
+  return llvm::Error::success();
+}
+
+/// Ranks sharing fewer processors than there are ranks (the CPU backend
+/// oversubscribed): a stage waiting in its bubble frees its core. Ranks are
+/// bound round-robin, as mpirun --map-by core --bind-to core places them:
+/// world rank r on core (r mod devices per node) mod cores of its node. A
+/// stage's ranks are those of its pp coordinate in the rank layout. Returns
+/// std::nullopt when the ranks do not share cores.
+std::optional<tsrt::schedule::ComputeSharing>
+computeSharing(const Cluster &cluster, const StepCost &cost,
+               const RankLayout &layout, int64_t stages) {
+  tsrt::schedule::ComputeSharing sharing;
+  sharing.processes = cost.ranks;
+  sharing.processesPerStage = std::max<int64_t>(1, cost.ranks / stages);
+  sharing.cores = cluster.coresPerNode * double(cluster.nodes);
+  sharing.waitingShare = cluster.waitingRankShare;
+  bool shared = sharing.cores > 0 && sharing.cores < double(cost.ranks) &&
+                sharing.waitingShare < 1;
+  if (!shared)
+    return std::nullopt;
+  int64_t coresPerNode = int64_t(std::floor(cluster.coresPerNode));
+  int64_t ppAxis = layout.ppAxis;
+  if (coresPerNode >= 1 && ppAxis >= 0 && layout.rankPosition[ppAxis] >= 0) {
+    int64_t ppStride = layout.rankStride(ppAxis);
+    sharing.stageCores.assign(size_t(stages), {});
+    for (int64_t r = 0; r < cost.ranks; ++r) {
+      int64_t stage = (r / ppStride) % cost.gridShape[ppAxis];
+      int64_t node = r / cluster.devicesPerNode;
+      int64_t core =
+          node * coresPerNode + (r % cluster.devicesPerNode) % coresPerNode;
+      if (stage < stages)
+        sharing.stageCores[size_t(stage)].push_back(core);
+    }
+  }
+  return sharing;
+}
+
+/// A pipeline: each chunk's forward, backward and apply function costed
+/// once; the schedule simulated with those times (tsrt::schedule::simulate:
+/// a stage runs its actions in order, an action waits for the one it
+/// receives from); the step is the makespan plus the slowest stage's apply
+/// (its data-parallel all-reduces and optimizer). The per-rank figures are
+/// the busiest stage's: its chunks' forward and backward M times, and its
+/// apply once.
+llvm::Error costPipeline(tsrt::PipelineScheduleOp schedule,
+                         FunctionCoster &coster, const Cluster &cluster,
+                         const RankLayout &layout, double peak,
+                         StepCost &cost) {
   SymbolTableCollection symbols;
-  auto costOf = [&](Attribute ref, Parts &parts) -> llvm::Error {
-    auto fn = symbols.lookupNearestSymbolFrom<func::FuncOp>(
-        schedule, cast<SymbolRefAttr>(ref));
-    if (!fn)
-      return error("tsrt.pipeline_schedule names a missing function");
-    // What this function adds to the running totals.
-    Parts before;
-    before.gemm = cost.gemmSeconds;
-    before.other = cost.otherSeconds;
-    before.comm = cost.communicationSeconds;
-    before.flops = cost.flopsPerRank;
-    before.kernels = cost.kernels;
-    before.collectivesBegin = cost.collectives.size();
-    std::map<std::string, OpKindCost> kindsBefore;
-    std::swap(kindsBefore, cost.opKinds);
-    walkFunction(fn);
-    std::swap(parts.opKinds, cost.opKinds);
-    cost.opKinds = std::move(kindsBefore);
-    if (err)
-      return std::move(err);
-    parts.gemm = cost.gemmSeconds - before.gemm;
-    parts.other = cost.otherSeconds - before.other;
-    parts.comm = cost.communicationSeconds - before.comm;
-    parts.flops = cost.flopsPerRank - before.flops;
-    parts.kernels = cost.kernels - before.kernels;
-    parts.collectivesBegin = before.collectivesBegin;
-    parts.collectivesEnd = cost.collectives.size();
-    return llvm::Error::success();
-  };
   int64_t chunks = int64_t(schedule.getForward().size());
   tsrt::schedule::Shape shape;
   shape.stages = schedule.getStages();
@@ -469,12 +529,15 @@ llvm::Expected<StepCost> planner::predictStepCost(
   std::vector<Parts> fwd(chunks), bwd(chunks), apply(chunks);
   std::vector<double> fwdSeconds(chunks), bwdSeconds(chunks);
   for (int64_t c = 0; c < chunks; ++c) {
-    if (llvm::Error e = costOf(schedule.getForward()[c], fwd[c]))
-      return std::move(e);
-    if (llvm::Error e = costOf(schedule.getBackward()[c], bwd[c]))
-      return std::move(e);
-    if (llvm::Error e = costOf(schedule.getApply()[c], apply[c]))
-      return std::move(e);
+    if (llvm::Error e = costPipelineFunction(
+            schedule, symbols, schedule.getForward()[c], coster, cost, fwd[c]))
+      return e;
+    if (llvm::Error e = costPipelineFunction(
+            schedule, symbols, schedule.getBackward()[c], coster, cost, bwd[c]))
+      return e;
+    if (llvm::Error e = costPipelineFunction(
+            schedule, symbols, schedule.getApply()[c], coster, cost, apply[c]))
+      return e;
     fwdSeconds[c] = fwd[c].seconds(cluster.opOverhead);
     bwdSeconds[c] = bwd[c].seconds(cluster.opOverhead);
   }
@@ -490,34 +553,11 @@ llvm::Expected<StepCost> planner::predictStepCost(
       tsrt::collectChunkComms(schedule, symbols);
   if (failed(comms))
     return error("tsrt.pipeline_schedule: its sends and recvs do not match");
-  // Ranks sharing fewer processors than there are ranks (the CPU backend
-  // oversubscribed): a stage waiting in its bubble frees its core.
-  tsrt::schedule::ComputeSharing sharing;
-  sharing.processes = cost.ranks;
-  sharing.processesPerStage = std::max<int64_t>(1, cost.ranks / shape.stages);
-  sharing.cores = cluster.coresPerNode * double(cluster.nodes);
-  sharing.waitingShare = cluster.waitingRankShare;
-  bool shared = sharing.cores > 0 && sharing.cores < double(cost.ranks) &&
-                sharing.waitingShare < 1;
-  // Ranks bound round-robin, as mpirun --map-by core --bind-to core places
-  // them: world rank r on core (r mod devices per node) mod cores of its
-  // node. A stage's ranks are those of its pp coordinate in the rank layout.
-  int64_t coresPerNode = int64_t(std::floor(cluster.coresPerNode));
-  if (shared && coresPerNode >= 1 && ppAxis >= 0 && rankPosition[ppAxis] >= 0) {
-    int64_t ppStride = rankStride(ppAxis);
-    sharing.stageCores.assign(size_t(shape.stages), {});
-    for (int64_t r = 0; r < cost.ranks; ++r) {
-      int64_t stage = (r / ppStride) % cost.gridShape[ppAxis];
-      int64_t node = r / cluster.devicesPerNode;
-      int64_t core =
-          node * coresPerNode + (r % cluster.devicesPerNode) % coresPerNode;
-      if (stage < shape.stages)
-        sharing.stageCores[size_t(stage)].push_back(core);
-    }
-  }
+  std::optional<tsrt::schedule::ComputeSharing> sharing =
+      computeSharing(cluster, cost, layout, shape.stages);
   tsrt::schedule::Timeline timeline =
       tsrt::schedule::simulate(actions, *comms, shape, fwdSeconds, bwdSeconds,
-                               shared ? &sharing : nullptr);
+                               sharing ? &*sharing : nullptr);
 
   // The busiest stage (most forward + backward + apply time).
   double m = double(shape.microBatches);
@@ -571,6 +611,42 @@ llvm::Expected<StepCost> planner::predictStepCost(
                                          cost.communicationSeconds);
   cost.mfu =
       cost.stepSeconds > 0 ? cost.flopsPerRank / (cost.stepSeconds * peak) : 0;
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Expected<StepCost> planner::predictStepCost(
+    ModuleOp module, const Cluster &cluster, llvm::StringRef dtype,
+    std::optional<double> gemmEfficiency, ArrayRef<std::string> rankOrder) {
+  llvm::Expected<double> peak = peakFor(cluster, dtype, gemmEfficiency);
+  if (!peak)
+    return peak.takeError();
+  llvm::Expected<StepFunctions> functions = findStepFunctions(module);
+  if (!functions)
+    return functions.takeError();
+  StepCost cost;
+  llvm::Expected<RankLayout> layout =
+      readGrid(module, cluster, rankOrder, cost);
+  if (!layout)
+    return layout.takeError();
+  FunctionCoster coster(cluster, dtype, *peak, gemmEfficiency, *layout,
+                        /*pipeline=*/bool(functions->schedule), cost);
+  if (functions->schedule) {
+    if (llvm::Error e = costPipeline(functions->schedule, coster, cluster,
+                                     *layout, *peak, cost))
+      return std::move(e);
+    return cost;
+  }
+  if (llvm::Error e = coster.walk(functions->step))
+    return std::move(e);
+  cost.overheadSeconds = static_cast<double>(cost.kernels) * cluster.opOverhead;
+  cost.computeSeconds =
+      cost.gemmSeconds + cost.otherSeconds + cost.overheadSeconds;
+  cost.stepSeconds =
+      cost.computeSeconds + cost.communicationSeconds + cost.syncLagSeconds;
+  cost.mfu =
+      cost.stepSeconds > 0 ? cost.flopsPerRank / (cost.stepSeconds * *peak) : 0;
   return cost;
 }
 

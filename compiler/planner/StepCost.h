@@ -39,7 +39,9 @@
 // all_reduce / all_gather / reduce_scatter / all_to_all` ops; their sizes are
 // the ones nccl-tests counts (doc/PERFORMANCE.md): all-reduce the operand,
 // all-gather the (gathered) result, reduce-scatter the operand (before
-// scattering), all-to-all the operand (one rank's send buffer). A ring
+// scattering), all-to-all the operand (one rank's send buffer). An op's
+// kernel may exchange messages itself (CostOpInterface::getKernelMessages),
+// each costed as a collective: a ring
 // attention (tsr.attention / attention_grad with `grid_axes`) adds its K/V
 // rotations as send_recv messages over its ring: ring_size − 1 of the local
 // K and V (forward), ring_size − 1 of K, V, dK and dV plus one of dK and dV
@@ -64,10 +66,9 @@
 //  - Non-GEMM kernels the calibration measured (Cluster::
 //    kernelSecondsPerElement: layer_norm, rms_norm and their gradients,
 //    the optimizer updates, gelu, silu and their gradients, the
-//    cross-entropy) take elements of
-//    their first operand x the measured seconds per element; the fused
-//    attention kernels, scores formed (getTranscendentals) x the measured
-//    seconds per score. The others are
+//    cross-entropy) take the op's CostOpInterface::getMeasuredUnits (elements
+//    of their first operand; the fused attention kernels, scores formed)
+//    x the measured seconds per unit. The others are
 //    costed by bytes (memory_bandwidth is measured with a simple add), FLOPs
 //    at the GEMM peak and transcendentals at one measured rate (the mean of
 //    exp and erf). op_overhead is a kernel call's fixed cost, not the

@@ -147,6 +147,65 @@ int64_t AttentionGradOp::getTranscendentals() {
   return scoresOf(getGemmShapes(), 5);
 }
 
+/// The fused attention kernels are calibrated per score they form.
+int64_t AttentionOp::getMeasuredUnits() { return getTranscendentals(); }
+int64_t AttentionGradOp::getMeasuredUnits() { return getTranscendentals(); }
+
+/// Ring attention's K/V rotations (runtime/backends/cpu/Attention.cpp):
+/// fp32 blocks, sent with MPI_Sendrecv_replace around the ring; forward K−1
+/// rotations of K and V, backward K−1 of K, V, dK and dV and one more of dK
+/// and dV.
+static SmallVector<KernelMessage> ringMessages(Operation *op, Value key,
+                                               Value value, bool backward) {
+  SmallVector<KernelMessage> messages;
+  auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+  auto ring = op->getAttrOfType<IntegerAttr>("ring_size");
+  if (!axes || !ring || ring.getInt() < 2)
+    return messages;
+  int64_t kv = 4 * (cast<RankedTensorType>(key.getType()).getNumElements() +
+                    cast<RankedTensorType>(value.getType()).getNumElements());
+  KernelMessage m{KernelMessage::Kind::SendRecv,
+                  SmallVector<int16_t>(axes.asArrayRef()),
+                  backward ? 2 * kv : kv};
+  messages.append(ring.getInt() - 1, m);
+  if (backward) {
+    m.bytes = kv;
+    messages.push_back(m);
+  }
+  return messages;
+}
+
+SmallVector<KernelMessage> AttentionOp::getKernelMessages() {
+  return ringMessages(*this, getKey(), getValue(), /*backward=*/false);
+}
+
+SmallVector<KernelMessage> AttentionGradOp::getKernelMessages() {
+  return ringMessages(*this, getKey(), getValue(), /*backward=*/true);
+}
+
+/// Vocab-parallel cross-entropy (runtime/executor/Kernels.cpp): the kernel
+/// all-reduces its N rows' max, then their sums of exponentials (and, in
+/// the forward, the target logits), as f64.
+static SmallVector<KernelMessage>
+vocabParallelMessages(Operation *op, Value logits, bool backward) {
+  auto axes = op->getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+  if (!axes || axes.empty())
+    return {};
+  int64_t rows = cast<RankedTensorType>(logits.getType()).getDimSize(0);
+  SmallVector<int16_t> gridAxes(axes.asArrayRef());
+  return {
+      {KernelMessage::Kind::AllReduce, gridAxes, 8 * rows},
+      {KernelMessage::Kind::AllReduce, gridAxes, (backward ? 8 : 16) * rows}};
+}
+
+SmallVector<KernelMessage> CrossEntropyOp::getKernelMessages() {
+  return vocabParallelMessages(*this, getLogits(), /*backward=*/false);
+}
+
+SmallVector<KernelMessage> CrossEntropyGradOp::getKernelMessages() {
+  return vocabParallelMessages(*this, getLogits(), /*backward=*/true);
+}
+
 /// A view: the CPU kernel shares the operand's storage, nothing is moved.
 int64_t ReshapeOp::getBytesAccessed() { return 0; }
 

@@ -279,6 +279,18 @@ LogicalResult AttentionGradOp::verify() {
   return verifyRing(*this, getQuery(), getKey(), getMask(), getRingSize());
 }
 
+/// Precision policy (MixedPrecisionOpInterface): the log-sum-exp is f32 by
+/// the op's contract (rounding it would perturb every recomputed
+/// probability in the backward): attention's result 1 and attention_grad's
+/// operand 4.
+bool AttentionOp::keepsF32Result(unsigned index) {
+  return index == cast<OpResult>(getLse()).getResultNumber();
+}
+
+bool AttentionGradOp::keepsF32Operand(unsigned index) {
+  return index == getLseMutable().getOperandNumber();
+}
+
 //===----------------------------------------------------------------------===//
 // Cross-entropy
 //===----------------------------------------------------------------------===//
@@ -302,4 +314,19 @@ LogicalResult CrossEntropyOp::verify() {
 LogicalResult CrossEntropyGradOp::verify() {
   return verifyLogitsLabels(*this, getLogits().getType(),
                             getLabels().getType());
+}
+
+/// Precision policy (MixedPrecisionOpInterface): the summed loss is an f32
+/// scalar (the kernel accumulates in f32), and so is the cotangent seed the
+/// gradient reads, which fp16 loss scaling multiplies by S.
+bool CrossEntropyOp::keepsF32Result(unsigned index) {
+  return index == cast<OpResult>(getResult()).getResultNumber();
+}
+
+bool CrossEntropyGradOp::keepsF32Operand(unsigned index) {
+  return index == getGradMutable().getOperandNumber();
+}
+
+std::optional<unsigned> CrossEntropyGradOp::getLossSeedOperand() {
+  return getGradMutable().getOperandNumber();
 }

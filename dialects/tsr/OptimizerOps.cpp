@@ -26,3 +26,17 @@ LogicalResult AdamwUpdateOp::verify() {
       return emitOpError("betas must be in [0, 1), got ") << beta;
   return verifyFloatParam(*this, getParam().getType());
 }
+
+//===----------------------------------------------------------------------===//
+// OptimizerUpdateOpInterface
+//===----------------------------------------------------------------------===//
+
+OpOperand &SgdUpdateOp::getParamOperand() { return getParamMutable(); }
+OpOperand &SgdUpdateOp::getGradOperand() { return getGradMutable(); }
+SmallVector<Value> SgdUpdateOp::getOptimizerState() { return {}; }
+
+OpOperand &AdamwUpdateOp::getParamOperand() { return getParamMutable(); }
+OpOperand &AdamwUpdateOp::getGradOperand() { return getGradMutable(); }
+SmallVector<Value> AdamwUpdateOp::getOptimizerState() {
+  return {getExpAvg(), getExpAvgSq()};
+}

@@ -73,6 +73,14 @@ int64_t tessera::tsr::detail::defaultTranscendentals(Operation *op) {
   return 0;
 }
 
+int64_t tessera::tsr::detail::defaultMeasuredUnits(Operation *op) {
+  if (op->getNumOperands() == 0 ||
+      !cast<CostOpInterface>(op).getGemmShapes().empty())
+    return -1;
+  auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  return in && in.hasStaticShape() ? in.getNumElements() : 0;
+}
+
 int64_t tessera::tsr::detail::defaultBytesAccessed(Operation *op) {
   int64_t bytes = 0;
   for (Type t : op->getOperandTypes())

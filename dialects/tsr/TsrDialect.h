@@ -7,9 +7,11 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Dialect.h"
 
-#include "dialects/tsr/TsrDialect.h.inc"
-
+// The attributes first: the dialect's discardable-attribute helpers
+// (TsrDialect.td) read and write them.
 #define GET_ATTRDEF_CLASSES
 #include "dialects/tsr/TsrAttrs.h.inc"
+
+#include "dialects/tsr/TsrDialect.h.inc"
 
 #endif // TESSERA_DIALECTS_TSR_TSRDIALECT_H

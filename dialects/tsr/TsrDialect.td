@@ -32,6 +32,40 @@ def Tsr_Dialect : Dialect {
     - after `tsr-sharding-partition`: local shapes, no `tsr.sharding`
       attributes remain, collectives are `shard` ops.
   }];
+  // The discardable attributes Tessera's passes put on ops, functions'
+  // arguments and results and the module, declared once: ODS generates a
+  // typed helper per attribute (TsrDialect::RoleAttrHelper, ...; its
+  // getNameStr() is the name), and dialects/tsr/DiscardableAttrs.h names
+  // them (kRoleAttrName, ...) and reads them on function arguments and
+  // results. The runtime never sees them: tsr-lower-to-runtime renames
+  // `tsr.role`/`tsr.name` to `tsrt.*` and drops the others.
+  //   tsr.role          arg/result: "param", "frozen", "input", "tokens",
+  //                     "labels", "opt_state", "loss", ... (importer,
+  //                     tsr-build-train-step)
+  //   tsr.name          arg/result: the ONNX tensor's name
+  //   tsr.init          arg: the initial value (the ONNX initializer)
+  //   tsr.weights       module: "absent" for a weight-free import
+  //   tsr.grid_axes     module: the grid's axis names (dp, tp, pp, ...)
+  //   tsr.fwd, tsr.bwd  op: the forward op's id; a backward op carries the
+  //                     id of the forward op it differentiates (autodiff)
+  //   tsr.sharding      arg/result: the value's sharding (annotate)
+  //   tsr.shardings     op: its results' shardings (propagate, until
+  //                     partition)
+  //   tsr.vocab_parallel arg: the embedding is split over the vocabulary
+  //   tsr.zero_replicated func: parameters ZeRO leaves replicated
+  let discardableAttrs = (ins
+    "::mlir::StringAttr":$role,
+    "::mlir::StringAttr":$name,
+    "::mlir::ElementsAttr":$init,
+    "::mlir::StringAttr":$weights,
+    "::mlir::ArrayAttr":$grid_axes,
+    "::mlir::IntegerAttr":$fwd,
+    "::mlir::IntegerAttr":$bwd,
+    "::tessera::tsr::ShardingAttr":$sharding,
+    "::mlir::ArrayAttr":$shardings,
+    "::mlir::UnitAttr":$vocab_parallel,
+    "::mlir::ArrayAttr":$zero_replicated
+  );
   let useDefaultAttributePrinterParser = 1;
   let hasConstantMaterializer = 1;
   let dependentDialects = ["::mlir::shard::ShardDialect"];

@@ -23,6 +23,28 @@ struct GemmShape {
     return batch == o.batch && m == o.m && n == o.n && k == o.k;
   }
 };
+
+/// A message an op's kernel itself exchanges with other ranks
+/// (CostOpInterface::getKernelMessages): ring attention's K/V rotations, the
+/// vocab-parallel cross-entropy's row statistics.
+struct KernelMessage {
+  enum class Kind { AllReduce, SendRecv };
+  Kind kind = Kind::AllReduce;
+  /// Grid axes the message runs over (the op's `grid_axes`).
+  llvm::SmallVector<int16_t> gridAxes;
+  /// Size as nccl-tests counts it (an all-reduce's buffer, one send/recv
+  /// message), bytes.
+  int64_t bytes = 0;
+  bool operator==(const KernelMessage &o) const {
+    return kind == o.kind && gridAxes == o.gridAxes && bytes == o.bytes;
+  }
+};
+
+/// Tsr_SelectiveRecompute (TsrInterfaces.td): `tsr-recompute
+/// mode=selective` recomputes the op in the backward.
+template <typename ConcreteType>
+class SelectiveRecompute
+    : public mlir::OpTrait::TraitBase<ConcreteType, SelectiveRecompute> {};
 } // namespace tessera::tsr
 
 namespace tessera::tsr::detail {
@@ -34,6 +56,10 @@ int64_t defaultBytesAccessed(mlir::Operation *op);
 /// cross_entropy and two for cross_entropy_grad (log-sum-exp, then the
 /// probabilities); 0 otherwise.
 int64_t defaultTranscendentals(mlir::Operation *op);
+/// Default CostOpInterface::getMeasuredUnits: elements of operand 0 (0 when
+/// not statically shaped) for ops that are not GEMM-like, -1 for GEMM-like
+/// ops and ops without operands.
+int64_t defaultMeasuredUnits(mlir::Operation *op);
 } // namespace tessera::tsr::detail
 
 #include "dialects/tsr/TsrInterfaces.h.inc"

@@ -25,11 +25,12 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 
-// Traits every tsr op carries: pure, and answers all three interfaces.
+// Traits every tsr op carries: pure, and answers the contract's interfaces
+// (gradient, sharding rule, cost, precision policy).
 defvar TsrContract = [Pure,
   DeclareOpInterfaceMethods<Tsr_GradientOpInterface>,
   DeclareOpInterfaceMethods<Tsr_ShardingRuleOpInterface>,
-  Tsr_CostOpInterface];
+  Tsr_CostOpInterface, Tsr_MixedPrecisionOpInterface];
 
 class Tsr_ContractOp<string mnemonic, list<Trait> traits = []>
     : Tsr_Op<mnemonic, !listconcat(TsrContract, traits)> {
@@ -608,7 +609,11 @@ def Tsr_SoftmaxGradOp : Tsr_ContractOp<"softmax_grad",
 def Tsr_AttentionOp : Tsr_ContractOp<"attention",
     [DeclareOpInterfaceMethods<Tsr_CostOpInterface,
                                ["getFlops", "getGemmShapes",
-                                "getTranscendentals"]>]> {
+                                "getTranscendentals", "getMeasuredUnits",
+                                "getKernelMessages"]>,
+     DeclareOpInterfaceMethods<Tsr_MixedPrecisionOpInterface,
+                               ["keepsF32Result"]>,
+     Tsr_SelectiveRecompute]> {
   let summary = "Fused scaled dot-product attention with its log-sum-exp.";
   let description = [{
     `output = softmax(scale · query · keyᵀ + mask) · value` over the last
@@ -710,7 +715,10 @@ def Tsr_AttentionOp : Tsr_ContractOp<"attention",
 def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
     [DeclareOpInterfaceMethods<Tsr_CostOpInterface,
                                ["getFlops", "getGemmShapes",
-                                "getTranscendentals"]>,
+                                "getTranscendentals", "getMeasuredUnits",
+                                "getKernelMessages"]>,
+     DeclareOpInterfaceMethods<Tsr_MixedPrecisionOpInterface,
+                               ["keepsF32Operand"]>,
      AllTypesMatch<["query", "query_grad"]>,
      AllTypesMatch<["output", "grad"]>,
      AllTypesMatch<["key", "key_grad"]>,
@@ -808,7 +816,10 @@ def Tsr_SiluGradOp : Tsr_ContractOp<"silu_grad",
   let assemblyFormat = "$input `,` $grad attr-dict `:` type($result)";
 }
 
-def Tsr_CrossEntropyOp : Tsr_ContractOp<"cross_entropy"> {
+def Tsr_CrossEntropyOp : Tsr_ContractOp<"cross_entropy",
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getKernelMessages"]>,
+     DeclareOpInterfaceMethods<Tsr_MixedPrecisionOpInterface,
+                               ["keepsF32Result"]>]> {
   let summary = "Summed softmax cross-entropy (natural log).";
   let description = [{
     `logits` is [N, V] f32, `labels` [N] i64; the result is the f32 scalar
@@ -835,7 +846,10 @@ def Tsr_CrossEntropyOp : Tsr_ContractOp<"cross_entropy"> {
 }
 
 def Tsr_CrossEntropyGradOp : Tsr_ContractOp<"cross_entropy_grad",
-    [AllTypesMatch<["logits", "result"]>]> {
+    [AllTypesMatch<["logits", "result"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getKernelMessages"]>,
+     DeclareOpInterfaceMethods<Tsr_MixedPrecisionOpInterface,
+                               ["keepsF32Operand", "getLossSeedOperand"]>]> {
   let summary = "Gradient of `tsr.cross_entropy`: (softmax − onehot)·grad.";
   let description = [{
     With `grid_axes` (vocab parallelism, see `tsr.cross_entropy`) the
@@ -862,7 +876,8 @@ def Tsr_CrossEntropyGradOp : Tsr_ContractOp<"cross_entropy_grad",
 //===----------------------------------------------------------------------===//
 
 def Tsr_SgdUpdateOp : Tsr_ContractOp<"sgd_update",
-    [AllTypesMatch<["param", "grad", "result"]>]> {
+    [AllTypesMatch<["param", "grad", "result"]>,
+     DeclareOpInterfaceMethods<Tsr_OptimizerUpdateOpInterface>]> {
   let summary = "torch.optim.SGD step without momentum.";
   let description = [{
     `g' = grad + weight_decay·param; result = param − lr·g'`, exactly
@@ -881,7 +896,8 @@ def Tsr_SgdUpdateOp : Tsr_ContractOp<"sgd_update",
 
 def Tsr_AdamwUpdateOp : Tsr_ContractOp<"adamw_update",
     [AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param",
-                    "new_exp_avg", "new_exp_avg_sq"]>]> {
+                    "new_exp_avg", "new_exp_avg_sq"]>,
+     DeclareOpInterfaceMethods<Tsr_OptimizerUpdateOpInterface>]> {
   let summary = "torch.optim.AdamW step (Loshchilov & Hutter, 2019).";
   let description = [{
     With t = `step` (f32 scalar, already incremented): p ← p·(1 − lr·wd);

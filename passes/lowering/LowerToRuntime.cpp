@@ -2,6 +2,7 @@
 
 #include "passes/lowering/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
@@ -24,7 +25,7 @@ namespace {
 DictionaryAttr kernelAttrs(Operation *op) {
   SmallVector<NamedAttribute> kept;
   for (NamedAttribute attr : op->getAttrDictionary())
-    if (!attr.getName().getValue().starts_with("tsr."))
+    if (!tsr::isTsrAttrName(attr.getName().getValue()))
       kept.push_back(attr);
   return DictionaryAttr::get(op->getContext(), kept);
 }
@@ -38,10 +39,12 @@ DictionaryAttr lowerArgAttrs(DictionaryAttr attrs) {
   MLIRContext *ctx = attrs.getContext();
   for (NamedAttribute attr : attrs) {
     StringRef name = attr.getName().getValue();
-    if (name == "tsr.role" || name == "tsr.name")
-      kept.emplace_back(StringAttr::get(ctx, "tsrt." + name.drop_front(4)),
+    if (name == tsr::kRoleAttrName || name == tsr::kNameAttrName)
+      kept.emplace_back(StringAttr::get(ctx, name == tsr::kRoleAttrName
+                                                 ? "tsrt.role"
+                                                 : "tsrt.name"),
                         attr.getValue());
-    else if (!name.starts_with("tsr."))
+    else if (!tsr::isTsrAttrName(name))
       kept.push_back(attr);
   }
   return DictionaryAttr::get(ctx, kept);
@@ -67,13 +70,13 @@ struct LowerToRuntimePass
     if (!grids.empty())
       shape.assign(grids[0].getShape().begin(), grids[0].getShape().end());
     SmallVector<Attribute> names;
-    if (auto axes = module->getAttrOfType<ArrayAttr>("tsr.grid_axes"))
+    if (auto axes = tsr::getGridAxes(module))
       names.assign(axes.begin(), axes.end());
     while (names.size() < shape.size())
       names.push_back(b.getStringAttr("axis" + Twine(names.size())));
     module->setAttr("tsrt.grid_axes", b.getArrayAttr(names));
     module->setAttr("tsrt.grid_shape", b.getDenseI64ArrayAttr(shape));
-    module->removeAttr("tsr.grid_axes");
+    module->removeAttr(tsr::kGridAxesAttrName);
 
     WalkResult result = module.walk([&](Operation *op) -> WalkResult {
       if (isa<ModuleOp, func::FuncOp, func::ReturnOp, shard::GridOp>(op) ||
@@ -85,8 +88,7 @@ struct LowerToRuntimePass
       if (auto cst = dyn_cast<tsr::ConstantOp>(op)) {
         lowered =
             tsrt::ConstantOp::create(b, loc, cst.getType(), cst.getValue());
-      } else if (op->getDialect() &&
-                 op->getDialect()->getNamespace() == "tsr") {
+      } else if (isa_and_nonnull<tsr::TsrDialect>(op->getDialect())) {
         lowered = tsrt::KernelOp::create(
             b, loc, op->getResultTypes(),
             b.getStringAttr(op->getName().stripDialect()), op->getOperands(),
@@ -142,7 +144,7 @@ struct LowerToRuntimePass
       for (unsigned i = 0; i < func.getNumResults(); ++i)
         func.setResultAttrs(i, lowerArgAttrs(func.getResultAttrDict(i)));
       for (NamedAttribute attr : func->getDiscardableAttrs())
-        if (attr.getName().getValue().starts_with("tsr."))
+        if (tsr::isTsrAttrName(attr.getName().getValue()))
           func->removeAttr(attr.getName());
     }
   }

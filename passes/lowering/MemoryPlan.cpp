@@ -179,275 +179,331 @@ struct Prediction {
   }
 };
 
-LogicalResult planFunction(FunctionOpInterface func) {
-  MLIRContext *ctx = func.getContext();
-  Builder b(ctx);
-  if (func.isExternal() || !func.getFunctionBody().hasOneBlock())
-    return func.emitOpError("tsr-plan-memory needs a function with one block");
-  Block &body = func.getFunctionBody().front();
+/// Which value owns a storage class.
+enum class Owner { Argument, Constant, Result };
 
-  // Storage classes: every value maps to the value that owns its storage.
-  enum class Owner { Argument, Constant, Result };
-  struct Storage {
-    Owner owner = Owner::Result;
-    int64_t bytes = 0;
-    int64_t def = -1;     ///< defining instruction (-1: before the first)
-    int64_t release = -1; ///< last instruction holding it (see below)
-    bool pinned = false;  ///< outlives the program (constant or returned)
-    /// Returned as a param/opt_state result: copied by the executor into the
-    /// argument it replaces right after the program, so it may live in the
-    /// arena until the end of the program.
-    bool carried = false;
-    /// Carried result written straight into the buffer of this argument
-    /// (its old value is dead by then): no arena space, no copy.
-    int64_t inPlaceArg = -1;
-    bool batch = false; ///< argument with role tokens/labels
-    StringRef role;     ///< arguments: tsrt.role
-    int buffer = -1;    ///< index into the arena buffers
-  };
+/// A storage class: a value and every `reshape` view of it.
+struct Storage {
+  Owner owner = Owner::Result;
+  int64_t bytes = 0;
+  int64_t def = -1;     ///< defining instruction (-1: before the first)
+  int64_t release = -1; ///< last instruction holding it (see below)
+  bool pinned = false;  ///< outlives the program (constant or returned)
+  /// Returned as a param/opt_state result: copied by the executor into the
+  /// argument it replaces right after the program, so it may live in the
+  /// arena until the end of the program.
+  bool carried = false;
+  /// Carried result written straight into the buffer of this argument
+  /// (its old value is dead by then): no arena space, no copy.
+  int64_t inPlaceArg = -1;
+  bool batch = false; ///< argument with role tokens/labels
+  StringRef role;     ///< arguments: tsrt.role
+  int buffer = -1;    ///< index into the arena buffers
+};
+
+/// Plans one function's arena and predicts its peak memory, in steps (see
+/// run()).
+class FunctionMemoryPlanner {
+public:
+  explicit FunctionMemoryPlanner(FunctionOpInterface func)
+      : func(func), b(func.getContext()) {}
+
+  LogicalResult run() {
+    if (func.isExternal() || !func.getFunctionBody().hasOneBlock())
+      return func.emitOpError(
+          "tsr-plan-memory needs a function with one block");
+    if (failed(collectArguments()) || failed(collectInstructions()))
+      return failure();
+    if (!ret)
+      return func.emitOpError("has no func.return");
+    end = static_cast<int64_t>(insts.size());
+    markReturned();
+    computeReleases();
+    placeCarriedInPlace();
+    std::vector<lowering::BufferLifetime> buffers = assignArena();
+    predictHeap();
+    writePrediction(buffers);
+    return success();
+  }
+
+private:
+  /// Storage classes of the arguments (and their roles).
+  LogicalResult collectArguments() {
+    for (BlockArgument arg : func.getArguments()) {
+      FailureOr<int64_t> bytes = allocBytes(arg.getType());
+      if (failed(bytes))
+        return func.emitOpError("argument #")
+               << arg.getArgNumber() << " has type " << arg.getType()
+               << ", which the runtime cannot hold (static f32/bf16/f16/i64/i1 "
+                  "tensors)";
+      root[arg] = arg;
+      Storage s;
+      s.owner = Owner::Argument;
+      s.bytes = *bytes;
+      if (auto role = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                        "tsrt.role"))
+        s.role = role.getValue();
+      s.batch = s.role == "tokens" || s.role == "labels";
+      storage[arg] = s;
+    }
+    return success();
+  }
+
+  /// Instructions, definitions and uses; the storage classes of constants
+  /// and results; the return.
+  LogicalResult collectInstructions() {
+    for (Operation &op : func.getFunctionBody().front()) {
+      if (auto r = dyn_cast<func::ReturnOp>(op)) {
+        ret = r;
+        continue;
+      }
+      if (!isa<tsrt::TsrtDialect>(op.getDialect()) || op.getNumRegions() != 0 ||
+          isa<tsrt::PipelineScheduleOp>(op))
+        return op.emitOpError(
+            "is not a tsrt runtime instruction; "
+            "tsr-plan-memory runs after tsr-lower-to-runtime");
+      for (Value v : op.getResults())
+        if (failed(allocBytes(v.getType())))
+          return op.emitOpError("result type ")
+                 << v.getType()
+                 << " is not one the runtime can hold (static "
+                    "f32/bf16/f16/i64/i1 "
+                    "tensors)";
+      if (auto cst = dyn_cast<tsrt::ConstantOp>(op)) {
+        Storage s;
+        s.owner = Owner::Constant;
+        s.bytes = *allocBytes(cst.getType());
+        s.pinned = true;
+        root[cst.getResult()] = cst.getResult();
+        storage[cst.getResult()] = s;
+        continue;
+      }
+      int64_t index = static_cast<int64_t>(insts.size());
+      insts.push_back(&op);
+      for (Value v : op.getOperands())
+        lastUse[v] = index;
+      for (Value v : op.getResults()) {
+        defined[v] = index;
+        if (isView(&op)) {
+          root[v] = root.lookup(op.getOperand(0));
+          continue;
+        }
+        root[v] = v;
+        Storage s;
+        s.bytes = *allocBytes(v.getType());
+        s.def = index;
+        storage[v] = s;
+      }
+    }
+    return success();
+  }
+
+  /// Returned values: carried (param/opt_state results) or pinned.
+  void markReturned() {
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      auto role = func.getResultAttrOfType<StringAttr>(i, "tsrt.role");
+      Storage &s = storage[root.lookup(v)];
+      if (role &&
+          (role.getValue() == "param" || role.getValue() == "opt_state"))
+        s.carried = true;
+      else
+        s.pinned = true;
+    }
+  }
+
+  /// Release point of every value, folded into its storage class: the class
+  /// holds its bytes until its last member is released.
+  void computeReleases() {
+    auto fold = [&](Value v) {
+      int64_t at = -1;
+      if (auto it = lastUse.find(v); it != lastUse.end())
+        at = it->second;
+      else if (auto d = defined.find(v); d != defined.end())
+        at = d->second;
+      Storage &s = storage[root.lookup(v)];
+      s.release = std::max(s.release, at);
+    };
+    for (BlockArgument arg : func.getArguments())
+      fold(arg);
+    for (Operation *op : insts)
+      for (Value v : op->getResults())
+        fold(v);
+  }
+
+  /// In place: a carried result that owns its storage takes the buffer of
+  /// the argument it replaces (same tsrt.name and role, as the executor
+  /// matches them) when nothing reads that argument (or a view of it) after
+  /// the result's instruction starts, or when that instruction is an
+  /// optimizer update reading the argument as the operand it overwrites
+  /// element by element. Such results need no arena space and no copy.
+  void placeCarriedInPlace() {
+    llvm::StringMap<int64_t> argumentOf;
+    for (BlockArgument arg : func.getArguments()) {
+      auto name =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsrt.name");
+      auto role =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsrt.role");
+      if (name && role &&
+          (role.getValue() == "param" || role.getValue() == "opt_state"))
+        argumentOf[(role.getValue() + "/" + name.getValue()).str()] =
+            arg.getArgNumber();
+    }
+    llvm::DenseSet<int64_t> donated;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      auto name = func.getResultAttrOfType<StringAttr>(i, "tsrt.name");
+      auto role = func.getResultAttrOfType<StringAttr>(i, "tsrt.role");
+      if (!name || !role || root.lookup(v) != v || !defined.count(v))
+        continue;
+      auto it =
+          argumentOf.find((role.getValue() + "/" + name.getValue()).str());
+      if (it == argumentOf.end() || donated.contains(it->second))
+        continue;
+      BlockArgument arg = func.getArgument(it->second);
+      Storage &s = storage[v];
+      const Storage &old = storage[arg];
+      if (!s.carried || arg.getType() != v.getType() ||
+          llvm::count(ret.getOperands(), v) != 1)
+        continue;
+      Operation *def = insts[s.def];
+      bool dead = old.release < s.def;
+      bool overwrite = false;
+      if (old.release == s.def) {
+        int64_t operand =
+            inPlaceOperand(def, cast<OpResult>(v).getResultNumber());
+        overwrite = operand >= 0 && def->getOperand(operand) == arg &&
+                    llvm::count(def->getOperands(), arg) == 1;
+      }
+      if (!dead && !overwrite)
+        continue;
+      s.inPlaceArg = it->second;
+      donated.insert(it->second);
+    }
+  }
+
+  /// Arena buffers: results that own storage and do not outlive the program
+  /// (carried results live to its end); their offsets go on the
+  /// instructions as `tsrt.offsets` (and `tsrt.in_place`). Returns the
+  /// buffers' lifetimes.
+  std::vector<lowering::BufferLifetime> assignArena() {
+    std::vector<lowering::BufferLifetime> buffers;
+    for (Operation *op : insts)
+      for (Value v : op->getResults()) {
+        if (root.lookup(v) != v)
+          continue;
+        Storage &s = storage[v];
+        if (s.pinned || s.inPlaceArg >= 0)
+          continue;
+        s.buffer = static_cast<int>(buffers.size());
+        buffers.push_back({s.bytes, s.def, s.carried ? end : s.release});
+      }
+    lowering::OffsetAssignment assignment =
+        lowering::assignOffsets(buffers, kAlignment);
+    pred.arena = assignment.arenaBytes;
+
+    for (Operation *op : insts) {
+      if (op->getNumResults() == 0)
+        continue;
+      SmallVector<int64_t> offsets, inPlace;
+      for (Value v : op->getResults()) {
+        int64_t offset = -1, arg = -1;
+        if (root.lookup(v) == v) {
+          const Storage &s = storage[v];
+          if (s.buffer >= 0)
+            offset = assignment.offsets[s.buffer];
+          arg = s.inPlaceArg;
+        }
+        offsets.push_back(offset);
+        inPlace.push_back(arg);
+      }
+      op->setAttr("tsrt.offsets", b.getDenseI64ArrayAttr(offsets));
+      if (llvm::any_of(inPlace, [](int64_t a) { return a >= 0; }))
+        op->setAttr("tsrt.in_place", b.getDenseI64ArrayAttr(inPlace));
+    }
+    return buffers;
+  }
+
+  /// Persistent bytes, and the heap of one step over time: batch arguments
+  /// from the step's start to their release, returned results from their
+  /// definition to the end, and the kernels' workspaces while they run.
+  void predictHeap() {
+    SmallVector<int64_t> batchAt(end + 1, 0), resultsAt(end + 1, 0);
+    for (auto &[v, s] : storage) {
+      switch (s.owner) {
+      case Owner::Constant:
+        pred.constants += s.bytes;
+        break;
+      case Owner::Argument:
+        if (s.batch) {
+          // Allocated before the step; released after instruction `release`
+          // (-1: before the first instruction, but held while slicing).
+          for (int64_t i = 0; i <= std::max<int64_t>(s.release, 0); ++i)
+            batchAt[i] += s.bytes;
+        } else if (s.role == "param" || s.role == "frozen") {
+          pred.parameters += s.bytes;
+        } else if (s.role == "opt_state") {
+          pred.optimizerState += s.bytes;
+        } else {
+          pred.otherArguments += s.bytes;
+        }
+        break;
+      case Owner::Result:
+        if (s.pinned)
+          for (int64_t i = s.def; i <= end; ++i)
+            resultsAt[i] += s.bytes;
+        break;
+      }
+    }
+    SmallVector<int64_t> workspaceAt(end + 1, 0);
+    for (auto [i, op] : llvm::enumerate(insts))
+      workspaceAt[i] = widenedWorkspaceBytes(op) + attentionWorkspaceBytes(op) +
+                       vocabScratchBytes(op);
+    for (int64_t i = 0; i <= end; ++i)
+      if (batchAt[i] + resultsAt[i] + workspaceAt[i] >
+          pred.batchAtPeak + pred.resultsAtPeak + pred.workspaceAtPeak) {
+        pred.batchAtPeak = batchAt[i];
+        pred.resultsAtPeak = resultsAt[i];
+        pred.workspaceAtPeak = workspaceAt[i];
+      }
+  }
+
+  /// The function's `tsrt.arena_bytes`, `tsrt.arena_live_bytes` and
+  /// `tsrt.peak_bytes`.
+  void writePrediction(ArrayRef<lowering::BufferLifetime> buffers) {
+    func->setAttr("tsrt.arena_bytes", b.getI64IntegerAttr(pred.arena));
+    func->setAttr("tsrt.arena_live_bytes",
+                  b.getI64IntegerAttr(lowering::peakLiveBytes(buffers)));
+    NamedAttribute entries[] = {
+        b.getNamedAttr("arena", b.getI64IntegerAttr(pred.arena)),
+        b.getNamedAttr("batch", b.getI64IntegerAttr(pred.batchAtPeak)),
+        b.getNamedAttr("constants", b.getI64IntegerAttr(pred.constants)),
+        b.getNamedAttr("optimizer_state",
+                       b.getI64IntegerAttr(pred.optimizerState)),
+        b.getNamedAttr("other_arguments",
+                       b.getI64IntegerAttr(pred.otherArguments)),
+        b.getNamedAttr("parameters", b.getI64IntegerAttr(pred.parameters)),
+        b.getNamedAttr("peak", b.getI64IntegerAttr(pred.peak())),
+        b.getNamedAttr("updated_state",
+                       b.getI64IntegerAttr(pred.resultsAtPeak)),
+        b.getNamedAttr("workspace", b.getI64IntegerAttr(pred.workspaceAtPeak)),
+    };
+    func->setAttr("tsrt.peak_bytes", b.getDictionaryAttr(entries));
+  }
+
+  FunctionOpInterface func;
+  Builder b;
+  /// Every value maps to the value that owns its storage.
   llvm::DenseMap<Value, Value> root;
   llvm::DenseMap<Value, Storage> storage; // keyed by root
   llvm::DenseMap<Value, int64_t> lastUse, defined;
-
-  Prediction pred;
-  for (BlockArgument arg : func.getArguments()) {
-    FailureOr<int64_t> bytes = allocBytes(arg.getType());
-    if (failed(bytes))
-      return func.emitOpError("argument #")
-             << arg.getArgNumber() << " has type " << arg.getType()
-             << ", which the runtime cannot hold (static f32/bf16/f16/i64/i1 "
-                "tensors)";
-    root[arg] = arg;
-    Storage s;
-    s.owner = Owner::Argument;
-    s.bytes = *bytes;
-    if (auto role =
-            func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsrt.role"))
-      s.role = role.getValue();
-    s.batch = s.role == "tokens" || s.role == "labels";
-    storage[arg] = s;
-  }
-
-  // Instructions, definitions and uses.
   SmallVector<Operation *> insts;
   func::ReturnOp ret;
-  for (Operation &op : body) {
-    if (auto r = dyn_cast<func::ReturnOp>(op)) {
-      ret = r;
-      continue;
-    }
-    if (!isa<tsrt::TsrtDialect>(op.getDialect()) || op.getNumRegions() != 0 ||
-        isa<tsrt::PipelineScheduleOp>(op))
-      return op.emitOpError("is not a tsrt runtime instruction; "
-                            "tsr-plan-memory runs after tsr-lower-to-runtime");
-    for (Value v : op.getResults())
-      if (failed(allocBytes(v.getType())))
-        return op.emitOpError("result type ")
-               << v.getType()
-               << " is not one the runtime can hold (static "
-                  "f32/bf16/f16/i64/i1 "
-                  "tensors)";
-    if (auto cst = dyn_cast<tsrt::ConstantOp>(op)) {
-      Storage s;
-      s.owner = Owner::Constant;
-      s.bytes = *allocBytes(cst.getType());
-      s.pinned = true;
-      root[cst.getResult()] = cst.getResult();
-      storage[cst.getResult()] = s;
-      continue;
-    }
-    int64_t index = static_cast<int64_t>(insts.size());
-    insts.push_back(&op);
-    for (Value v : op.getOperands())
-      lastUse[v] = index;
-    for (Value v : op.getResults()) {
-      defined[v] = index;
-      if (isView(&op)) {
-        root[v] = root.lookup(op.getOperand(0));
-        continue;
-      }
-      root[v] = v;
-      Storage s;
-      s.bytes = *allocBytes(v.getType());
-      s.def = index;
-      storage[v] = s;
-    }
-  }
-  if (!ret)
-    return func.emitOpError("has no func.return");
-  int64_t end = static_cast<int64_t>(insts.size()); // "after the step"
-  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
-    auto role = func.getResultAttrOfType<StringAttr>(i, "tsrt.role");
-    Storage &s = storage[root.lookup(v)];
-    if (role && (role.getValue() == "param" || role.getValue() == "opt_state"))
-      s.carried = true;
-    else
-      s.pinned = true;
-  }
+  /// "After the step": the number of instructions.
+  int64_t end = 0;
+  Prediction pred;
+};
 
-  // Release point of every value, folded into its storage class: the class
-  // holds its bytes until its last member is released.
-  auto fold = [&](Value v) {
-    int64_t at = -1;
-    if (auto it = lastUse.find(v); it != lastUse.end())
-      at = it->second;
-    else if (auto d = defined.find(v); d != defined.end())
-      at = d->second;
-    Storage &s = storage[root.lookup(v)];
-    s.release = std::max(s.release, at);
-  };
-  for (BlockArgument arg : func.getArguments())
-    fold(arg);
-  for (Operation *op : insts)
-    for (Value v : op->getResults())
-      fold(v);
-
-  // In place: a carried result that owns its storage takes the buffer of
-  // the argument it replaces (same tsrt.name and role, as the executor
-  // matches them) when nothing reads that argument (or a view of it) after
-  // the result's instruction starts, or when that instruction is an
-  // optimizer update reading the argument as the operand it overwrites
-  // element by element. Such results need no arena space and no copy.
-  llvm::StringMap<int64_t> argumentOf;
-  for (BlockArgument arg : func.getArguments()) {
-    auto name =
-        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsrt.name");
-    auto role =
-        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsrt.role");
-    if (name && role &&
-        (role.getValue() == "param" || role.getValue() == "opt_state"))
-      argumentOf[(role.getValue() + "/" + name.getValue()).str()] =
-          arg.getArgNumber();
-  }
-  llvm::DenseSet<int64_t> donated;
-  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
-    auto name = func.getResultAttrOfType<StringAttr>(i, "tsrt.name");
-    auto role = func.getResultAttrOfType<StringAttr>(i, "tsrt.role");
-    if (!name || !role || root.lookup(v) != v || !defined.count(v))
-      continue;
-    auto it = argumentOf.find((role.getValue() + "/" + name.getValue()).str());
-    if (it == argumentOf.end() || donated.contains(it->second))
-      continue;
-    BlockArgument arg = func.getArgument(it->second);
-    Storage &s = storage[v];
-    const Storage &old = storage[arg];
-    if (!s.carried || arg.getType() != v.getType() ||
-        llvm::count(ret.getOperands(), v) != 1)
-      continue;
-    Operation *def = insts[s.def];
-    bool dead = old.release < s.def;
-    bool overwrite = false;
-    if (old.release == s.def) {
-      int64_t operand =
-          inPlaceOperand(def, cast<OpResult>(v).getResultNumber());
-      overwrite = operand >= 0 && def->getOperand(operand) == arg &&
-                  llvm::count(def->getOperands(), arg) == 1;
-    }
-    if (!dead && !overwrite)
-      continue;
-    s.inPlaceArg = it->second;
-    donated.insert(it->second);
-  }
-
-  // Arena buffers: results that own storage and do not outlive the program
-  // (carried results live to its end).
-  std::vector<lowering::BufferLifetime> buffers;
-  std::vector<Value> bufferRoots;
-  for (Operation *op : insts)
-    for (Value v : op->getResults()) {
-      if (root.lookup(v) != v)
-        continue;
-      Storage &s = storage[v];
-      if (s.pinned || s.inPlaceArg >= 0)
-        continue;
-      s.buffer = static_cast<int>(buffers.size());
-      buffers.push_back({s.bytes, s.def, s.carried ? end : s.release});
-      bufferRoots.push_back(v);
-    }
-  lowering::OffsetAssignment assignment =
-      lowering::assignOffsets(buffers, kAlignment);
-  pred.arena = assignment.arenaBytes;
-
-  for (Operation *op : insts) {
-    if (op->getNumResults() == 0)
-      continue;
-    SmallVector<int64_t> offsets, inPlace;
-    for (Value v : op->getResults()) {
-      int64_t offset = -1, arg = -1;
-      if (root.lookup(v) == v) {
-        const Storage &s = storage[v];
-        if (s.buffer >= 0)
-          offset = assignment.offsets[s.buffer];
-        arg = s.inPlaceArg;
-      }
-      offsets.push_back(offset);
-      inPlace.push_back(arg);
-    }
-    op->setAttr("tsrt.offsets", b.getDenseI64ArrayAttr(offsets));
-    if (llvm::any_of(inPlace, [](int64_t a) { return a >= 0; }))
-      op->setAttr("tsrt.in_place", b.getDenseI64ArrayAttr(inPlace));
-  }
-
-  // Persistent bytes, and the heap of one step over time: batch arguments
-  // from the step's start to their release, returned results from their
-  // definition to the end.
-  SmallVector<int64_t> batchAt(end + 1, 0), resultsAt(end + 1, 0);
-  for (auto &[v, s] : storage) {
-    switch (s.owner) {
-    case Owner::Constant:
-      pred.constants += s.bytes;
-      break;
-    case Owner::Argument:
-      if (s.batch) {
-        // Allocated before the step; released after instruction `release`
-        // (-1: before the first instruction, but held while slicing).
-        for (int64_t i = 0; i <= std::max<int64_t>(s.release, 0); ++i)
-          batchAt[i] += s.bytes;
-      } else if (s.role == "param" || s.role == "frozen") {
-        pred.parameters += s.bytes;
-      } else if (s.role == "opt_state") {
-        pred.optimizerState += s.bytes;
-      } else {
-        pred.otherArguments += s.bytes;
-      }
-      break;
-    case Owner::Result:
-      if (s.pinned)
-        for (int64_t i = s.def; i <= end; ++i)
-          resultsAt[i] += s.bytes;
-      break;
-    }
-  }
-  SmallVector<int64_t> workspaceAt(end + 1, 0);
-  for (auto [i, op] : llvm::enumerate(insts))
-    workspaceAt[i] = widenedWorkspaceBytes(op) + attentionWorkspaceBytes(op) +
-                     vocabScratchBytes(op);
-  for (int64_t i = 0; i <= end; ++i)
-    if (batchAt[i] + resultsAt[i] + workspaceAt[i] >
-        pred.batchAtPeak + pred.resultsAtPeak + pred.workspaceAtPeak) {
-      pred.batchAtPeak = batchAt[i];
-      pred.resultsAtPeak = resultsAt[i];
-      pred.workspaceAtPeak = workspaceAt[i];
-    }
-
-  func->setAttr("tsrt.arena_bytes", b.getI64IntegerAttr(pred.arena));
-  func->setAttr("tsrt.arena_live_bytes",
-                b.getI64IntegerAttr(lowering::peakLiveBytes(buffers)));
-  NamedAttribute entries[] = {
-      b.getNamedAttr("arena", b.getI64IntegerAttr(pred.arena)),
-      b.getNamedAttr("batch", b.getI64IntegerAttr(pred.batchAtPeak)),
-      b.getNamedAttr("constants", b.getI64IntegerAttr(pred.constants)),
-      b.getNamedAttr("optimizer_state",
-                     b.getI64IntegerAttr(pred.optimizerState)),
-      b.getNamedAttr("other_arguments",
-                     b.getI64IntegerAttr(pred.otherArguments)),
-      b.getNamedAttr("parameters", b.getI64IntegerAttr(pred.parameters)),
-      b.getNamedAttr("peak", b.getI64IntegerAttr(pred.peak())),
-      b.getNamedAttr("updated_state", b.getI64IntegerAttr(pred.resultsAtPeak)),
-      b.getNamedAttr("workspace", b.getI64IntegerAttr(pred.workspaceAtPeak)),
-  };
-  func->setAttr("tsrt.peak_bytes", b.getDictionaryAttr(entries));
-  return success();
+LogicalResult planFunction(FunctionOpInterface func) {
+  return FunctionMemoryPlanner(func).run();
 }
 
 struct PlanMemoryPass : public lowering::impl::PlanMemoryBase<PlanMemoryPass> {

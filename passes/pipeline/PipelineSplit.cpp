@@ -14,6 +14,7 @@
 #include "passes/pipeline/StageBalance.h"
 
 #include "common/schedule/PipelineSchedule.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
@@ -116,7 +117,7 @@ LogicalResult classify(StepAnalysis &a) {
   // accumulation.
   for (Operation &op : body) {
     if (a.micro.contains(&op)) {
-      bool backward = op.hasAttr("tsr.bwd");
+      bool backward = tsr::isBackward(&op);
       for (Value v : op.getOperands())
         if (Operation *d = v.getDefiningOp();
             d && a.micro.contains(d) && a.phase[d] == Phase::Backward)
@@ -144,8 +145,8 @@ LogicalResult classify(StepAnalysis &a) {
       a.unitCost[a.unitOf[i]] += 3.0 * cost.getFlops();
     for (Value v : op->getOperands())
       if (isa<BlockArgument>(v) && counted.insert(v).second)
-        if (auto role = a.func.getArgAttrOfType<StringAttr>(
-                cast<BlockArgument>(v).getArgNumber(), "tsr.role");
+        if (auto role =
+                tsr::getArgRole(a.func, cast<BlockArgument>(v).getArgNumber());
             role && role.getValue() == "param")
           a.unitCost[a.unitOf[i]] +=
               kOptimizerFlopsPerParam *
@@ -164,7 +165,7 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
   DenseMap<int64_t, int64_t> chunkOfForwardId;
   for (auto [i, op] : llvm::enumerate(a.forwardOps)) {
     a.chunk[op] = chunkOfUnit(a.unitOf[i]);
-    if (auto id = op->getAttrOfType<IntegerAttr>("tsr.fwd"))
+    if (auto id = tsr::getForwardId(op))
       chunkOfForwardId[id.getInt()] = a.chunk[op];
   }
   int64_t last = static_cast<int64_t>(firstUnit.size()) - 1;
@@ -172,7 +173,7 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
   for (Operation &op : body) {
     if (!a.micro.contains(&op) || a.phase[&op] != Phase::Backward)
       continue;
-    if (auto id = op.getAttrOfType<IntegerAttr>("tsr.bwd");
+    if (auto id = tsr::getBackwardId(&op);
         id && chunkOfForwardId.count(id.getInt())) {
       a.chunk[&op] = chunkOfForwardId[id.getInt()];
       continue;
@@ -202,8 +203,7 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
                                                  "chunks ")
                                   << c << " and " << d;
         if (auto arg = dyn_cast<BlockArgument>(why))
-          if (auto name = a.func.getArgAttrOfType<StringAttr>(
-                  arg.getArgNumber(), "tsr.name"))
+          if (auto name = tsr::getArgName(a.func, arg.getArgNumber()))
             diag << " (parameter '" << name.getValue() << "')";
         diag << "; a parameter used by several chunks (tied weights) is not "
                 "supported with pipeline parallelism";
@@ -230,10 +230,8 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
       if (!a.micro.contains(user))
         continue;
       if (c != kReplicated && a.chunk[user] != c) {
-        auto name =
-            a.func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.name");
-        auto role =
-            a.func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+        auto name = tsr::getArgName(a.func, arg.getArgNumber());
+        auto role = tsr::getArgRole(a.func, arg.getArgNumber());
         if (role &&
             (role.getValue() == "tokens" || role.getValue() == "labels" ||
              role.getValue() == "frozen"))
@@ -331,8 +329,8 @@ struct Splitter {
       for (Value operand : d->getOperands())
         (void)lookup(fn, operand, c, phase);
       Operation *clone = b.clone(*d, fn.map);
-      clone->removeAttr("tsr.fwd");
-      clone->removeAttr("tsr.bwd");
+      clone->removeAttr(tsr::kForwardAttrName);
+      clone->removeAttr(tsr::kBackwardAttrName);
       result = clone->getResult(cast<OpResult>(v).getResultNumber());
     } else if (a.accIndex.count(d)) {
       // Only reached from apply functions.
@@ -390,8 +388,8 @@ struct Splitter {
         (void)lookup(fn, v, c, phase);
       b.setInsertionPointToEnd(fn.block);
       Operation *clone = b.clone(op, fn.map);
-      clone->removeAttr("tsr.fwd");
-      clone->removeAttr("tsr.bwd");
+      clone->removeAttr(tsr::kForwardAttrName);
+      clone->removeAttr(tsr::kBackwardAttrName);
       for (Value r : op.getResults())
         for (int64_t to = 0; to < numChunks; ++to)
           if (auto it = channels.find({r.getAsOpaquePointer(), to});
@@ -437,8 +435,8 @@ struct Splitter {
         (void)lookup(fn, v, c, std::nullopt);
       b.setInsertionPointToEnd(fn.block);
       Operation *clone = b.clone(op, fn.map);
-      clone->removeAttr("tsr.fwd");
-      clone->removeAttr("tsr.bwd");
+      clone->removeAttr(tsr::kForwardAttrName);
+      clone->removeAttr(tsr::kBackwardAttrName);
     }
     for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
       Operation *d = v.getDefiningOp();
@@ -476,7 +474,7 @@ struct PipelineSplitPass
       return fail("unknown schedule '" + schedule +
                   "' (expected gpipe, 1f1b or interleaved)");
     auto grid = module.lookupSymbol<shard::GridOp>("grid");
-    auto names = module->getAttrOfType<ArrayAttr>("tsr.grid_axes");
+    auto names = tsr::getGridAxes(module);
     int16_t ppAxis = -1, mbAxis = -1;
     if (names)
       for (auto [i, n] : llvm::enumerate(names)) {
@@ -541,8 +539,7 @@ struct PipelineSplitPass
         if (auto cost = dyn_cast<tsr::CostOpInterface>(op))
           flops[a.chunk[&op]] += cost.getFlops();
     for (BlockArgument arg : func.getArguments()) {
-      auto role =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+      auto role = tsr::getArgRole(func, arg.getArgNumber());
       if (!role || role.getValue() != "param")
         continue;
       for (Operation *user : arg.getUsers())

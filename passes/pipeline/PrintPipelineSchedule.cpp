@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "passes/pipeline/Passes.h"
 
 #include "common/schedule/PipelineSchedule.h"
@@ -39,7 +40,7 @@ struct PrintPipelineSchedulePass
     }
     tsrt::PipelineScheduleOp op = *ops.begin();
     auto grid = module.lookupSymbol<shard::GridOp>("grid");
-    auto names = module->getAttrOfType<ArrayAttr>("tsr.grid_axes");
+    auto names = tsr::getGridAxes(module);
     if (!grid || !names || names.size() != grid.getShape().size()) {
       op.emitError("the module has no shard.grid @grid with named axes "
                    "(tsr.grid_axes)");

@@ -12,6 +12,7 @@
 #include "passes/sharding/FactorSharding.h"
 #include "passes/sharding/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -57,11 +58,11 @@ struct Annotator {
   SmallVector<Linear> linears;
 
   StringRef role(unsigned i) {
-    auto r = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
+    auto r = tsr::getArgRole(func, i);
     return r ? r.getValue() : "";
   }
   StringRef name(unsigned i) {
-    auto n = func.getArgAttrOfType<StringAttr>(i, "tsr.name");
+    auto n = tsr::getArgName(func, i);
     return n ? n.getValue() : "";
   }
   bool isForward(Operation *op) { return !backward.contains(op); }
@@ -397,14 +398,14 @@ struct ShardingAnnotatePass
       shard::GridOp::create(b, module.getLoc(), b.getStringAttr("grid"),
                             b.getDenseI64ArrayAttr(shape));
     }
-    module->setAttr("tsr.grid_axes", b.getStrArrayAttr(names));
+    module->setAttr(tsr::kGridAxesAttrName, b.getStrArrayAttr(names));
 
     Grid grid{FlatSymbolRefAttr::get(ctx, "grid"), {}};
     grid.shape.assign(shape.begin(), shape.end());
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
       bool hasRoles = false;
       for (unsigned i = 0; i < func.getNumArguments(); ++i)
-        hasRoles |= bool(func.getArgAttr(i, "tsr.role"));
+        hasRoles |= bool(func.getArgAttr(i, tsr::kRoleAttrName));
       if (!hasRoles)
         continue;
       if (failed(annotate(func, grid)))
@@ -845,9 +846,9 @@ struct ShardingAnnotatePass
     for (unsigned i = 0; i < numArgs; ++i) {
       attrs.push_back(tsr::ShardingAttr::getFactored(ctx, grid.symbol, args[i],
                                                      {}, grid.shape));
-      func.setArgAttr(i, "tsr.sharding", attrs.back());
+      func.setArgAttr(i, tsr::kShardingAttrName, attrs.back());
       if (llvm::is_contained(s.vocabSplit, i))
-        func.setArgAttr(i, "tsr.vocab_parallel", UnitAttr::get(ctx));
+        func.setArgAttr(i, tsr::kVocabParallelAttrName, UnitAttr::get(ctx));
     }
     llvm::StringMap<unsigned> argByName;
     for (unsigned i = 0; i < numArgs; ++i)
@@ -856,8 +857,8 @@ struct ShardingAnnotatePass
       auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[r]);
       if (!type)
         continue;
-      auto n = func.getResultAttrOfType<StringAttr>(r, "tsr.name");
-      auto role = func.getResultAttrOfType<StringAttr>(r, "tsr.role");
+      auto n = tsr::getResultName(func, r);
+      auto role = tsr::getResultRole(func, r);
       tsr::ShardingAttr attr =
           tsr::ShardingAttr::getReplicated(ctx, grid.symbol, type.getRank());
       if (n && (!role || role.getValue() != "loss")) {
@@ -865,7 +866,7 @@ struct ShardingAnnotatePass
         if (it != argByName.end() && types[it->second] == type)
           attr = attrs[it->second];
       }
-      func.setResultAttr(r, "tsr.sharding", attr);
+      func.setResultAttr(r, tsr::kShardingAttrName, attr);
     }
   }
 
@@ -878,7 +879,7 @@ struct ShardingAnnotatePass
                                          ArrayRef<SmallVector<DimFactors>> args,
                                          ArrayRef<RankedTensorType> types) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto role = func.getArgAttrOfType<StringAttr>(i, "tsr.role");
+      auto role = tsr::getArgRole(func, i);
       if (!role || role.getValue() != "tokens" || types[i].getRank() != 2)
         continue;
       return TokenLayout{types[i].getDimSize(0), types[i].getDimSize(1),

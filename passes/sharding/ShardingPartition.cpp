@@ -9,6 +9,7 @@
 #include "passes/sharding/FactorSharding.h"
 #include "passes/sharding/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -260,7 +261,7 @@ struct Partitioner {
   }
 
   FailureOr<TensorSharding> recorded(Operation *op, unsigned r) {
-    auto attrs = op->getAttrOfType<ArrayAttr>("tsr.shardings");
+    auto attrs = op->getAttrOfType<ArrayAttr>(tsr::kShardingsAttrName);
     if (!attrs || attrs.size() != op->getNumResults()) {
       op->emitOpError("has no tsr.shardings (run tsr-sharding-propagate)");
       return failure();
@@ -297,7 +298,7 @@ struct Partitioner {
                << arg.getArgNumber() << " is not a ranked tensor";
       globalType[arg] = type;
       TensorSharding t = TensorSharding::fromAttr(
-          func.getArgAttr(arg.getArgNumber(), "tsr.sharding"), type);
+          func.getArgAttr(arg.getArgNumber(), tsr::kShardingAttrName), type);
       t.canonicalize(grid);
       t.fixed = TensorSharding::kArgument;
       sharding[arg] = t;
@@ -366,7 +367,7 @@ struct Partitioner {
           return failure();
         op->setOperand(o, *nv);
       }
-      op->removeAttr("tsr.shardings");
+      op->removeAttr(tsr::kShardingsAttrName);
 
       Attribute value;
       if (op->hasTrait<OpTrait::ConstantLike>() && op->getNumResults() == 1 &&
@@ -416,7 +417,7 @@ struct Partitioner {
           continue;
         }
         TensorSharding want = TensorSharding::fromAttr(
-            func.getResultAttr(r, "tsr.sharding"), type);
+            func.getResultAttr(r, tsr::kShardingAttrName), type);
         want.canonicalize(grid);
         FailureOr<Value> nv =
             reshard(v, type, sharding[v], want, terminator->getLoc());

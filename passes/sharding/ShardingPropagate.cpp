@@ -8,6 +8,7 @@
 #include "passes/sharding/FactorSharding.h"
 #include "passes/sharding/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -45,7 +46,7 @@ struct ShardingPropagatePass
         return func.emitError("argument ")
                << arg.getArgNumber() << " is not a ranked tensor";
       TensorSharding t = TensorSharding::fromAttr(
-          func.getArgAttr(arg.getArgNumber(), "tsr.sharding"), type);
+          func.getArgAttr(arg.getArgNumber(), tsr::kShardingAttrName), type);
       t.canonicalize(grid);
       t.fixed = TensorSharding::kArgument;
       state[arg] = t;
@@ -166,7 +167,7 @@ struct ShardingPropagatePass
                                : Axes();
         attrs.push_back(state[v].toAttr(grid));
       }
-      op->setAttr("tsr.shardings", ArrayAttr::get(ctx, attrs));
+      op->setAttr(tsr::kShardingsAttrName, ArrayAttr::get(ctx, attrs));
     }
     return success();
   }

@@ -2,6 +2,7 @@
 
 #include "passes/training/Autodiff.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -10,9 +11,6 @@
 
 using namespace mlir;
 using namespace tessera;
-
-static constexpr llvm::StringLiteral kForwardTag = "tsr.fwd";
-static constexpr llvm::StringLiteral kBackwardTag = "tsr.bwd";
 
 FailureOr<SmallVector<Value>>
 training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
@@ -40,7 +38,7 @@ training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
     void notifyOperationInserted(Operation *op,
                                  OpBuilder::InsertPoint) override {
       if (tag)
-        op->setAttr(kBackwardTag, tag);
+        op->setAttr(tsr::kBackwardAttrName, tag);
     }
   } tagger;
   OpBuilder::Listener *previousListener = builder.getListener();
@@ -76,10 +74,10 @@ training::buildBackward(OpBuilder &builder, ArrayRef<Operation *> ops,
           "has no gradient rule (it does not implement the tsr "
           "GradientOpInterface), so the loss cannot be differentiated "
           "through it");
-    if (!op->hasAttr(kForwardTag))
-      op->setAttr(kForwardTag,
+    if (!op->hasAttr(tsr::kForwardAttrName))
+      op->setAttr(tsr::kForwardAttrName,
                   IntegerAttr::get(IntegerType::get(ctx, 64), index[op]));
-    tagger.tag = op->getAttr(kForwardTag);
+    tagger.tag = op->getAttr(tsr::kForwardAttrName);
     SmallVector<Value> operandGrads;
     if (failed(rule.buildGradient(builder, resultGrads, operandGrads)))
       return failure();

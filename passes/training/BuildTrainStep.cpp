@@ -9,6 +9,7 @@
 
 #include "passes/training/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 #include "passes/training/Autodiff.h"
@@ -34,8 +35,8 @@ using namespace tessera;
 
 namespace {
 
-constexpr StringLiteral kRole = "tsr.role";
-constexpr StringLiteral kName = "tsr.name";
+constexpr StringLiteral kRole = tsr::kRoleAttrName;
+constexpr StringLiteral kName = tsr::kNameAttrName;
 
 /// One argument of @train_step: its type, attributes and, for the ones that
 /// come from @forward, the forward argument it replaces.

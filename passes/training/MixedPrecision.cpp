@@ -23,6 +23,7 @@
 
 #include "passes/training/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
@@ -58,28 +59,25 @@ bool hasElement(Type type, Type element) {
 }
 
 bool isOptimizerUpdate(Operation *op) {
-  return isa<tsr::SgdUpdateOp, tsr::AdamwUpdateOp>(op);
+  return isa<tsr::OptimizerUpdateOpInterface>(op);
 }
 
 /// Precision policy: the f32 values an op in low precision still takes or
-/// produces. The cross-entropy's summed loss is an f32 scalar (its kernel
-/// accumulates in f32) and so is the cotangent seed its gradient reads; the
-/// loss result must stay f32. tsr.attention's log-sum-exp is f32 by the
-/// op's contract (rounding it would perturb every recomputed probability in
-/// the backward), so it stays f32 as attention's result 1 and
-/// attention_grad's operand 4. Every other float operand and result of a
-/// retyped op is low precision (kernels whose numerics need f32 internally,
-/// e.g. layer_norm and rms_norm statistics, softmax and attention, compute
-/// in f32 or wider and round their results; rms_norm's scale is a bf16/f16
+/// produces, as the op answers them (tsr::MixedPrecisionOpInterface: the
+/// cross-entropy's summed loss and its gradient's seed, attention's
+/// log-sum-exp). Every other float operand and result of a retyped op is
+/// low precision (kernels whose numerics need f32 internally, e.g.
+/// layer_norm and rms_norm statistics, softmax and attention, compute in
+/// f32 or wider and round their results; rms_norm's scale is a bf16/f16
 /// operand like layer_norm's, as HF LLaMA multiplies its weight in the
 /// model's dtype).
 bool keepsF32Result(Operation *op, unsigned index) {
-  return (isa<tsr::CrossEntropyOp>(op) && index == 0) ||
-         (isa<tsr::AttentionOp>(op) && index == 1);
+  auto policy = dyn_cast<tsr::MixedPrecisionOpInterface>(op);
+  return policy && policy.keepsF32Result(index);
 }
 bool keepsF32Operand(Operation *op, unsigned index) {
-  return (isa<tsr::CrossEntropyGradOp>(op) && index == 2) ||
-         (isa<tsr::AttentionGradOp>(op) && index == 4);
+  auto policy = dyn_cast<tsr::MixedPrecisionOpInterface>(op);
+  return policy && policy.keepsF32Operand(index);
 }
 
 struct MixedPrecisionPass
@@ -153,23 +151,27 @@ private:
     return tsr::ConstantOp::create(b, loc, type, cast<ElementsAttr>(attr));
   }
 
-  /// Static loss scaling, forward half: the f32 cotangent seed of every
-  /// `tsr.cross_entropy_grad` (the 1 x 1/N product) becomes seed * S, so
+  /// Static loss scaling, forward half: the f32 cotangent seed of the loss
+  /// (MixedPrecisionOpInterface::getLossSeedOperand: that of every
+  /// `tsr.cross_entropy_grad`, the 1 x 1/N product) becomes seed * S, so
   /// the whole backward computes S times the gradients and small ones stay
   /// above fp16's subnormal range. Error if the step has no such seed.
   LogicalResult scaleSeeds(func::FuncOp func) {
-    SmallVector<tsr::CrossEntropyGradOp> grads;
-    func.walk([&](tsr::CrossEntropyGradOp op) { grads.push_back(op); });
-    if (grads.empty())
+    SmallVector<OpOperand *> seeds;
+    func.walk([&](tsr::MixedPrecisionOpInterface op) {
+      if (std::optional<unsigned> seed = op.getLossSeedOperand())
+        seeds.push_back(&op->getOpOperand(*seed));
+    });
+    if (seeds.empty())
       return func.emitError("tsr-mixed-precision: precision=fp16 needs a "
                             "tsr.cross_entropy_grad seed to apply the loss "
                             "scale to");
-    for (tsr::CrossEntropyGradOp op : grads) {
-      OpOperand &seed = op->getOpOperand(2);
-      auto type = cast<RankedTensorType>(seed.get().getType());
+    for (OpOperand *seed : seeds) {
+      Operation *op = seed->getOwner();
+      auto type = cast<RankedTensorType>(seed->get().getType());
       OpBuilder b(op);
-      Value s = splatF32(b, op.getLoc(), type.getShape(), lossScale);
-      seed.set(tsr::MulOp::create(b, op.getLoc(), seed.get(), s));
+      Value s = splatF32(b, op->getLoc(), type.getShape(), lossScale);
+      seed->set(tsr::MulOp::create(b, op->getLoc(), seed->get(), s));
     }
     return success();
   }
@@ -204,8 +206,7 @@ private:
     for (BlockArgument arg : body.getArguments()) {
       if (!hasElement(arg.getType(), Float32Type::get(&getContext())))
         continue;
-      auto role =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+      auto role = tsr::getArgRole(func, arg.getArgNumber());
       if (role && role.getValue() == "opt_state")
         continue;
       Operation *first = nullptr;
@@ -237,13 +238,12 @@ private:
                     cast<RankedTensorType>(operand.get().getType()).getShape(),
                     Float32Type::get(&getContext())),
                 operand.get()));
-          // Operand 1 of sgd_update / adamw_update is the gradient: every
-          // gradient is S times too large under loss scaling (also one that
-          // stayed f32), so each is unscaled by a scalar 1/S (one per
-          // step) broadcast to its shape: a transient, not a gradient-sized
-          // constant.
-          if (unscale == 1.0 || !isOptimizerUpdate(op) ||
-              operand.getOperandNumber() != 1)
+          // The update's gradient operand: every gradient is S times too
+          // large under loss scaling (also one that stayed f32), so each is
+          // unscaled by a scalar 1/S (one per step) broadcast to its shape:
+          // a transient, not a gradient-sized constant.
+          auto update = dyn_cast<tsr::OptimizerUpdateOpInterface>(op);
+          if (unscale == 1.0 || !update || &operand != &update.getGradOperand())
             continue;
           if (!unscaleScalar)
             unscaleScalar = splatF32(b, op->getLoc(), {}, unscale);

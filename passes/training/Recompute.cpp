@@ -13,6 +13,7 @@
 #include "passes/training/Passes.h"
 
 #include "common/layers/LayerCuts.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
@@ -33,9 +34,6 @@ using namespace mlir;
 using namespace tessera;
 
 namespace {
-
-constexpr StringLiteral kForwardTag = "tsr.fwd";
-constexpr StringLiteral kBackwardTag = "tsr.bwd";
 
 int64_t numElements(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -83,10 +81,10 @@ struct RecomputePass : training::impl::RecomputeBase<RecomputePass> {
     // (tsr.bwd = tsr.fwd id); -1 for untagged ops (e.g. the optimizer).
     DenseMap<int64_t, int64_t> layerOfId;
     for (auto [i, op] : llvm::enumerate(forwardOps))
-      if (auto id = op->getAttrOfType<IntegerAttr>(kForwardTag))
+      if (auto id = tsr::getForwardId(op))
         layerOfId[id.getInt()] = layerOf[i];
     auto backwardLayer = [&](Operation *op) -> int64_t {
-      auto id = op->getAttrOfType<IntegerAttr>(kBackwardTag);
+      auto id = tsr::getBackwardId(op);
       if (!id || !backward.contains(op))
         return -1;
       auto it = layerOfId.find(id.getInt());
@@ -95,16 +93,17 @@ struct RecomputePass : training::impl::RecomputeBase<RecomputePass> {
 
     // The ops each layer may recompute.
     SmallVector<SetVector<Operation *>> candidates(numLayers);
-    // selective: each tsr.attention and the ops that only reshuffle its
-    // output (transpose/reshape back to [B, S, D]), so neither O, its
-    // relayout nor the log-sum-exp is kept from forward to backward.
+    // selective: each op with the SelectiveRecompute trait (tsr.attention)
+    // and the ops that only reshuffle its output (transpose/reshape back to
+    // [B, S, D]), so neither O, its relayout nor the log-sum-exp is kept
+    // from forward to backward.
     DenseSet<Operation *> core;
     for (auto [i, op] : llvm::enumerate(forwardOps)) {
       if (layerOf[i] + 1 >= numLayers || op->getNumResults() == 0 ||
           !isMemoryEffectFree(op))
         continue;
       if (mode == "selective") {
-        bool seed = isa<tsr::AttentionOp>(op);
+        bool seed = op->hasTrait<tsr::SelectiveRecompute>();
         bool carries = false;
         if (!seed && op->getNumResults() == 1) {
           int64_t out = numElements(op->getResult(0)), largest = 0;
@@ -167,11 +166,12 @@ struct RecomputePass : training::impl::RecomputeBase<RecomputePass> {
         if (!needed.contains(op))
           continue;
         Operation *clone = builder.clone(*op, map);
-        Attribute id = op->getAttr(kForwardTag);
-        clone->removeAttr(kForwardTag);
-        clone->setAttr(kBackwardTag, id ? id : first->getAttr(kBackwardTag));
-        if (!clone->getAttr(kBackwardTag))
-          clone->removeAttr(kBackwardTag);
+        Attribute id = op->getAttr(tsr::kForwardAttrName);
+        clone->removeAttr(tsr::kForwardAttrName);
+        clone->setAttr(tsr::kBackwardAttrName,
+                       id ? id : first->getAttr(tsr::kBackwardAttrName));
+        if (!clone->getAttr(tsr::kBackwardAttrName))
+          clone->removeAttr(tsr::kBackwardAttrName);
         backward.insert(clone);
       }
       for (Value v : remade) {

@@ -8,6 +8,7 @@
 
 #include "passes/zero/Passes.h"
 
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
@@ -26,11 +27,10 @@ using namespace tessera;
 
 namespace {
 
-constexpr StringLiteral kShardingAttr = "tsr.sharding";
-
 /// One updated parameter and what ZeRO does with it.
 struct ZeroParam {
-  Operation *update = nullptr; ///< tsr.sgd_update or tsr.adamw_update
+  /// The update (tsr.sgd_update, tsr.adamw_update, ...).
+  tsr::OptimizerUpdateOpInterface update;
   BlockArgument param;
   StringAttr name;
   shard::AllReduceOp gradReduce; ///< the dp all-reduce of the gradient
@@ -55,8 +55,7 @@ struct GridInfo {
 };
 
 StringAttr nameOf(FunctionOpInterface func, BlockArgument arg) {
-  if (auto name =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.name"))
+  if (auto name = tsr::getArgName(func, arg.getArgNumber()))
     return name;
   return StringAttr::get(func.getContext(),
                          "#" + Twine(arg.getArgNumber()).str());
@@ -66,13 +65,12 @@ bool hasRole(FunctionOpInterface func, Value v, StringRef role) {
   auto arg = dyn_cast<BlockArgument>(v);
   if (!arg || arg.getOwner() != &func.getFunctionBody().front())
     return false;
-  auto attr = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "tsr.role");
+  auto attr = tsr::getArgRole(func, arg.getArgNumber());
   return attr && attr.getValue() == role;
 }
 
 tsr::ShardingAttr shardingOf(FunctionOpInterface func, BlockArgument arg) {
-  return func.getArgAttrOfType<tsr::ShardingAttr>(arg.getArgNumber(),
-                                                  kShardingAttr);
+  return tsr::getArgSharding(func, arg.getArgNumber());
 }
 
 /// Sub-factors of dimension `d` of a value of local type `local` with
@@ -176,7 +174,7 @@ struct ZeroShardingPass
     info.gridName = grids.front().getSymNameAttr();
     info.shape.assign(grids.front().getShape().begin(),
                       grids.front().getShape().end());
-    auto names = module->getAttrOfType<ArrayAttr>("tsr.grid_axes");
+    auto names = tsr::getGridAxes(module);
     if (names)
       for (auto [i, n] : llvm::enumerate(names))
         if (auto s = dyn_cast<StringAttr>(n); s && s.getValue() == "dp")
@@ -193,11 +191,12 @@ struct ZeroShardingPass
   }
 
   /// Checks one update and picks its ZeRO dimension.
-  FailureOr<ZeroParam> plan(FunctionOpInterface func, Operation *update,
+  FailureOr<ZeroParam> plan(FunctionOpInterface func,
+                            tsr::OptimizerUpdateOpInterface update,
                             const GridInfo &grid) {
     ZeroParam p;
     p.update = update;
-    Value param = update->getOperand(0);
+    Value param = update.getParamOperand().get();
     if (!hasRole(func, param, "param"))
       return update->emitOpError(
           "updates a value that is not a function argument with tsr.role = "
@@ -208,7 +207,7 @@ struct ZeroShardingPass
       return update->emitError("parameter '")
              << p.name.getValue() << "': " << msg;
     };
-    Value grad = update->getOperand(1);
+    Value grad = update.getGradOperand().get();
     // Mixed precision reduces the gradient in the compute type, then
     // converts it for the update.
     p.gradConvert = grad.getDefiningOp<tsr::ConvertOp>();
@@ -225,17 +224,15 @@ struct ZeroShardingPass
       return fail("its gradient all-reduce is not a sum");
     if (!p.gradReduce->hasOneUse())
       return fail("its gradient all-reduce has uses other than the update");
-    if (auto adamw = dyn_cast<tsr::AdamwUpdateOp>(update)) {
-      for (Value state : {adamw.getExpAvg(), adamw.getExpAvgSq()}) {
-        if (!hasRole(func, state, "opt_state"))
-          return fail("its optimizer state is not a function argument with "
-                      "tsr.role = \"opt_state\"");
-        if (!state.hasOneUse())
-          return fail("its optimizer state '" +
-                      nameOf(func, cast<BlockArgument>(state)).getValue() +
-                      "' has uses other than the update");
-        p.optState.push_back(cast<BlockArgument>(state));
-      }
+    for (Value state : update.getOptimizerState()) {
+      if (!hasRole(func, state, "opt_state"))
+        return fail("its optimizer state is not a function argument with "
+                    "tsr.role = \"opt_state\"");
+      if (!state.hasOneUse())
+        return fail("its optimizer state '" +
+                    nameOf(func, cast<BlockArgument>(state)).getValue() +
+                    "' has uses other than the update");
+      p.optState.push_back(cast<BlockArgument>(state));
     }
     auto type = cast<RankedTensorType>(param.getType());
     tsr::ShardingAttr attr = shardingOf(func, p.param);
@@ -273,11 +270,12 @@ struct ZeroShardingPass
     // The end of backward: where ZeRO-1 puts its reduce-scatters.
     Operation *firstUpdate = nullptr;
     for (Operation &op : body) {
-      if (!isa<tsr::SgdUpdateOp, tsr::AdamwUpdateOp>(op))
+      auto update = dyn_cast<tsr::OptimizerUpdateOpInterface>(op);
+      if (!update)
         continue;
       if (!firstUpdate)
         firstUpdate = &op;
-      FailureOr<ZeroParam> p = plan(func, &op, grid);
+      FailureOr<ZeroParam> p = plan(func, update, grid);
       if (failed(p))
         return failure();
       if (p->dim < 0)
@@ -292,7 +290,7 @@ struct ZeroShardingPass
     // before it and once for the uses from it on.
     Operation *backwardStart = nullptr;
     for (Operation &op : body)
-      if (op.hasAttr("tsr.bwd")) {
+      if (tsr::isBackward(&op)) {
         backwardStart = &op;
         break;
       }
@@ -349,7 +347,7 @@ struct ZeroShardingPass
       // Optimizer state: arguments and results become dp shards.
       for (BlockArgument state : p.optState) {
         unsigned i = state.getArgNumber();
-        func.setArgAttr(i, kShardingAttr,
+        func.setArgAttr(i, tsr::kShardingAttrName,
                         withDpOn(shardingOf(func, state),
                                  cast<RankedTensorType>(state.getType()), p.dim,
                                  p.sub, grid));
@@ -358,10 +356,12 @@ struct ZeroShardingPass
       auto resultAttr = [&](Value v, tsr::ShardingAttr attr) {
         for (OpOperand &use : v.getUses())
           if (use.getOwner() == ret)
-            func.setResultAttr(use.getOperandNumber(), kShardingAttr, attr);
+            func.setResultAttr(use.getOperandNumber(), tsr::kShardingAttrName,
+                               attr);
       };
-      for (auto [k, state] : llvm::enumerate(p.optState))
-        resultAttr(p.update->getResult(k + 1), shardingOf(func, state));
+      for (auto [state, updated] :
+           llvm::zip_equal(p.optState, p.update.getUpdatedOptimizerState()))
+        resultAttr(updated, shardingOf(func, state));
 
       // The dp shard of `v` (a value of the parameter's type) and back.
       RankedTensorType view = viewType(full, p, grid.dp, /*shard=*/false);
@@ -380,10 +380,10 @@ struct ZeroShardingPass
         Value v = reshapeTo(b, loc, p.param, view);
         v = shard::AllSliceOp::create(b, loc, viewShard, gridName, dpAxes, v,
                                       axis);
-        p.update->setOperand(0, reshapeTo(b, loc, v, local));
+        p.update.getParamOperand().set(reshapeTo(b, loc, v, local));
         for (Value r : p.update->getResults())
           r.setType(local);
-        Value newParam = p.update->getResult(0);
+        Value newParam = p.update.getUpdatedParam();
         SmallVector<OpOperand *> uses;
         for (OpOperand &use : newParam.getUses())
           uses.push_back(&use);
@@ -422,13 +422,13 @@ struct ZeroShardingPass
           use->set(gathered);
       }
       tsr::ShardingAttr sharded = withDpOn(paramAttr, full, p.dim, p.sub, grid);
-      func.setArgAttr(p.param.getArgNumber(), kShardingAttr, sharded);
+      func.setArgAttr(p.param.getArgNumber(), tsr::kShardingAttrName, sharded);
       for (Value r : p.update->getResults())
         r.setType(local);
-      resultAttr(p.update->getResult(0), sharded);
+      resultAttr(p.update.getUpdatedParam(), sharded);
     }
     if (!replicated.empty())
-      func->setAttr("tsr.zero_replicated",
+      func->setAttr(tsr::kZeroReplicatedAttrName,
                     ArrayAttr::get(func.getContext(), replicated));
     func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                    ret.getOperandTypes()));

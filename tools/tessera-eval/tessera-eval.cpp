@@ -56,6 +56,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/import/OnnxImporter.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
 #include "passes/lowering/Passes.h"
@@ -411,9 +412,9 @@ Outcome runJob(const Job &job, Tolerance tol, llvm::StringRef writeDir) {
   std::vector<ArgSource> argSources;
   for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
     ArgSource src;
-    auto name = forward.getArgAttrOfType<StringAttr>(i, "tsr.name");
+    auto name = tsr::getArgName(forward, i);
     src.name = name ? name.str() : ("argument #" + llvm::Twine(i)).str();
-    auto role = forward.getArgAttrOfType<StringAttr>(i, "tsr.role");
+    auto role = tsr::getArgRole(forward, i);
     if (role && role.getValue() == "input") {
       auto it = argValues.find(src.name);
       if (it == argValues.end())
@@ -421,7 +422,7 @@ Outcome runJob(const Job &job, Tolerance tol, llvm::StringRef writeDir) {
                                    "', which is not a graph input");
       src.value = it->second;
     } else {
-      src.init = forward.getArgAttr(i, "tsr.init");
+      src.init = forward.getArgAttr(i, tsr::kInitAttrName);
     }
     argSources.push_back(std::move(src));
   }
