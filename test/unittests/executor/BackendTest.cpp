@@ -1,6 +1,7 @@
 //===- BackendTest.cpp - backend selection (tessera-run --backend) --------===//
 
 #include "runtime/executor/Backend.h"
+#include "runtime/executor/BackendRegistry.h"
 #include "runtime/executor/Program.h"
 
 #include "gtest/gtest.h"
@@ -63,6 +64,28 @@ TEST(Backend, CudaIsAvailableOrSaysWhyNot) {
   else
     EXPECT_NE(msg.find("built without the CUDA backend"), std::string::npos)
         << msg;
+}
+
+// The registry lists what each backend binds without a device: every
+// kernel name maps back to its kind, the cpu backend binds them all, and
+// an unknown backend binds nothing.
+TEST(Backend, RegistryListsKernelsWithoutADevice) {
+  std::vector<std::string> cpu = registeredKernelNames("cpu");
+  EXPECT_EQ(cpu.size(), kNumKernelKinds);
+  for (const std::string &name : cpu) {
+    std::optional<KernelKind> kind = kernelKindOf(name);
+    ASSERT_TRUE(kind.has_value()) << name;
+    EXPECT_EQ(kernelName(*kind), name);
+  }
+  EXPECT_NE(llvm::find(cpu, "matmul"), cpu.end());
+  EXPECT_NE(llvm::find(cpu, "attention_grad"), cpu.end());
+  EXPECT_FALSE(kernelKindOf("frobnicate").has_value());
+  EXPECT_TRUE(registeredKernelNames("tpu").empty());
+  std::vector<std::string> backends = registeredBackendNames();
+  ASSERT_FALSE(backends.empty());
+  EXPECT_EQ(backends[0], "cpu");
+  EXPECT_EQ(llvm::is_contained(backends, "cuda"), cudaBackendBuilt());
+  EXPECT_EQ(registeredKernelNames("cuda").empty(), !cudaBackendBuilt());
 }
 
 } // namespace
