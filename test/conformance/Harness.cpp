@@ -269,6 +269,38 @@ void conformance::expectBitEqual(const Tensor &got, const Tensor &want,
   EXPECT_EQ(std::memcmp(got.raw(), want.raw(), got.bytes()), 0) << what.str();
 }
 
+std::string conformance::loadErrorOn(exec::Backend &backend,
+                                     llvm::StringRef kernel,
+                                     llvm::StringRef attrs,
+                                     const std::vector<TensorType> &ins,
+                                     const std::vector<TensorType> &outs) {
+  std::string text = kernelProgram(kernel, attrs, ins, outs);
+  std::unique_ptr<mlir::MLIRContext> ctx = makeContext();
+  mlir::ParserConfig config(ctx.get());
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, config, kSource);
+  if (!module) {
+    ADD_FAILURE() << "parse error in:\n" << text;
+    return "parse error";
+  }
+  exec::CompileOptions options;
+  options.backend = &backend;
+  llvm::Expected<exec::Program> program =
+      exec::Program::compile(*module, "kernel", options, kSource);
+  if (program)
+    return "";
+  std::string msg = llvm::toString(program.takeError());
+  std::string head =
+      std::string(kSource) + ": op #0 (kernel \"" + kernel.str() + "\") at ";
+  size_t colon =
+      msg.rfind(head, 0) == 0 ? msg.find(": ", head.size()) : std::string::npos;
+  if (colon == std::string::npos) {
+    ADD_FAILURE() << "load error does not name the op: " << msg;
+    return msg;
+  }
+  return msg.substr(colon + 2);
+}
+
 //===----------------------------------------------------------------------===//
 // KernelTest
 //===----------------------------------------------------------------------===//
@@ -351,31 +383,7 @@ std::vector<Tensor> KernelTest::run(llvm::StringRef kernel,
 std::string KernelTest::loadError(llvm::StringRef kernel, llvm::StringRef attrs,
                                   const std::vector<TensorType> &ins,
                                   const std::vector<TensorType> &outs) {
-  std::string text = kernelProgram(kernel, attrs, ins, outs);
-  std::unique_ptr<mlir::MLIRContext> ctx = makeContext();
-  mlir::ParserConfig config(ctx.get());
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(text, config, kSource);
-  if (!module) {
-    ADD_FAILURE() << "parse error in:\n" << text;
-    return "parse error";
-  }
-  exec::CompileOptions options;
-  options.backend = device;
-  llvm::Expected<exec::Program> program =
-      exec::Program::compile(*module, "kernel", options, kSource);
-  if (program)
-    return "";
-  std::string msg = llvm::toString(program.takeError());
-  std::string head =
-      std::string(kSource) + ": op #0 (kernel \"" + kernel.str() + "\") at ";
-  size_t colon =
-      msg.rfind(head, 0) == 0 ? msg.find(": ", head.size()) : std::string::npos;
-  if (colon == std::string::npos) {
-    ADD_FAILURE() << "load error does not name the op: " << msg;
-    return msg;
-  }
-  return msg.substr(colon + 2);
+  return loadErrorOn(*device, kernel, attrs, ins, outs);
 }
 
 std::string KernelTest::runError(llvm::StringRef kernel, llvm::StringRef attrs,

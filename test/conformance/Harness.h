@@ -120,6 +120,15 @@ void expectBitEqual(const Tensor &got, const Tensor &want,
 /// rounded once more (2^-8 / 2^-11 relative half-ulps, with headroom).
 double rtolFor(DType dtype);
 
+/// The load error of kernelProgram(kernel, attrs, ins, outs) compiled for
+/// `backend`, without the "<source>: op #0 (kernel "k") at <loc>: " prefix
+/// (whose presence is checked: every load error names the op), or "" when
+/// it loads.
+std::string loadErrorOn(runtime::exec::Backend &backend, llvm::StringRef kernel,
+                        llvm::StringRef attrs,
+                        const std::vector<TensorType> &ins,
+                        const std::vector<TensorType> &outs);
+
 //===----------------------------------------------------------------------===//
 // The fixture
 //===----------------------------------------------------------------------===//
@@ -146,9 +155,7 @@ protected:
                           const std::vector<Tensor> &ins,
                           const std::vector<TensorType> &outs,
                           runtime::exec::CompileOptions options = {});
-  /// The load error of the program, without the "<source>: op #0 (kernel
-  /// "k") at <loc>: " prefix (whose presence is checked: every load error
-  /// names the op), or "" when it loads.
+  /// loadErrorOn(backend(), ...).
   std::string loadError(llvm::StringRef kernel, llvm::StringRef attrs,
                         const std::vector<TensorType> &ins,
                         const std::vector<TensorType> &outs);
