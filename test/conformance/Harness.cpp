@@ -324,7 +324,16 @@ KernelTest::tryRun(llvm::StringRef kernel, llvm::StringRef attrs,
   std::vector<TensorType> inTypes;
   for (const Tensor &t : ins)
     inTypes.push_back(typeOf(t));
-  std::string text = kernelProgram(kernel, attrs, inTypes, outs);
+  llvm::Expected<std::vector<Tensor>> host = tryRunProgram(
+      kernelProgram(kernel, attrs, inTypes, outs), ins, std::move(options));
+  if (host && device->name() == "cpu")
+    ranOnCpu().insert(kernel.str());
+  return host;
+}
+
+llvm::Expected<std::vector<Tensor>>
+KernelTest::tryRunProgram(llvm::StringRef text, const std::vector<Tensor> &ins,
+                          exec::CompileOptions options) {
   std::unique_ptr<mlir::MLIRContext> ctx = makeContext();
   mlir::ParserConfig config(ctx.get());
   mlir::OwningOpRef<mlir::ModuleOp> module =
@@ -338,13 +347,25 @@ KernelTest::tryRun(llvm::StringRef kernel, llvm::StringRef attrs,
     return fail("load: " + llvm::toString(program.takeError()));
   std::vector<Tensor> args;
   for (const Tensor &t : ins) {
-    llvm::Expected<Tensor> up = device->upload(t);
+    // The cpu backend's upload shares storage: copy, so that a program
+    // writing an argument in place (tsrt.in_place) leaves `ins` unchanged.
+    llvm::Expected<Tensor> up =
+        device->upload(device->hostMemory() ? t.clone() : t);
     if (!up)
       return fail("upload: " + llvm::toString(up.takeError()));
     args.push_back(std::move(*up));
   }
   exec::ExecContext ctx2;
   ctx2.communication = device->communication();
+  exec::Arena arena;
+  if (program->arenaBytes() > 0) {
+    llvm::Expected<exec::Arena> a =
+        device->allocateArena(program->arenaBytes());
+    if (!a)
+      return fail("arena: " + llvm::toString(a.takeError()));
+    arena = std::move(*a);
+    ctx2.arena = &arena;
+  }
   llvm::Expected<std::vector<Tensor>> results =
       program->run(ctx2, std::move(args));
   if (!results)
@@ -360,8 +381,6 @@ KernelTest::tryRun(llvm::StringRef kernel, llvm::StringRef attrs,
     // shares storage with an input (reshape is a view).
     host.push_back(device->hostMemory() ? down->clone() : std::move(*down));
   }
-  if (device->name() == "cpu")
-    ranOnCpu().insert(kernel.str());
   return host;
 }
 

@@ -149,6 +149,12 @@ protected:
   tryRun(llvm::StringRef kernel, llvm::StringRef attrs,
          const std::vector<Tensor> &ins, const std::vector<TensorType> &outs,
          runtime::exec::CompileOptions options = {});
+  /// Runs function @kernel of the module `text` (any tsrt program, e.g. one
+  /// with a static memory plan: its arena is allocated on the backend) on
+  /// `ins` as tryRun does.
+  llvm::Expected<std::vector<Tensor>>
+  tryRunProgram(llvm::StringRef text, const std::vector<Tensor> &ins,
+                runtime::exec::CompileOptions options = {});
   /// tryRun; a failure is a test failure and gives an empty list (check
   /// its size with ASSERT_EQ before indexing).
   std::vector<Tensor> run(llvm::StringRef kernel, llvm::StringRef attrs,
