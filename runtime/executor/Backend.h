@@ -3,21 +3,27 @@
 // A Backend is the device side of the executor: it allocates the tensors a
 // program produces (and its arena), moves tensors between the host and its
 // memory, and binds each `tsrt.kernel` and each collective to its own
-// implementation. Two exist:
-//   - "cpu": host memory; the kernels of runtime/backends/cpu (OpenBLAS);
-//     collectives over MPI (runtime/collectives/mpi), bound by Kernels.cpp
-//     and run by Program.cpp directly. Every plan runs on it.
-//   - "cuda": device memory of one GPU per rank; cuBLASLt GEMMs and the
-//     kernels of runtime/backends/cuda, queued on one compute stream; built
-//     when nvcc is found at configure time (TESSERA_HAVE_CUDA). Multi-rank
-//     plans communicate through a Communication object (below) with one of
-//     two transports (tessera-run --collectives, see Communication.h):
-//     NCCL on a separate communication stream, or host staging over MPI.
+// implementation. Each backend is a library of its own under
+// runtime/backends, registered with the executor by name (BackendRegistry.h,
+// as IREE's HAL drivers are); the executor includes none of them. Two
+// exist:
+//   - "cpu" (runtime/backends/cpu, TesseraCpuBackend): host memory; the
+//     kernels of runtime/backends/cpu (OpenBLAS); collectives as MPI
+//     closures over host tensors (runtime/collectives/mpi). Every plan runs
+//     on it.
+//   - "cuda" (runtime/backends/cuda, TesseraCudaBackend): device memory of
+//     one GPU per rank; cuBLASLt GEMMs and the kernels of
+//     runtime/backends/cuda, queued on one compute stream; built when nvcc
+//     is found at configure time (TESSERA_HAVE_CUDA). Multi-rank plans
+//     communicate through a Communication object (below) with one of two
+//     transports (tessera-run --collectives, see Communication.h): NCCL on
+//     a separate communication stream, or host staging over MPI.
 //
-// Program::compile validates every kernel and collective the same way for
-// all backends (shapes, dtypes, attributes: Kernels.cpp) and then asks the
-// backend to bind it, so a program a backend cannot run is a load error
-// naming the op, never a failure mid-step.
+// Program::compile decodes and validates every kernel and collective the
+// same way for all backends (shapes, dtypes, attributes: KernelDesc.h) and
+// then asks the backend to bind the typed descriptor, through the
+// backend's dispatch table indexed by KernelKind, so a program a backend
+// cannot run is a load error naming the op, never a failure mid-step.
 //
 // Communication of a device backend: the Executor `connect`s every MPI
 // communicator it makes (the program's grid-axes sub-communicators, in
@@ -37,8 +43,8 @@
 #include "runtime/Tensor.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
 #include "runtime/executor/Communication.h"
+#include "runtime/executor/KernelDesc.h"
 
-#include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -51,11 +57,9 @@ namespace runtime {
 namespace exec {
 
 struct Arena;
-struct CompileOptions;
 struct ExecContext;
 struct Instruction;
 struct TensorType;
-enum class CollectiveOp; // Kernels.h
 
 /// What createBackend needs besides the name.
 struct BackendOptions {
@@ -70,19 +74,6 @@ struct BackendOptions {
   /// watchdog aborts the communicators and exits (<= 0: no watchdog); the
   /// MPI watchdog covers MPI calls (tessera-run --collective-timeout-s).
   double collectiveTimeoutS = 300;
-};
-
-/// A collective instruction as Program::compile resolved it: op, the
-/// program's communicator index (ExecContext::comms), its number of ranks,
-/// the dims (gather/scatter dim, or split and concat dims of all_to_all;
-/// axis indices in [0, rank)) and the reduction (all_reduce: max instead
-/// of sum). Shapes and dtypes are the instruction's (already checked).
-struct CollectiveSpec {
-  CollectiveOp op;
-  int commIndex = -1;
-  int64_t ranks = 1;
-  int64_t dim = 0, dim2 = 0;
-  bool max = false;
 };
 
 /// One rank's communication on a device backend (see the file comment).
@@ -187,22 +178,17 @@ public:
   /// memory).
   virtual llvm::Error copy(const Tensor &src, Tensor &dst) = 0;
 
-  /// Binds kernel `name` of instruction `inst`, which Kernels.cpp's
-  /// resolveKernel has already validated (and bound to the CPU kernel):
-  /// the CPU backend keeps that binding; others replace `inst.fn`. Error:
-  /// the backend has no kernel for this name, dtype or attribute (the
-  /// caller prefixes the op's location).
-  virtual llvm::Error bindKernel(llvm::StringRef name,
-                                 mlir::DictionaryAttr attrs,
-                                 llvm::ArrayRef<TensorType> operands,
-                                 llvm::ArrayRef<TensorType> results,
-                                 const CompileOptions &options,
+  /// Binds `kernel` (decoded and validated by decodeKernel; dispatch on
+  /// kernel.kind) for instruction `inst`: fills `inst.fn` and
+  /// `inst.allocateResults`. Error: the backend has no kernel for this
+  /// kind, dtype or attribute (the caller prefixes the op's location).
+  virtual llvm::Error bindKernel(const KernelDesc &kernel,
                                  Instruction &inst) = 0;
-  /// Binds the collective `spec` of instruction `inst`, which Kernels.cpp's
-  /// resolveCollective has validated and bound to the MPI closure on host
-  /// tensors: the default (the CPU backend) keeps that binding; device
-  /// backends replace `inst.fn`. Error: the backend cannot run it (the
-  /// caller prefixes the op's location).
+  /// Binds the collective `spec` (checked by checkCollective, dims
+  /// normalised) for instruction `inst`, whose operand and result types are
+  /// given: fills `inst.fn`. Error: the backend cannot run it (the caller
+  /// prefixes the op's location); the default, for a backend without
+  /// collectives (whose supportsCommunication refuses them first).
   virtual llvm::Error bindCollective(const CollectiveSpec &spec,
                                      const TensorType &operand,
                                      const TensorType &result,
@@ -260,20 +246,33 @@ public:
   virtual llvm::Error finishStep() = 0;
 };
 
-/// The backend called `name` ("cpu" or "cuda"). Errors: an unknown name;
-/// "cuda" in a build without the CUDA backend; "cuda" on a machine without
-/// a usable GPU (with the driver's reason); the cpu backend with the Nccl
-/// transport; "cuda" with Nccl in a build without NCCL, or with two ranks
-/// of one node on one device (naming both ranks and the device). With
-/// `options.world` set and "cuda", collective over it (every rank must
-/// call it).
+/// The backend called `name` ("cpu" or "cuda"), made by its registered
+/// factory (BackendRegistry.h). Errors: an unknown name ("unknown backend
+/// 'tpu' (expected cpu or cuda)"); "cuda" in a build without the CUDA
+/// backend ("--backend cuda: this tessera-run was built without the CUDA
+/// backend ..."); "cuda" on a machine without a usable GPU (with the
+/// driver's reason); the cpu backend with the Nccl transport; "cuda" with
+/// Nccl in a build without NCCL, or with two ranks of one node on one
+/// device (naming both ranks and the device). With `options.world` set and
+/// "cuda", collective over it (every rank must call it).
 llvm::Expected<std::unique_ptr<Backend>>
 createBackend(llvm::StringRef name, const BackendOptions &options = {});
 
 /// The process-wide CPU backend (what a null backend means).
 Backend &cpuBackend();
 
-/// True when this build includes the CUDA backend.
+/// Decodes kernel `name` with `attrs` for the given operand and result
+/// types (decodeKernel; `inst.commIndex` / `inst.commSize` are its
+/// grid_axes) and binds it on `options.backend` (the CPU backend when
+/// null): what Program::compile does for one `tsrt.kernel`, for tests and
+/// tools that run single kernels. Errors: decodeKernel's, then the
+/// backend's.
+llvm::Error resolveKernel(llvm::StringRef name, mlir::DictionaryAttr attrs,
+                          llvm::ArrayRef<TensorType> operands,
+                          llvm::ArrayRef<TensorType> results,
+                          const CompileOptions &options, Instruction &inst);
+
+/// True when this build includes the CUDA backend (it is registered).
 bool cudaBackendBuilt();
 
 } // namespace exec

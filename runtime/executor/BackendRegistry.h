@@ -38,21 +38,49 @@ struct BackendInfo {
   /// The name `createBackend` and `tessera-run --backend` take ("cpu").
   std::string name;
   /// Makes the backend (see createBackend for the errors it may return).
+  /// Null for a backend that is known but not in this build.
   std::function<llvm::Expected<std::unique_ptr<Backend>>(
       const BackendOptions &)>
       create;
   /// The kernel kinds the backend's dispatch table binds, in KernelKind
   /// order. Known without a device.
   std::vector<KernelKind> kernels;
+  /// A backend not in this build: why ("this tessera-run was built without
+  /// the CUDA backend (...)"), the error createBackend returns for it.
+  std::string notBuilt;
+
+  bool built() const { return static_cast<bool>(create); }
 };
 
-/// Backends by name, in registration order.
+/// Backends by name, in registration order. Filled by the backend
+/// libraries' register functions (add) and, for the backends CMake did not
+/// build, by the generated registration file (addNotBuilt).
 class BackendRegistry {
 public:
-  /// Adds `info`; a second backend of the same name replaces the first.
-  void add(BackendInfo info);
-  /// The backend called `name`, or null.
-  const BackendInfo *lookup(llvm::StringRef name) const;
+  /// Adds `info`; a backend of the same name is replaced.
+  void add(BackendInfo info) {
+    for (BackendInfo &e : entries)
+      if (e.name == info.name) {
+        e = std::move(info);
+        return;
+      }
+    entries.push_back(std::move(info));
+  }
+  /// Records backend `name` as known but not built, `why`.
+  void addNotBuilt(llvm::StringRef name, llvm::StringRef why) {
+    BackendInfo info;
+    info.name = name.str();
+    info.notBuilt = why.str();
+    add(std::move(info));
+  }
+  /// The backend called `name` (built or not), or null.
+  const BackendInfo *lookup(llvm::StringRef name) const {
+    for (const BackendInfo &e : entries)
+      if (e.name == name)
+        return &e;
+    return nullptr;
+  }
+  /// Every backend, built or not, in registration order.
   llvm::ArrayRef<BackendInfo> backends() const { return entries; }
 
 private:
@@ -60,8 +88,14 @@ private:
 };
 
 /// The process-wide registry, holding every backend of this build
-/// (registered on first use).
+/// (registered on first use, by the generated registerBuiltBackends).
 const BackendRegistry &backendRegistry();
+
+/// Calls the register function of every backend this build has, and
+/// records the others as not built. Defined by the file CMake generates
+/// (BuiltBackends.cpp in the build tree; see runtime/executor/
+/// CMakeLists.txt).
+void registerBuiltBackends(BackendRegistry &registry);
 
 /// The names of the backends this build registered, in registration order
 /// ("cpu", then "cuda" when the CUDA backend is built).

@@ -4,7 +4,7 @@
 
 #include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/executor/Backend.h"
-#include "runtime/executor/Kernels.h"
+#include "runtime/executor/KernelDesc.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

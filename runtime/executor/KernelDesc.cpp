@@ -1,21 +1,46 @@
 //===- KernelDesc.cpp - a tsrt.kernel decoded once, typed -----------------===//
+//
+// One decoder per kernel family (KernelKinds.def names each kind's family).
+// Each checks operand/result counts, dtypes and shapes (inferring the result
+// types and comparing them with the declared ones) and decodes the
+// attributes into the family's struct. The messages are the runtime's load
+// errors (test/Run and the executor unit tests check them word for word).
+//
+//===----------------------------------------------------------------------===//
 
 #include "runtime/executor/KernelDesc.h"
 
+#include "runtime/executor/Backend.h"
+
+#include "dialects/tsrt/TsrtDialect.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <iterator>
+#include <tuple>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
+using llvm::ArrayRef;
+using llvm::StringRef;
 
-llvm::StringRef exec::kernelName(KernelKind kind) {
+//===----------------------------------------------------------------------===//
+// Kinds
+//===----------------------------------------------------------------------===//
+
+StringRef exec::kernelName(KernelKind kind) {
   static constexpr llvm::StringLiteral names[] = {
 #define TESSERA_KERNEL(Kind, Name, Family) Name,
 #include "runtime/executor/KernelKinds.def"
   };
-  return names[static_cast<size_t>(kind)];
+  return names[kernelIndex(kind)];
 }
 
-std::optional<KernelKind> exec::kernelKindOf(llvm::StringRef name) {
+std::optional<KernelKind> exec::kernelKindOf(StringRef name) {
   // Built once: the only place a kernel name becomes a kind.
   static const llvm::StringMap<KernelKind> kinds = [] {
     llvm::StringMap<KernelKind> m;
@@ -27,4 +52,836 @@ std::optional<KernelKind> exec::kernelKindOf(llvm::StringRef name) {
   if (it == kinds.end())
     return std::nullopt;
   return it->second;
+}
+
+bool exec::isDataMovement(KernelKind kind) {
+  static const std::vector<bool> dataMovement = [] {
+    std::vector<bool> v(kNumKernelKinds);
+    for (size_t i = 0; i < kNumKernelKinds; ++i)
+      v[i] = tessera::tsrt::isDataMovementKernel(
+          kernelName(static_cast<KernelKind>(i)));
+    return v;
+  }();
+  return dataMovement[kernelIndex(kind)];
+}
+
+bool KernelDesc::hasFloat16() const {
+  auto is16 = [](const TensorType &t) { return isFloat16Bit(t.dtype); };
+  return llvm::any_of(operands, is16) || llvm::any_of(results, is16);
+}
+
+namespace {
+
+using In = ArrayRef<const Tensor *>;
+using Out = llvm::MutableArrayRef<Tensor>;
+
+llvm::Error fail(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+std::string typeStr(const TensorType &t) { return t.str(); }
+
+/// Reads attributes, remembering the first problem. Absent attributes take
+/// the given default, or are an error when there is none.
+class AttrReader {
+public:
+  explicit AttrReader(mlir::DictionaryAttr dict) : dict(dict) {}
+
+  bool boolean(StringRef name, std::optional<bool> dflt) {
+    mlir::Attribute a = get(name, dflt.has_value());
+    if (!a)
+      return dflt.value_or(false);
+    if (auto b = llvm::dyn_cast<mlir::BoolAttr>(a))
+      return b.getValue();
+    if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(a);
+        i && i.getType().isInteger(1))
+      return i.getValue().getBoolValue();
+    return bad(name, "a bool"), false;
+  }
+
+  int64_t integer(StringRef name) {
+    mlir::Attribute a = get(name, false);
+    if (!a)
+      return 0;
+    if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(a);
+        i && !i.getType().isInteger(1) && i.getType().isSignlessInteger())
+      return i.getValue().getSExtValue();
+    if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(a);
+        i && i.getType().isIndex())
+      return i.getValue().getSExtValue();
+    return bad(name, "an integer"), 0;
+  }
+
+  double floating(StringRef name) {
+    mlir::Attribute a = get(name, false);
+    if (!a)
+      return 0;
+    if (auto f = llvm::dyn_cast<mlir::FloatAttr>(a))
+      return f.getValueAsDouble();
+    return bad(name, "a float"), 0;
+  }
+
+  std::vector<int64_t> intArray(StringRef name) {
+    mlir::Attribute a = get(name, false);
+    if (!a)
+      return {};
+    if (auto d = llvm::dyn_cast<mlir::DenseI64ArrayAttr>(a))
+      return std::vector<int64_t>(d.asArrayRef().begin(), d.asArrayRef().end());
+    if (auto arr = llvm::dyn_cast<mlir::ArrayAttr>(a)) {
+      std::vector<int64_t> v;
+      for (mlir::Attribute e : arr) {
+        auto i = llvm::dyn_cast<mlir::IntegerAttr>(e);
+        if (!i)
+          return bad(name, "an array of integers"), std::vector<int64_t>{};
+        v.push_back(i.getValue().getSExtValue());
+      }
+      return v;
+    }
+    return bad(name, "an array<i64: ...>"), std::vector<int64_t>{};
+  }
+
+  /// True when the attribute is present.
+  bool has(StringRef name) const { return dict && dict.get(name); }
+
+  std::string string(StringRef name, std::optional<StringRef> dflt) {
+    mlir::Attribute a = get(name, dflt.has_value());
+    if (!a)
+      return dflt.value_or("").str();
+    if (auto s = llvm::dyn_cast<mlir::StringAttr>(a))
+      return s.getValue().str();
+    return bad(name, "a string"), std::string();
+  }
+
+  /// The first problem, or success.
+  llvm::Error takeError() {
+    if (problem.empty())
+      return llvm::Error::success();
+    return fail(problem);
+  }
+
+private:
+  mlir::Attribute get(StringRef name, bool optional) {
+    mlir::Attribute a = dict ? dict.get(name) : mlir::Attribute();
+    if (!a && !optional && problem.empty())
+      problem = ("missing attribute '" + name + "'").str();
+    return a;
+  }
+  void bad(StringRef name, StringRef what) {
+    if (problem.empty())
+      problem = ("attribute '" + name + "' must be " + what).str();
+  }
+
+  mlir::DictionaryAttr dict;
+  std::string problem;
+};
+
+llvm::Error expectCounts(ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
+                         size_t nIn, size_t nOut) {
+  if (ins.size() != nIn || outs.size() != nOut)
+    return fail(llvm::formatv("expects {0} operand(s) and {1} result(s), got "
+                              "{2} and {3}",
+                              nIn, nOut, ins.size(), outs.size()));
+  return llvm::Error::success();
+}
+
+llvm::Error expectResult(ArrayRef<TensorType> outs, size_t i,
+                         const TensorType &expected) {
+  if (outs[i] != expected)
+    return fail(llvm::formatv("result #{0} has type {1}, expected {2}", i,
+                              typeStr(outs[i]), typeStr(expected)));
+  return llvm::Error::success();
+}
+
+llvm::Error expectDType(const TensorType &t, std::initializer_list<DType> ok,
+                        StringRef what) {
+  for (DType d : ok)
+    if (t.dtype == d)
+      return llvm::Error::success();
+  return fail(llvm::formatv("{0} has unsupported type {1}", what, typeStr(t)));
+}
+
+llvm::Error expectSame(ArrayRef<TensorType> ins) {
+  for (size_t i = 1; i < ins.size(); ++i)
+    if (ins[i] != ins[0])
+      return fail(llvm::formatv("operand #{0} has type {1} but operand #0 has "
+                                "{2}; they must match",
+                                i, typeStr(ins[i]), typeStr(ins[0])));
+  return llvm::Error::success();
+}
+
+/// Normalises a possibly negative `axis` into [0, rank).
+llvm::Error normaliseAxis(int64_t &axis, int64_t rank, StringRef name) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank)
+    return fail(llvm::formatv("attribute '{0}' = {1} is out of range for "
+                              "rank {2}",
+                              name, axis, rank));
+  axis = a;
+  return llvm::Error::success();
+}
+
+int64_t rankOf(const TensorType &t) {
+  return static_cast<int64_t>(t.shape.size());
+}
+int64_t numelOf(const TensorType &t) { return shapeNumel(t.shape); }
+
+#define RETURN_IF_ERROR(expr)                                                  \
+  do {                                                                         \
+    if (llvm::Error e__ = (expr))                                              \
+      return e__;                                                              \
+  } while (false)
+
+//===----------------------------------------------------------------------===//
+// Families
+//===----------------------------------------------------------------------===//
+
+using Types = ArrayRef<TensorType>;
+
+llvm::Error decodeBinary(KernelDesc &d, Types ins, Types outs, AttrReader &,
+                         const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  if (d.kind == KernelKind::Pow)
+    RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  else
+    RETURN_IF_ERROR(expectDType(ins[0], {DType::F32, DType::I64}, "operand"));
+  RETURN_IF_ERROR(expectSame(ins));
+  return expectResult(outs, 0, ins[0]);
+}
+
+llvm::Error decodeUnary(KernelDesc &d, Types ins, Types outs, AttrReader &,
+                        const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  if (d.kind == KernelKind::Neg)
+    RETURN_IF_ERROR(expectDType(ins[0], {DType::F32, DType::I64}, "operand"));
+  else
+    RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  return expectResult(outs, 0, ins[0]);
+}
+
+llvm::Error geluApproximate(AttrReader &attrs, GeluApproximate &out) {
+  std::string s = attrs.string("approximate", StringRef("none"));
+  if (s == "none")
+    out = GeluApproximate::None;
+  else if (s == "tanh")
+    out = GeluApproximate::Tanh;
+  else
+    return fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" +
+                s + "\"");
+  return llvm::Error::success();
+}
+
+llvm::Error decodeGelu(KernelDesc &d, Types ins, Types outs, AttrReader &attrs,
+                       const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  GeluAttrs a;
+  RETURN_IF_ERROR(geluApproximate(attrs, a.approximate));
+  RETURN_IF_ERROR(attrs.takeError());
+  d.attrs = a;
+  return llvm::Error::success();
+}
+
+llvm::Error decodeEqual(KernelDesc &, Types ins, Types outs, AttrReader &,
+                        const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectSame(ins));
+  return expectResult(outs, 0, TensorType{DType::I1, ins[0].shape});
+}
+
+llvm::Error decodeSelect(KernelDesc &, Types ins, Types outs, AttrReader &,
+                         const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 3, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::I1}, "condition"));
+  RETURN_IF_ERROR(expectSame(ins.drop_front()));
+  if (ins[0].shape != ins[1].shape)
+    return fail("condition " + typeStr(ins[0]) + " and values " +
+                typeStr(ins[1]) + " differ in shape");
+  return expectResult(outs, 0, ins[1]);
+}
+
+llvm::Error decodeConvert(KernelDesc &, Types ins, Types outs, AttrReader &,
+                          const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  if (outs[0].shape != ins[0].shape)
+    return fail("cannot convert " + typeStr(ins[0]) + " to " +
+                typeStr(outs[0]));
+  return llvm::Error::success();
+}
+
+/// reduce_sum / reduce_mean / reduce_max.
+llvm::Error decodeReduce(KernelDesc &d, Types ins, Types outs,
+                         AttrReader &attrs, const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  ReduceAttrs a;
+  a.axes = attrs.intArray("axes");
+  a.keepDim = attrs.boolean("keepdim", false);
+  RETURN_IF_ERROR(attrs.takeError());
+  int64_t rank = rankOf(ins[0]);
+  for (int64_t &axis : a.axes)
+    RETURN_IF_ERROR(normaliseAxis(axis, rank, "axes"));
+  std::sort(a.axes.begin(), a.axes.end());
+  if (std::adjacent_find(a.axes.begin(), a.axes.end()) != a.axes.end())
+    return fail("attribute 'axes' repeats an axis");
+  TensorType expected{DType::F32, {}};
+  for (int64_t dim = 0; dim < rank; ++dim) {
+    bool reduced = std::binary_search(a.axes.begin(), a.axes.end(), dim);
+    if (!reduced)
+      expected.shape.push_back(ins[0].shape[dim]);
+    else if (a.keepDim)
+      expected.shape.push_back(1);
+  }
+  RETURN_IF_ERROR(expectResult(outs, 0, expected));
+  d.attrs = std::move(a);
+  return llvm::Error::success();
+}
+
+llvm::Error decodeMatmul(KernelDesc &d, Types ins, Types outs,
+                         AttrReader &attrs, const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "lhs"));
+  RETURN_IF_ERROR(expectDType(ins[1], {DType::F32}, "rhs"));
+  bool ta = attrs.boolean("transpose_lhs", false);
+  bool tb = attrs.boolean("transpose_rhs", false);
+  RETURN_IF_ERROR(attrs.takeError());
+  const auto &a = ins[0].shape, &b = ins[1].shape;
+  size_t ra = a.size(), rb = b.size();
+  if (ra < 2 || rb < 2)
+    return fail("operands must have rank >= 2, got " + typeStr(ins[0]) +
+                " and " + typeStr(ins[1]));
+  int64_t m = ta ? a[ra - 1] : a[ra - 2], ka = ta ? a[ra - 2] : a[ra - 1];
+  int64_t kb = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
+  if (ka != kb)
+    return fail(llvm::formatv("contracting sizes differ: {0} vs {1} ({2}, {3})",
+                              ka, kb, typeStr(ins[0]), typeStr(ins[1])));
+  std::vector<int64_t> batchA(a.begin(), a.end() - 2),
+      batchB(b.begin(), b.end() - 2), batch;
+  if (ra == rb) {
+    if (batchA != batchB)
+      return fail("batch dimensions differ: " + typeStr(ins[0]) + " and " +
+                  typeStr(ins[1]));
+    batch = batchA;
+  } else if (rb == 2) {
+    batch = batchA;
+  } else if (ra == 2) {
+    batch = batchB;
+  } else {
+    return fail("batch ranks differ: " + typeStr(ins[0]) + " and " +
+                typeStr(ins[1]));
+  }
+  batch.push_back(m);
+  batch.push_back(n);
+  RETURN_IF_ERROR(expectResult(outs, 0, TensorType{DType::F32, batch}));
+  d.attrs = MatmulAttrs{ta, tb};
+  return llvm::Error::success();
+}
+
+/// A view of the operand with the result's shape (no kernel).
+llvm::Error decodeReshape(KernelDesc &, Types ins, Types outs, AttrReader &,
+                          const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  if (outs[0].dtype != ins[0].dtype || numelOf(outs[0]) != numelOf(ins[0]))
+    return fail("cannot reshape " + typeStr(ins[0]) + " to " +
+                typeStr(outs[0]));
+  return llvm::Error::success();
+}
+
+llvm::Error decodeTranspose(KernelDesc &d, Types ins, Types outs,
+                            AttrReader &attrs, const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  std::vector<int64_t> perm = attrs.intArray("permutation");
+  RETURN_IF_ERROR(attrs.takeError());
+  int64_t rank = rankOf(ins[0]);
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  bool ok = static_cast<int64_t>(perm.size()) == rank;
+  for (int64_t i = 0; ok && i < rank; ++i)
+    ok = sorted[i] == i;
+  if (!ok)
+    return fail("attribute 'permutation' is not a permutation of the " +
+                std::to_string(rank) + " dimensions");
+  TensorType expected{ins[0].dtype, {}};
+  for (int64_t p : perm)
+    expected.shape.push_back(ins[0].shape[p]);
+  RETURN_IF_ERROR(expectResult(outs, 0, expected));
+  d.attrs = TransposeAttrs{std::move(perm)};
+  return llvm::Error::success();
+}
+
+llvm::Error decodeSlice(KernelDesc &d, Types ins, Types outs, AttrReader &attrs,
+                        const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  SliceAttrs a;
+  a.starts = attrs.intArray("start_indices");
+  a.limits = attrs.intArray("limit_indices");
+  a.strides = attrs.intArray("strides");
+  RETURN_IF_ERROR(attrs.takeError());
+  size_t rank = ins[0].shape.size();
+  if (a.starts.size() != rank || a.limits.size() != rank ||
+      a.strides.size() != rank)
+    return fail("start_indices, limit_indices and strides need " +
+                std::to_string(rank) + " entries");
+  TensorType expected{ins[0].dtype, {}};
+  for (size_t dim = 0; dim < rank; ++dim) {
+    int64_t start = a.starts[dim], limit = a.limits[dim],
+            stride = a.strides[dim];
+    if (start < 0 || start > limit || limit > ins[0].shape[dim] || stride < 1)
+      return fail(llvm::formatv("bad slice [{0}:{1}:{2}] of dimension {3} "
+                                "(size {4})",
+                                start, limit, stride, dim, ins[0].shape[dim]));
+    expected.shape.push_back((limit - start + stride - 1) / stride);
+  }
+  RETURN_IF_ERROR(expectResult(outs, 0, expected));
+  d.attrs = std::move(a);
+  return llvm::Error::success();
+}
+
+llvm::Error decodeConcat(KernelDesc &d, Types ins, Types outs,
+                         AttrReader &attrs, const CompileOptions &) {
+  if (ins.empty() || outs.size() != 1)
+    return fail("expects at least one operand and one result");
+  int64_t axis = attrs.integer("axis");
+  RETURN_IF_ERROR(attrs.takeError());
+  int64_t rank = rankOf(ins[0]);
+  RETURN_IF_ERROR(normaliseAxis(axis, rank, "axis"));
+  TensorType expected = ins[0];
+  expected.shape[axis] = 0;
+  for (const TensorType &t : ins) {
+    bool ok = t.dtype == ins[0].dtype && rankOf(t) == rank;
+    for (int64_t dim = 0; ok && dim < rank; ++dim)
+      ok = dim == axis || t.shape[dim] == ins[0].shape[dim];
+    if (!ok)
+      return fail("operand types " + typeStr(ins[0]) + " and " + typeStr(t) +
+                  " cannot be concatenated along dimension " +
+                  std::to_string(axis));
+    expected.shape[axis] += t.shape[axis];
+  }
+  RETURN_IF_ERROR(expectResult(outs, 0, expected));
+  d.attrs = AxisAttrs{axis};
+  return llvm::Error::success();
+}
+
+llvm::Error decodeBroadcast(KernelDesc &, Types ins, Types outs, AttrReader &,
+                            const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  const auto &from = ins[0].shape, &to = outs[0].shape;
+  bool ok = outs[0].dtype == ins[0].dtype && from.size() <= to.size();
+  for (size_t i = 0; ok && i < from.size(); ++i) {
+    int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    ok = f == 1 || f == t;
+  }
+  if (!ok)
+    return fail("cannot broadcast " + typeStr(ins[0]) + " to " +
+                typeStr(outs[0]));
+  return llvm::Error::success();
+}
+
+/// gather (table, ids) -> rows; with grid_axes the table holds this rank's
+/// rows of a vocab-parallel table.
+llvm::Error decodeGather(KernelDesc &, Types ins, Types outs, AttrReader &,
+                         const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectDType(ins[1], {DType::I64}, "indices"));
+  if (ins[0].shape.empty())
+    return fail("table must have rank >= 1");
+  TensorType expected{ins[0].dtype, ins[1].shape};
+  expected.shape.insert(expected.shape.end(), ins[0].shape.begin() + 1,
+                        ins[0].shape.end());
+  return expectResult(outs, 0, expected);
+}
+
+/// gather_grad (ids, dy) -> d(table).
+llvm::Error decodeGatherGrad(KernelDesc &, Types ins, Types outs, AttrReader &,
+                             const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::I64}, "indices"));
+  RETURN_IF_ERROR(expectDType(ins[1], {DType::F32}, "grad"));
+  RETURN_IF_ERROR(expectDType(outs[0], {DType::F32}, "result"));
+  if (outs[0].shape.empty())
+    return fail("result must have rank >= 1");
+  std::vector<int64_t> dy = ins[0].shape;
+  dy.insert(dy.end(), outs[0].shape.begin() + 1, outs[0].shape.end());
+  if (dy != ins[1].shape)
+    return fail("grad " + typeStr(ins[1]) + " does not match indices " +
+                typeStr(ins[0]) + " and result " + typeStr(outs[0]));
+  return llvm::Error::success();
+}
+
+/// layer_norm (x, scale, bias) -> y; layer_norm_grad (x, scale, dy) ->
+/// (dx, dscale, dbias).
+llvm::Error decodeLayerNorm(KernelDesc &d, Types ins, Types outs,
+                            AttrReader &attrs, const CompileOptions &) {
+  bool grad = d.kind == KernelKind::LayerNormGrad;
+  RETURN_IF_ERROR(expectCounts(ins, outs, 3, grad ? 3 : 1));
+  for (const TensorType &t : ins)
+    RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
+  int64_t axis = attrs.integer("axis");
+  double eps = attrs.floating("epsilon");
+  RETURN_IF_ERROR(attrs.takeError());
+  RETURN_IF_ERROR(normaliseAxis(axis, rankOf(ins[0]), "axis"));
+  std::vector<int64_t> normShape(ins[0].shape.begin() + axis,
+                                 ins[0].shape.end());
+  bool thirdOk = grad ? ins[2] == ins[0] : ins[2].shape == normShape;
+  if (ins[1].shape != normShape || !thirdOk)
+    return fail("operand types " + typeStr(ins[0]) + ", " + typeStr(ins[1]) +
+                ", " + typeStr(ins[2]) + " do not match axis " +
+                std::to_string(axis));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  if (grad) {
+    RETURN_IF_ERROR(expectResult(outs, 1, ins[1]));
+    RETURN_IF_ERROR(expectResult(outs, 2, ins[1]));
+  }
+  d.attrs = NormAttrs{axis, static_cast<float>(eps)};
+  return llvm::Error::success();
+}
+
+/// rms_norm (x, scale) -> y; rms_norm_grad (x, scale, dy) -> (dx, dscale).
+llvm::Error decodeRmsNorm(KernelDesc &d, Types ins, Types outs,
+                          AttrReader &attrs, const CompileOptions &) {
+  bool grad = d.kind == KernelKind::RmsNormGrad;
+  RETURN_IF_ERROR(expectCounts(ins, outs, grad ? 3 : 2, grad ? 2 : 1));
+  for (const TensorType &t : ins)
+    RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
+  int64_t axis = attrs.integer("axis");
+  double eps = attrs.floating("epsilon");
+  RETURN_IF_ERROR(attrs.takeError());
+  RETURN_IF_ERROR(normaliseAxis(axis, rankOf(ins[0]), "axis"));
+  std::vector<int64_t> normShape(ins[0].shape.begin() + axis,
+                                 ins[0].shape.end());
+  if (ins[1].shape != normShape || (grad && ins[2] != ins[0]))
+    return fail("operand types " + typeStr(ins[0]) + ", " + typeStr(ins[1]) +
+                (grad ? ", " + typeStr(ins[2]) : std::string()) +
+                " do not match axis " + std::to_string(axis));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  if (grad)
+    RETURN_IF_ERROR(expectResult(outs, 1, ins[1]));
+  d.attrs = NormAttrs{axis, static_cast<float>(eps)};
+  return llvm::Error::success();
+}
+
+/// tsr.attention (q, k, v [, mask]) -> (o, lse) and tsr.attention_grad
+/// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv), all f32 (bf16/f16 are
+/// widened; lse is f32 by contract). The shapes of
+/// runtime/backends/cpu/Attention.h; grouped-query attention: with rank >=
+/// 4, K and V may have Hkv heads (dim rank-3) where Q has H, Hkv dividing
+/// H. Ring attention (grid_axes): `ring_size` must equal the
+/// communicator's ranks; no mask, Sq == Sk.
+llvm::Error decodeAttention(KernelDesc &d, Types ins, Types outs,
+                            AttrReader &attrs, const CompileOptions &) {
+  bool grad = d.kind == KernelKind::AttentionGrad;
+  size_t nIn = grad ? 6 : 3, nOut = grad ? 3 : 2;
+  if (ins.size() != nIn && ins.size() != nIn + 1)
+    RETURN_IF_ERROR(expectCounts(ins, outs, nIn, nOut));
+  RETURN_IF_ERROR(expectCounts(ins.take_front(nIn), outs, nIn, nOut));
+  AttentionAttrs a;
+  a.hasMask = ins.size() == nIn + 1;
+  for (const TensorType &t : ins)
+    RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
+  double scaleAttr = attrs.floating("scale");
+  a.causal = attrs.boolean("causal", false);
+  a.ringSize = attrs.has("ring_size") ? attrs.integer("ring_size") : 1;
+  RETURN_IF_ERROR(attrs.takeError());
+  if (a.ringSize < 1)
+    return fail(llvm::formatv("ring_size must be >= 1, got {0}", a.ringSize));
+  bool ring = d.hasGridAxes();
+  if (ring) {
+    if (a.ringSize < 2)
+      return fail("grid_axes (ring attention) needs ring_size > 1");
+    if (d.commSize > 0 && d.commSize != a.ringSize)
+      return fail(llvm::formatv("ring_size {0} does not match the {1} ranks "
+                                "of its grid_axes",
+                                a.ringSize, d.commSize));
+    if (a.hasMask)
+      return fail("ring attention takes no mask operand");
+  }
+  const TensorType &q = ins[0], &k = ins[1], &v = ins[2];
+  int64_t r = rankOf(q);
+  auto badShapes = [&] {
+    return fail("operand types " + typeStr(q) + ", " + typeStr(k) + ", " +
+                typeStr(v) + " are not Q [b..., Sq, Dh], K [b..., Sk, Dh], " +
+                "V [b..., Sk, Dv] (or, with rank >= 4, K/V with Hkv heads " +
+                "dividing Q's H at dim rank-3)");
+  };
+  if (r < 3 || rankOf(k) != r || rankOf(v) != r)
+    return badShapes();
+  std::vector<int64_t> lead(q.shape.begin(), q.shape.end() - 2);
+  std::vector<int64_t> kvLead(k.shape.begin(), k.shape.end() - 2);
+  a.group = 1;
+  if (kvLead != lead) {
+    // GQA: only the head dim may differ, and Hkv must divide H.
+    if (r < 4 || !std::equal(lead.begin(), lead.end() - 1, kvLead.begin()) ||
+        kvLead.back() <= 0 || lead.back() % kvLead.back() != 0)
+      return badShapes();
+    a.group = lead.back() / kvLead.back();
+  }
+  if (!std::equal(kvLead.begin(), kvLead.end(), v.shape.begin()) ||
+      k.shape[r - 1] != q.shape[r - 1] || v.shape[r - 2] != k.shape[r - 2])
+    return badShapes();
+  a.batch = shapeNumel(lead);
+  a.sq = q.shape[r - 2];
+  a.sk = k.shape[r - 2];
+  a.dh = q.shape[r - 1];
+  a.dv = v.shape[r - 1];
+  if (a.causal && a.sq != a.sk)
+    return fail("causal attention needs Sq == Sk");
+  if (ring && a.sq != a.sk)
+    return fail("ring attention needs Sq == Sk");
+  if (a.hasMask && ins.back() != TensorType{DType::F32, {a.sq, a.sk}})
+    return fail("mask " + typeStr(ins.back()) + " is not [Sq, Sk]");
+  TensorType oType{DType::F32, lead}, lseType{DType::F32, lead};
+  oType.shape.insert(oType.shape.end(), {a.sq, a.dv});
+  lseType.shape.push_back(a.sq);
+  a.scale = static_cast<float>(scaleAttr);
+  if (!grad) {
+    RETURN_IF_ERROR(expectResult(outs, 0, oType));
+    RETURN_IF_ERROR(expectResult(outs, 1, lseType));
+    d.attrs = a;
+    return llvm::Error::success();
+  }
+  if (ins[3] != oType || ins[4] != lseType || ins[5] != oType)
+    return fail("output, lse and grad " + typeStr(ins[3]) + ", " +
+                typeStr(ins[4]) + ", " + typeStr(ins[5]) + " should be " +
+                typeStr(oType) + ", " + typeStr(lseType) + ", " +
+                typeStr(oType));
+  RETURN_IF_ERROR(expectResult(outs, 0, q));
+  RETURN_IF_ERROR(expectResult(outs, 1, k));
+  RETURN_IF_ERROR(expectResult(outs, 2, v));
+  d.attrs = a;
+  return llvm::Error::success();
+}
+
+llvm::Error decodeSoftmax(KernelDesc &d, Types ins, Types outs,
+                          AttrReader &attrs, const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  int64_t axis = attrs.integer("axis");
+  RETURN_IF_ERROR(attrs.takeError());
+  RETURN_IF_ERROR(normaliseAxis(axis, rankOf(ins[0]), "axis"));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  d.attrs = AxisAttrs{axis};
+  return llvm::Error::success();
+}
+
+/// softmax_grad (y, dy) with `axis`, relu_grad / silu_grad (x, dy), and
+/// gelu_grad (x, dy) with `approximate`.
+llvm::Error decodeActivationGrad(KernelDesc &d, Types ins, Types outs,
+                                 AttrReader &attrs, const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  RETURN_IF_ERROR(expectSame(ins));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  if (d.kind == KernelKind::SoftmaxGrad) {
+    int64_t axis = attrs.integer("axis");
+    RETURN_IF_ERROR(attrs.takeError());
+    RETURN_IF_ERROR(normaliseAxis(axis, rankOf(ins[0]), "axis"));
+    d.attrs = AxisAttrs{axis};
+  } else if (d.kind == KernelKind::GeluGrad) {
+    GeluAttrs a;
+    RETURN_IF_ERROR(geluApproximate(attrs, a.approximate));
+    RETURN_IF_ERROR(attrs.takeError());
+    d.attrs = a;
+  }
+  return llvm::Error::success();
+}
+
+/// cross_entropy (logits [N, V], labels [N]) -> mean loss; and
+/// cross_entropy_grad (logits, labels, dloss) -> dlogits. With grid_axes
+/// (Megatron-LM's vocab-parallel cross-entropy) the logits hold this rank's
+/// columns.
+llvm::Error decodeCrossEntropy(KernelDesc &d, Types ins, Types outs,
+                               AttrReader &, const CompileOptions &) {
+  bool grad = d.kind == KernelKind::CrossEntropyGrad;
+  RETURN_IF_ERROR(expectCounts(ins, outs, grad ? 3 : 2, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "logits"));
+  RETURN_IF_ERROR(expectDType(ins[1], {DType::I64}, "labels"));
+  if (rankOf(ins[0]) != 2 || rankOf(ins[1]) != 1 ||
+      ins[1].shape[0] != ins[0].shape[0])
+    return fail("expects logits [N, V] and labels [N], got " + typeStr(ins[0]) +
+                " and " + typeStr(ins[1]));
+  if (grad) {
+    RETURN_IF_ERROR(expectDType(ins[2], {DType::F32}, "grad"));
+    if (numelOf(ins[2]) != 1)
+      return fail("grad must have one element, got " + typeStr(ins[2]));
+    RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  } else {
+    RETURN_IF_ERROR(expectResult(outs, 0, TensorType{DType::F32, {}}));
+  }
+  CrossEntropyAttrs a;
+  if (d.hasGridAxes())
+    a.scratchPerRow = tessera::tsrt::vocabParallelScratchPerRow(d.name());
+  d.attrs = a;
+  return llvm::Error::success();
+}
+
+llvm::Error decodeSgdUpdate(KernelDesc &d, Types ins, Types outs,
+                            AttrReader &attrs, const CompileOptions &options) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "param"));
+  RETURN_IF_ERROR(expectSame(ins));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  SgdAttrs a;
+  a.lr = hyperParameter(options, "lr", attrs.floating("lr"));
+  a.weightDecay =
+      hyperParameter(options, "weight_decay", attrs.floating("weight_decay"));
+  RETURN_IF_ERROR(attrs.takeError());
+  d.attrs = a;
+  return llvm::Error::success();
+}
+
+llvm::Error decodeAdamwUpdate(KernelDesc &d, Types ins, Types outs,
+                              AttrReader &attrs,
+                              const CompileOptions &options) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 5, 3));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "param"));
+  RETURN_IF_ERROR(expectSame(ins.take_front(4)));
+  RETURN_IF_ERROR(expectDType(ins[4], {DType::F32}, "step"));
+  if (numelOf(ins[4]) != 1)
+    return fail("step must have one element, got " + typeStr(ins[4]));
+  for (size_t i = 0; i < 3; ++i)
+    RETURN_IF_ERROR(expectResult(outs, i, ins[0]));
+  AdamwAttrs a;
+  a.lr = hyperParameter(options, "lr", attrs.floating("lr"));
+  a.beta1 = hyperParameter(options, "beta1", attrs.floating("beta1"));
+  a.beta2 = hyperParameter(options, "beta2", attrs.floating("beta2"));
+  a.eps = hyperParameter(options, "eps", attrs.floating("eps"));
+  a.weightDecay =
+      hyperParameter(options, "weight_decay", attrs.floating("weight_decay"));
+  RETURN_IF_ERROR(attrs.takeError());
+  d.attrs = a;
+  return llvm::Error::success();
+}
+
+/// Each kind's decoder (its family's), in KernelKind order.
+using DecodeFn = llvm::Error (*)(KernelDesc &, Types, Types, AttrReader &,
+                                 const CompileOptions &);
+constexpr DecodeFn decoders[] = {
+#define TESSERA_KERNEL(Kind, Name, Family) &decode##Family,
+#include "runtime/executor/KernelKinds.def"
+};
+static_assert(std::size(decoders) == kNumKernelKinds);
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+WidenedTypes exec::widenFloat16(ArrayRef<TensorType> ins,
+                                ArrayRef<TensorType> outs) {
+  WidenedTypes w;
+  for (auto [from, to, narrow] : {std::tuple{ins, &w.ins, &w.narrowIn},
+                                  std::tuple{outs, &w.outs, &w.narrowOut}})
+    for (TensorType t : from) {
+      narrow->push_back(isFloat16Bit(t.dtype));
+      if (isFloat16Bit(t.dtype))
+        t.dtype = DType::F32;
+      to->push_back(t);
+    }
+  return w;
+}
+
+KernelDesc exec::withWidenedTypes(const KernelDesc &desc,
+                                  const WidenedTypes &w) {
+  KernelDesc wide = desc;
+  wide.operands = w.ins;
+  wide.results = w.outs;
+  return wide;
+}
+
+double exec::hyperParameter(const CompileOptions &options, StringRef key,
+                            double attrValue) {
+  if (!options.optimizer)
+    return attrValue;
+  if (std::optional<double> d = options.optimizer->getNumber(key))
+    if (static_cast<float>(*d) == static_cast<float>(attrValue))
+      return *d;
+  return attrValue;
+}
+
+std::string TensorType::str() const {
+  std::string s = "tensor<";
+  for (int64_t d : shape)
+    s += std::to_string(d) + "x";
+  return s + dtypeName(dtype) + ">";
+}
+
+llvm::Expected<KernelDesc> exec::decodeKernel(StringRef name,
+                                              mlir::DictionaryAttr dict,
+                                              ArrayRef<TensorType> ins,
+                                              ArrayRef<TensorType> outs,
+                                              const CompileOptions &options,
+                                              int commIndex, int64_t commSize) {
+  std::optional<KernelKind> kind = kernelKindOf(name);
+  if (!kind)
+    return fail("unknown kernel");
+  KernelDesc d;
+  d.kind = *kind;
+  d.operands.assign(ins.begin(), ins.end());
+  d.results.assign(outs.begin(), outs.end());
+  d.commIndex = commIndex;
+  d.commSize = commSize;
+  // A 16-bit kernel that computes is checked as its f32 form (see the
+  // header); data movement takes the 16-bit types as they are.
+  d.widened = d.hasFloat16() && !isDataMovement(d.kind);
+  WidenedTypes w;
+  if (d.widened)
+    w = widenFloat16(ins, outs);
+  AttrReader attrs(dict);
+  if (llvm::Error e = decoders[kernelIndex(d.kind)](
+          d, d.widened ? ArrayRef<TensorType>(w.ins) : ins,
+          d.widened ? ArrayRef<TensorType>(w.outs) : outs, attrs, options))
+    return std::move(e);
+  return d;
+}
+
+llvm::Error exec::checkCollective(CollectiveSpec &spec,
+                                  const TensorType &operand,
+                                  const TensorType &result) {
+  TensorType outs[] = {result};
+  int64_t n = spec.ranks;
+  int64_t rank = rankOf(operand);
+  // reduce_scatter and all_slice: the result is the operand's block of
+  // dimension `dim` split over the n ranks.
+  auto expectOneBlockPerRank = [&]() -> llvm::Error {
+    RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "dim"));
+    if (operand.shape[spec.dim] % n != 0)
+      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
+                                "ranks",
+                                spec.dim, typeStr(operand), n));
+    TensorType expected = operand;
+    expected.shape[spec.dim] /= n;
+    return expectResult(outs, 0, expected);
+  };
+  switch (spec.op) {
+  case CollectiveOp::AllReduce:
+    RETURN_IF_ERROR(expectDType(
+        operand, {DType::F32, DType::BF16, DType::F16, DType::I64}, "operand"));
+    return expectResult(outs, 0, operand);
+  case CollectiveOp::AllGather: {
+    RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "dim"));
+    TensorType expected = operand;
+    expected.shape[spec.dim] *= n;
+    return expectResult(outs, 0, expected);
+  }
+  case CollectiveOp::ReduceScatter:
+    RETURN_IF_ERROR(expectDType(
+        operand, {DType::F32, DType::BF16, DType::F16, DType::I64}, "operand"));
+    return expectOneBlockPerRank();
+  case CollectiveOp::AllSlice:
+    return expectOneBlockPerRank();
+  case CollectiveOp::AllToAll: {
+    RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "split_dim"));
+    RETURN_IF_ERROR(normaliseAxis(spec.dim2, rank, "concat_dim"));
+    if (operand.shape[spec.dim] % n != 0)
+      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
+                                "ranks",
+                                spec.dim, typeStr(operand), n));
+    TensorType expected = operand;
+    expected.shape[spec.dim] /= n;
+    expected.shape[spec.dim2] *= n;
+    return expectResult(outs, 0, expected);
+  }
+  }
+  return fail("unknown collective");
 }

@@ -6,7 +6,7 @@
 
 #include "runtime/executor/Backend.h"
 
-#include "runtime/executor/Kernels.h"
+#include "runtime/executor/KernelDesc.h"
 
 #include "dialects/tsrt/TsrtDialect.h"
 
@@ -143,31 +143,6 @@ static llvm::Expected<Tensor> materialise(Attribute value,
               "dense_resource<...>)");
 }
 
-/// The CollectiveOp of a tsrt collective (not all_reduce_start).
-static CollectiveOp collectiveOf(Operation &op) {
-  if (isa<tessera::tsrt::AllReduceOp>(op))
-    return CollectiveOp::AllReduce;
-  if (isa<tessera::tsrt::AllGatherOp>(op))
-    return CollectiveOp::AllGather;
-  if (isa<tessera::tsrt::ReduceScatterOp>(op))
-    return CollectiveOp::ReduceScatter;
-  if (isa<tessera::tsrt::AllSliceOp>(op))
-    return CollectiveOp::AllSlice;
-  return CollectiveOp::AllToAll;
-}
-
-llvm::Expected<Arena> Arena::allocate(int64_t bytes) {
-  Arena a;
-  a.bytes = bytes;
-  size_t alloc =
-      static_cast<size_t>(std::max<int64_t>(bytes, 64) + 63) / 64 * 64;
-  void *p = std::aligned_alloc(64, alloc);
-  if (!p)
-    return fail(llvm::formatv("cannot allocate an arena of {0} bytes", bytes));
-  a.memory = std::shared_ptr<void>(p, [](void *q) { std::free(q); });
-  return a;
-}
-
 int64_t Program::constantBytes() const {
   int64_t total = 0;
   for (const auto &c : constants)
@@ -252,6 +227,75 @@ llvm::Error PointToPoint::releaseCompleted() {
 // Compilation
 //===----------------------------------------------------------------------===//
 
+namespace tessera::runtime::exec {
+
+/// Program::compile in named steps: the function's header (arena and
+/// arguments), one instruction per op (each kind of op in its own step),
+/// then liveness. Errors of an op's step carry no location; compileBody
+/// prefixes "<source>: op #N (...) at <loc>: ".
+class ProgramCompiler {
+public:
+  ProgramCompiler(Program &p, func::FuncOp func, const CompileOptions &options,
+                  llvm::StringRef source, llvm::StringRef function)
+      : p(p), func(func), options(options), source(source), function(function) {
+  }
+
+  /// tsrt.arena_bytes and the argument types (one slot each).
+  llvm::Error readHeader();
+  /// Every op of the body, in order, to instructions; the return.
+  llvm::Error compileBody();
+  /// Releases each slot after its last reader (or right after its
+  /// definition if nothing reads it); constants and results stay.
+  void computeLiveness();
+
+private:
+  /// One op (not the return) to an instruction, or a constant.
+  llvm::Error compileOp(Operation &op, const std::string &where);
+  llvm::Error compileReturn(func::ReturnOp ret);
+  llvm::Error compileConstant(tessera::tsrt::ConstantOp cst,
+                              const exec::TensorType &type);
+  llvm::Error compilePointToPoint(Operation &op, Instruction &inst,
+                                  llvm::ArrayRef<exec::TensorType> inTypes,
+                                  llvm::ArrayRef<exec::TensorType> outTypes,
+                                  const std::string &where);
+  llvm::Error compileWait(tessera::tsrt::WaitOp wait, Instruction &inst,
+                          llvm::ArrayRef<exec::TensorType> inTypes,
+                          llvm::ArrayRef<exec::TensorType> outTypes);
+  llvm::Error compileKernel(tessera::tsrt::KernelOp k, Instruction &inst,
+                            llvm::ArrayRef<exec::TensorType> inTypes,
+                            llvm::ArrayRef<exec::TensorType> outTypes);
+  llvm::Error compileCollective(Operation &op, Instruction &inst,
+                                llvm::ArrayRef<exec::TensorType> inTypes,
+                                llvm::ArrayRef<exec::TensorType> outTypes);
+  /// The static memory plan of one instruction: `tsrt.offsets`, one per
+  /// result, each -1 (heap) or a 64-byte aligned offset of an allocated
+  /// result that fits in the arena; and `tsrt.in_place`.
+  llvm::Error readMemoryPlan(Operation &op, Instruction &inst,
+                             llvm::ArrayRef<exec::TensorType> outTypes);
+  /// Reads the op's memory plan and adds the resolved instruction, with a
+  /// slot for each result.
+  llvm::Error append(Operation &op, Instruction &inst,
+                     llvm::ArrayRef<exec::TensorType> outTypes,
+                     const std::string &where);
+  /// The communicator over `grid_axes`: its index in p.axesSets (added on
+  /// first use) and its number of ranks.
+  llvm::Error commOf(DenseI16ArrayAttr axesAttr, int &commIndex, int64_t &n);
+  int newSlot(Value v) {
+    slotOf[v] = p.slots;
+    return p.slots++;
+  }
+
+  Program &p;
+  func::FuncOp func;
+  const CompileOptions &options;
+  llvm::StringRef source, function;
+  llvm::DenseMap<Operation *, int> asyncOf; // all_reduce_start -> request
+  llvm::DenseMap<Value, int> slotOf;
+  bool returned = false;
+};
+
+} // namespace tessera::runtime::exec
+
 llvm::Expected<Program> Program::compile(ModuleOp module,
                                          llvm::StringRef function,
                                          const CompileOptions &options,
@@ -262,9 +306,18 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
   if (func.isExternal() || !func.getBody().hasOneBlock())
     return fail(source + ": @" + function +
                 " must have a body of one straight-line block");
-
   Program p;
   p.device = options.backend ? options.backend : &cpuBackend();
+  ProgramCompiler compiler(p, func, options, source, function);
+  if (llvm::Error e = compiler.readHeader())
+    return std::move(e);
+  if (llvm::Error e = compiler.compileBody())
+    return std::move(e);
+  compiler.computeLiveness();
+  return p;
+}
+
+llvm::Error ProgramCompiler::readHeader() {
   if (Attribute a = func->getAttr("tsrt.arena_bytes")) {
     auto bytes = dyn_cast<IntegerAttr>(a);
     if (!bytes || bytes.getValue().getSExtValue() < 0)
@@ -272,104 +325,6 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
                   ": tsrt.arena_bytes must be a non-negative integer");
     p.arena = bytes.getValue().getSExtValue();
   }
-  // The static memory plan of one instruction: `tsrt.offsets`, one per
-  // result, each -1 (heap) or a 64-byte aligned offset of an allocated
-  // result that fits in the arena.
-  auto readOffsets =
-      [&](Operation &op, Instruction &inst,
-          llvm::ArrayRef<exec::TensorType> outTypes) -> llvm::Error {
-    Attribute a = op.getAttr("tsrt.offsets");
-    if (!a)
-      return llvm::Error::success();
-    auto offsets = dyn_cast<DenseI64ArrayAttr>(a);
-    if (!offsets || offsets.size() != static_cast<int64_t>(outTypes.size()))
-      return fail("tsrt.offsets must be an array<i64> with one entry per "
-                  "result");
-    for (auto [i, offset] : llvm::enumerate(offsets.asArrayRef())) {
-      if (offset < 0) {
-        if (offset != -1)
-          return fail(llvm::formatv("tsrt.offsets[{0}] is {1} (expected -1 "
-                                    "or an offset)",
-                                    i, offset));
-        continue;
-      }
-      if ((inst.kind != Instruction::Kind::Call &&
-           inst.kind != Instruction::Kind::AllReduceStart) ||
-          !inst.allocateResults)
-        return fail(llvm::formatv("result #{0} has an arena offset but the "
-                                  "runtime does not allocate it (a view or "
-                                  "a received value)",
-                                  i));
-      int64_t bytes = static_cast<int64_t>(shapeNumel(outTypes[i].shape) *
-                                           dtypeSize(outTypes[i].dtype));
-      if (offset % 64 != 0 || offset > p.arena || bytes > p.arena - offset)
-        return fail(llvm::formatv("result #{0} ({1} bytes) at arena offset "
-                                  "{2} is unaligned or beyond "
-                                  "tsrt.arena_bytes = {3}",
-                                  i, bytes, offset, p.arena));
-    }
-    inst.resultOffsets.assign(offsets.asArrayRef().begin(),
-                              offsets.asArrayRef().end());
-    // `tsrt.in_place`: per result, -1 or the argument it overwrites.
-    auto inPlace = op.getAttrOfType<DenseI64ArrayAttr>("tsrt.in_place");
-    if (!inPlace) {
-      if (op.hasAttr("tsrt.in_place"))
-        return fail("tsrt.in_place must be an array<i64>");
-      return llvm::Error::success();
-    }
-    if (inPlace.size() != static_cast<int64_t>(outTypes.size()))
-      return fail("tsrt.in_place must have one entry per result");
-    for (auto [i, arg] : llvm::enumerate(inPlace.asArrayRef())) {
-      if (arg == -1)
-        continue;
-      if (arg < 0 || arg >= static_cast<int64_t>(p.argTys.size()))
-        return fail(llvm::formatv("tsrt.in_place[{0}] is {1}, not -1 or an "
-                                  "argument of the function",
-                                  i, arg));
-      if (inst.kind != Instruction::Kind::Call || !inst.allocateResults ||
-          offsets.asArrayRef()[i] != -1)
-        return fail(llvm::formatv("result #{0} is written in place but the "
-                                  "runtime does not allocate it or it also "
-                                  "has an arena offset",
-                                  i));
-      if (p.argTys[arg] != outTypes[i])
-        return fail(llvm::formatv("result #{0} ({1}) is written into argument "
-                                  "#{2} of type {3}",
-                                  i, outTypes[i].str(), arg,
-                                  p.argTys[arg].str()));
-      if (llvm::is_contained(p.inPlaceArgs, static_cast<int>(arg)))
-        return fail(llvm::formatv("argument #{0} is overwritten by more than "
-                                  "one result",
-                                  arg));
-      p.inPlaceArgs.push_back(static_cast<int>(arg));
-    }
-    inst.resultInPlace.assign(inPlace.asArrayRef().begin(),
-                              inPlace.asArrayRef().end());
-    return llvm::Error::success();
-  };
-  llvm::DenseMap<Operation *, int> asyncOf; // all_reduce_start -> request
-  llvm::DenseMap<Value, int> slotOf;
-  auto newSlot = [&](Value v) {
-    slotOf[v] = p.slots;
-    return p.slots++;
-  };
-  // Reads the op's memory plan and adds the resolved instruction, with a
-  // slot for each result.
-  auto append = [&](Operation &op, Instruction &inst,
-                    llvm::ArrayRef<exec::TensorType> outTypes,
-                    const std::string &where) -> llvm::Error {
-    if (llvm::Error err = readOffsets(op, inst, outTypes))
-      return err;
-    inst.where = where;
-    inst.resultTypes = outTypes;
-    for (Value v : op.getResults())
-      inst.results.push_back(newSlot(v));
-    p.maxOperands = std::max(p.maxOperands, inst.operands.size());
-    p.maxResults = std::max(p.maxResults, inst.results.size());
-    p.insts.push_back(std::move(inst));
-    return llvm::Error::success();
-  };
-
   for (BlockArgument arg : func.getArguments()) {
     auto t = tensorTypeOf(arg.getType());
     if (!t)
@@ -378,9 +333,10 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
     p.argTys.push_back(*t);
     newSlot(arg);
   }
+  return llvm::Error::success();
+}
 
-  std::vector<bool> pinned; // constants and returned slots are never released
-  bool returned = false;
+llvm::Error ProgramCompiler::compileBody() {
   unsigned opIndex = 0;
   for (Operation &op : func.getBody().front()) {
     std::string kernel = op.getName().getStringRef().str();
@@ -388,248 +344,356 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
       kernel = ("kernel \"" + k.getKernel() + "\"").str();
     std::string where = llvm::formatv("op #{0} ({1}) at {2}", opIndex++, kernel,
                                       locationString(op.getLoc()));
-    auto opError = [&](const llvm::Twine &msg) {
-      return fail(source + ": " + where + ": " + msg);
-    };
-    if (returned)
-      return opError("operation after the function's return");
-
-    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      for (Value v : ret.getOperands()) {
-        auto it = slotOf.find(v);
-        if (it == slotOf.end())
-          return opError("returns a value not defined in the function");
-        p.resultSlots.push_back(it->second);
-        auto t = tensorTypeOf(v.getType());
-        if (!t)
-          return opError(llvm::toString(t.takeError()));
-        p.resultTys.push_back(*t);
-      }
-      returned = true;
-      continue;
-    }
-
-    if (op.getNumRegions() != 0)
-      return opError("operations with regions are not supported");
-    // Operand and result types.
-    std::vector<exec::TensorType> inTypes, outTypes;
-    Instruction inst;
-    for (Value v : op.getOperands()) {
-      auto it = slotOf.find(v);
-      if (it == slotOf.end())
-        return opError("uses a value not defined earlier in the function");
-      inst.operands.push_back(it->second);
-      auto t = tensorTypeOf(v.getType());
-      if (!t)
-        return opError(llvm::toString(t.takeError()));
-      inTypes.push_back(*t);
-    }
-    for (Value v : op.getResults()) {
-      auto t = tensorTypeOf(v.getType());
-      if (!t)
-        return opError(llvm::toString(t.takeError()));
-      outTypes.push_back(*t);
-    }
-
-    if (auto cst = dyn_cast<tessera::tsrt::ConstantOp>(op)) {
-      auto value = materialise(cst.getValue(), outTypes[0]);
-      if (!value)
-        return opError(llvm::toString(value.takeError()));
-      llvm::Expected<Tensor> placed = p.device->upload(*value);
-      if (!placed)
-        return opError(llvm::toString(placed.takeError()));
-      int slot = newSlot(cst.getResult());
-      p.constants.emplace_back(slot, std::move(*placed));
-      continue;
-    }
-
-    if (isa<tessera::tsrt::SendOp, tessera::tsrt::RecvOp>(op)) {
-      auto send = dyn_cast<tessera::tsrt::SendOp>(op);
-      auto recv = dyn_cast<tessera::tsrt::RecvOp>(op);
-      inst.kernel = op.getName().stripDialect().str();
-      inst.kind = send ? Instruction::Kind::Send : Instruction::Kind::Recv;
-      if (llvm::Error e =
-              p.device->supportsCommunication("tsrt." + inst.kernel))
-        return opError(llvm::toString(std::move(e)));
-      inst.peerChunk =
-          static_cast<int64_t>(send ? send.getChunk() : recv.getChunk());
-      inst.channel =
-          static_cast<int64_t>(send ? send.getChannel() : recv.getChannel());
-      if (options.pipelineStages < 1)
-        return opError("tsrt.send and tsrt.recv are only valid in pipeline "
-                       "plans (a manifest with a \"pipeline\" object)");
-      if (inst.peerChunk < 0 || inst.channel < 0)
-        return opError("chunk and channel must be non-negative");
-      int64_t m = std::max<int64_t>(options.microBatches, 1);
-      if (inst.channel > (INT_MAX - (m - 1)) / m)
-        return opError(llvm::formatv("channel {0} with {1} micro-batches "
-                                     "gives MPI tags beyond INT_MAX",
-                                     inst.channel, m));
-      const exec::TensorType &t = send ? inTypes[0] : outTypes[0];
-      if (shapeNumel(t.shape) > INT_MAX)
-        return opError(
-            llvm::formatv("{0} is too large for one MPI message", t.str()));
-      p.maxChan = std::max(p.maxChan, inst.channel);
-      if (recv) {
-        inst.recvIndex = static_cast<int>(p.recvInsts.size());
-        p.recvInsts.push_back(static_cast<int>(p.insts.size()));
-      }
-      inst.allocateResults = false;
-      if (llvm::Error err = append(op, inst, outTypes, where))
-        return opError(llvm::toString(std::move(err)));
-      continue;
-    }
-
-    if (auto wait = dyn_cast<tessera::tsrt::WaitOp>(op)) {
-      auto start =
-          wait.getPending().getDefiningOp<tessera::tsrt::AllReduceStartOp>();
-      auto it = start ? asyncOf.find(start.getOperation()) : asyncOf.end();
-      if (it == asyncOf.end())
-        return opError("waits for a value not made by tsrt.all_reduce_start");
-      inst.kernel = "wait";
-      inst.kind = Instruction::Kind::Wait;
-      inst.asyncIndex = it->second;
-      inst.allocateResults = false;
-      if (inTypes[0] != outTypes[0])
-        return opError("result type must equal the pending value's type");
-      if (llvm::Error err = append(op, inst, outTypes, where))
-        return opError(llvm::toString(std::move(err)));
-      continue;
-    }
-
-    // The communicator over `grid_axes`: its index in p.axesSets (added on
-    // first use) and its number of ranks.
-    auto commOf = [&](DenseI16ArrayAttr axesAttr, int &commIndex,
-                      int64_t &n) -> llvm::Error {
-      std::vector<int64_t> axes;
-      n = 1;
-      for (int16_t a : axesAttr.asArrayRef()) {
-        if (a < 0 || a >= static_cast<int64_t>(options.gridShape.size()))
-          return fail(llvm::formatv("grid axis {0} is out of range for a "
-                                    "{1}-axis grid",
-                                    a, options.gridShape.size()));
-        if (llvm::is_contained(axes, a))
-          return fail(llvm::formatv("grid axis {0} repeated", a));
-        axes.push_back(a);
-        n *= options.gridShape[a];
-      }
-      auto found = llvm::find(p.axesSets, axes);
-      commIndex = static_cast<int>(found - p.axesSets.begin());
-      if (found == p.axesSets.end())
-        p.axesSets.push_back(axes);
-      return llvm::Error::success();
-    };
-
     llvm::Error err = llvm::Error::success();
-    if (auto k = dyn_cast<tessera::tsrt::KernelOp>(op)) {
-      inst.kernel = k.getKernel().str();
-      // A kernel that communicates itself (vocab-parallel gather and
-      // cross-entropy) names its grid axes; its closure reads
-      // ctx.comms[inst.commIndex].
-      if (mlir::Attribute a = k.getAttrs().get("grid_axes")) {
-        auto axesAttr = dyn_cast<DenseI16ArrayAttr>(a);
-        if (!axesAttr)
-          return opError("grid_axes must be an array<i16>");
-        int64_t n = 1;
-        if (llvm::Error e = commOf(axesAttr, inst.commIndex, n))
-          return opError(llvm::toString(std::move(e)));
-        inst.commSize = n;
-      }
-      err = resolveKernel(k.getKernel(), k.getAttrs(), inTypes, outTypes,
-                          options, inst);
-      if (!err && inst.commIndex >= 0)
-        err = p.device->supportsCommunication("tsrt.kernel \"" + inst.kernel +
-                                              "\" with grid_axes");
-      if (!err) {
-        inst.where = where;
-        err = p.device->bindKernel(k.getKernel(), k.getAttrs(), inTypes,
-                                   outTypes, options, inst);
-      }
-    } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
-                   tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp,
-                   tessera::tsrt::AllSliceOp, tessera::tsrt::AllReduceStartOp>(
-                   op)) {
-      inst.kernel = op.getName().stripDialect().str();
-      if (llvm::Error e =
-              p.device->supportsCommunication("tsrt." + inst.kernel))
-        return opError(llvm::toString(std::move(e)));
-      auto axesAttr = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes");
-      if (!axesAttr || op.getNumOperands() != 1 || op.getNumResults() != 1)
-        return opError("malformed collective");
-      int commIndex = -1;
-      int64_t n = 1;
-      if (llvm::Error e = commOf(axesAttr, commIndex, n))
-        return opError(llvm::toString(std::move(e)));
-      auto i64 = [&](llvm::StringRef name) -> int64_t {
-        auto a = op.getAttrOfType<IntegerAttr>(name);
-        return a ? a.getValue().getSExtValue() : 0;
-      };
-      if (auto start = dyn_cast<tessera::tsrt::AllReduceStartOp>(op)) {
-        if (start.getReduction() != "sum" && start.getReduction() != "max")
-          return opError("reduction must be \"sum\" or \"max\"");
-        if (inTypes[0] != outTypes[0] || inTypes[0].dtype == DType::I1)
-          return opError("result type must equal the input type (not i1)");
-        inst.kind = Instruction::Kind::AllReduceStart;
-        inst.commIndex = commIndex;
-        inst.reduceMax = start.getReduction() == "max";
-        inst.asyncIndex = p.numAsync++;
-        asyncOf[&op] = inst.asyncIndex;
-      } else if (auto ar = dyn_cast<tessera::tsrt::AllReduceOp>(op)) {
-        if (ar.getReduction() != "sum" && ar.getReduction() != "max")
-          return opError("reduction must be \"sum\" or \"max\"");
-        err = resolveCollective(CollectiveOp::AllReduce, commIndex, n, 0, 0,
-                                ar.getReduction() == "max", inTypes[0],
-                                outTypes[0], inst);
-      } else if (isa<tessera::tsrt::AllGatherOp>(op)) {
-        err =
-            resolveCollective(CollectiveOp::AllGather, commIndex, n, i64("dim"),
-                              0, false, inTypes[0], outTypes[0], inst);
-      } else if (isa<tessera::tsrt::ReduceScatterOp>(op)) {
-        err = resolveCollective(CollectiveOp::ReduceScatter, commIndex, n,
-                                i64("dim"), 0, false, inTypes[0], outTypes[0],
-                                inst);
-      } else if (isa<tessera::tsrt::AllSliceOp>(op)) {
-        err =
-            resolveCollective(CollectiveOp::AllSlice, commIndex, n, i64("dim"),
-                              0, false, inTypes[0], outTypes[0], inst);
-      } else {
-        err = resolveCollective(CollectiveOp::AllToAll, commIndex, n,
-                                i64("split_dim"), i64("concat_dim"), false,
-                                inTypes[0], outTypes[0], inst);
-      }
-      if (!err && inst.kind == Instruction::Kind::Call) {
-        // The backend binds it (the CPU backend keeps the MPI closure).
-        CollectiveSpec spec{collectiveOf(op), commIndex, n, 0, 0, false};
-        if (auto ar = dyn_cast<tessera::tsrt::AllReduceOp>(op))
-          spec.max = ar.getReduction() == "max";
-        else if (isa<tessera::tsrt::AllToAllOp>(op))
-          spec.dim = i64("split_dim"), spec.dim2 = i64("concat_dim");
-        else
-          spec.dim = i64("dim");
-        // Negative dims count from the end (as resolveCollective reads them).
-        int64_t rank = static_cast<int64_t>(inTypes[0].shape.size());
-        spec.dim += spec.dim < 0 ? rank : 0;
-        spec.dim2 += spec.dim2 < 0 ? rank : 0;
-        inst.where = where;
-        err = p.device->bindCollective(spec, inTypes[0], outTypes[0], inst);
-      }
-    } else {
-      return opError("unsupported operation in a runtime program");
-    }
+    if (returned)
+      err = fail("operation after the function's return");
+    else if (auto ret = dyn_cast<func::ReturnOp>(op))
+      err = compileReturn(ret);
+    else
+      err = compileOp(op, where);
     if (err)
-      return opError(llvm::toString(std::move(err)));
-    if (llvm::Error err = append(op, inst, outTypes, where))
-      return opError(llvm::toString(std::move(err)));
+      return fail(source + ": " + where + ": " +
+                  llvm::toString(std::move(err)));
   }
   if (!returned)
     return fail(source + ": @" + function + " has no return");
   if (p.resultTys.size() != func.getNumResults())
     return fail(source + ": @" + function +
                 " returns a different number of values than its type says");
+  return llvm::Error::success();
+}
 
-  // Liveness: release each slot after its last reader (or right after its
-  // definition if nothing reads it). Constants and results stay.
-  pinned.assign(p.slots, false);
+llvm::Error ProgramCompiler::compileReturn(func::ReturnOp ret) {
+  for (Value v : ret.getOperands()) {
+    auto it = slotOf.find(v);
+    if (it == slotOf.end())
+      return fail("returns a value not defined in the function");
+    p.resultSlots.push_back(it->second);
+    auto t = tensorTypeOf(v.getType());
+    if (!t)
+      return t.takeError();
+    p.resultTys.push_back(*t);
+  }
+  returned = true;
+  return llvm::Error::success();
+}
+
+llvm::Error ProgramCompiler::compileOp(Operation &op,
+                                       const std::string &where) {
+  if (op.getNumRegions() != 0)
+    return fail("operations with regions are not supported");
+  // Operand and result types.
+  std::vector<exec::TensorType> inTypes, outTypes;
+  Instruction inst;
+  for (Value v : op.getOperands()) {
+    auto it = slotOf.find(v);
+    if (it == slotOf.end())
+      return fail("uses a value not defined earlier in the function");
+    inst.operands.push_back(it->second);
+    auto t = tensorTypeOf(v.getType());
+    if (!t)
+      return t.takeError();
+    inTypes.push_back(*t);
+  }
+  for (Value v : op.getResults()) {
+    auto t = tensorTypeOf(v.getType());
+    if (!t)
+      return t.takeError();
+    outTypes.push_back(*t);
+  }
+
+  if (auto cst = dyn_cast<tessera::tsrt::ConstantOp>(op))
+    return compileConstant(cst, outTypes[0]);
+  if (isa<tessera::tsrt::SendOp, tessera::tsrt::RecvOp>(op))
+    return compilePointToPoint(op, inst, inTypes, outTypes, where);
+  llvm::Error err = llvm::Error::success();
+  if (auto wait = dyn_cast<tessera::tsrt::WaitOp>(op)) {
+    err = compileWait(wait, inst, inTypes, outTypes);
+  } else if (auto k = dyn_cast<tessera::tsrt::KernelOp>(op)) {
+    inst.where = where;
+    err = compileKernel(k, inst, inTypes, outTypes);
+  } else if (isa<tessera::tsrt::AllReduceOp, tessera::tsrt::AllGatherOp,
+                 tessera::tsrt::ReduceScatterOp, tessera::tsrt::AllToAllOp,
+                 tessera::tsrt::AllSliceOp, tessera::tsrt::AllReduceStartOp>(
+                 op)) {
+    inst.where = where;
+    err = compileCollective(op, inst, inTypes, outTypes);
+  } else {
+    return fail("unsupported operation in a runtime program");
+  }
+  if (err)
+    return err;
+  return append(op, inst, outTypes, where);
+}
+
+llvm::Error ProgramCompiler::compileConstant(tessera::tsrt::ConstantOp cst,
+                                             const exec::TensorType &type) {
+  auto value = materialise(cst.getValue(), type);
+  if (!value)
+    return value.takeError();
+  llvm::Expected<Tensor> placed = p.device->upload(*value);
+  if (!placed)
+    return placed.takeError();
+  int slot = newSlot(cst.getResult());
+  p.constants.emplace_back(slot, std::move(*placed));
+  return llvm::Error::success();
+}
+
+llvm::Error ProgramCompiler::compilePointToPoint(
+    Operation &op, Instruction &inst, llvm::ArrayRef<exec::TensorType> inTypes,
+    llvm::ArrayRef<exec::TensorType> outTypes, const std::string &where) {
+  auto send = dyn_cast<tessera::tsrt::SendOp>(op);
+  auto recv = dyn_cast<tessera::tsrt::RecvOp>(op);
+  inst.kernel = op.getName().stripDialect().str();
+  inst.kind = send ? Instruction::Kind::Send : Instruction::Kind::Recv;
+  if (llvm::Error e = p.device->supportsCommunication("tsrt." + inst.kernel))
+    return e;
+  inst.peerChunk =
+      static_cast<int64_t>(send ? send.getChunk() : recv.getChunk());
+  inst.channel =
+      static_cast<int64_t>(send ? send.getChannel() : recv.getChannel());
+  if (options.pipelineStages < 1)
+    return fail("tsrt.send and tsrt.recv are only valid in pipeline "
+                "plans (a manifest with a \"pipeline\" object)");
+  if (inst.peerChunk < 0 || inst.channel < 0)
+    return fail("chunk and channel must be non-negative");
+  int64_t m = std::max<int64_t>(options.microBatches, 1);
+  if (inst.channel > (INT_MAX - (m - 1)) / m)
+    return fail(llvm::formatv("channel {0} with {1} micro-batches "
+                              "gives MPI tags beyond INT_MAX",
+                              inst.channel, m));
+  const exec::TensorType &t = send ? inTypes[0] : outTypes[0];
+  if (shapeNumel(t.shape) > INT_MAX)
+    return fail(llvm::formatv("{0} is too large for one MPI message", t.str()));
+  p.maxChan = std::max(p.maxChan, inst.channel);
+  if (recv) {
+    inst.recvIndex = static_cast<int>(p.recvInsts.size());
+    p.recvInsts.push_back(static_cast<int>(p.insts.size()));
+  }
+  inst.allocateResults = false;
+  return append(op, inst, outTypes, where);
+}
+
+llvm::Error
+ProgramCompiler::compileWait(tessera::tsrt::WaitOp wait, Instruction &inst,
+                             llvm::ArrayRef<exec::TensorType> inTypes,
+                             llvm::ArrayRef<exec::TensorType> outTypes) {
+  auto start =
+      wait.getPending().getDefiningOp<tessera::tsrt::AllReduceStartOp>();
+  auto it = start ? asyncOf.find(start.getOperation()) : asyncOf.end();
+  if (it == asyncOf.end())
+    return fail("waits for a value not made by tsrt.all_reduce_start");
+  inst.kernel = "wait";
+  inst.kind = Instruction::Kind::Wait;
+  inst.asyncIndex = it->second;
+  inst.allocateResults = false;
+  if (inTypes[0] != outTypes[0])
+    return fail("result type must equal the pending value's type");
+  return llvm::Error::success();
+}
+
+llvm::Error ProgramCompiler::commOf(DenseI16ArrayAttr axesAttr, int &commIndex,
+                                    int64_t &n) {
+  std::vector<int64_t> axes;
+  n = 1;
+  for (int16_t a : axesAttr.asArrayRef()) {
+    if (a < 0 || a >= static_cast<int64_t>(options.gridShape.size()))
+      return fail(llvm::formatv("grid axis {0} is out of range for a "
+                                "{1}-axis grid",
+                                a, options.gridShape.size()));
+    if (llvm::is_contained(axes, a))
+      return fail(llvm::formatv("grid axis {0} repeated", a));
+    axes.push_back(a);
+    n *= options.gridShape[a];
+  }
+  auto found = llvm::find(p.axesSets, axes);
+  commIndex = static_cast<int>(found - p.axesSets.begin());
+  if (found == p.axesSets.end())
+    p.axesSets.push_back(axes);
+  return llvm::Error::success();
+}
+
+/// A tsrt.kernel: decoded and validated once (KernelDesc.h), then bound by
+/// the backend from the descriptor.
+llvm::Error
+ProgramCompiler::compileKernel(tessera::tsrt::KernelOp k, Instruction &inst,
+                               llvm::ArrayRef<exec::TensorType> inTypes,
+                               llvm::ArrayRef<exec::TensorType> outTypes) {
+  inst.kernel = k.getKernel().str();
+  // A kernel that communicates itself (vocab-parallel gather and
+  // cross-entropy, ring attention) names its grid axes; its closure reads
+  // ctx.comms[inst.commIndex].
+  if (mlir::Attribute a = k.getAttrs().get("grid_axes")) {
+    auto axesAttr = dyn_cast<DenseI16ArrayAttr>(a);
+    if (!axesAttr)
+      return fail("grid_axes must be an array<i16>");
+    int64_t n = 1;
+    if (llvm::Error e = commOf(axesAttr, inst.commIndex, n))
+      return e;
+    inst.commSize = n;
+  }
+  llvm::Expected<KernelDesc> desc =
+      decodeKernel(k.getKernel(), k.getAttrs(), inTypes, outTypes, options,
+                   inst.commIndex, inst.commSize);
+  if (!desc)
+    return desc.takeError();
+  if (inst.commIndex >= 0)
+    if (llvm::Error e = p.device->supportsCommunication(
+            "tsrt.kernel \"" + inst.kernel + "\" with grid_axes"))
+      return e;
+  return p.device->bindKernel(*desc, inst);
+}
+
+/// The CollectiveOp of a tsrt collective (not all_reduce_start).
+static CollectiveOp collectiveOf(Operation &op) {
+  if (isa<tessera::tsrt::AllReduceOp>(op))
+    return CollectiveOp::AllReduce;
+  if (isa<tessera::tsrt::AllGatherOp>(op))
+    return CollectiveOp::AllGather;
+  if (isa<tessera::tsrt::ReduceScatterOp>(op))
+    return CollectiveOp::ReduceScatter;
+  if (isa<tessera::tsrt::AllSliceOp>(op))
+    return CollectiveOp::AllSlice;
+  return CollectiveOp::AllToAll;
+}
+
+/// tsrt.all_reduce_start becomes an AllReduceStart instruction; every other
+/// collective is checked (checkCollective) and bound by the backend.
+llvm::Error
+ProgramCompiler::compileCollective(Operation &op, Instruction &inst,
+                                   llvm::ArrayRef<exec::TensorType> inTypes,
+                                   llvm::ArrayRef<exec::TensorType> outTypes) {
+  inst.kernel = op.getName().stripDialect().str();
+  if (llvm::Error e = p.device->supportsCommunication("tsrt." + inst.kernel))
+    return e;
+  auto axesAttr = op.getAttrOfType<DenseI16ArrayAttr>("grid_axes");
+  if (!axesAttr || op.getNumOperands() != 1 || op.getNumResults() != 1)
+    return fail("malformed collective");
+  int commIndex = -1;
+  int64_t n = 1;
+  if (llvm::Error e = commOf(axesAttr, commIndex, n))
+    return e;
+  auto i64 = [&](llvm::StringRef name) -> int64_t {
+    auto a = op.getAttrOfType<IntegerAttr>(name);
+    return a ? a.getValue().getSExtValue() : 0;
+  };
+  if (auto start = dyn_cast<tessera::tsrt::AllReduceStartOp>(op)) {
+    if (start.getReduction() != "sum" && start.getReduction() != "max")
+      return fail("reduction must be \"sum\" or \"max\"");
+    if (inTypes[0] != outTypes[0] || inTypes[0].dtype == DType::I1)
+      return fail("result type must equal the input type (not i1)");
+    inst.kind = Instruction::Kind::AllReduceStart;
+    inst.commIndex = commIndex;
+    inst.reduceMax = start.getReduction() == "max";
+    inst.asyncIndex = p.numAsync++;
+    asyncOf[&op] = inst.asyncIndex;
+    return llvm::Error::success();
+  }
+  CollectiveSpec spec{collectiveOf(op), commIndex, n, 0, 0, false};
+  if (auto ar = dyn_cast<tessera::tsrt::AllReduceOp>(op)) {
+    if (ar.getReduction() != "sum" && ar.getReduction() != "max")
+      return fail("reduction must be \"sum\" or \"max\"");
+    spec.max = ar.getReduction() == "max";
+  } else if (isa<tessera::tsrt::AllToAllOp>(op)) {
+    spec.dim = i64("split_dim"), spec.dim2 = i64("concat_dim");
+  } else {
+    spec.dim = i64("dim");
+  }
+  if (llvm::Error e = checkCollective(spec, inTypes[0], outTypes[0]))
+    return e;
+  return p.device->bindCollective(spec, inTypes[0], outTypes[0], inst);
+}
+
+llvm::Error
+ProgramCompiler::readMemoryPlan(Operation &op, Instruction &inst,
+                                llvm::ArrayRef<exec::TensorType> outTypes) {
+  Attribute a = op.getAttr("tsrt.offsets");
+  if (!a)
+    return llvm::Error::success();
+  auto offsets = dyn_cast<DenseI64ArrayAttr>(a);
+  if (!offsets || offsets.size() != static_cast<int64_t>(outTypes.size()))
+    return fail("tsrt.offsets must be an array<i64> with one entry per "
+                "result");
+  for (auto [i, offset] : llvm::enumerate(offsets.asArrayRef())) {
+    if (offset < 0) {
+      if (offset != -1)
+        return fail(llvm::formatv("tsrt.offsets[{0}] is {1} (expected -1 "
+                                  "or an offset)",
+                                  i, offset));
+      continue;
+    }
+    if ((inst.kind != Instruction::Kind::Call &&
+         inst.kind != Instruction::Kind::AllReduceStart) ||
+        !inst.allocateResults)
+      return fail(llvm::formatv("result #{0} has an arena offset but the "
+                                "runtime does not allocate it (a view or "
+                                "a received value)",
+                                i));
+    int64_t bytes = static_cast<int64_t>(shapeNumel(outTypes[i].shape) *
+                                         dtypeSize(outTypes[i].dtype));
+    if (offset % 64 != 0 || offset > p.arena || bytes > p.arena - offset)
+      return fail(llvm::formatv("result #{0} ({1} bytes) at arena offset "
+                                "{2} is unaligned or beyond "
+                                "tsrt.arena_bytes = {3}",
+                                i, bytes, offset, p.arena));
+  }
+  inst.resultOffsets.assign(offsets.asArrayRef().begin(),
+                            offsets.asArrayRef().end());
+  // `tsrt.in_place`: per result, -1 or the argument it overwrites.
+  auto inPlace = op.getAttrOfType<DenseI64ArrayAttr>("tsrt.in_place");
+  if (!inPlace) {
+    if (op.hasAttr("tsrt.in_place"))
+      return fail("tsrt.in_place must be an array<i64>");
+    return llvm::Error::success();
+  }
+  if (inPlace.size() != static_cast<int64_t>(outTypes.size()))
+    return fail("tsrt.in_place must have one entry per result");
+  for (auto [i, arg] : llvm::enumerate(inPlace.asArrayRef())) {
+    if (arg == -1)
+      continue;
+    if (arg < 0 || arg >= static_cast<int64_t>(p.argTys.size()))
+      return fail(llvm::formatv("tsrt.in_place[{0}] is {1}, not -1 or an "
+                                "argument of the function",
+                                i, arg));
+    if (inst.kind != Instruction::Kind::Call || !inst.allocateResults ||
+        offsets.asArrayRef()[i] != -1)
+      return fail(llvm::formatv("result #{0} is written in place but the "
+                                "runtime does not allocate it or it also "
+                                "has an arena offset",
+                                i));
+    if (p.argTys[arg] != outTypes[i])
+      return fail(llvm::formatv("result #{0} ({1}) is written into argument "
+                                "#{2} of type {3}",
+                                i, outTypes[i].str(), arg,
+                                p.argTys[arg].str()));
+    if (llvm::is_contained(p.inPlaceArgs, static_cast<int>(arg)))
+      return fail(llvm::formatv("argument #{0} is overwritten by more than "
+                                "one result",
+                                arg));
+    p.inPlaceArgs.push_back(static_cast<int>(arg));
+  }
+  inst.resultInPlace.assign(inPlace.asArrayRef().begin(),
+                            inPlace.asArrayRef().end());
+  return llvm::Error::success();
+}
+
+llvm::Error ProgramCompiler::append(Operation &op, Instruction &inst,
+                                    llvm::ArrayRef<exec::TensorType> outTypes,
+                                    const std::string &where) {
+  if (llvm::Error err = readMemoryPlan(op, inst, outTypes))
+    return err;
+  inst.where = where;
+  inst.resultTypes = outTypes;
+  for (Value v : op.getResults())
+    inst.results.push_back(newSlot(v));
+  p.maxOperands = std::max(p.maxOperands, inst.operands.size());
+  p.maxResults = std::max(p.maxResults, inst.results.size());
+  p.insts.push_back(std::move(inst));
+  return llvm::Error::success();
+}
+
+void ProgramCompiler::computeLiveness() {
+  std::vector<bool> pinned(p.slots, false);
   for (auto &c : p.constants)
     pinned[c.first] = true;
   for (int s : p.resultSlots)
@@ -650,7 +714,6 @@ llvm::Expected<Program> Program::compile(ModuleOp module,
     else if (s < static_cast<int>(p.argTys.size()))
       p.releaseArgsEarly.push_back(s);
   }
-  return p;
 }
 
 double OpTimer::now() {

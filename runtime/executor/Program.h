@@ -3,8 +3,9 @@
 // `Program::compile` turns the straight-line body of a `tsrt` function into a
 // flat instruction list, once, at load time:
 //   - every SSA value gets a slot; function arguments are slots 0..N-1;
-//   - every `tsrt.kernel` is resolved to a closure over the CPU kernel with its
-//     attributes already decoded and its operand/result shapes checked;
+//   - every `tsrt.kernel` is decoded once into a typed KernelDesc (its
+//     operand/result shapes and dtypes checked, its attributes decoded;
+//     KernelDesc.h) and bound by the backend to a closure over its kernel;
 //   - `tsrt.constant` values are materialised once;
 //   - collectives, and kernels with a `grid_axes` attribute (vocab-parallel
 //     gather and cross-entropy, which call MPI themselves), refer to an
@@ -308,6 +309,7 @@ public:
   Backend &backend() const { return *device; }
 
 private:
+  friend class ProgramCompiler; // Program.cpp: compile's steps
   int slots = 0;
   std::vector<TensorType> argTys, resultTys;
   std::vector<int> resultSlots;

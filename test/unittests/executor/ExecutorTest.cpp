@@ -846,10 +846,9 @@ public:
   llvm::Error copy(const Tensor &src, Tensor &dst) override {
     return cpuBackend().copy(src, dst);
   }
-  llvm::Error bindKernel(llvm::StringRef, mlir::DictionaryAttr,
-                         llvm::ArrayRef<TensorType>, llvm::ArrayRef<TensorType>,
-                         const CompileOptions &, Instruction &) override {
-    return llvm::Error::success();
+  llvm::Error bindKernel(const exec::KernelDesc &kernel,
+                         Instruction &inst) override {
+    return cpuBackend().bindKernel(kernel, inst);
   }
   llvm::Error supportsCommunication(llvm::StringRef what) const override {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -17,7 +17,7 @@
 
 #include "runtime/executor/Backend.h"
 #include "runtime/executor/Communication.h"
-#include "runtime/executor/Kernels.h"
+#include "runtime/executor/KernelDesc.h"
 #include "runtime/executor/Program.h"
 
 #include <deque>
@@ -140,15 +140,16 @@ public:
   llvm::Error copy(const Tensor &src, Tensor &dst) override {
     return cpuBackend().copy(src, dst);
   }
-  llvm::Error bindKernel(llvm::StringRef, mlir::DictionaryAttr,
-                         llvm::ArrayRef<TensorType>, llvm::ArrayRef<TensorType>,
-                         const CompileOptions &, Instruction &) override {
-    return llvm::Error::success(); // the CPU kernels
+  llvm::Error bindKernel(const exec::KernelDesc &kernel,
+                         Instruction &inst) override {
+    return cpuBackend().bindKernel(kernel, inst); // the CPU kernels
   }
-  llvm::Error bindCollective(const CollectiveSpec &spec, const TensorType &,
-                             const TensorType &, Instruction &inst) override {
-    if (spec.op == CollectiveOp::AllSlice)
-      return llvm::Error::success(); // a local copy: the CPU closure
+  llvm::Error bindCollective(const CollectiveSpec &spec,
+                             const TensorType &operand,
+                             const TensorType &result,
+                             Instruction &inst) override {
+    if (spec.op == CollectiveOp::AllSlice) // a local copy: the CPU closure
+      return cpuBackend().bindCollective(spec, operand, result, inst);
     inst.fn = [spec](const ExecContext &ctx, llvm::ArrayRef<const Tensor *> in,
                      llvm::MutableArrayRef<Tensor> out) -> llvm::Error {
       return ctx.communication->collective(spec, *in[0], out[0], ctx, "");

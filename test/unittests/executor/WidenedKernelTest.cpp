@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/executor/Kernels.h"
+#include "runtime/executor/Backend.h"
 
 #include "runtime/backends/cpu/CpuKernels.h"
 

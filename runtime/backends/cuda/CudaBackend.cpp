@@ -1,4 +1,4 @@
-//===- CudaBackend.cpp - the CUDA backend of the executor -----------------===//
+//===- CudaBackend.cpp - the "cuda" backend of the executor ---------------===//
 //
 // Device memory of one GPU, one compute stream on which every kernel is
 // queued in program order, and the binding of each tsrt kernel to a CUDA
@@ -27,41 +27,42 @@
 //    scratch, one stream per directed stage pair for pipeline transfers,
 //    an NcclWatchdog told of every call and an async-error check of every
 //    communicator in finishStep.
-// Collectives are bound by bindCollective; kernels with grid_axes by
-// bindVocabParallel (gather, cross-entropy) and bindHostFallback (ring
-// attention: the CPU ring kernel on host copies).
+// Kernels are bound from their KernelDesc (decoded and validated once by
+// exec::decodeKernel: the binders only read typed attributes) through a
+// dispatch table indexed by KernelKind, one binder per family; the table's
+// kinds are what the registry lists for "cuda". Collectives are bound by
+// bindCollective; kernels with grid_axes by the gather and cross-entropy
+// binders (vocab-parallel) and bindHostFallback (ring attention: the CPU
+// backend's ring kernel on host copies).
 // --trace: CUDA event pairs around every kernel (compute stream) and every
 // collective (comm streams) of the last step (deviceTrace).
 //
-// Program::compile has already validated every kernel (Kernels.cpp), so
-// the binders only decode attributes.
-//
 //===----------------------------------------------------------------------===//
 
-#include "runtime/executor/Backend.h"
+#include "runtime/backends/cuda/CudaBackend.h"
 
-#include "dialects/tsrt/TsrtDialect.h"
+#include "runtime/backends/cpu/CpuBackend.h"
 #include "runtime/backends/cuda/CudaBlas.h"
 #include "runtime/backends/cuda/CudaRuntime.h"
 #include "runtime/backends/cuda/ElementwiseKernels.h"
 #include "runtime/backends/cuda/FlashAttention.h"
 #include "runtime/backends/cuda/NNKernels.h"
+#include "runtime/executor/Backend.h"
 #include "runtime/executor/Communication.h"
-#include "runtime/executor/Kernels.h"
+#include "runtime/executor/KernelDesc.h"
 #include "runtime/executor/Program.h"
 #ifdef TESSERA_HAVE_NCCL
 #include "runtime/collectives/nccl/NcclCollectives.h"
 #endif
 
-#include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -105,62 +106,6 @@ llvm::Expected<size_t> gatherGradScratch(ArrayRef<TensorType> ins,
 }
 
 //===----------------------------------------------------------------------===//
-// Attributes (already validated by resolveKernel)
-//===----------------------------------------------------------------------===//
-
-bool boolAttr(mlir::DictionaryAttr d, StringRef name, bool dflt) {
-  mlir::Attribute a = d ? d.get(name) : mlir::Attribute();
-  if (auto b = llvm::dyn_cast_or_null<mlir::BoolAttr>(a))
-    return b.getValue();
-  if (auto i = llvm::dyn_cast_or_null<mlir::IntegerAttr>(a))
-    return i.getValue().getBoolValue();
-  return dflt;
-}
-
-int64_t intAttr(mlir::DictionaryAttr d, StringRef name, int64_t dflt = 0) {
-  mlir::Attribute a = d ? d.get(name) : mlir::Attribute();
-  if (auto i = llvm::dyn_cast_or_null<mlir::IntegerAttr>(a))
-    return i.getValue().getSExtValue();
-  return dflt;
-}
-
-double floatAttr(mlir::DictionaryAttr d, StringRef name) {
-  mlir::Attribute a = d ? d.get(name) : mlir::Attribute();
-  if (auto f = llvm::dyn_cast_or_null<mlir::FloatAttr>(a))
-    return f.getValueAsDouble();
-  if (auto i = llvm::dyn_cast_or_null<mlir::IntegerAttr>(a))
-    return static_cast<double>(i.getValue().getSExtValue());
-  return 0;
-}
-
-std::vector<int64_t> intArrayAttr(mlir::DictionaryAttr d, StringRef name) {
-  std::vector<int64_t> out;
-  mlir::Attribute a = d ? d.get(name) : mlir::Attribute();
-  if (auto arr = llvm::dyn_cast_or_null<mlir::DenseI64ArrayAttr>(a))
-    return std::vector<int64_t>(arr.asArrayRef().begin(),
-                                arr.asArrayRef().end());
-  if (auto arr = llvm::dyn_cast_or_null<mlir::ArrayAttr>(a))
-    for (mlir::Attribute e : arr)
-      if (auto i = llvm::dyn_cast<mlir::IntegerAttr>(e))
-        out.push_back(i.getValue().getSExtValue());
-  return out;
-}
-
-std::string stringAttr(mlir::DictionaryAttr d, StringRef name, StringRef dflt) {
-  mlir::Attribute a = d ? d.get(name) : mlir::Attribute();
-  if (auto s = llvm::dyn_cast_or_null<mlir::StringAttr>(a))
-    return s.getValue().str();
-  return dflt.str();
-}
-
-/// Axis normalised to [0, rank).
-int64_t axisOf(int64_t axis, size_t rank) {
-  return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
-}
-
-bool is16(DType t) { return isFloat16Bit(t); }
-
-//===----------------------------------------------------------------------===//
 // The backend
 //===----------------------------------------------------------------------===//
 
@@ -182,11 +127,7 @@ public:
     return cuda::copyAsync(dst.raw(), src.raw(), src.bytes(), stream(),
                            "copying an updated state tensor");
   }
-  llvm::Error bindKernel(StringRef name, mlir::DictionaryAttr attrs,
-                         ArrayRef<TensorType> operands,
-                         ArrayRef<TensorType> results,
-                         const CompileOptions &options,
-                         Instruction &inst) override;
+  llvm::Error bindKernel(const KernelDesc &kernel, Instruction &inst) override;
   llvm::Error bindCollective(const CollectiveSpec &spec,
                              const TensorType &operand,
                              const TensorType &result,
@@ -295,41 +236,52 @@ public:
     };
   }
 
-private:
-  using BindFn = llvm::Error (CudaBackend::*)(StringRef, mlir::DictionaryAttr,
-                                              ArrayRef<TensorType>,
-                                              ArrayRef<TensorType>,
-                                              const CompileOptions &,
+  /// A binder: fills `inst.fn` (and `inst.allocateResults`) for one kernel
+  /// family from the validated descriptor.
+  using BindFn = llvm::Error (CudaBackend::*)(const KernelDesc &,
                                               Instruction &);
-  llvm::Error bindNative(StringRef name, mlir::DictionaryAttr attrs,
-                         ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
-                         const CompileOptions &options, Instruction &inst);
-  llvm::Error bindWidened(StringRef name, mlir::DictionaryAttr attrs,
-                          ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
-                          const CompileOptions &options, Instruction &inst);
-  llvm::Error bindElementwise(StringRef name, mlir::DictionaryAttr attrs,
-                              ArrayRef<TensorType> ins,
-                              ArrayRef<TensorType> outs, Instruction &inst);
-  llvm::Error bindLayout(StringRef name, mlir::DictionaryAttr attrs,
-                         ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
-                         Instruction &inst);
-  llvm::Error bindNN(StringRef name, mlir::DictionaryAttr attrs,
-                     ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
-                     const CompileOptions &options, Instruction &inst);
-  llvm::Error bindAttention(StringRef name, mlir::DictionaryAttr attrs,
-                            ArrayRef<TensorType> ins, ArrayRef<TensorType> outs,
-                            Instruction &inst);
-  /// Whether the CUDA kernel of `name` takes these (16-bit) dtypes as they
-  /// are; otherwise bindKernel widens them to f32 around it.
-  static bool takesNative16Bit(StringRef name, ArrayRef<TensorType> ins,
-                               ArrayRef<TensorType> outs);
+  using BindTable = std::array<BindFn, kNumKernelKinds>;
+  /// The binder of every kind the cuda backend has, built once; what the
+  /// registry lists for "cuda".
+  static const BindTable &binders();
 
-  /// Kernels with grid_axes: vocab-parallel gather, gather_grad,
-  /// cross_entropy and cross_entropy_grad.
-  llvm::Error bindVocabParallel(StringRef name, ArrayRef<TensorType> ins,
-                                ArrayRef<TensorType> outs, Instruction &inst);
+private:
+  /// The kernel through the dispatch table, on the descriptor's types.
+  llvm::Error bindNative(const KernelDesc &k, Instruction &inst);
+  /// The f32 kernel between device conversions of the 16-bit operands and
+  /// results.
+  llvm::Error bindWidened(const KernelDesc &k, Instruction &inst);
+  /// Whether the CUDA kernel of `k` takes its (16-bit) dtypes as they are;
+  /// otherwise bindKernel widens them to f32 around it.
+  static bool takesNative16Bit(const KernelDesc &k);
   /// Ring attention: the CPU kernel (ring over MPI) on host copies.
-  llvm::Error bindHostFallback(StringRef name, Instruction &inst);
+  llvm::Error bindHostFallback(const KernelDesc &k, Instruction &inst);
+
+  // The binders of the dispatch table. Kernels with grid_axes: vocab-parallel
+  // gather, gather_grad, cross_entropy and cross_entropy_grad.
+  llvm::Error bindBinary(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindUnary(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindActivationGrad(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindEqual(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindSelect(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindConvert(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindReduce(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindMatmul(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindReshape(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindTranspose(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindSlice(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindConcat(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindBroadcast(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindAttention(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindGather(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindGatherGrad(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindLayerNorm(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindRmsNorm(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindSoftmax(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindCrossEntropy(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindSgdUpdate(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindAdamwUpdate(const KernelDesc &k, Instruction &inst);
+
   /// Wraps `inst.fn` so that, while tracing, CUDA events bracket it on the
   /// compute stream.
   void traceCompute(StringRef name, Instruction &inst);
@@ -916,13 +868,6 @@ private:
 
 } // namespace
 
-namespace tessera::runtime::exec {
-llvm::Expected<std::unique_ptr<Backend>>
-createCudaBackend(const BackendOptions &options) {
-  return CudaBackend::create(options);
-}
-} // namespace tessera::runtime::exec
-
 llvm::Expected<std::unique_ptr<Backend>>
 CudaBackend::create(const BackendOptions &options) {
   // The device: node-local rank modulo the device count. Collective over
@@ -1260,72 +1205,136 @@ llvm::Error CudaBackend::finishStep() {
 // Binding
 //===----------------------------------------------------------------------===//
 
-bool CudaBackend::takesNative16Bit(StringRef name, ArrayRef<TensorType> ins,
-                                   ArrayRef<TensorType> outs) {
+bool CudaBackend::takesNative16Bit(const KernelDesc &k) {
+  ArrayRef<TensorType> ins = k.operands, outs = k.results;
   auto allSame = [&](ArrayRef<TensorType> ts) {
     return llvm::all_of(
         ts, [&](const TensorType &t) { return t.dtype == ts[0].dtype; });
   };
   // Data movement and elementwise kernels take every dtype they are given.
-  if (tessera::tsrt::isDataMovementKernel(name) ||
-      llvm::is_contained({"add",   "sub",        "mul",         "div",
-                          "pow",   "max",        "neg",         "exp",
-                          "log",   "sqrt",       "rsqrt",       "tanh",
-                          "erf",   "relu",       "gelu",        "sigmoid",
-                          "silu",  "gelu_grad",  "relu_grad",   "silu_grad",
-                          "equal", "reduce_sum", "reduce_mean", "reduce_max"},
-                         name))
+  if (isDataMovement(k.kind))
     return true;
-  if (name == "matmul" || name == "layer_norm" || name == "layer_norm_grad" ||
-      name == "rms_norm" || name == "rms_norm_grad" || name == "softmax" ||
-      name == "softmax_grad")
+  using K = KernelKind;
+  switch (k.kind) {
+  case K::Add:
+  case K::Sub:
+  case K::Mul:
+  case K::Div:
+  case K::Pow:
+  case K::Max:
+  case K::Neg:
+  case K::Exp:
+  case K::Log:
+  case K::Sqrt:
+  case K::Rsqrt:
+  case K::Tanh:
+  case K::Erf:
+  case K::Relu:
+  case K::Gelu:
+  case K::Sigmoid:
+  case K::Silu:
+  case K::GeluGrad:
+  case K::ReluGrad:
+  case K::SiluGrad:
+  case K::Equal:
+  case K::ReduceSum:
+  case K::ReduceMean:
+  case K::ReduceMax:
+    return true;
+  case K::Matmul:
+  case K::LayerNorm:
+  case K::LayerNormGrad:
+  case K::RmsNorm:
+  case K::RmsNormGrad:
+  case K::Softmax:
+  case K::SoftmaxGrad:
     return allSame(ins) && allSame(outs) && ins[0].dtype == outs[0].dtype;
-  if (name == "attention")
+  case K::Attention:
     return allSame(ins) && outs[0].dtype == ins[0].dtype &&
            outs[1].dtype == DType::F32;
-  if (name == "attention_grad")
+  case K::AttentionGrad:
     // q, k, v, o, do and the gradients in one dtype; lse f32.
     return ins[4].dtype == DType::F32 && ins[0].dtype == ins[1].dtype &&
            ins[0].dtype == ins[2].dtype && ins[0].dtype == ins[3].dtype &&
            ins[0].dtype == ins[5].dtype && allSame(outs) &&
            outs[0].dtype == ins[0].dtype;
-  if (name == "cross_entropy")
+  case K::CrossEntropy:
     return true; // logits f32/bf16/f16, loss f32
-  if (name == "cross_entropy_grad")
+  case K::CrossEntropyGrad:
     return outs[0].dtype == ins[0].dtype && ins[2].dtype == DType::F32;
-  if (name == "gather_grad")
+  case K::GatherGrad:
     return true; // dy f32/bf16/f16, out f32/bf16/f16
-  return false;  // optimizers: f32 only
+  default:
+    return false; // optimizers: f32 only
+  }
 }
 
-llvm::Error CudaBackend::bindKernel(StringRef name, mlir::DictionaryAttr attrs,
-                                    ArrayRef<TensorType> ins,
-                                    ArrayRef<TensorType> outs,
-                                    const CompileOptions &options,
-                                    Instruction &inst) {
-  bool has16 =
-      llvm::any_of(ins, [](const TensorType &t) { return is16(t.dtype); }) ||
-      llvm::any_of(outs, [](const TensorType &t) { return is16(t.dtype); });
+const CudaBackend::BindTable &CudaBackend::binders() {
+  static const BindTable table = [] {
+    BindTable t{};
+    auto set = [&](std::initializer_list<KernelKind> kinds, BindFn fn) {
+      for (KernelKind k : kinds)
+        t[kernelIndex(k)] = fn;
+    };
+    using K = KernelKind;
+    set({K::Add, K::Sub, K::Mul, K::Div, K::Pow, K::Max},
+        &CudaBackend::bindBinary);
+    set({K::Neg, K::Exp, K::Log, K::Sqrt, K::Rsqrt, K::Tanh, K::Erf, K::Relu,
+         K::Gelu, K::Sigmoid, K::Silu},
+        &CudaBackend::bindUnary);
+    set({K::ReluGrad, K::GeluGrad, K::SiluGrad},
+        &CudaBackend::bindActivationGrad);
+    set({K::Equal}, &CudaBackend::bindEqual);
+    set({K::Select}, &CudaBackend::bindSelect);
+    set({K::Convert}, &CudaBackend::bindConvert);
+    set({K::ReduceSum, K::ReduceMean, K::ReduceMax}, &CudaBackend::bindReduce);
+    set({K::Matmul}, &CudaBackend::bindMatmul);
+    set({K::Reshape}, &CudaBackend::bindReshape);
+    set({K::Transpose}, &CudaBackend::bindTranspose);
+    set({K::Slice}, &CudaBackend::bindSlice);
+    set({K::Concat}, &CudaBackend::bindConcat);
+    set({K::Broadcast}, &CudaBackend::bindBroadcast);
+    set({K::Attention, K::AttentionGrad}, &CudaBackend::bindAttention);
+    set({K::Gather}, &CudaBackend::bindGather);
+    set({K::GatherGrad}, &CudaBackend::bindGatherGrad);
+    set({K::LayerNorm, K::LayerNormGrad}, &CudaBackend::bindLayerNorm);
+    set({K::RmsNorm, K::RmsNormGrad}, &CudaBackend::bindRmsNorm);
+    set({K::Softmax, K::SoftmaxGrad}, &CudaBackend::bindSoftmax);
+    set({K::CrossEntropy, K::CrossEntropyGrad}, &CudaBackend::bindCrossEntropy);
+    set({K::SgdUpdate}, &CudaBackend::bindSgdUpdate);
+    set({K::AdamwUpdate}, &CudaBackend::bindAdamwUpdate);
+    return t;
+  }();
+  return table;
+}
+
+llvm::Error CudaBackend::bindKernel(const KernelDesc &k, Instruction &inst) {
+  inst.allocateResults = true;
+  bool ringAttention = k.hasGridAxes() && (k.kind == KernelKind::Attention ||
+                                           k.kind == KernelKind::AttentionGrad);
   llvm::Error err = llvm::Error::success();
-  if (inst.commIndex >= 0 && (name == "attention" || name == "attention_grad"))
-    err = bindHostFallback(name, inst); // ring attention
-  else if (has16 && !takesNative16Bit(name, ins, outs))
-    err = bindWidened(name, attrs, ins, outs, options, inst);
+  if (ringAttention)
+    err = bindHostFallback(k, inst);
+  else if (k.hasFloat16() && !takesNative16Bit(k))
+    err = bindWidened(k, inst);
   else
-    err = bindNative(name, attrs, ins, outs, options, inst);
+    err = bindNative(k, inst);
   if (err)
     return err;
-  traceCompute(name, inst);
+  traceCompute(k.name(), inst);
   return llvm::Error::success();
 }
 
-/// Ring attention runs the CPU kernel (Kernels.cpp's closure, already in
-/// inst.fn, rotating K/V blocks with MPI_Sendrecv_replace over the ring's
-/// communicator) on host copies of the operands; the results are copied
-/// back. Correct under both transports; slow (no CUDA ring kernel yet).
-llvm::Error CudaBackend::bindHostFallback(StringRef name, Instruction &inst) {
+/// Ring attention runs the CPU kernel (the CPU backend's binding, rotating
+/// K/V blocks with MPI_Sendrecv_replace over the ring's communicator) on
+/// host copies of the operands; the results are copied back. Correct under
+/// both transports; slow (no CUDA ring kernel yet).
+llvm::Error CudaBackend::bindHostFallback(const KernelDesc &k,
+                                          Instruction &inst) {
+  if (llvm::Error e = cpu::bindKernel(k, inst))
+    return e;
   if (!inst.allocateResults)
-    return fail("kernel \"" + name + "\" has no host fallback");
+    return fail("kernel \"" + k.name() + "\" has no host fallback");
   KernelFn cpuFn = inst.fn;
   inst.fn = [this, cpuFn](const ExecContext &ctx, In in,
                           Out out) -> llvm::Error {
@@ -1357,6 +1366,7 @@ llvm::Error CudaBackend::bindCollective(const CollectiveSpec &spec,
                                         const TensorType &operand,
                                         const TensorType &, Instruction &inst) {
   int commIndex = spec.commIndex;
+  inst.allocateResults = true;
   const char *name = "all_slice";
   if (spec.op == CollectiveOp::AllSlice) {
     // This rank's block along `dim`: a slice kernel, no communication.
@@ -1377,10 +1387,6 @@ llvm::Error CudaBackend::bindCollective(const CollectiveSpec &spec,
     };
     traceCompute(name, inst);
   } else {
-    name = spec.op == CollectiveOp::AllReduce       ? "all_reduce"
-           : spec.op == CollectiveOp::AllGather     ? "all_gather"
-           : spec.op == CollectiveOp::ReduceScatter ? "reduce_scatter"
-                                                    : "all_to_all";
     std::string where = inst.where;
     inst.fn = [spec, where](const ExecContext &ctx, In in,
                             Out out) -> llvm::Error {
@@ -1393,55 +1399,30 @@ llvm::Error CudaBackend::bindCollective(const CollectiveSpec &spec,
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::bindNative(StringRef name, mlir::DictionaryAttr attrs,
-                                    ArrayRef<TensorType> ins,
-                                    ArrayRef<TensorType> outs,
-                                    const CompileOptions &options,
-                                    Instruction &inst) {
-  if (name == "matmul") {
-    bool ta = boolAttr(attrs, "transpose_lhs", false);
-    bool tb = boolAttr(attrs, "transpose_rhs", false);
-    inst.fn = [this, ta, tb](const ExecContext &, In in, Out out) {
-      return cuda::matmul(blas(), *in[0], *in[1], ta, tb, out[0],
-                          cuda::MatmulEpilogue::none(), stream());
-    };
-    return llvm::Error::success();
-  }
-  if (name == "reshape" || name == "transpose" || name == "slice" ||
-      name == "concat" || name == "broadcast")
-    return bindLayout(name, attrs, ins, outs, inst);
-  if (name == "attention" || name == "attention_grad")
-    return bindAttention(name, attrs, ins, outs, inst);
-  if (llvm::is_contained({"gather", "gather_grad", "layer_norm",
-                          "layer_norm_grad", "rms_norm", "rms_norm_grad",
-                          "softmax", "softmax_grad", "cross_entropy",
-                          "cross_entropy_grad", "sgd_update", "adamw_update"},
-                         name))
-    return bindNN(name, attrs, ins, outs, options, inst);
-  return bindElementwise(name, attrs, ins, outs, inst);
+llvm::Error CudaBackend::bindNative(const KernelDesc &k, Instruction &inst) {
+  BindFn bind = binders()[kernelIndex(k.kind)];
+  if (!bind)
+    return fail("the cuda backend has no kernel \"" + k.name() + "\"");
+  return (this->*bind)(k, inst);
 }
 
 /// The CPU backend's widening adapter, on the device: 16-bit operands are
 /// converted to f32 temporaries, the f32 kernel runs, 16-bit results are
 /// rounded back (to nearest even).
-llvm::Error CudaBackend::bindWidened(StringRef name, mlir::DictionaryAttr attrs,
-                                     ArrayRef<TensorType> ins,
-                                     ArrayRef<TensorType> outs,
-                                     const CompileOptions &options,
-                                     Instruction &inst) {
-  WidenedTypes w = widenFloat16(ins, outs);
+llvm::Error CudaBackend::bindWidened(const KernelDesc &k, Instruction &inst) {
+  WidenedTypes w = widenFloat16(k.operands, k.results);
   std::vector<bool> narrowIn = w.narrowIn, narrowOut = w.narrowOut;
   Instruction inner;
   inner.where = inst.where;
   inner.commIndex = inst.commIndex;
   inner.commSize = inst.commSize;
-  if (llvm::Error e = bindNative(name, attrs, w.ins, w.outs, options, inner))
+  if (llvm::Error e = bindNative(withWidenedTypes(k, w), inner))
     return e;
   if (!inner.allocateResults)
-    return fail("kernel \"" + name + "\" has no bf16/f16 form");
+    return fail("kernel \"" + k.name() + "\" has no bf16/f16 form");
   KernelFn fn = std::move(inner.fn);
   inst.allocateResults = true;
-  std::string kernel = name.str();
+  std::string kernel = k.name().str();
   inst.fn = [this, fn, narrowIn, narrowOut,
              kernel](const ExecContext &ctx, In in, Out out) -> llvm::Error {
     std::vector<Tensor> wideIn(in.size());
@@ -1481,118 +1462,6 @@ llvm::Error CudaBackend::bindWidened(StringRef name, mlir::DictionaryAttr attrs,
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::bindNN(StringRef name, mlir::DictionaryAttr attrs,
-                                ArrayRef<TensorType> ins,
-                                ArrayRef<TensorType> outs,
-                                const CompileOptions &options,
-                                Instruction &inst) {
-  using Status = cuda::DeviceStatus *;
-  cudaStream_t s = stream();
-  if (inst.commIndex >= 0)
-    return bindVocabParallel(name, ins, outs, inst);
-  if (name == "gather") {
-    inst.fn =
-        launchWith(inst, name, /*needsStatus=*/true, 0,
-                   [s](In in, Out out, Status status, void *) {
-                     return cuda::gather(*in[0], *in[1], out[0], status, s);
-                   });
-    return llvm::Error::success();
-  }
-  if (name == "gather_grad") {
-    llvm::Expected<size_t> bytes = gatherGradScratch(ins, outs);
-    if (!bytes)
-      return bytes.takeError();
-    inst.fn = launchWith(
-        inst, name, true, *bytes, [s](In in, Out out, Status status, void *ws) {
-          return cuda::gatherGrad(*in[0], *in[1], out[0], ws, status, s);
-        });
-    return llvm::Error::success();
-  }
-  if (name == "layer_norm" || name == "layer_norm_grad") {
-    int64_t axis = axisOf(intAttr(attrs, "axis"), ins[0].shape.size());
-    float eps = static_cast<float>(floatAttr(attrs, "epsilon"));
-    if (name == "layer_norm") {
-      inst.fn = launchWith(inst, name, false, 0,
-                           [s, axis, eps](In in, Out out, Status, void *) {
-                             return cuda::layerNorm(*in[0], *in[1], *in[2],
-                                                    axis, eps, out[0], s);
-                           });
-      return llvm::Error::success();
-    }
-    inst.fn = launchWith(
-        inst, name, false, cuda::layerNormGradScratchBytes(ins[0].shape, axis),
-        [s, axis, eps](In in, Out out, Status, void *ws) {
-          return cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
-                                     out[1], out[2], ws, s);
-        });
-    return llvm::Error::success();
-  }
-  if (name == "rms_norm" || name == "rms_norm_grad") {
-    int64_t axis = axisOf(intAttr(attrs, "axis"), ins[0].shape.size());
-    float eps = static_cast<float>(floatAttr(attrs, "epsilon"));
-    if (name == "rms_norm") {
-      inst.fn = launchWith(
-          inst, name, false, 0, [s, axis, eps](In in, Out out, Status, void *) {
-            return cuda::rmsNorm(*in[0], *in[1], axis, eps, out[0], s);
-          });
-      return llvm::Error::success();
-    }
-    inst.fn = launchWith(
-        inst, name, false, cuda::rmsNormGradScratchBytes(ins[0].shape, axis),
-        [s, axis, eps](In in, Out out, Status, void *ws) {
-          return cuda::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
-                                   out[1], ws, s);
-        });
-    return llvm::Error::success();
-  }
-  if (name == "softmax" || name == "softmax_grad") {
-    int64_t axis = axisOf(intAttr(attrs, "axis"), ins[0].shape.size());
-    bool grad = name == "softmax_grad";
-    inst.fn = launchWith(
-        inst, name, false, 0, [s, axis, grad](In in, Out out, Status, void *) {
-          return grad ? cuda::softmaxGrad(*in[0], *in[1], axis, out[0], s)
-                      : cuda::softmax(*in[0], axis, out[0], s);
-        });
-    return llvm::Error::success();
-  }
-  if (name == "cross_entropy") {
-    inst.fn = launchWith(
-        inst, name, true, cuda::crossEntropyScratchBytes(ins[0].shape[0]),
-        [s](In in, Out out, Status status, void *ws) {
-          return cuda::crossEntropy(*in[0], *in[1], out[0], ws, status, s);
-        });
-    return llvm::Error::success();
-  }
-  if (name == "cross_entropy_grad") {
-    inst.fn = launchWith(inst, name, true, 0,
-                         [s](In in, Out out, Status status, void *) {
-                           return cuda::crossEntropyGrad(*in[0], *in[1], *in[2],
-                                                         out[0], status, s);
-                         });
-    return llvm::Error::success();
-  }
-  auto hyper = [&](StringRef key) {
-    return hyperParameter(options, key, floatAttr(attrs, key));
-  };
-  if (name == "sgd_update") {
-    double lr = hyper("lr"), wd = hyper("weight_decay");
-    inst.fn = launchWith(
-        inst, name, false, 0, [s, lr, wd](In in, Out out, Status, void *) {
-          return cuda::sgdUpdate(*in[0], *in[1], lr, wd, out[0], s);
-        });
-    return llvm::Error::success();
-  }
-  // adamw_update
-  double lr = hyper("lr"), b1 = hyper("beta1"), b2 = hyper("beta2"),
-         eps = hyper("eps"), wd = hyper("weight_decay");
-  inst.fn =
-      launchWith(inst, name, false, 0, [=](In in, Out out, Status, void *) {
-        return cuda::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4], lr, b1,
-                                 b2, eps, wd, out[0], out[1], out[2], s);
-      });
-  return llvm::Error::success();
-}
-
 /// The communicator `comm` of `ctx`, or an error.
 static llvm::Expected<const mpi::Communicator *> commAt(const ExecContext &ctx,
                                                         int comm) {
@@ -1603,310 +1472,254 @@ static llvm::Expected<const mpi::Communicator *> commAt(const ExecContext &ctx,
   return &ctx.comms[comm];
 }
 
-/// Megatron-LM's vocab parallelism (Shoeybi et al. 2019) on the device: the
-/// lookup and its gradient mask the ids outside this rank's rows (no
-/// communication); the cross-entropy runs the CUDA phases of NNKernels.h
-/// (row max, sums, loss or gradient from the statistics), all-reducing the
-/// f64 statistics between them through the communication (MAX for the row
-/// max, SUM for the sums of exponentials and target logits), exactly as
-/// Kernels.cpp's CPU closure does with MPI.
-llvm::Error CudaBackend::bindVocabParallel(StringRef name,
-                                           ArrayRef<TensorType> ins,
-                                           ArrayRef<TensorType> outs,
-                                           Instruction &inst) {
-  using Status = cuda::DeviceStatus *;
-  cudaStream_t s = stream();
-  int comm = inst.commIndex;
-  std::string kernel = name.str();
-  if (name == "gather") {
-    inst.fn = launchWith(
-        inst, name, true, 0,
-        [s, comm, kernel](const ExecContext &ctx, In in, Out out, Status status,
-                          void *) -> llvm::Error {
-          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
-          if (!c)
-            return c.takeError();
-          int64_t local = in[0]->dim(0);
-          return launched(
-              cuda::gatherMasked(*in[0], *in[1], (*c)->rank() * local,
-                                 (*c)->size() * local, out[0], status, s),
-              kernel);
-        });
-    return llvm::Error::success();
+/// The error of an NN kernel that has no vocab-parallel (grid_axes) form.
+static llvm::Error noGridAxesForm(const KernelDesc &k) {
+  return fail("the cuda backend has no kernel \"" + k.name() +
+              "\" with grid_axes");
+}
+
+//===----------------------------------------------------------------------===//
+// Binders: elementwise, reductions, matmul, layout
+//===----------------------------------------------------------------------===//
+
+llvm::Error CudaBackend::bindBinary(const KernelDesc &k, Instruction &inst) {
+  cuda::BinaryOp op;
+  switch (k.kind) {
+  case KernelKind::Add:
+    op = cuda::BinaryOp::Add;
+    break;
+  case KernelKind::Sub:
+    op = cuda::BinaryOp::Sub;
+    break;
+  case KernelKind::Mul:
+    op = cuda::BinaryOp::Mul;
+    break;
+  case KernelKind::Div:
+    op = cuda::BinaryOp::Div;
+    break;
+  case KernelKind::Pow:
+    op = cuda::BinaryOp::Pow;
+    break;
+  case KernelKind::Max:
+    op = cuda::BinaryOp::Max;
+    break;
+  default:
+    return fail("the cuda backend has no kernel \"" + k.name() + "\"");
   }
-  if (name == "gather_grad") {
-    llvm::Expected<size_t> bytes = gatherGradScratch(ins, outs);
-    if (!bytes)
-      return bytes.takeError();
-    inst.fn = launchWith(
-        inst, name, true, *bytes,
-        [s, comm, kernel](const ExecContext &ctx, In in, Out out, Status status,
-                          void *ws) -> llvm::Error {
-          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
-          if (!c)
-            return c.takeError();
-          int64_t local = out[0].dim(0);
-          return launched(cuda::gatherGradMasked(
-                              *in[0], *in[1], (*c)->rank() * local,
-                              (*c)->size() * local, out[0], ws, status, s),
-                          kernel);
-        });
-    return llvm::Error::success();
-  }
-  if (name != "cross_entropy" && name != "cross_entropy_grad")
-    return fail("the cuda backend has no kernel \"" + name +
-                "\" with grid_axes");
-  bool grad = name == "cross_entropy_grad";
-  int64_t k = tessera::tsrt::vocabParallelScratchPerRow(name);
-  std::string where = inst.where;
-  inst.fn = launchWith(
-      inst, name, true, 0,
-      [this, s, comm, grad, k, kernel, where](const ExecContext &ctx, In in,
-                                              Out out, Status status,
-                                              void *) -> llvm::Error {
-        llvm::Expected<const mpi::Communicator *> cm = commAt(ctx, comm);
-        if (!cm)
-          return cm.takeError();
-        const mpi::Communicator &c = **cm;
-        if (!ctx.communication)
-          return fail("vocab-parallel cross-entropy needs the backend's "
-                      "communication");
-        const Tensor &logits = *in[0];
-        int64_t n = logits.dim(0), local = logits.dim(1);
-        // The statistics, f64 (I64 storage), from the stream-ordered pool:
-        // freed on the compute stream after it has waited for the
-        // all-reduces.
-        llvm::Expected<Tensor> stats = allocate(DType::I64, {k * n});
-        if (!stats)
-          return stats.takeError();
-        double *rowMax = static_cast<double *>(stats->raw());
-        double *sumExp = rowMax + n, *target = grad ? nullptr : rowMax + 2 * n;
-        if (llvm::Error e =
-                launched(cuda::crossEntropyRowMax(logits, rowMax, s), kernel))
-          return e;
-        if (llvm::Error e = ctx.communication->allReduceF64(
-                rowMax, n, mpi::ReduceOp::Max, c, ctx, where))
-          return e;
-        if (llvm::Error e =
-                launched(cuda::crossEntropyRowSums(
-                             logits, *in[1], c.rank() * local, c.size() * local,
-                             rowMax, sumExp, target, status, s),
-                         kernel))
-          return e;
-        if (llvm::Error e = ctx.communication->allReduceF64(
-                sumExp, grad ? n : 2 * n, mpi::ReduceOp::Sum, c, ctx, where))
-          return e;
-        if (grad)
-          return launched(cuda::crossEntropyGradFromStats(
-                              logits, *in[1], c.rank() * local, rowMax, sumExp,
-                              *in[2], out[0], s),
-                          kernel);
-        return launched(
-            cuda::crossEntropyFromStats(n, rowMax, sumExp, target, out[0], s),
-            kernel);
-      });
+  inst.fn = [this, op, kernel = k.name().str()](const ExecContext &, In in,
+                                                Out out) {
+    return launched(cuda::binary(op, *in[0], *in[1], out[0], stream()), kernel);
+  };
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::bindElementwise(StringRef name,
-                                         mlir::DictionaryAttr attrs,
-                                         ArrayRef<TensorType> ins,
-                                         ArrayRef<TensorType>,
-                                         Instruction &inst) {
-  std::string kernel = name.str();
-  std::optional<cuda::BinaryOp> binary =
-      llvm::StringSwitch<std::optional<cuda::BinaryOp>>(name)
-          .Case("add", cuda::BinaryOp::Add)
-          .Case("sub", cuda::BinaryOp::Sub)
-          .Case("mul", cuda::BinaryOp::Mul)
-          .Case("div", cuda::BinaryOp::Div)
-          .Case("pow", cuda::BinaryOp::Pow)
-          .Case("max", cuda::BinaryOp::Max)
-          .Default(std::nullopt);
-  if (binary) {
-    cuda::BinaryOp op = *binary;
-    inst.fn = [this, op, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::binary(op, *in[0], *in[1], out[0], stream()),
-                      kernel);
-    };
-    return llvm::Error::success();
+llvm::Error CudaBackend::bindUnary(const KernelDesc &k, Instruction &inst) {
+  cuda::UnaryOp op;
+  switch (k.kind) {
+  case KernelKind::Neg:
+    op = cuda::UnaryOp::Neg;
+    break;
+  case KernelKind::Exp:
+    op = cuda::UnaryOp::Exp;
+    break;
+  case KernelKind::Log:
+    op = cuda::UnaryOp::Log;
+    break;
+  case KernelKind::Sqrt:
+    op = cuda::UnaryOp::Sqrt;
+    break;
+  case KernelKind::Rsqrt:
+    op = cuda::UnaryOp::Rsqrt;
+    break;
+  case KernelKind::Tanh:
+    op = cuda::UnaryOp::Tanh;
+    break;
+  case KernelKind::Erf:
+    op = cuda::UnaryOp::Erf;
+    break;
+  case KernelKind::Relu:
+    op = cuda::UnaryOp::Relu;
+    break;
+  case KernelKind::Gelu:
+    op = k.get<GeluAttrs>().approximate == GeluApproximate::Tanh
+             ? cuda::UnaryOp::GeluTanh
+             : cuda::UnaryOp::Gelu;
+    break;
+  case KernelKind::Sigmoid:
+    op = cuda::UnaryOp::Sigmoid;
+    break;
+  case KernelKind::Silu:
+    op = cuda::UnaryOp::Silu;
+    break;
+  default:
+    return fail("the cuda backend has no kernel \"" + k.name() + "\"");
   }
-  cuda::GeluApproximate approx =
-      stringAttr(attrs, "approximate", "none") == "tanh"
-          ? cuda::GeluApproximate::Tanh
-          : cuda::GeluApproximate::None;
-  std::optional<cuda::UnaryOp> unary =
-      llvm::StringSwitch<std::optional<cuda::UnaryOp>>(name)
-          .Case("neg", cuda::UnaryOp::Neg)
-          .Case("exp", cuda::UnaryOp::Exp)
-          .Case("log", cuda::UnaryOp::Log)
-          .Case("sqrt", cuda::UnaryOp::Sqrt)
-          .Case("rsqrt", cuda::UnaryOp::Rsqrt)
-          .Case("tanh", cuda::UnaryOp::Tanh)
-          .Case("erf", cuda::UnaryOp::Erf)
-          .Case("relu", cuda::UnaryOp::Relu)
-          .Case("gelu", approx == cuda::GeluApproximate::Tanh
-                            ? cuda::UnaryOp::GeluTanh
-                            : cuda::UnaryOp::Gelu)
-          .Case("sigmoid", cuda::UnaryOp::Sigmoid)
-          .Case("silu", cuda::UnaryOp::Silu)
-          .Default(std::nullopt);
-  if (unary) {
-    cuda::UnaryOp op = *unary;
-    inst.fn = [this, op, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::unary(op, *in[0], out[0], stream()), kernel);
-    };
-    return llvm::Error::success();
-  }
-  if (name == "relu_grad" || name == "gelu_grad") {
-    bool relu = name == "relu_grad";
-    inst.fn = [this, relu, approx, kernel](const ExecContext &, In in,
-                                           Out out) {
-      return launched(
-          relu ? cuda::reluGrad(*in[0], *in[1], out[0], stream())
-               : cuda::geluGrad(*in[0], *in[1], approx, out[0], stream()),
-          kernel);
-    };
-    return llvm::Error::success();
-  }
-  if (name == "silu_grad") {
+  inst.fn = [this, op, kernel = k.name().str()](const ExecContext &, In in,
+                                                Out out) {
+    return launched(cuda::unary(op, *in[0], out[0], stream()), kernel);
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindActivationGrad(const KernelDesc &k,
+                                            Instruction &inst) {
+  std::string kernel = k.name().str();
+  if (k.kind == KernelKind::SiluGrad) {
     inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
       return launched(cuda::siluGrad(*in[0], *in[1], out[0], stream()), kernel);
     };
     return llvm::Error::success();
   }
-  if (name == "equal") {
-    inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::equal(*in[0], *in[1], out[0], stream()), kernel);
-    };
-    return llvm::Error::success();
-  }
-  if (name == "select") {
-    inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::select(*in[0], *in[1], *in[2], out[0], stream()),
-                      kernel);
-    };
-    return llvm::Error::success();
-  }
-  if (name == "convert") {
-    inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::convert(*in[0], out[0], stream()), kernel);
-    };
-    return llvm::Error::success();
-  }
-  if (name == "reduce_sum" || name == "reduce_mean" || name == "reduce_max") {
-    size_t rank = ins[0].shape.size();
-    std::vector<int64_t> axes = intArrayAttr(attrs, "axes");
-    for (int64_t &a : axes)
-      a = axisOf(a, rank);
-    std::sort(axes.begin(), axes.end());
-    bool keep = boolAttr(attrs, "keepdim", false);
-    int64_t bytes = cuda::reduceScratchBytes(ins[0].dtype, ins[0].shape, axes);
-    if (bytes < 0)
-      return fail("reduction axes not sorted, unique and in range");
-    using ReduceFn =
-        cudaError_t (*)(const Tensor &, const std::vector<int64_t> &, bool,
-                        Tensor &, void *, int64_t, cudaStream_t);
-    ReduceFn fn = name == "reduce_sum"    ? &cuda::reduceSum
-                  : name == "reduce_mean" ? &cuda::reduceMean
-                                          : &cuda::reduceMax;
-    cudaStream_t s = stream();
-    inst.fn = launchWith(inst, name, false, static_cast<size_t>(bytes),
-                         [fn, axes, keep, bytes,
-                          s](In in, Out out, cuda::DeviceStatus *, void *ws) {
-                           return fn(*in[0], axes, keep, out[0], ws, bytes, s);
-                         });
-    return llvm::Error::success();
-  }
-  return fail("the cuda backend has no kernel \"" + name + "\"");
+  bool relu = k.kind == KernelKind::ReluGrad;
+  cuda::GeluApproximate approx =
+      !relu && k.get<GeluAttrs>().approximate == GeluApproximate::Tanh
+          ? cuda::GeluApproximate::Tanh
+          : cuda::GeluApproximate::None;
+  inst.fn = [this, relu, approx, kernel](const ExecContext &, In in, Out out) {
+    return launched(
+        relu ? cuda::reluGrad(*in[0], *in[1], out[0], stream())
+             : cuda::geluGrad(*in[0], *in[1], approx, out[0], stream()),
+        kernel);
+  };
+  return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::bindLayout(StringRef name, mlir::DictionaryAttr attrs,
-                                    ArrayRef<TensorType> ins,
-                                    ArrayRef<TensorType> outs,
-                                    Instruction &inst) {
-  std::string kernel = name.str();
-  if (name == "reshape") {
-    // A view, exactly as on the CPU (no kernel).
-    std::vector<int64_t> shape = outs[0].shape;
-    inst.allocateResults = false;
-    inst.fn = [shape](const ExecContext &, In in, Out out) {
-      out[0] = in[0]->reshape(shape);
-      return llvm::Error::success();
-    };
+llvm::Error CudaBackend::bindEqual(const KernelDesc &k, Instruction &inst) {
+  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
+                                            Out out) {
+    return launched(cuda::equal(*in[0], *in[1], out[0], stream()), kernel);
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindSelect(const KernelDesc &k, Instruction &inst) {
+  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
+                                            Out out) {
+    return launched(cuda::select(*in[0], *in[1], *in[2], out[0], stream()),
+                    kernel);
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindConvert(const KernelDesc &k, Instruction &inst) {
+  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
+                                            Out out) {
+    return launched(cuda::convert(*in[0], out[0], stream()), kernel);
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindReduce(const KernelDesc &k, Instruction &inst) {
+  const ReduceAttrs &a = k.get<ReduceAttrs>();
+  std::vector<int64_t> axes = a.axes;
+  bool keep = a.keepDim;
+  const TensorType &in0 = k.operands[0];
+  int64_t bytes = cuda::reduceScratchBytes(in0.dtype, in0.shape, axes);
+  if (bytes < 0)
+    return fail("reduction axes not sorted, unique and in range");
+  using ReduceFn =
+      cudaError_t (*)(const Tensor &, const std::vector<int64_t> &, bool,
+                      Tensor &, void *, int64_t, cudaStream_t);
+  ReduceFn fn = k.kind == KernelKind::ReduceSum    ? &cuda::reduceSum
+                : k.kind == KernelKind::ReduceMean ? &cuda::reduceMean
+                                                   : &cuda::reduceMax;
+  cudaStream_t s = stream();
+  inst.fn = launchWith(inst, k.name(), false, static_cast<size_t>(bytes),
+                       [fn, axes, keep, bytes,
+                        s](In in, Out out, cuda::DeviceStatus *, void *ws) {
+                         return fn(*in[0], axes, keep, out[0], ws, bytes, s);
+                       });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindMatmul(const KernelDesc &k, Instruction &inst) {
+  const MatmulAttrs &a = k.get<MatmulAttrs>();
+  bool ta = a.transposeLhs, tb = a.transposeRhs;
+  inst.fn = [this, ta, tb](const ExecContext &, In in, Out out) {
+    return cuda::matmul(blas(), *in[0], *in[1], ta, tb, out[0],
+                        cuda::MatmulEpilogue::none(), stream());
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindReshape(const KernelDesc &k, Instruction &inst) {
+  // A view, exactly as on the CPU (no kernel).
+  std::vector<int64_t> shape = k.results[0].shape;
+  inst.allocateResults = false;
+  inst.fn = [shape](const ExecContext &, In in, Out out) {
+    out[0] = in[0]->reshape(shape);
     return llvm::Error::success();
-  }
-  if (name == "transpose") {
-    std::vector<int64_t> perm = intArrayAttr(attrs, "permutation");
-    inst.fn = [this, perm, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::transpose(*in[0], perm, out[0], stream()), kernel);
-    };
-    return llvm::Error::success();
-  }
-  if (name == "slice") {
-    std::vector<int64_t> starts = intArrayAttr(attrs, "start_indices");
-    std::vector<int64_t> limits = intArrayAttr(attrs, "limit_indices");
-    std::vector<int64_t> strides = intArrayAttr(attrs, "strides");
-    inst.fn = [this, starts, limits, strides, kernel](const ExecContext &,
-                                                      In in, Out out) {
-      return launched(
-          cuda::slice(*in[0], starts, limits, strides, out[0], stream()),
-          kernel);
-    };
-    return llvm::Error::success();
-  }
-  if (name == "concat") {
-    int64_t axis = axisOf(intAttr(attrs, "axis"), ins[0].shape.size());
-    inst.fn = [this, axis, kernel](const ExecContext &, In in, Out out) {
-      std::vector<const Tensor *> inputs(in.begin(), in.end());
-      return launched(cuda::concat(inputs, axis, out[0], stream()), kernel);
-    };
-    return llvm::Error::success();
-  }
-  // broadcast
-  inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindTranspose(const KernelDesc &k, Instruction &inst) {
+  std::vector<int64_t> perm = k.get<TransposeAttrs>().permutation;
+  inst.fn = [this, perm, kernel = k.name().str()](const ExecContext &, In in,
+                                                  Out out) {
+    return launched(cuda::transpose(*in[0], perm, out[0], stream()), kernel);
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindSlice(const KernelDesc &k, Instruction &inst) {
+  const SliceAttrs &a = k.get<SliceAttrs>();
+  inst.fn = [this, a, kernel = k.name().str()](const ExecContext &, In in,
+                                               Out out) {
+    return launched(
+        cuda::slice(*in[0], a.starts, a.limits, a.strides, out[0], stream()),
+        kernel);
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindConcat(const KernelDesc &k, Instruction &inst) {
+  int64_t axis = k.get<AxisAttrs>().axis;
+  inst.fn = [this, axis, kernel = k.name().str()](const ExecContext &, In in,
+                                                  Out out) {
+    std::vector<const Tensor *> inputs(in.begin(), in.end());
+    return launched(cuda::concat(inputs, axis, out[0], stream()), kernel);
+  };
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindBroadcast(const KernelDesc &k, Instruction &inst) {
+  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
+                                            Out out) {
     return launched(cuda::broadcast(*in[0], out[0], stream()), kernel);
   };
   return llvm::Error::success();
 }
 
-/// tsrt "attention" (q, k, v [, mask]) -> (o, lse) and "attention_grad"
-/// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv) through the fused flash
-/// attention kernels; the leading dims of q are the batch (B·H), K/V may
-/// have fewer heads (grouped-query attention, FlashDims::group). Ring
-/// attention (grid_axes) never reaches here: bindKernel runs the CPU ring
-/// kernel on host copies (bindHostFallback).
-llvm::Error CudaBackend::bindAttention(StringRef name,
-                                       mlir::DictionaryAttr attrs,
-                                       ArrayRef<TensorType> ins,
-                                       ArrayRef<TensorType>,
-                                       Instruction &inst) {
-  bool grad = name == "attention_grad";
-  size_t nIn = grad ? 6 : 3;
-  bool hasMask = ins.size() == nIn + 1;
-  const std::vector<int64_t> &q = ins[0].shape, &k = ins[1].shape,
-                             &v = ins[2].shape;
-  size_t r = q.size();
+//===----------------------------------------------------------------------===//
+// Binders: NN ops
+//===----------------------------------------------------------------------===//
+
+/// attention (q, k, v [, mask]) -> (o, lse) and attention_grad (q, k, v, o,
+/// lse, do [, mask]) -> (dq, dk, dv) through the fused flash attention
+/// kernels; the leading dims of q are the batch (B·H), K/V may have fewer
+/// heads (grouped-query attention, FlashDims::group). Ring attention
+/// (grid_axes) never reaches here: bindKernel runs the CPU ring kernel on
+/// host copies (bindHostFallback).
+llvm::Error CudaBackend::bindAttention(const KernelDesc &k, Instruction &inst) {
+  bool grad = k.kind == KernelKind::AttentionGrad;
+  const AttentionAttrs &a = k.get<AttentionAttrs>();
+  bool hasMask = a.hasMask;
   cuda::FlashDims d;
-  d.batch = 1;
-  for (size_t i = 0; i + 2 < r; ++i)
-    d.batch *= q[i];
-  d.sq = q[r - 2];
-  d.dh = q[r - 1];
-  d.sk = k[r - 2];
-  d.dv = v[r - 1];
-  // Grouped-query attention: K/V with fewer heads (dim r-3) than Q; the
-  // shapes were checked when the CPU kernel table resolved the instruction.
-  if (r >= 4 && k[r - 3] != q[r - 3] && k[r - 3] > 0)
-    d.group = q[r - 3] / k[r - 3];
+  d.batch = a.batch;
+  d.sq = a.sq;
+  d.dh = a.dh;
+  d.sk = a.sk;
+  d.dv = a.dv;
+  d.group = a.group;
   if (d.dh > 128 || d.dv > 128)
     return fail(llvm::formatv("the cuda attention kernel takes head dims up "
                               "to 128, got Dh = {0}, Dv = {1}",
                               d.dh, d.dv));
-  float scale = static_cast<float>(floatAttr(attrs, "scale"));
-  bool causal = boolAttr(attrs, "causal", false);
-  DType dtype = ins[0].dtype;
-  std::string kernel = name.str();
+  float scale = a.scale;
+  bool causal = a.causal;
+  DType dtype = k.operands[0].dtype;
+  std::string kernel = k.name().str();
   if (!grad) {
     inst.fn = [=](const ExecContext &, In in, Out out) {
       return launched(
@@ -1921,7 +1734,7 @@ llvm::Error CudaBackend::bindAttention(StringRef name,
   }
   cudaStream_t s = stream();
   inst.fn = launchWith(
-      inst, name, false,
+      inst, k.name(), false,
       static_cast<size_t>(cuda::flashAttentionScratchBytes(d, dtype, true)),
       [=](In in, Out out, cuda::DeviceStatus *, void *ws) {
         return cuda::flashAttentionBackward(
@@ -1931,4 +1744,257 @@ llvm::Error CudaBackend::bindAttention(StringRef name,
             causal, out[0].raw(), out[1].raw(), out[2].raw(), ws, s);
       });
   return llvm::Error::success();
+}
+
+/// Megatron-LM's vocab parallelism (Shoeybi et al. 2019) on the device: the
+/// lookup and its gradient mask the ids outside this rank's rows (no
+/// communication).
+llvm::Error CudaBackend::bindGather(const KernelDesc &k, Instruction &inst) {
+  using Status = cuda::DeviceStatus *;
+  cudaStream_t s = stream();
+  if (int comm = k.commIndex; comm >= 0) {
+    inst.fn = launchWith(
+        inst, k.name(), true, 0,
+        [s, comm, kernel = k.name().str()](const ExecContext &ctx, In in,
+                                           Out out, Status status,
+                                           void *) -> llvm::Error {
+          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
+          if (!c)
+            return c.takeError();
+          int64_t local = in[0]->dim(0);
+          return launched(
+              cuda::gatherMasked(*in[0], *in[1], (*c)->rank() * local,
+                                 (*c)->size() * local, out[0], status, s),
+              kernel);
+        });
+    return llvm::Error::success();
+  }
+  inst.fn = launchWith(inst, k.name(), /*needsStatus=*/true, 0,
+                       [s](In in, Out out, Status status, void *) {
+                         return cuda::gather(*in[0], *in[1], out[0], status, s);
+                       });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindGatherGrad(const KernelDesc &k,
+                                        Instruction &inst) {
+  using Status = cuda::DeviceStatus *;
+  cudaStream_t s = stream();
+  llvm::Expected<size_t> bytes = gatherGradScratch(k.operands, k.results);
+  if (!bytes)
+    return bytes.takeError();
+  if (int comm = k.commIndex; comm >= 0) {
+    inst.fn = launchWith(
+        inst, k.name(), true, *bytes,
+        [s, comm, kernel = k.name().str()](const ExecContext &ctx, In in,
+                                           Out out, Status status,
+                                           void *ws) -> llvm::Error {
+          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
+          if (!c)
+            return c.takeError();
+          int64_t local = out[0].dim(0);
+          return launched(cuda::gatherGradMasked(
+                              *in[0], *in[1], (*c)->rank() * local,
+                              (*c)->size() * local, out[0], ws, status, s),
+                          kernel);
+        });
+    return llvm::Error::success();
+  }
+  inst.fn = launchWith(inst, k.name(), true, *bytes,
+                       [s](In in, Out out, Status status, void *ws) {
+                         return cuda::gatherGrad(*in[0], *in[1], out[0], ws,
+                                                 status, s);
+                       });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindLayerNorm(const KernelDesc &k, Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  const NormAttrs &a = k.get<NormAttrs>();
+  int64_t axis = a.axis;
+  float eps = a.epsilon;
+  if (k.kind == KernelKind::LayerNorm) {
+    inst.fn = launchWith(
+        inst, k.name(), false, 0,
+        [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *) {
+          return cuda::layerNorm(*in[0], *in[1], *in[2], axis, eps, out[0], s);
+        });
+    return llvm::Error::success();
+  }
+  inst.fn = launchWith(
+      inst, k.name(), false,
+      cuda::layerNormGradScratchBytes(k.operands[0].shape, axis),
+      [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *ws) {
+        return cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
+                                   out[1], out[2], ws, s);
+      });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindRmsNorm(const KernelDesc &k, Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  const NormAttrs &a = k.get<NormAttrs>();
+  int64_t axis = a.axis;
+  float eps = a.epsilon;
+  if (k.kind == KernelKind::RmsNorm) {
+    inst.fn = launchWith(
+        inst, k.name(), false, 0,
+        [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *) {
+          return cuda::rmsNorm(*in[0], *in[1], axis, eps, out[0], s);
+        });
+    return llvm::Error::success();
+  }
+  inst.fn = launchWith(
+      inst, k.name(), false,
+      cuda::rmsNormGradScratchBytes(k.operands[0].shape, axis),
+      [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *ws) {
+        return cuda::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
+                                 out[1], ws, s);
+      });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindSoftmax(const KernelDesc &k, Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  int64_t axis = k.get<AxisAttrs>().axis;
+  bool grad = k.kind == KernelKind::SoftmaxGrad;
+  inst.fn = launchWith(
+      inst, k.name(), false, 0,
+      [s, axis, grad](In in, Out out, cuda::DeviceStatus *, void *) {
+        return grad ? cuda::softmaxGrad(*in[0], *in[1], axis, out[0], s)
+                    : cuda::softmax(*in[0], axis, out[0], s);
+      });
+  return llvm::Error::success();
+}
+
+/// cross_entropy(_grad). With grid_axes, Megatron-LM's vocab-parallel form:
+/// the CUDA phases of NNKernels.h (row max, sums, loss or gradient from the
+/// statistics), all-reducing the f64 statistics between them through the
+/// communication (MAX for the row max, SUM for the sums of exponentials and
+/// target logits), exactly as the CPU backend's closure does with MPI.
+llvm::Error CudaBackend::bindCrossEntropy(const KernelDesc &k,
+                                          Instruction &inst) {
+  using Status = cuda::DeviceStatus *;
+  cudaStream_t s = stream();
+  bool grad = k.kind == KernelKind::CrossEntropyGrad;
+  if (int comm = k.commIndex; comm >= 0) {
+    int64_t rows = k.get<CrossEntropyAttrs>().scratchPerRow;
+    std::string where = inst.where;
+    inst.fn = launchWith(
+        inst, k.name(), true, 0,
+        [this, s, comm, grad, rows, kernel = k.name().str(),
+         where](const ExecContext &ctx, In in, Out out, Status status,
+                void *) -> llvm::Error {
+          llvm::Expected<const mpi::Communicator *> cm = commAt(ctx, comm);
+          if (!cm)
+            return cm.takeError();
+          const mpi::Communicator &c = **cm;
+          if (!ctx.communication)
+            return fail("vocab-parallel cross-entropy needs the backend's "
+                        "communication");
+          const Tensor &logits = *in[0];
+          int64_t n = logits.dim(0), local = logits.dim(1);
+          // The statistics, f64 (I64 storage), from the stream-ordered pool:
+          // freed on the compute stream after it has waited for the
+          // all-reduces.
+          llvm::Expected<Tensor> stats = allocate(DType::I64, {rows * n});
+          if (!stats)
+            return stats.takeError();
+          double *rowMax = static_cast<double *>(stats->raw());
+          double *sumExp = rowMax + n,
+                 *target = grad ? nullptr : rowMax + 2 * n;
+          if (llvm::Error e =
+                  launched(cuda::crossEntropyRowMax(logits, rowMax, s), kernel))
+            return e;
+          if (llvm::Error e = ctx.communication->allReduceF64(
+                  rowMax, n, mpi::ReduceOp::Max, c, ctx, where))
+            return e;
+          if (llvm::Error e = launched(
+                  cuda::crossEntropyRowSums(logits, *in[1], c.rank() * local,
+                                            c.size() * local, rowMax, sumExp,
+                                            target, status, s),
+                  kernel))
+            return e;
+          if (llvm::Error e = ctx.communication->allReduceF64(
+                  sumExp, grad ? n : 2 * n, mpi::ReduceOp::Sum, c, ctx, where))
+            return e;
+          if (grad)
+            return launched(cuda::crossEntropyGradFromStats(
+                                logits, *in[1], c.rank() * local, rowMax,
+                                sumExp, *in[2], out[0], s),
+                            kernel);
+          return launched(
+              cuda::crossEntropyFromStats(n, rowMax, sumExp, target, out[0], s),
+              kernel);
+        });
+    return llvm::Error::success();
+  }
+  if (!grad) {
+    inst.fn = launchWith(inst, k.name(), true,
+                         cuda::crossEntropyScratchBytes(k.operands[0].shape[0]),
+                         [s](In in, Out out, Status status, void *ws) {
+                           return cuda::crossEntropy(*in[0], *in[1], out[0], ws,
+                                                     status, s);
+                         });
+    return llvm::Error::success();
+  }
+  inst.fn = launchWith(inst, k.name(), true, 0,
+                       [s](In in, Out out, Status status, void *) {
+                         return cuda::crossEntropyGrad(*in[0], *in[1], *in[2],
+                                                       out[0], status, s);
+                       });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindSgdUpdate(const KernelDesc &k, Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  const SgdAttrs &a = k.get<SgdAttrs>();
+  double lr = a.lr, wd = a.weightDecay;
+  inst.fn =
+      launchWith(inst, k.name(), false, 0,
+                 [s, lr, wd](In in, Out out, cuda::DeviceStatus *, void *) {
+                   return cuda::sgdUpdate(*in[0], *in[1], lr, wd, out[0], s);
+                 });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindAdamwUpdate(const KernelDesc &k,
+                                         Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  AdamwAttrs a = k.get<AdamwAttrs>();
+  inst.fn = launchWith(inst, k.name(), false, 0,
+                       [s, a](In in, Out out, cuda::DeviceStatus *, void *) {
+                         return cuda::adamwUpdate(*in[0], *in[1], *in[2],
+                                                  *in[3], *in[4], a.lr, a.beta1,
+                                                  a.beta2, a.eps, a.weightDecay,
+                                                  out[0], out[1], out[2], s);
+                       });
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Registration
+//===----------------------------------------------------------------------===//
+
+void cuda::registerCudaBackend(BackendRegistry &registry) {
+  BackendInfo info;
+  info.name = "cuda";
+  info.create = [](const BackendOptions &options) {
+    return CudaBackend::create(options);
+  };
+  const CudaBackend::BindTable &table = CudaBackend::binders();
+  for (size_t i = 0; i < kNumKernelKinds; ++i)
+    if (table[i])
+      info.kernels.push_back(static_cast<KernelKind>(i));
+  registry.add(std::move(info));
 }
