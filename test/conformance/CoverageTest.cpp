@@ -1,4 +1,4 @@
-//===- CoverageTest.cpp - the suite exercises every kernel a backend binds
+//===- CoverageTest.cpp - the suite exercises every kernel bound ---------===//
 //-===//
 //
 // The kernel names the families register (registerKernels) must equal the

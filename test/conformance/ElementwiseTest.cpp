@@ -270,8 +270,8 @@ TEST_P(ElementwiseTest, Float16BitOperands) {
   }
 }
 
-// Load errors: the same text on every backend (Kernels.cpp validates before
-// the backend binds).
+// Load errors: the same text on every backend (the program is validated the
+// same way for all of them before the backend binds it).
 TEST_P(ElementwiseTest, LoadErrors) {
   TensorType f2{DType::F32, {2}}, f3{DType::F32, {3}}, i2{DType::I64, {2}};
   EXPECT_EQ(loadError("frobnicate", "", {f2}, {f2}), "unknown kernel");

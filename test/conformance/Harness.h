@@ -1,5 +1,4 @@
-//===- Harness.h - the kernel conformance suite's shared harness -*- C++
-//-*-===//
+//===- Harness.h - the conformance suite's shared harness -------*- C++ -*-===//
 //
 // The kernel conformance suite (IREE's CTS pattern): every kernel test is
 // written once as a TEST_P over the backend name and instantiated for every
@@ -7,11 +6,17 @@
 // added for one backend fails the other's instance until it exists there.
 //
 // A test runs one `tsrt.kernel` as a one-op tsrt program through the same
-// path as tessera-run: Program::compile (Kernels.cpp validates, the backend
-// binds), upload of the host inputs, Program::run, Backend::finishStep (a
-// device backend's data-dependent errors), download of the results. The
-// results are compared with a double-precision reference computed in the
-// test, or with constants from PyTorch (the test names the command).
+// path as tessera-run: Program::compile (the kernel's shapes, dtypes and
+// attributes are validated the same way for every backend, then the
+// backend binds it), upload of the host inputs, Program::run,
+// Backend::finishStep (a device backend's data-dependent errors), download of
+// the results. The results are compared with a double-precision reference
+// computed in the test, or with constants from PyTorch (the test names the
+// command).
+//
+// One source per kernel family (ElementwiseTest.cpp, ..., OptimizerTest.cpp);
+// ProgramTest.cpp runs whole programs (a training step, heap and
+// arena-planned) through tryRunProgram.
 //
 // A backend that cannot be created here (no GPU, or a build without the
 // CUDA backend) makes every test of its instance GTEST_SKIP with the reason
