@@ -183,8 +183,8 @@ SmallVector<KernelMessage> AttentionGradOp::getKernelMessages() {
   return ringMessages(*this, getKey(), getValue(), /*backward=*/true);
 }
 
-/// Vocab-parallel cross-entropy (runtime/executor/Kernels.cpp): the kernel
-/// all-reduces its N rows' max, then their sums of exponentials (and, in
+/// Vocab-parallel cross-entropy (runtime/backends/cpu/CpuBackend.cpp): the
+/// kernel all-reduces its N rows' max, then their sums of exponentials (and, in
 /// the forward, the target logits), as f64.
 static SmallVector<KernelMessage>
 vocabParallelMessages(Operation *op, Value logits, bool backward) {

@@ -3,10 +3,10 @@
 // The scratch the CPU attention kernels need per call, in floats: one
 // definition that the kernels (runtime/backends/cpu/Attention.cpp), the
 // executor that allocates it as a counted runtime tensor
-// (runtime/executor/Kernels.cpp) and the static memory plan that predicts it
-// as the instruction's workspace (passes/lowering/MemoryPlan.cpp) all use,
-// so that prediction and measurement cannot drift. Header-only and free of
-// MLIR so the runtime backends can include it.
+// (runtime/backends/cpu/CpuBackend.cpp) and the static memory plan that
+// predicts it as the instruction's workspace (passes/lowering/MemoryPlan.cpp)
+// all use, so that prediction and measurement cannot drift. Header-only and
+// free of MLIR so the runtime backends can include it.
 //
 //===----------------------------------------------------------------------===//
 

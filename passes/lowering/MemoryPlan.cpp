@@ -61,7 +61,8 @@ FailureOr<int64_t> allocBytes(Type type) {
 }
 
 /// True for ops whose result shares its operand's storage at run time
-/// (Kernels.cpp resolves them with `allocateResults = false`).
+/// (the backends bind them with `allocateResults = false`, e.g.
+/// runtime/backends/cpu/CpuBackend.cpp).
 bool isView(Operation *op) {
   if (isa<tsrt::WaitOp>(op)) // the completed all_reduce_start's buffer
     return true;
@@ -85,7 +86,7 @@ int64_t inPlaceOperand(Operation *op, unsigned result) {
 }
 
 /// Heap bytes the runtime's 16-bit float adapter
-/// (runtime/executor/Kernels.cpp, resolveWidened) holds while `op` runs: an
+/// (runtime/backends/cpu/CpuBackend.cpp, bindWidened) holds while `op` runs: an
 /// f32 copy of every bf16/f16 operand and result of a kernel that computes
 /// (every kernel but those that only move bytes, which take bf16/f16
 /// natively). 0 for other ops.
@@ -152,8 +153,8 @@ int64_t attentionWorkspaceBytes(Operation *op) {
 }
 
 /// Heap bytes of the scratch a vocab-parallel cross-entropy kernel (one with
-/// `grid_axes`) allocates while it runs (runtime/executor/Kernels.cpp): N ·
-/// tsrt::vocabParallelScratchPerRow doubles for logits [N, V_local]. Held
+/// `grid_axes`) allocates while it runs (runtime/backends/cpu/CpuBackend.cpp):
+/// N · tsrt::vocabParallelScratchPerRow doubles for logits [N, V_local]. Held
 /// together with the 16-bit adapter's copies. 0 for other ops.
 int64_t vocabScratchBytes(Operation *op) {
   auto kernel = dyn_cast<tsrt::KernelOp>(op);
