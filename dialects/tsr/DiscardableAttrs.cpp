@@ -10,26 +10,15 @@ bool tessera::tsr::isTsrAttrName(StringRef name) {
          name.starts_with(".");
 }
 
-StringAttr tessera::tsr::getArgRole(FunctionOpInterface fn, unsigned i) {
-  return fn.getArgAttrOfType<StringAttr>(i, kRoleAttrName);
-}
-StringAttr tessera::tsr::getResultRole(FunctionOpInterface fn, unsigned i) {
-  return fn.getResultAttrOfType<StringAttr>(i, kRoleAttrName);
-}
-StringAttr tessera::tsr::getArgName(FunctionOpInterface fn, unsigned i) {
-  return fn.getArgAttrOfType<StringAttr>(i, kNameAttrName);
-}
-StringAttr tessera::tsr::getResultName(FunctionOpInterface fn, unsigned i) {
-  return fn.getResultAttrOfType<StringAttr>(i, kNameAttrName);
-}
-
-ShardingAttr tessera::tsr::getArgSharding(FunctionOpInterface fn, unsigned i) {
-  return fn.getArgAttrOfType<ShardingAttr>(i, kShardingAttrName);
-}
-ShardingAttr tessera::tsr::getResultSharding(FunctionOpInterface fn,
-                                             unsigned i) {
-  return fn.getResultAttrOfType<ShardingAttr>(i, kShardingAttrName);
-}
+#define TESSERA_TSR_DEFINE_ARG_RESULT_ACCESSORS(Stem, AttrT, Name)             \
+  AttrT tessera::tsr::getArg##Stem(FunctionOpInterface fn, unsigned i) {       \
+    return fn.getArgAttrOfType<AttrT>(i, Name);                                \
+  }                                                                            \
+  AttrT tessera::tsr::getResult##Stem(FunctionOpInterface fn, unsigned i) {    \
+    return fn.getResultAttrOfType<AttrT>(i, Name);                             \
+  }
+TESSERA_TSR_ARG_RESULT_ATTRS(TESSERA_TSR_DEFINE_ARG_RESULT_ACCESSORS)
+#undef TESSERA_TSR_DEFINE_ARG_RESULT_ACCESSORS
 
 ArrayAttr tessera::tsr::getGridAxes(Operation *module) {
   return module->getAttrOfType<ArrayAttr>(kGridAxesAttrName);

@@ -23,44 +23,47 @@
 
 namespace tessera::tsr {
 
-/// The attribute names, from TsrDialect.td's `discardableAttrs`.
-inline constexpr llvm::StringLiteral kRoleAttrName =
-    TsrDialect::RoleAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kNameAttrName =
-    TsrDialect::NameAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kInitAttrName =
-    TsrDialect::InitAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kWeightsAttrName =
-    TsrDialect::WeightsAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kGridAxesAttrName =
-    TsrDialect::GridAxesAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kForwardAttrName =
-    TsrDialect::FwdAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kBackwardAttrName =
-    TsrDialect::BwdAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kShardingAttrName =
-    TsrDialect::ShardingAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kShardingsAttrName =
-    TsrDialect::ShardingsAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kVocabParallelAttrName =
-    TsrDialect::VocabParallelAttrHelper::getNameStr();
-inline constexpr llvm::StringLiteral kZeroReplicatedAttrName =
-    TsrDialect::ZeroReplicatedAttrHelper::getNameStr();
+/// The attributes of TsrDialect.td's `discardableAttrs`, as
+/// X(<constant stem>, <ODS helper stem>): the constant k<stem>AttrName is
+/// TsrDialect::<helper stem>AttrHelper's name.
+#define TESSERA_TSR_DISCARDABLE_ATTRS(X)                                       \
+  X(Role, Role)                                                                \
+  X(Name, Name)                                                                \
+  X(Init, Init)                                                                \
+  X(Weights, Weights)                                                          \
+  X(GridAxes, GridAxes)                                                        \
+  X(Forward, Fwd)                                                              \
+  X(Backward, Bwd)                                                             \
+  X(Sharding, Sharding)                                                        \
+  X(Shardings, Shardings)                                                      \
+  X(VocabParallel, VocabParallel)                                              \
+  X(ZeroReplicated, ZeroReplicated)
+
+/// The attribute names (kRoleAttrName = "tsr.role", ...).
+#define TESSERA_TSR_ATTR_NAME(Stem, Helper)                                    \
+  inline constexpr llvm::StringLiteral k##Stem##AttrName =                     \
+      TsrDialect::Helper##AttrHelper::getNameStr();
+TESSERA_TSR_DISCARDABLE_ATTRS(TESSERA_TSR_ATTR_NAME)
+#undef TESSERA_TSR_ATTR_NAME
 
 /// True for a `tsr.`-prefixed (this dialect's) discardable attribute name.
 bool isTsrAttrName(llvm::StringRef name);
 
-/// `tsr.role` / `tsr.name` of argument or result `i` of `fn`, or null when
-/// absent (or not a string).
-mlir::StringAttr getArgRole(mlir::FunctionOpInterface fn, unsigned i);
-mlir::StringAttr getResultRole(mlir::FunctionOpInterface fn, unsigned i);
-mlir::StringAttr getArgName(mlir::FunctionOpInterface fn, unsigned i);
-mlir::StringAttr getResultName(mlir::FunctionOpInterface fn, unsigned i);
+/// The attributes functions carry on arguments and results, as
+/// X(<accessor stem>, <attribute type>, <name constant>).
+#define TESSERA_TSR_ARG_RESULT_ATTRS(X)                                        \
+  X(Role, ::mlir::StringAttr, kRoleAttrName)                                   \
+  X(Name, ::mlir::StringAttr, kNameAttrName)                                   \
+  X(Sharding, ::tessera::tsr::ShardingAttr, kShardingAttrName)
 
-/// `tsr.sharding` of argument or result `i` of `fn`, or null when absent
-/// (or not a #tsr.sharding).
-ShardingAttr getArgSharding(mlir::FunctionOpInterface fn, unsigned i);
-ShardingAttr getResultSharding(mlir::FunctionOpInterface fn, unsigned i);
+/// getArg<Stem>(fn, i) / getResult<Stem>(fn, i): `tsr.role`, `tsr.name`
+/// (strings) or `tsr.sharding` (a #tsr.sharding) of argument or result `i`
+/// of `fn`, or null when absent (or of another attribute type).
+#define TESSERA_TSR_DECLARE_ARG_RESULT_ACCESSORS(Stem, AttrT, Name)            \
+  AttrT getArg##Stem(::mlir::FunctionOpInterface fn, unsigned i);              \
+  AttrT getResult##Stem(::mlir::FunctionOpInterface fn, unsigned i);
+TESSERA_TSR_ARG_RESULT_ATTRS(TESSERA_TSR_DECLARE_ARG_RESULT_ACCESSORS)
+#undef TESSERA_TSR_DECLARE_ARG_RESULT_ACCESSORS
 
 /// The module's `tsr.grid_axes` (the grid's axis names), or null.
 mlir::ArrayAttr getGridAxes(mlir::Operation *module);
