@@ -13,7 +13,6 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
 #include <array>
@@ -322,26 +321,28 @@ private:
     addCollectiveBytes(op, kind, axes, bytes, syncPoint);
   }
 
+  /// When `op` is an OpT, adds it as a `kind` collective sized by its input
+  /// (`byResult`: by its result) and returns true.
+  template <typename OpT>
+  bool addShardCollectiveOf(Operation *op, Collective kind,
+                            bool byResult = false) {
+    auto o = dyn_cast<OpT>(op);
+    if (o)
+      addCollective(op, kind, o.getGridAxes(),
+                    byResult ? Type(o.getResult().getType())
+                             : Type(o.getInput().getType()));
+    return bool(o);
+  }
+
   /// A `shard` collective (all_slice and other ops cost nothing).
   void addShardCollective(Operation *op) {
-    llvm::TypeSwitch<Operation *>(op)
-        .Case([&](shard::AllReduceOp o) {
-          addCollective(op, Collective::AllReduce, o.getGridAxes(),
-                        o.getInput().getType());
-        })
-        .Case([&](shard::AllGatherOp o) {
-          addCollective(op, Collective::AllGather, o.getGridAxes(),
-                        o.getResult().getType());
-        })
-        .Case([&](shard::ReduceScatterOp o) {
-          addCollective(op, Collective::ReduceScatter, o.getGridAxes(),
-                        o.getInput().getType());
-        })
-        .Case([&](shard::AllToAllOp o) {
-          addCollective(op, Collective::AllToAll, o.getGridAxes(),
-                        o.getInput().getType());
-        })
-        .Default([](Operation *) {});
+    (void)(addShardCollectiveOf<shard::AllReduceOp>(op,
+                                                    Collective::AllReduce) ||
+           addShardCollectiveOf<shard::AllGatherOp>(op, Collective::AllGather,
+                                                    /*byResult=*/true) ||
+           addShardCollectiveOf<shard::ReduceScatterOp>(
+               op, Collective::ReduceScatter) ||
+           addShardCollectiveOf<shard::AllToAllOp>(op, Collective::AllToAll));
   }
 
   /// One kernel: its time (GEMM-like or other), overhead and own messages.

@@ -580,9 +580,6 @@ struct ShardingAnnotatePass
     Annotator &a = s.a;
     int64_t tp = this->tp;
     auto &split = s.split;
-    auto errorAt = [&](Linear &l, StringRef what, int64_t size) {
-      return tpError(s, l, what, size);
-    };
     for (Linear &l : a.linears) {
       int64_t k = 0;
       SmallVector<Operation *> slices = a.chunkSlices(l.output, k);
@@ -596,9 +593,9 @@ struct ShardingAnnotatePass
           heads = a.headCount(slice->getResult(0));
       if (tp > 1) {
         if (heads && *heads % tp != 0)
-          return errorAt(l, "attention heads", *heads);
+          return tpError(s, l, "attention heads", *heads);
         if ((l.sizeN / k) % tp != 0)
-          return errorAt(l, "columns per chunk", l.sizeN / k);
+          return tpError(s, l, "columns per chunk", l.sizeN / k);
       }
       SmallVector<Value> starts;
       for (Operation *slice : slices)
@@ -607,7 +604,7 @@ struct ShardingAnnotatePass
         if (!split.count(out->matmul)) {
           split[out->matmul] = Split::Row;
           if (tp > 1 && out->sizeK % tp != 0)
-            return errorAt(*out, "input features", out->sizeK);
+            return tpError(s, *out, "input features", out->sizeK);
         }
       }
     }
@@ -624,9 +621,6 @@ struct ShardingAnnotatePass
     Annotator &a = s.a;
     int64_t tp = this->tp;
     auto &split = s.split;
-    auto errorAt = [&](Linear &l, StringRef what, int64_t size) {
-      return tpError(s, l, what, size);
-    };
     WalkResult qkvWalk = a.func.walk([&](tsr::AttentionOp attn) {
       if (!a.isForward(attn) ||
           cast<RankedTensorType>(attn.getQuery().getType()).getRank() != 4)
@@ -652,11 +646,11 @@ struct ShardingAnnotatePass
                                  : "key/value heads (grouped-query attention)"};
         for (unsigned o = 0; o < 3; ++o) {
           if (heads[o] % tp != 0) {
-            (void)errorAt(*proj[o], what[o], heads[o]);
+            (void)tpError(s, *proj[o], what[o], heads[o]);
             return WalkResult::interrupt();
           }
           if (proj[o]->sizeN % tp != 0) {
-            (void)errorAt(*proj[o], "output features", proj[o]->sizeN);
+            (void)tpError(s, *proj[o], "output features", proj[o]->sizeN);
             return WalkResult::interrupt();
           }
         }
@@ -667,7 +661,7 @@ struct ShardingAnnotatePass
                                           /*sameShape=*/false)) {
         if (!split.count(out->matmul)) {
           if (tp > 1 && out->sizeK % tp != 0) {
-            (void)errorAt(*out, "input features", out->sizeK);
+            (void)tpError(s, *out, "input features", out->sizeK);
             return WalkResult::interrupt();
           }
           split[out->matmul] = Split::Row;
