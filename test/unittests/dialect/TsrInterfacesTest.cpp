@@ -45,6 +45,14 @@ protected:
       });
     return result;
   }
+  /// The kernel messages (CostOpInterface) of each op of `text`'s @f.
+  SmallVector<SmallVector<tsr::KernelMessage>>
+  kernelMessages(llvm::StringRef text) {
+    SmallVector<SmallVector<tsr::KernelMessage>> result;
+    for (Operation *op : ops(text))
+      result.push_back(cast<tsr::CostOpInterface>(op).getKernelMessages());
+    return result;
+  }
   MLIRContext context;
   OwningOpRef<ModuleOp> module;
 };
@@ -132,7 +140,7 @@ func.func @f(%p: tensor<4x8xf32>, %g: tensor<4x8xf32>, %m: tensor<4x8xf32>,
 
 TEST_F(TsrInterfacesTest, RingAttentionMessages) {
   // Local K, V [2, 16, 8] f32: 2 · 256 floats · 4 bytes = 2048 bytes.
-  SmallVector<Operation *> o = ops(R"mlir(
+  SmallVector<SmallVector<tsr::KernelMessage>> m = kernelMessages(R"mlir(
 func.func @f(%q: tensor<2x16x8xf32>) {
   %o, %lse = tsr.attention %q, %q, %q {scale = 0.5 : f32} : tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32> -> tensor<2x16x8xf32>, tensor<2x16xf32>
   %ro, %rl = tsr.attention %q, %q, %q {grid_axes = array<i16: 1, 2>, ring_size = 3 : i64, scale = 0.5 : f32} : tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32> -> tensor<2x16x8xf32>, tensor<2x16xf32>
@@ -141,31 +149,20 @@ func.func @f(%q: tensor<2x16x8xf32>) {
   return
 }
 )mlir");
-  ASSERT_EQ(o.size(), 4u);
-  auto messages = [&](size_t i) {
-    return cast<tsr::CostOpInterface>(o[i]).getKernelMessages();
-  };
   // Plain attention, and one not yet partitioned (no grid_axes): none.
-  EXPECT_TRUE(messages(0).empty());
-  EXPECT_TRUE(messages(3).empty());
-  // Forward ring of 3: two rotations of K and V.
+  // Forward ring of 3: two rotations of K and V. Backward: two rotations of
+  // K, V, dK and dV, then dK and dV once more.
   tsr::KernelMessage kv{Kind::SendRecv, {1, 2}, 2048};
-  SmallVector<tsr::KernelMessage> fwd = messages(1);
-  ASSERT_EQ(fwd.size(), 2u);
-  EXPECT_EQ(fwd[0], kv);
-  EXPECT_EQ(fwd[1], kv);
-  // Backward: two rotations of K, V, dK and dV, then dK and dV once more.
-  SmallVector<tsr::KernelMessage> bwd = messages(2);
-  ASSERT_EQ(bwd.size(), 3u);
-  EXPECT_EQ(bwd[0], (tsr::KernelMessage{Kind::SendRecv, {1, 2}, 4096}));
-  EXPECT_EQ(bwd[1], (tsr::KernelMessage{Kind::SendRecv, {1, 2}, 4096}));
-  EXPECT_EQ(bwd[2], kv);
+  tsr::KernelMessage kvGrads{Kind::SendRecv, {1, 2}, 4096};
+  using Messages = SmallVector<tsr::KernelMessage>;
+  EXPECT_EQ(m,
+            (SmallVector<Messages>{{}, {kv, kv}, {kvGrads, kvGrads, kv}, {}}));
 }
 
 TEST_F(TsrInterfacesTest, VocabParallelCrossEntropyMessages) {
   // N = 6 rows: the f64 row max (48 bytes), then the sums (96 bytes
   // forward with the target logits, 48 backward).
-  SmallVector<Operation *> o = ops(R"mlir(
+  SmallVector<SmallVector<tsr::KernelMessage>> m = kernelMessages(R"mlir(
 func.func @f(%x: tensor<6x8xf32>, %l: tensor<6xi64>, %s: tensor<f32>) {
   %ce = tsr.cross_entropy %x, %l : tensor<6x8xf32>, tensor<6xi64> -> tensor<f32>
   %vce = tsr.cross_entropy %x, %l {grid_axes = array<i16: 0>} : tensor<6x8xf32>, tensor<6xi64> -> tensor<f32>
@@ -174,20 +171,12 @@ func.func @f(%x: tensor<6x8xf32>, %l: tensor<6xi64>, %s: tensor<f32>) {
   return
 }
 )mlir");
-  ASSERT_EQ(o.size(), 4u);
-  auto messages = [&](size_t i) {
-    return cast<tsr::CostOpInterface>(o[i]).getKernelMessages();
-  };
-  EXPECT_TRUE(messages(0).empty());
-  EXPECT_TRUE(messages(3).empty()); // no axes: not vocab-parallel
-  SmallVector<tsr::KernelMessage> fwd = messages(1);
-  ASSERT_EQ(fwd.size(), 2u);
-  EXPECT_EQ(fwd[0], (tsr::KernelMessage{Kind::AllReduce, {0}, 48}));
-  EXPECT_EQ(fwd[1], (tsr::KernelMessage{Kind::AllReduce, {0}, 96}));
-  SmallVector<tsr::KernelMessage> bwd = messages(2);
-  ASSERT_EQ(bwd.size(), 2u);
-  EXPECT_EQ(bwd[0], (tsr::KernelMessage{Kind::AllReduce, {0}, 48}));
-  EXPECT_EQ(bwd[1], (tsr::KernelMessage{Kind::AllReduce, {0}, 48}));
+  // The plain op, and one with no axes (not vocab-parallel): none.
+  tsr::KernelMessage rowMax{Kind::AllReduce, {0}, 48};
+  tsr::KernelMessage sums{Kind::AllReduce, {0}, 96};
+  using Messages = SmallVector<tsr::KernelMessage>;
+  EXPECT_EQ(m,
+            (SmallVector<Messages>{{}, {rowMax, sums}, {rowMax, rowMax}, {}}));
 }
 
 TEST_F(TsrInterfacesTest, MeasuredUnits) {
@@ -201,17 +190,14 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %q: tensor<2x16x8xf32>) {
   return
 }
 )mlir");
-  ASSERT_EQ(o.size(), 5u);
-  auto units = [&](size_t i) {
-    return cast<tsr::CostOpInterface>(o[i]).getMeasuredUnits();
-  };
-  EXPECT_EQ(units(0), -1); // no operands
-  EXPECT_EQ(units(1), 32); // elements of operand 0
-  EXPECT_EQ(units(2), -1); // GEMM-like: timed by the GEMM table
-  // The fused attention kernels: the scores they form, 2 · 16 · 16.
-  EXPECT_EQ(units(3), 512);
-  EXPECT_EQ(units(3), cast<tsr::CostOpInterface>(o[3]).getTranscendentals());
-  EXPECT_EQ(units(4), 512);
+  SmallVector<int64_t> units;
+  for (Operation *op : o)
+    units.push_back(cast<tsr::CostOpInterface>(op).getMeasuredUnits());
+  // The constant: -1 (no operands); exp: the elements of operand 0; the
+  // matmul: -1 (GEMM-like: timed by the GEMM table); the fused attention
+  // kernels: the scores they form, 2 · 16 · 16.
+  ASSERT_EQ(units, (SmallVector<int64_t>{-1, 32, -1, 512, 512}));
+  EXPECT_EQ(units[3], cast<tsr::CostOpInterface>(o[3]).getTranscendentals());
 }
 
 TEST_F(TsrInterfacesTest, SelectiveRecomputeTrait) {
