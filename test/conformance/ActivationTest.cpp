@@ -18,12 +18,9 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered = registerKernels(
-    "activations", {"relu", "sigmoid", "silu", "gelu", "softmax", "relu_grad",
-                    "gelu_grad", "silu_grad", "softmax_grad"});
-
-class ActivationTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(ActivationTest);
+TESSERA_CONFORMANCE_FAMILY(ActivationTest, "activations", "relu", "sigmoid",
+                           "silu", "gelu", "softmax", "relu_grad", "gelu_grad",
+                           "silu_grad", "softmax_grad");
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 
@@ -166,27 +163,34 @@ TEST_P(ActivationTest, GradsMatchReference) {
   expectNear(r[0], {1}, {0.8413447460685429 + 0.24197072451914337}, 1e-6, 0);
 }
 
-/// Softmax of `x` (shape) along `axis` in double.
-std::vector<double> softmaxRef(const std::vector<double> &x,
-                               const std::vector<int64_t> &shape,
-                               int64_t axis) {
+/// Calls `line(at, n)` for every line of a `shape` tensor along `axis` (in
+/// [0, rank)): n = shape[axis] elements, element k at flat index at(k).
+template <typename Fn>
+void forEachLine(const std::vector<int64_t> &shape, int64_t axis, Fn line) {
   int64_t outer = 1, inner = 1, n = shape[axis];
   for (int64_t d = 0; d < axis; ++d)
     outer *= shape[d];
   for (size_t d = axis + 1; d < shape.size(); ++d)
     inner *= shape[d];
-  std::vector<double> y(x.size());
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < inner; ++i) {
-      auto at = [&](int64_t k) { return (o * n + k) * inner + i; };
-      double mx = -INFINITY, s = 0;
-      for (int64_t k = 0; k < n; ++k)
-        mx = std::max(mx, x[at(k)]);
-      for (int64_t k = 0; k < n; ++k)
-        s += std::exp(x[at(k)] - mx);
-      for (int64_t k = 0; k < n; ++k)
-        y[at(k)] = std::exp(x[at(k)] - mx) / s;
-    }
+    for (int64_t i = 0; i < inner; ++i)
+      line([&](int64_t k) { return (o * n + k) * inner + i; }, n);
+}
+
+/// Softmax of `x` (shape) along `axis` in double.
+std::vector<double> softmaxRef(const std::vector<double> &x,
+                               const std::vector<int64_t> &shape,
+                               int64_t axis) {
+  std::vector<double> y(x.size());
+  forEachLine(shape, axis, [&](auto at, int64_t n) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t k = 0; k < n; ++k)
+      mx = std::max(mx, x[at(k)]);
+    for (int64_t k = 0; k < n; ++k)
+      s += std::exp(x[at(k)] - mx);
+    for (int64_t k = 0; k < n; ++k)
+      y[at(k)] = std::exp(x[at(k)] - mx) / s;
+  });
   return y;
 }
 
@@ -194,21 +198,14 @@ std::vector<double> softmaxGradRef(const std::vector<double> &y,
                                    const std::vector<double> &dy,
                                    const std::vector<int64_t> &shape,
                                    int64_t axis) {
-  int64_t outer = 1, inner = 1, n = shape[axis];
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= shape[d];
-  for (size_t d = axis + 1; d < shape.size(); ++d)
-    inner *= shape[d];
   std::vector<double> dx(y.size());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < inner; ++i) {
-      auto at = [&](int64_t k) { return (o * n + k) * inner + i; };
-      double dot = 0;
-      for (int64_t k = 0; k < n; ++k)
-        dot += dy[at(k)] * y[at(k)];
-      for (int64_t k = 0; k < n; ++k)
-        dx[at(k)] = y[at(k)] * (dy[at(k)] - dot);
-    }
+  forEachLine(shape, axis, [&](auto at, int64_t n) {
+    double dot = 0;
+    for (int64_t k = 0; k < n; ++k)
+      dot += dy[at(k)] * y[at(k)];
+    for (int64_t k = 0; k < n; ++k)
+      dx[at(k)] = y[at(k)] * (dy[at(k)] - dot);
+  });
   return dx;
 }
 

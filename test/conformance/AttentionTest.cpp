@@ -174,34 +174,23 @@ void AttentionTest::check(const Case &c, DType dt, uint32_t seed) {
   expectNear(g[2], c.v, want.dv, gtol, gatol, "dv");
 }
 
+// {what, q, k, v (full shapes), scale, causal, mask}: a case per row, or
+// two where it is long (clang-format would give each value its own line).
+// clang-format off
 const std::vector<Case> kCases = {
     {"multi-head", {2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, 0.5, false, false},
     {"causal, Dv != Dh", {6, 7, 8}, {6, 7, 8}, {6, 7, 3}, 0.35, true, false},
     {"Sq != Sk", {2, 4, 8}, {2, 6, 8}, {2, 6, 5}, 0.25, false, false},
     {"mask with a dead row",
-     {2, 2, 5, 4},
-     {2, 2, 6, 4},
-     {2, 2, 6, 4},
-     0.5,
-     false,
-     true},
+     {2, 2, 5, 4}, {2, 2, 6, 4}, {2, 2, 6, 4}, 0.5, false, true},
     {"causal + mask",
-     {1, 2, 6, 4},
-     {1, 2, 6, 4},
-     {1, 2, 6, 4},
-     0.5,
-     true,
-     true},
+     {1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}, 0.5, true, true},
     {"GQA causal", {2, 6, 5, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, 0.5, true, false},
     {"MQA", {1, 4, 3, 8}, {1, 1, 3, 8}, {1, 1, 3, 8}, 0.3, false, false},
     {"long causal",
-     {1, 2, 70, 8},
-     {1, 2, 70, 8},
-     {1, 2, 70, 8},
-     0.35,
-     true,
-     false},
+     {1, 2, 70, 8}, {1, 2, 70, 8}, {1, 2, 70, 8}, 0.35, true, false},
 };
+// clang-format on
 
 TEST_P(AttentionTest, ForwardAndBackwardF32) {
   uint32_t seed = 1;

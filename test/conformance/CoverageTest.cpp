@@ -31,7 +31,20 @@ namespace exec = tessera::runtime::exec;
 
 namespace {
 
-class CoverageTest : public ::testing::TestWithParam<std::string> {};
+/// Lists the kernels the GetParam() backend binds (`listed`, and as a set
+/// `bound`), or skips when this build registers no such backend.
+class CoverageTest : public ::testing::TestWithParam<std::string> {
+protected:
+  void SetUp() override {
+    listed = exec::registeredKernelNames(GetParam());
+    if (listed.empty())
+      GTEST_SKIP() << "this build registers no \"" << GetParam()
+                   << "\" backend (registeredKernelNames is empty)";
+    bound.insert(listed.begin(), listed.end());
+  }
+  std::vector<std::string> listed;
+  std::set<std::string> bound;
+};
 TESSERA_CONFORMANCE_BACKENDS(CoverageTest);
 
 std::string join(const std::set<std::string> &names) {
@@ -39,11 +52,6 @@ std::string join(const std::set<std::string> &names) {
 }
 
 TEST_P(CoverageTest, SuiteExercisesEveryKernelTheBackendBinds) {
-  std::vector<std::string> listed = exec::registeredKernelNames(GetParam());
-  if (listed.empty())
-    GTEST_SKIP() << "this build registers no \"" << GetParam()
-                 << "\" backend (registeredKernelNames is empty)";
-  std::set<std::string> bound(listed.begin(), listed.end());
   EXPECT_EQ(bound.size(), listed.size()) << "the listing repeats a name";
   std::set<std::string> suite, untested, unbound;
   for (const auto &[name, family] : registeredKernels()) {
@@ -78,11 +86,6 @@ bool cpuKnows(llvm::StringRef name) {
 }
 
 TEST_P(CoverageTest, ListingAgreesWithTheCpuAndTheCompilersOps) {
-  std::vector<std::string> listed = exec::registeredKernelNames(GetParam());
-  if (listed.empty())
-    GTEST_SKIP() << "this build registers no \"" << GetParam()
-                 << "\" backend (registeredKernelNames is empty)";
-  std::set<std::string> bound(listed.begin(), listed.end());
   for (const std::string &name : bound)
     EXPECT_TRUE(cpuKnows(name))
         << "listed kernel \"" << name

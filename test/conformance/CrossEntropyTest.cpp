@@ -17,11 +17,8 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered =
-    registerKernels("cross_entropy", {"cross_entropy", "cross_entropy_grad"});
-
-class CrossEntropyTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(CrossEntropyTest);
+TESSERA_CONFORMANCE_FAMILY(CrossEntropyTest, "cross_entropy", "cross_entropy",
+                           "cross_entropy_grad");
 
 /// Sum over rows of logsumexp(x) - x[label], and d/dx · dloss.
 double crossEntropyRef(const std::vector<double> &x,

@@ -17,13 +17,10 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered = registerKernels(
-    "elementwise",
-    {"add", "sub", "mul", "div", "pow", "max", "neg", "exp", "log", "sqrt",
-     "rsqrt", "tanh", "erf", "equal", "select", "convert"});
-
-class ElementwiseTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(ElementwiseTest);
+TESSERA_CONFORMANCE_FAMILY(ElementwiseTest, "elementwise", "add", "sub", "mul",
+                           "div", "pow", "max", "neg", "exp", "log", "sqrt",
+                           "rsqrt", "tanh", "erf", "equal", "select",
+                           "convert");
 
 using Binary = std::function<double(double, double)>;
 using Unary = std::function<double(double)>;

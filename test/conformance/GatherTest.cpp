@@ -14,60 +14,64 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered =
-    registerKernels("gather", {"gather", "gather_grad"});
+TESSERA_CONFORMANCE_FAMILY(GatherTest, "gather", "gather", "gather_grad");
 
-class GatherTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(GatherTest);
-
-TEST_P(GatherTest, LooksUpRowsForIdsOfAnyRank) {
-  constexpr int64_t V = 7, D = 5;
-  Tensor table = randomF32({V, D}, 1);
-  Tensor ids = i64({2, 3}, {6, 0, 3, 3, 1, 6});
+/// The rows of `table` (of any dtype, widened exactly) that `ids` name, in
+/// the order of `ids`.
+std::vector<double> gatherRef(const Tensor &table, const Tensor &ids) {
   std::vector<double> t = values(table), want;
+  int64_t row = table.numel() / table.shape()[0];
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    for (int64_t k = 0; k < row; ++k)
+      want.push_back(t[ids.data<int64_t>()[i] * row + k]);
+  return want;
+}
+
+/// The [V, D] gradient of a gather: the rows of `dy` ([ids..., D])
+/// scatter-added at the rows `ids` name, zeros elsewhere.
+std::vector<double> gatherGradRef(const Tensor &ids, const Tensor &dy,
+                                  int64_t V, int64_t D) {
+  std::vector<double> g = values(dy), want(V * D, 0.0);
   for (int64_t i = 0; i < ids.numel(); ++i)
     for (int64_t d = 0; d < D; ++d)
-      want.push_back(t[ids.data<int64_t>()[i] * D + d]);
-  std::vector<Tensor> r =
-      run("gather", "", {table, ids}, {{DType::F32, {2, 3, D}}});
-  ASSERT_EQ(r.size(), 1u);
-  expectEqual(r[0], DType::F32, {2, 3, D}, want);
-  // Rank-1 ids, a rank-3 table (rows of [2, 2]), i64 and bf16 tables.
+      want[ids.data<int64_t>()[i] * D + d] += g[i * D + d];
+  return want;
+}
+
+TEST_P(GatherTest, LooksUpRowsForIdsOfAnyRank) {
+  struct Lookup {
+    Tensor table, ids;
+    std::vector<int64_t> shape; // the result's
+  };
+  // Rank-2 ids into [7, 5]; rank-1 ids into a rank-3 table (rows of
+  // [2, 2]), and into i64 and bf16 tables.
   Tensor t3 = randomF32({4, 2, 2}, 2);
   Tensor ids1 = i64({3}, {2, 2, 0});
-  std::vector<double> tv = values(t3), want3;
-  for (int64_t i : {2, 2, 0})
-    for (int64_t k = 0; k < 4; ++k)
-      want3.push_back(tv[i * 4 + k]);
-  r = run("gather", "", {t3, ids1}, {{DType::F32, {3, 2, 2}}});
-  ASSERT_EQ(r.size(), 1u);
-  expectEqual(r[0], DType::F32, {3, 2, 2}, want3);
-  Tensor ti = i64({3, 1}, {10, -20, 30});
-  r = run("gather", "", {ti, ids1}, {{DType::I64, {3, 1}}});
-  ASSERT_EQ(r.size(), 1u);
-  expectEqual(r[0], DType::I64, {3, 1}, {30, 30, 10});
-  Tensor th = narrow(t3, DType::BF16);
-  std::vector<double> hv = values(th), wanth;
-  for (int64_t i : {2, 2, 0})
-    for (int64_t k = 0; k < 4; ++k)
-      wanth.push_back(hv[i * 4 + k]);
-  r = run("gather", "", {th, ids1}, {{DType::BF16, {3, 2, 2}}});
-  ASSERT_EQ(r.size(), 1u);
-  expectEqual(r[0], DType::BF16, {3, 2, 2}, wanth);
+  const std::vector<Lookup> lookups = {
+      {randomF32({7, 5}, 1), i64({2, 3}, {6, 0, 3, 3, 1, 6}), {2, 3, 5}},
+      {t3, ids1, {3, 2, 2}},
+      {i64({3, 1}, {10, -20, 30}), ids1, {3, 1}}, // {30, 30, 10}
+      {narrow(t3, DType::BF16), ids1, {3, 2, 2}},
+  };
+  for (const Lookup &c : lookups) {
+    SCOPED_TRACE(typeOf(c.table).str());
+    DType dt = c.table.dtype();
+    std::vector<Tensor> r =
+        run("gather", "", {c.table, c.ids}, {TensorType{dt, c.shape}});
+    ASSERT_EQ(r.size(), 1u);
+    expectEqual(r[0], dt, c.shape, gatherRef(c.table, c.ids));
+  }
 }
 
 TEST_P(GatherTest, GradScatterAddsRepeatedIdsAndZeroesUnusedRows) {
   constexpr int64_t V = 6, D = 3;
   Tensor ids = i64({2, 4}, {1, 4, 1, 1, 0, 4, 5, 1});
   Tensor dy = randomF32({2, 4, D}, 3);
-  std::vector<double> g = values(dy), want(V * D, 0.0);
-  for (int64_t i = 0; i < ids.numel(); ++i)
-    for (int64_t d = 0; d < D; ++d)
-      want[ids.data<int64_t>()[i] * D + d] += g[i * D + d];
   std::vector<Tensor> r =
       run("gather_grad", "", {ids, dy}, {{DType::F32, {V, D}}});
   ASSERT_EQ(r.size(), 1u);
-  expectNear(r[0], {V, D}, want, 1e-6, 1e-7); // rows 2, 3: exact zeros
+  // rows 2, 3: exact zeros
+  expectNear(r[0], {V, D}, gatherGradRef(ids, dy, V, D), 1e-6, 1e-7);
   for (int64_t d = 0; d < D; ++d) {
     EXPECT_EQ(values(r[0])[2 * D + d], 0.0);
     EXPECT_EQ(values(r[0])[3 * D + d], 0.0);
@@ -76,14 +80,10 @@ TEST_P(GatherTest, GradScatterAddsRepeatedIdsAndZeroesUnusedRows) {
   for (DType dt : {DType::BF16, DType::F16}) {
     SCOPED_TRACE(tessera::runtime::dtypeName(dt));
     Tensor hdy = narrow(dy, dt);
-    std::vector<double> hg = values(hdy), hw(V * D, 0.0);
-    for (int64_t i = 0; i < ids.numel(); ++i)
-      for (int64_t d = 0; d < D; ++d)
-        hw[ids.data<int64_t>()[i] * D + d] += hg[i * D + d];
     r = run("gather_grad", "", {ids, hdy}, {TensorType{dt, {V, D}}});
     ASSERT_EQ(r.size(), 1u);
     ASSERT_EQ(r[0].dtype(), dt);
-    expectNear(r[0], {V, D}, hw, rtolFor(dt), 1e-3);
+    expectNear(r[0], {V, D}, gatherGradRef(ids, hdy, V, D), rtolFor(dt), 1e-3);
   }
 }
 

@@ -63,7 +63,7 @@ using runtime::exec::TensorType;
 //===----------------------------------------------------------------------===//
 
 /// Declares that family `family` exercises kernels `names` (call at static
-/// initialisation: `const bool kRegistered = registerKernels(...)`). A name
+/// initialisation, normally through TESSERA_CONFORMANCE_FAMILY). A name
 /// registered by two families is an error reported by CoverageTest.
 bool registerKernels(llvm::StringRef family,
                      std::initializer_list<const char *> names);
@@ -181,6 +181,17 @@ private:
 
 /// The instance's name: the backend's.
 std::string backendParamName(const ::testing::TestParamInfo<std::string> &info);
+
+/// Declares a kernel family: registers `family`'s kernel names (the
+/// remaining arguments, see registerKernels) and defines `Suite`, a plain
+/// KernelTest, instantiated for every backend (TESSERA_CONFORMANCE_BACKENDS).
+/// Use at namespace scope in the family's source:
+///   TESSERA_CONFORMANCE_FAMILY(GatherTest, "gather", "gather", "gather_grad");
+#define TESSERA_CONFORMANCE_FAMILY(Suite, family, ...)                         \
+  [[maybe_unused]] const bool k##Suite##Registered =                           \
+      ::tessera::conformance::registerKernels(family, {__VA_ARGS__});          \
+  class Suite : public ::tessera::conformance::KernelTest {};                  \
+  TESSERA_CONFORMANCE_BACKENDS(Suite)
 
 /// Instantiates suite `Suite` (a KernelTest subclass) as Cpu/Suite.Test/cpu
 /// and Cuda/Suite.Test/cuda.

@@ -13,10 +13,7 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered = registerKernels("matmul", {"matmul"});
-
-class MatmulTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(MatmulTest);
+TESSERA_CONFORMANCE_FAMILY(MatmulTest, "matmul", "matmul");
 
 /// Reference: a [..., M, K] (or [..., K, M] if ta), b likewise; rank-2
 /// operands are shared by every batch.

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Harness.h"
+#include "Reference.h"
 
 #include <cmath>
 
@@ -17,12 +18,8 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered =
-    registerKernels("normalisation", {"layer_norm", "layer_norm_grad",
-                                      "rms_norm", "rms_norm_grad"});
-
-class NormalizationTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(NormalizationTest);
+TESSERA_CONFORMANCE_FAMILY(NormalizationTest, "normalisation", "layer_norm",
+                           "layer_norm_grad", "rms_norm", "rms_norm_grad");
 
 struct Norm {
   std::vector<double> y, dx, dgamma, dbeta;
@@ -37,13 +34,7 @@ Norm layerNormRef(const std::vector<double> &x, const std::vector<double> &g,
          std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
   for (int64_t i = 0; i < rows; ++i) {
     const double *xr = &x[i * n];
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < n; ++j)
-      mean += xr[j];
-    mean /= n;
-    for (int64_t j = 0; j < n; ++j)
-      var += (xr[j] - mean) * (xr[j] - mean);
-    var /= n;
+    auto [mean, var] = tessera::test::rowMoments(xr, n);
     double rstd = 1 / std::sqrt(var + eps);
     double sumG = 0, sumGX = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -119,54 +110,68 @@ std::vector<int64_t> normShape(const Case &c) {
   return std::vector<int64_t>(c.shape.begin() + axis, c.shape.end());
 }
 
+/// One case's operands, drawn from `seed` in this order: x [shape] in
+/// [-2, 3) with its first row set to `firstRow` throughout, gamma [ns] in
+/// [0.5, 1.5), beta [ns] (`withBeta`), dy [shape].
+struct Operands {
+  std::vector<int64_t> ns; // the normalised dims
+  int64_t n;               // their element count
+  Tensor x, g, b, dy;
+  std::string attrs;
+};
+
+Operands operands(const Case &c, uint32_t &seed, float firstRow,
+                  bool withBeta) {
+  Operands o;
+  o.ns = normShape(c);
+  o.n = tessera::runtime::shapeNumel(o.ns);
+  o.x = randomF32(c.shape, seed++, -2.0f, 3.0f);
+  for (int64_t j = 0; j < o.n; ++j)
+    o.x.data<float>()[j] = firstRow;
+  o.g = randomF32(o.ns, seed++, 0.5f, 1.5f);
+  if (withBeta)
+    o.b = randomF32(o.ns, seed++);
+  o.dy = randomF32(c.shape, seed++);
+  o.attrs = normAttrs(c.axis, c.eps);
+  return o;
+}
+
 TEST_P(NormalizationTest, LayerNormAndGrad) {
   uint32_t seed = 1;
   for (const Case &c : kCases) {
-    std::vector<int64_t> ns = normShape(c);
-    int64_t n = tessera::runtime::shapeNumel(ns);
-    Tensor x = randomF32(c.shape, seed++, -2.0f, 3.0f);
     // A constant first row: variance 0, so rstd = 1/sqrt(eps).
-    for (int64_t j = 0; j < n; ++j)
-      x.data<float>()[j] = 0.75f;
-    Tensor g = randomF32(ns, seed++, 0.5f, 1.5f);
-    Tensor b = randomF32(ns, seed++);
-    Tensor dy = randomF32(c.shape, seed++);
-    std::string attrs = normAttrs(c.axis, c.eps);
-    SCOPED_TRACE(typeOf(x).str() + " {" + attrs + "}");
-    Norm want =
-        layerNormRef(values(x), values(g), values(b), values(dy), n, c.eps);
-    std::vector<Tensor> r = run("layer_norm", attrs, {x, g, b}, {typeOf(x)});
+    Operands o = operands(c, seed, 0.75f, /*withBeta=*/true);
+    SCOPED_TRACE(typeOf(o.x).str() + " {" + o.attrs + "}");
+    Norm want = layerNormRef(values(o.x), values(o.g), values(o.b),
+                             values(o.dy), o.n, c.eps);
+    std::vector<Tensor> r =
+        run("layer_norm", o.attrs, {o.x, o.g, o.b}, {typeOf(o.x)});
     ASSERT_EQ(r.size(), 1u);
     expectNear(r[0], c.shape, want.y, 1e-5, 1e-5, "y");
-    r = run("layer_norm_grad", attrs, {x, g, dy},
-            {typeOf(x), typeOf(g), typeOf(g)});
+    r = run("layer_norm_grad", o.attrs, {o.x, o.g, o.dy},
+            {typeOf(o.x), typeOf(o.g), typeOf(o.g)});
     ASSERT_EQ(r.size(), 3u);
     expectNear(r[0], c.shape, want.dx, 1e-4, 1e-5, "dx");
-    expectNear(r[1], ns, want.dgamma, 1e-5, 1e-5, "dgamma");
-    expectNear(r[2], ns, want.dbeta, 1e-5, 1e-5, "dbeta");
+    expectNear(r[1], o.ns, want.dgamma, 1e-5, 1e-5, "dgamma");
+    expectNear(r[2], o.ns, want.dbeta, 1e-5, 1e-5, "dbeta");
   }
 }
 
 TEST_P(NormalizationTest, RmsNormAndGrad) {
   uint32_t seed = 100;
   for (const Case &c : kCases) {
-    std::vector<int64_t> ns = normShape(c);
-    int64_t n = tessera::runtime::shapeNumel(ns);
-    Tensor x = randomF32(c.shape, seed++, -2.0f, 3.0f);
-    for (int64_t j = 0; j < n; ++j) // an all-zero row: y = 0, finite grads
-      x.data<float>()[j] = 0.0f;
-    Tensor g = randomF32(ns, seed++, 0.5f, 1.5f);
-    Tensor dy = randomF32(c.shape, seed++);
-    std::string attrs = normAttrs(c.axis, c.eps);
-    SCOPED_TRACE(typeOf(x).str() + " {" + attrs + "}");
-    Norm want = rmsNormRef(values(x), values(g), values(dy), n, c.eps);
-    std::vector<Tensor> r = run("rms_norm", attrs, {x, g}, {typeOf(x)});
+    // An all-zero first row: y = 0, finite grads.
+    Operands o = operands(c, seed, 0.0f, /*withBeta=*/false);
+    SCOPED_TRACE(typeOf(o.x).str() + " {" + o.attrs + "}");
+    Norm want = rmsNormRef(values(o.x), values(o.g), values(o.dy), o.n, c.eps);
+    std::vector<Tensor> r = run("rms_norm", o.attrs, {o.x, o.g}, {typeOf(o.x)});
     ASSERT_EQ(r.size(), 1u);
     expectNear(r[0], c.shape, want.y, 1e-5, 1e-5, "y");
-    r = run("rms_norm_grad", attrs, {x, g, dy}, {typeOf(x), typeOf(g)});
+    r = run("rms_norm_grad", o.attrs, {o.x, o.g, o.dy},
+            {typeOf(o.x), typeOf(o.g)});
     ASSERT_EQ(r.size(), 2u);
     expectNear(r[0], c.shape, want.dx, 1e-4, 1e-5, "dx");
-    expectNear(r[1], ns, want.dgamma, 1e-5, 1e-5, "dgamma");
+    expectNear(r[1], o.ns, want.dgamma, 1e-5, 1e-5, "dgamma");
   }
 }
 

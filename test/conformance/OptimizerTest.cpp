@@ -20,11 +20,8 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered =
-    registerKernels("optimizers", {"sgd_update", "adamw_update"});
-
-class OptimizerTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(OptimizerTest);
+TESSERA_CONFORMANCE_FAMILY(OptimizerTest, "optimizers", "sgd_update",
+                           "adamw_update");
 
 std::string sgdAttrs(double lr, double wd) {
   return f32Attr("lr", lr) + ", " + f32Attr("weight_decay", wd);

@@ -16,11 +16,8 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered =
-    registerKernels("reductions", {"reduce_sum", "reduce_mean", "reduce_max"});
-
-class ReductionTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(ReductionTest);
+TESSERA_CONFORMANCE_FAMILY(ReductionTest, "reductions", "reduce_sum",
+                           "reduce_mean", "reduce_max");
 
 enum class Kind { Sum, Mean, Max };
 

@@ -14,11 +14,8 @@ using namespace tessera::conformance;
 
 namespace {
 
-[[maybe_unused]] const bool kRegistered = registerKernels(
-    "shape", {"reshape", "transpose", "slice", "concat", "broadcast"});
-
-class ShapeOpsTest : public KernelTest {};
-TESSERA_CONFORMANCE_BACKENDS(ShapeOpsTest);
+TESSERA_CONFORMANCE_FAMILY(ShapeOpsTest, "shape", "reshape", "transpose",
+                           "slice", "concat", "broadcast");
 
 /// 0, 1, 2, ... as f32 (exact), so every output names its source element.
 Tensor iota(std::vector<int64_t> shape) {

@@ -3,6 +3,7 @@
 #include "RefEval.h"
 
 #include "dialects/tsr/TsrOps.h"
+#include "test/conformance/Reference.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -467,13 +468,7 @@ struct Interpreter {
           RefTensor out(x.shape);
           for (int64_t r = 0; r < rows; ++r) {
             const double *px = x.data.data() + r * inner;
-            double mean = 0, var = 0;
-            for (int64_t j = 0; j < inner; ++j)
-              mean += px[j];
-            mean /= inner;
-            for (int64_t j = 0; j < inner; ++j)
-              var += (px[j] - mean) * (px[j] - mean);
-            var /= inner;
+            auto [mean, var] = test::rowMoments(px, inner);
             double rstd = 1.0 / std::sqrt(var + eps);
             for (int64_t j = 0; j < inner; ++j)
               out.data[r * inner + j] =
@@ -491,13 +486,7 @@ struct Interpreter {
           for (int64_t r = 0; r < rows; ++r) {
             const double *px = x.data.data() + r * inner;
             const double *pdy = dy.data.data() + r * inner;
-            double mean = 0, var = 0;
-            for (int64_t j = 0; j < inner; ++j)
-              mean += px[j];
-            mean /= inner;
-            for (int64_t j = 0; j < inner; ++j)
-              var += (px[j] - mean) * (px[j] - mean);
-            var /= inner;
+            auto [mean, var] = test::rowMoments(px, inner);
             double rstd = 1.0 / std::sqrt(var + eps);
             double m1 = 0, m2 = 0;
             for (int64_t j = 0; j < inner; ++j) {
