@@ -263,6 +263,55 @@ public:
   static const llvm::StringMap<OpHandler> &handlers();
 
 private:
+  // Graph (run's steps) -------------------------------------------------
+  /// A graph input: a data input, or a float input that stands for a
+  /// parameter (export_params=False).
+  struct GraphArg {
+    std::string name;
+    RankedTensorType type;
+    bool isParam;
+  };
+  /// What run's steps read and write, in the order run fills it.
+  struct GraphState {
+    std::optional<llvm::Regex> freeze, trainable;
+    llvm::StringSet<> initNames;
+    std::vector<std::pair<std::string, ConstTensor>> constInits;
+    std::vector<InitView> views;
+    llvm::StringMap<TensorBytes> floatBytes;
+    std::deque<std::vector<char>> scratch; ///< owns re-encoded typed data
+    SmallVector<GraphArg> graphArgs;
+    llvm::StringSet<> dataInputs;
+    InitializerPlan plan;
+    llvm::StringMap<const InitView *> viewByName;
+    SmallVector<Type> argTypes;
+    SmallVector<NamedAttrList> argAttrs;
+    SmallVector<std::string> argNames;
+    bool weightsAbsent = false;
+    ImportReport localReport; ///< the report when opts.report is null
+  };
+  LogicalResult readOpset(const onnx::ModelProto &model);
+  LogicalResult compileRegex(const std::string &re, StringRef flag,
+                             std::optional<llvm::Regex> &out);
+  /// Every op the model uses that Tessera does not convert, in one error.
+  LogicalResult checkSupported(const onnx::GraphProto &g);
+  LogicalResult readInitializers(const onnx::GraphProto &g, GraphState &st);
+  LogicalResult readGraphInputs(const onnx::GraphProto &g, GraphState &st);
+  /// Classifies the initializers and applies --trainable.
+  void planInitializers(const onnx::GraphProto &g, GraphState &st);
+  /// The bytes of the first slice of `v` along `p.repeatDims`, in `slice`.
+  TensorBytes firstSlice(const ParamPlan &p, const InitView &v, TensorBytes raw,
+                         std::vector<char> &slice);
+  /// @forward's argument types and attributes, and the import report.
+  void buildArguments(GraphState &st);
+  /// Binds the arguments, constants and tied copies in the environment.
+  LogicalResult bindArguments(const onnx::GraphProto &g, func::FuncOp func,
+                              GraphState &st);
+  LogicalResult convertNodes(const onnx::GraphProto &g,
+                             const InitializerPlan &plan);
+  /// The return of @forward, checked against the declared graph outputs.
+  LogicalResult buildResults(const onnx::GraphProto &g, func::FuncOp func,
+                             ArrayRef<Type> argTypes);
+
   FailureOr<Value> buildMatmul(const onnx::NodeProto &n, Value a, Value bv,
                                Location loc);
   FailureOr<Value> buildSlice(Value v, ArrayRef<int64_t> start,
@@ -2034,68 +2083,16 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &n) {
 //===----------------------------------------------------------------------===//
 
 OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
-  for (const auto &imp : model.opset_import())
-    if (imp.domain().empty() || imp.domain() == "ai.onnx")
-      opset = imp.version();
-  if (opset == 0) {
-    error() << "model imports no default-domain opset";
+  if (failed(readOpset(model)))
     return nullptr;
-  }
   const onnx::GraphProto &g = model.graph();
 
-  auto compile = [&](const std::string &re, StringRef flag,
-                     std::optional<llvm::Regex> &out) -> LogicalResult {
-    if (re.empty())
-      return success();
-    out.emplace(re);
-    std::string why;
-    if (!out->isValid(why))
-      return error() << "invalid " << flag << " regex '" << re << "': " << why;
-    return success();
-  };
-  std::optional<llvm::Regex> freeze, trainable;
-  if (failed(compile(opts.freezeRegex, "--freeze", freeze)) ||
-      failed(compile(opts.trainableRegex, "--trainable", trainable)))
+  GraphState st;
+  if (failed(compileRegex(opts.freezeRegex, "--freeze", st.freeze)) ||
+      failed(compileRegex(opts.trainableRegex, "--trainable", st.trainable)))
     return nullptr;
-
-  // Every op the model uses that Tessera does not convert, in one error.
-  {
-    std::vector<std::string> order;
-    llvm::StringMap<std::pair<int, std::string>> unsupported;
-    const auto &table = handlers();
-    for (const auto &node : g.node()) {
-      bool known = (node.domain().empty() || node.domain() == "ai.onnx") &&
-                   table.count(node.op_type());
-      if (known)
-        continue;
-      std::string key = node.op_type();
-      if (!node.domain().empty() && node.domain() != "ai.onnx")
-        key = node.domain() + "::" + key;
-      auto &entry = unsupported[key];
-      if (entry.first++ == 0) {
-        entry.second =
-            node.name().empty()
-                ? "<output " +
-                      (node.output_size() ? node.output(0) : std::string()) +
-                      ">"
-                : node.name();
-        order.push_back(key);
-      }
-    }
-    if (!unsupported.empty()) {
-      auto diag = error() << "unsupported ONNX op"
-                          << (order.size() > 1 ? "s" : "") << " ("
-                          << order.size() << " kind"
-                          << (order.size() > 1 ? "s" : "") << "): ";
-      for (size_t k = 0; k < order.size(); ++k) {
-        const auto &entry = unsupported[order[k]];
-        diag << (k ? "; " : "") << "'" << order[k] << "' in " << entry.first
-             << " node" << (entry.first > 1 ? "s" : "") << " (first: '"
-             << entry.second << "')";
-      }
-      return nullptr;
-    }
-  }
+  if (failed(checkSupported(g)))
+    return nullptr;
 
   for (const auto &node : g.node())
     for (const auto &in : node.input())
@@ -2106,53 +2103,129 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
   b.setInsertionPointToEnd(module->getBody());
 
+  if (failed(readInitializers(g, st)) || failed(readGraphInputs(g, st)))
+    return nullptr;
+  planInitializers(g, st);
+  buildArguments(st);
+  if (st.weightsAbsent)
+    (*module)->setAttr(kWeightsAttr, b.getStringAttr(kWeightsAbsent));
+
+  auto func = func::FuncOp::create(b, fileLoc, "forward",
+                                   b.getFunctionType(st.argTypes, {}));
+  if (failed(bindArguments(g, func, st)) || failed(convertNodes(g, st.plan)) ||
+      failed(buildResults(g, func, st.argTypes)))
+    return nullptr;
+
+  if (failed(verify(*module))) {
+    error() << "internal error: the imported module does not verify";
+    return nullptr;
+  }
+  if (opts.raise) {
+    if (failed(raiseTsrPatterns(*module)) || failed(verify(*module))) {
+      error() << "internal error: raising patterns failed";
+      return nullptr;
+    }
+  }
+  return module;
+}
+
+LogicalResult Importer::readOpset(const onnx::ModelProto &model) {
+  for (const auto &imp : model.opset_import())
+    if (imp.domain().empty() || imp.domain() == "ai.onnx")
+      opset = imp.version();
+  if (opset == 0)
+    return error() << "model imports no default-domain opset";
+  return success();
+}
+
+LogicalResult Importer::compileRegex(const std::string &re, StringRef flag,
+                                     std::optional<llvm::Regex> &out) {
+  if (re.empty())
+    return success();
+  out.emplace(re);
+  std::string why;
+  if (!out->isValid(why))
+    return error() << "invalid " << flag << " regex '" << re << "': " << why;
+  return success();
+}
+
+LogicalResult Importer::checkSupported(const onnx::GraphProto &g) {
+  // Every op the model uses that Tessera does not convert, in one error.
+  std::vector<std::string> order;
+  llvm::StringMap<std::pair<int, std::string>> unsupported;
+  const auto &table = handlers();
+  for (const auto &node : g.node()) {
+    bool known = (node.domain().empty() || node.domain() == "ai.onnx") &&
+                 table.count(node.op_type());
+    if (known)
+      continue;
+    std::string key = node.op_type();
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      key = node.domain() + "::" + key;
+    auto &entry = unsupported[key];
+    if (entry.first++ == 0) {
+      entry.second =
+          node.name().empty()
+              ? "<output " +
+                    (node.output_size() ? node.output(0) : std::string()) + ">"
+              : node.name();
+      order.push_back(key);
+    }
+  }
+  if (unsupported.empty())
+    return success();
+  auto diag = error() << "unsupported ONNX op" << (order.size() > 1 ? "s" : "")
+                      << " (" << order.size() << " kind"
+                      << (order.size() > 1 ? "s" : "") << "): ";
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto &entry = unsupported[order[k]];
+    diag << (k ? "; " : "") << "'" << order[k] << "' in " << entry.first
+         << " node" << (entry.first > 1 ? "s" : "") << " (first: '"
+         << entry.second << "')";
+  }
+  return failure();
+}
+
+LogicalResult Importer::readInitializers(const onnx::GraphProto &g,
+                                         GraphState &st) {
   // Initializers: integer ones are constants; the floating-point ones are
   // classified (Initializers.h) into trained parameters, constants and
   // tied copies.
-  llvm::StringSet<> initNames;
-  std::vector<std::pair<std::string, ConstTensor>> constInits;
-  std::vector<InitView> views;
-  llvm::StringMap<TensorBytes> floatBytes;
-  std::deque<std::vector<char>> scratch; // owns re-encoded typed data
-  llvm::StringMap<const onnx::TensorProto *> protos;
   for (const auto &t : g.initializer()) {
-    if (!initNames.insert(t.name()).second) {
-      error() << "initializer '" << t.name() << "' is defined twice";
-      return nullptr;
-    }
+    if (!st.initNames.insert(t.name()).second)
+      return error() << "initializer '" << t.name() << "' is defined twice";
     if (!isFloatDType(t.data_type())) {
       auto c = readTensor(t, "initializer");
       if (failed(c))
-        return nullptr;
-      constInits.emplace_back(t.name(), std::move(*c));
+        return failure();
+      st.constInits.emplace_back(t.name(), std::move(*c));
       continue;
     }
     InitView v;
     v.name = t.name();
     v.dtype = t.data_type();
     v.dims.assign(t.dims().begin(), t.dims().end());
-    if (numElements(v.dims) < 0) {
-      error() << "initializer '" << t.name() << "' has invalid dims "
-              << shapeStr(v.dims);
-      return nullptr;
-    }
-    if (!dtypeToType(v.dtype, &ctx)) {
-      error() << "initializer '" << t.name() << "' has unsupported type "
-              << dtypeName(v.dtype);
-      return nullptr;
-    }
+    if (numElements(v.dims) < 0)
+      return error() << "initializer '" << t.name() << "' has invalid dims "
+                     << shapeStr(v.dims);
+    if (!dtypeToType(v.dtype, &ctx))
+      return error() << "initializer '" << t.name() << "' has unsupported type "
+                     << dtypeName(v.dtype);
     if (initializerHasData(t, numElements(v.dims))) {
-      auto raw = tensorBytes(t, "initializer", scratch.emplace_back());
+      auto raw = tensorBytes(t, "initializer", st.scratch.emplace_back());
       if (failed(raw))
-        return nullptr;
+        return failure();
       v.data = raw->bytes;
       v.hasData = true;
-      floatBytes[t.name()] = *raw;
+      st.floatBytes[t.name()] = *raw;
     }
-    protos[t.name()] = &t;
-    views.push_back(std::move(v));
+    st.views.push_back(std::move(v));
   }
+  return success();
+}
 
+LogicalResult Importer::readGraphInputs(const onnx::GraphProto &g,
+                                        GraphState &st) {
   // A float graph input of a model that also takes integer inputs (the
   // token ids) is a parameter without values: that is how
   // torch.onnx.export(..., export_params=False) writes parameters. Tessera
@@ -2161,37 +2234,24 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   // data inputs.
   bool hasIntegerInput = false;
   for (const auto &in : g.input())
-    if (!initNames.contains(in.name()) && in.type().has_tensor_type()) {
+    if (!st.initNames.contains(in.name()) && in.type().has_tensor_type()) {
       int32_t dt = in.type().tensor_type().elem_type();
       hasIntegerInput |= dt != kUndefined && !isFloatDType(dt) && dt != kBool;
     }
-  struct GraphArg {
-    std::string name;
-    RankedTensorType type;
-    bool isParam;
-  };
-  SmallVector<GraphArg> graphArgs;
-  llvm::StringSet<> dataInputs;
   for (const auto &in : g.input()) {
-    if (initNames.contains(in.name()))
+    if (st.initNames.contains(in.name()))
       continue; // IR < 4 lists initializers as inputs too
-    if (!in.type().has_tensor_type()) {
-      error() << "graph input '" << in.name() << "' is not a tensor";
-      return nullptr;
-    }
+    if (!in.type().has_tensor_type())
+      return error() << "graph input '" << in.name() << "' is not a tensor";
     const auto &tt = in.type().tensor_type();
     Type elem = dtypeToType(tt.elem_type(), &ctx);
-    if (!elem) {
-      error() << "graph input '" << in.name() << "' has unsupported type "
-              << dtypeName(tt.elem_type());
-      return nullptr;
-    }
+    if (!elem)
+      return error() << "graph input '" << in.name()
+                     << "' has unsupported type " << dtypeName(tt.elem_type());
     bool isParam = hasIntegerInput && isFloatDType(tt.elem_type());
-    if (!tt.has_shape()) {
-      error() << "graph input '" << in.name()
-              << "' has no shape; Tessera needs static shapes";
-      return nullptr;
-    }
+    if (!tt.has_shape())
+      return error() << "graph input '" << in.name()
+                     << "' has no shape; Tessera needs static shapes";
     Shape dims;
     for (int d = 0; d < tt.shape().dim_size(); ++d) {
       const auto &dim = tt.shape().dim(d);
@@ -2204,48 +2264,76 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
         if (isParam)
           diag << " (a float input of a model with integer inputs is a "
                   "parameter, whose shape must be static)";
-        return nullptr;
+        return failure();
       }
       dims.push_back(dim.dim_value());
     }
-    graphArgs.push_back(
+    st.graphArgs.push_back(
         {in.name(), RankedTensorType::get(dims, elem), isParam});
     if (!isParam)
-      dataInputs.insert(in.name());
+      st.dataInputs.insert(in.name());
   }
+  return success();
+}
 
-  InitializerPlan plan = classifyInitializers(g, views, dataInputs);
-  llvm::StringMap<const InitView *> viewByName;
-  for (const InitView &v : views)
-    viewByName[v.name] = &v;
+void Importer::planInitializers(const onnx::GraphProto &g, GraphState &st) {
+  st.plan = classifyInitializers(g, st.views, st.dataInputs);
+  for (const InitView &v : st.views)
+    st.viewByName[v.name] = &v;
 
   // --trainable turns constants into trained parameters (by name).
   std::vector<std::pair<std::string, std::string>> promoted;
-  for (const InitView &v : views) {
-    auto it = plan.constants.find(v.name);
-    if (it != plan.constants.end() && trainable && trainable->match(v.name)) {
+  for (const InitView &v : st.views) {
+    auto it = st.plan.constants.find(v.name);
+    if (it != st.plan.constants.end() && st.trainable &&
+        st.trainable->match(v.name)) {
       promoted.emplace_back(v.name, it->second);
-      plan.constants.erase(it);
+      st.plan.constants.erase(it);
     }
   }
   for (auto &[name, why] : promoted)
-    plan.params.push_back(
+    st.plan.params.push_back(
         ParamPlan{name,
                   name,
-                  viewByName[name]->dims,
+                  st.viewByName[name]->dims,
                   {},
                   "--trainable matched (otherwise: " + why + ")"});
+}
 
+TensorBytes Importer::firstSlice(const ParamPlan &p, const InitView &v,
+                                 TensorBytes raw, std::vector<char> &slice) {
+  // The first slice along the repeated dims.
+  ConstTensor whole = decodeTensor(v.dtype, v.dims, raw.bytes);
+  Shape zeros(v.dims.size(), 0), ones(v.dims.size(), 1);
+  ConstTensor first = eval::slice(whole, zeros, ones, p.shape);
+  for (int64_t e = 0; e < first.size(); ++e) {
+    double x = first.getF(e);
+    switch (v.dtype) {
+    case kFloat:
+      appendLE(slice, static_cast<float>(x));
+      break;
+    case kDouble:
+      appendLE(slice, x);
+      break;
+    default: {
+      llvm::APFloat f(x);
+      bool lost = false;
+      f.convert(v.dtype == kBFloat16 ? llvm::APFloat::BFloat()
+                                     : llvm::APFloat::IEEEhalf(),
+                llvm::APFloat::rmNearestTiesToEven, &lost);
+      appendLE(slice, static_cast<uint16_t>(f.bitcastToAPInt().getZExtValue()));
+    }
+    }
+  }
+  return TensorBytes{ArrayRef<char>(slice.data(), slice.size()), nullptr};
+}
+
+void Importer::buildArguments(GraphState &st) {
   // Arguments: the parameters (classifier order, then the float graph inputs
   // that stand for parameters), then the data inputs. A parameter whose
   // values the file does not hold gets no `tsr.init`, and the module is
   // marked `tsr.weights = "absent"` (OnnxImporter.h).
-  SmallVector<Type> argTypes;
-  SmallVector<NamedAttrList> argAttrs;
-  SmallVector<std::string> argNames;
-  bool weightsAbsent = false;
-  ImportReport localReport;
-  ImportReport &report = opts.report ? *opts.report : localReport;
+  ImportReport &report = opts.report ? *opts.report : st.localReport;
   report.entries.clear();
   auto paramAttrs = [&](StringRef name, bool frozen) {
     NamedAttrList attrs;
@@ -2253,74 +2341,49 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
     attrs.set(tsr::kRoleAttrName, b.getStringAttr(frozen ? "frozen" : "param"));
     return attrs;
   };
+  auto addArg = [&](Type type, NamedAttrList attrs, const std::string &name) {
+    st.argTypes.push_back(type);
+    st.argAttrs.push_back(attrs);
+    st.argNames.push_back(name);
+  };
+  const InitializerPlan &plan = st.plan;
   for (const ParamPlan &p : plan.params) {
-    const InitView &v = *viewByName[p.source];
+    const InitView &v = *st.viewByName[p.source];
     auto type = RankedTensorType::get(p.shape, dtypeToType(v.dtype, &ctx));
-    bool frozen = freeze && freeze->match(p.name);
+    bool frozen = st.freeze && st.freeze->match(p.name);
     NamedAttrList attrs = paramAttrs(p.name, frozen);
     if (v.hasData) {
-      TensorBytes raw = floatBytes[p.source];
-      std::vector<char> &slice = scratch.emplace_back();
-      if (!p.repeatDims.empty()) {
-        // The first slice along the repeated dims.
-        ConstTensor whole = decodeTensor(v.dtype, v.dims, raw.bytes);
-        Shape zeros(v.dims.size(), 0), ones(v.dims.size(), 1);
-        ConstTensor first = eval::slice(whole, zeros, ones, p.shape);
-        for (int64_t e = 0; e < first.size(); ++e) {
-          double x = first.getF(e);
-          switch (v.dtype) {
-          case kFloat:
-            appendLE(slice, static_cast<float>(x));
-            break;
-          case kDouble:
-            appendLE(slice, x);
-            break;
-          default: {
-            llvm::APFloat f(x);
-            bool lost = false;
-            f.convert(v.dtype == kBFloat16 ? llvm::APFloat::BFloat()
-                                           : llvm::APFloat::IEEEhalf(),
-                      llvm::APFloat::rmNearestTiesToEven, &lost);
-            appendLE(slice,
-                     static_cast<uint16_t>(f.bitcastToAPInt().getZExtValue()));
-          }
-          }
-        }
-        raw = TensorBytes{ArrayRef<char>(slice.data(), slice.size()), nullptr};
-      }
+      TensorBytes raw = st.floatBytes[p.source];
+      std::vector<char> &slice = st.scratch.emplace_back();
+      if (!p.repeatDims.empty())
+        raw = firstSlice(p, v, raw, slice);
       attrs.set(tsr::kInitAttrName, blobAttr(p.name, type, raw));
     } else {
-      weightsAbsent = true;
+      st.weightsAbsent = true;
     }
-    argTypes.push_back(type);
-    argAttrs.push_back(attrs);
-    argNames.push_back(p.name);
+    addArg(type, attrs, p.name);
     report.entries.push_back({p.name, frozen ? "frozen" : "trained",
                               Shape(p.shape),
                               (frozen ? "--freeze matched; " : "") + p.reason});
   }
-  for (const GraphArg &a : graphArgs)
+  for (const GraphArg &a : st.graphArgs)
     if (a.isParam) {
-      weightsAbsent = true;
-      bool frozen = freeze && freeze->match(a.name);
-      argTypes.push_back(a.type);
-      argAttrs.push_back(paramAttrs(a.name, frozen));
-      argNames.push_back(a.name);
+      st.weightsAbsent = true;
+      bool frozen = st.freeze && st.freeze->match(a.name);
+      addArg(a.type, paramAttrs(a.name, frozen), a.name);
       report.entries.push_back({a.name, frozen ? "frozen" : "trained",
                                 Shape(a.type.getShape()),
                                 "a float graph input of a model with integer "
                                 "inputs (export_params=False)"});
     }
-  for (const GraphArg &a : graphArgs)
+  for (const GraphArg &a : st.graphArgs)
     if (!a.isParam) {
       NamedAttrList attrs;
       attrs.set(tsr::kNameAttrName, b.getStringAttr(a.name));
       attrs.set(tsr::kRoleAttrName, b.getStringAttr("input"));
-      argTypes.push_back(a.type);
-      argAttrs.push_back(attrs);
-      argNames.push_back(a.name);
+      addArg(a.type, attrs, a.name);
     }
-  for (const InitView &v : views) {
+  for (const InitView &v : st.views) {
     if (auto it = plan.constants.find(v.name); it != plan.constants.end())
       report.entries.push_back({v.name, "constant", v.dims, it->second});
     if (auto it = plan.transposedTies.find(v.name);
@@ -2332,22 +2395,21 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
                "a weight shared with it)"});
   }
   for (auto &[name, why] : plan.constants)
-    if (!viewByName.count(name)) // an alias folded as a constant
+    if (!st.viewByName.count(name)) // an alias folded as a constant
       report.entries.push_back({name.str(), "constant", Shape(), why});
-  if (weightsAbsent)
-    (*module)->setAttr(kWeightsAttr, b.getStringAttr(kWeightsAbsent));
+}
 
-  auto func = func::FuncOp::create(b, fileLoc, "forward",
-                                   b.getFunctionType(argTypes, {}));
+LogicalResult Importer::bindArguments(const onnx::GraphProto &g,
+                                      func::FuncOp func, GraphState &st) {
+  const InitializerPlan &plan = st.plan;
   Block *body = func.addEntryBlock();
   b.setInsertionPointToEnd(body);
-  for (size_t k = 0; k < argTypes.size(); ++k) {
-    func.setArgAttrs(k, argAttrs[k].getDictionary(&ctx));
-    if (!env.try_emplace(argNames[k], Slot{body->getArgument(k), nullptr})
-             .second) {
-      error() << "graph input '" << argNames[k] << "' is defined twice";
-      return nullptr;
-    }
+  for (size_t k = 0; k < st.argTypes.size(); ++k) {
+    func.setArgAttrs(k, st.argAttrs[k].getDictionary(&ctx));
+    if (!env.try_emplace(st.argNames[k], Slot{body->getArgument(k), nullptr})
+             .second)
+      return error() << "graph input '" << st.argNames[k]
+                     << "' is defined twice";
   }
   // Parameters trained as one slice: broadcast back to the initializer's
   // shape where the graph reads them.
@@ -2355,33 +2417,33 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
     if (p.repeatDims.empty())
       continue;
     Value arg = env[p.name].value;
-    auto full = broadcastTo(onnx::NodeProto(), arg, viewByName[p.source]->dims,
-                            fileLoc);
+    auto full = broadcastTo(onnx::NodeProto(), arg,
+                            st.viewByName[p.source]->dims, fileLoc);
     if (failed(full))
-      return nullptr;
+      return failure();
     env[p.name].value = *full;
   }
-  for (auto &[name, c] : constInits)
+  for (auto &[name, c] : st.constInits)
     env[name] = Slot{Value(), std::make_shared<const ConstTensor>(c)};
   for (auto &[name, why] : plan.constants) {
-    auto vit = viewByName.find(name);
+    auto vit = st.viewByName.find(name);
     // An alias folded as a constant reads its source's values.
     const InitView *v = nullptr;
-    if (vit != viewByName.end()) {
+    if (vit != st.viewByName.end()) {
       v = vit->second;
     } else {
       for (int i : plan.aliasNodes)
         if (g.node(i).output(0) == name.str())
-          v = viewByName[g.node(i).input(0)];
+          v = st.viewByName[g.node(i).input(0)];
     }
     if (!v || !v->hasData)
       continue; // weight-free: Initializers.h keeps these as parameters
-    if (numElements(v->dims) > kMaxFoldElements * 4) {
-      error() << "initializer '" << name.str() << "' (" << shapeStr(v->dims)
-              << ") is classified as a constant (" << why
-              << ") but is too large to fold; pass --trainable to train it";
-      return nullptr;
-    }
+    if (numElements(v->dims) > kMaxFoldElements * 4)
+      return error() << "initializer '" << name.str() << "' ("
+                     << shapeStr(v->dims) << ") is classified as a constant ("
+                     << why
+                     << ") but is too large to fold; pass --trainable to "
+                        "train it";
     env[name] = Slot{Value(), std::make_shared<const ConstTensor>(
                                   decodeTensor(v->dtype, v->dims, v->data))};
   }
@@ -2394,7 +2456,11 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
                                       b.getDenseI64ArrayAttr({1, 0})),
              nullptr};
   }
+  return success();
+}
 
+LogicalResult Importer::convertNodes(const onnx::GraphProto &g,
+                                     const InitializerPlan &plan) {
   for (int i = 0; i < g.node_size(); ++i) {
     if (plan.aliasNodes.contains(i))
       continue;
@@ -2411,45 +2477,44 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
       renamed.set_input(k, it->second);
     }
     if (failed(convertNode(*node)))
-      return nullptr;
+      return failure();
   }
+  return success();
+}
 
+LogicalResult Importer::buildResults(const onnx::GraphProto &g,
+                                     func::FuncOp func,
+                                     ArrayRef<Type> argTypes) {
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
   for (const auto &out : g.output()) {
     auto it = env.find(out.name());
-    if (it == env.end()) {
-      error() << "graph output '" << out.name() << "' is never produced";
-      return nullptr;
-    }
+    if (it == env.end())
+      return error() << "graph output '" << out.name() << "' is never produced";
     if (!it->second.value) {
       it->second.value = materialize(*it->second.cst, fileLoc);
-      if (!it->second.value) {
-        error() << "graph output '" << out.name() << "' has unsupported type";
-        return nullptr;
-      }
+      if (!it->second.value)
+        return error() << "graph output '" << out.name()
+                       << "' has unsupported type";
     }
     Value v = it->second.value;
     auto vt = tensorType(v);
     if (out.type().has_tensor_type()) {
       const auto &tt = out.type().tensor_type();
       Type elem = dtypeToType(tt.elem_type(), &ctx);
-      if (elem && elem != vt.getElementType()) {
-        error() << "graph output '" << out.name() << "' is declared "
-                << dtypeName(tt.elem_type()) << " but computes " << vt;
-        return nullptr;
-      }
+      if (elem && elem != vt.getElementType())
+        return error() << "graph output '" << out.name() << "' is declared "
+                       << dtypeName(tt.elem_type()) << " but computes " << vt;
       if (tt.has_shape()) {
         bool mismatch = tt.shape().dim_size() != vt.getRank();
         for (int d = 0; !mismatch && d < tt.shape().dim_size(); ++d)
           mismatch = tt.shape().dim(d).has_dim_value() &&
                      tt.shape().dim(d).dim_value() != vt.getDimSize(d);
-        if (mismatch) {
-          error() << "graph output '" << out.name()
-                  << "' has a declared shape that differs from the computed "
-                  << shapeStr(vt.getShape());
-          return nullptr;
-        }
+        if (mismatch)
+          return error() << "graph output '" << out.name()
+                         << "' has a declared shape that differs from the "
+                            "computed "
+                         << shapeStr(vt.getShape());
       }
     }
     results.push_back(v);
@@ -2460,18 +2525,7 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
   for (int k = 0; k < g.output_size(); ++k)
     func.setResultAttr(k, tsr::kNameAttrName,
                        b.getStringAttr(g.output(k).name()));
-
-  if (failed(verify(*module))) {
-    error() << "internal error: the imported module does not verify";
-    return nullptr;
-  }
-  if (opts.raise) {
-    if (failed(raiseTsrPatterns(*module)) || failed(verify(*module))) {
-      error() << "internal error: raising patterns failed";
-      return nullptr;
-    }
-  }
-  return module;
+  return success();
 }
 
 /// Whether the ONNX checker cannot see `t`'s values: they are in an external

@@ -847,28 +847,29 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     return it->second;
   }
 
-  LogicalResult matchAndRewrite(tsr::MatmulOp root,
-                                PatternRewriter &rewriter) const override {
+  /// The scores the softmax of `root`'s lhs reads: P = softmax(x) over the
+  /// last axis, possibly computed in f32 between two casts (Hugging Face's
+  /// eager attention upcasts the scores and casts the probabilities back):
+  /// the fused op's softmax is f32 internally. Null when `root` is not
+  /// P @ V.
+  static Value softmaxInput(tsr::MatmulOp root) {
     if (root.getTransposeLhs() || root.getTransposeRhs())
-      return failure();
-    // P = softmax(x) over the last axis, possibly computed in f32 between
-    // two casts (Hugging Face's eager attention upcasts the scores and casts
-    // the probabilities back): the fused op's softmax is f32 internally.
+      return {};
     Value probs = root.getLhs();
     auto castBack = defOp<tsr::ConvertOp>(probs);
     if (castBack) {
       if (!castBack->hasOneUse())
-        return failure();
+        return {};
       probs = castBack.getInput();
     }
     auto softmax = defOp<tsr::SoftmaxOp>(probs);
     if (!softmax || !softmax->hasOneUse())
-      return failure();
+      return {};
     Value x = softmax.getInput();
     auto castIn = defOp<tsr::ConvertOp>(x);
     if (castIn) {
       if (!castIn->hasOneUse() || !castBack)
-        return failure();
+        return {};
       x = castIn.getInput();
     }
     auto pType = cast<RankedTensorType>(x.getType()); // the scores' type
@@ -876,15 +877,19 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     if (rank < 3 || softmax.getAxis() != rank - 1 ||
         !isa<FloatType>(pType.getElementType()) ||
         root.getLhs().getType() != pType)
-      return failure();
+      return {};
     if ((castIn || castBack) && !softmax.getType().getElementType().isF32())
-      return failure();
-    int64_t sq = pType.getDimSize(rank - 2), sk = pType.getDimSize(rank - 1);
+      return {};
+    return x;
+  }
 
-    // Walk from the softmax input back to the scores matmul: a scaling met
-    // before the mask in this walk is applied after it in the program.
-    AttentionMatch m;
-    bool masked = false, scaledLater = false, scaledAfterMask = false;
+  /// Walks from the softmax input `x` back to the scores matmul, collecting
+  /// the scale and the mask into `m`: a scaling met before the mask in this
+  /// walk is applied after it in the program (`scaledAfterMask`).
+  LogicalResult walkToScores(Value x, int64_t sq, int64_t sk, AttentionMatch &m,
+                             bool &scaledAfterMask) const {
+    Type pType = x.getType();
+    bool masked = false, scaledLater = false;
     while (!m.scores) {
       Operation *def = x.getDefiningOp();
       if (!def || !def->hasOneUse() || x.getType() != pType)
@@ -950,38 +955,36 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
       }
       return failure();
     }
+    return success();
+  }
 
-    // Q (with an optional constant scale folded in) and K in [b..., S, D].
-    Location loc = root.getLoc();
-    Value q = m.scores.getLhs();
-    if (isa_and_nonnull<tsr::MulOp, tsr::DivOp>(q.getDefiningOp()) &&
-        q.getDefiningOp()->hasOneUse()) {
-      Operation *def = q.getDefiningOp();
-      std::optional<double> c = splatValue(def->getOperand(1));
-      Value next = def->getOperand(0);
-      if (!c && isa<tsr::MulOp>(def)) {
-        c = splatValue(def->getOperand(0));
-        next = def->getOperand(1);
-      }
-      if (c && *c != 0.0 && std::isfinite(*c) &&
-          next.getType() == q.getType()) {
-        m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
-        q = next;
-      }
+  /// Q with an optional constant scale (a single-use mul/div by a splat)
+  /// folded into `m.scale`.
+  static Value unscaledQuery(Value q, AttentionMatch &m) {
+    if (!isa_and_nonnull<tsr::MulOp, tsr::DivOp>(q.getDefiningOp()) ||
+        !q.getDefiningOp()->hasOneUse())
+      return q;
+    Operation *def = q.getDefiningOp();
+    std::optional<double> c = splatValue(def->getOperand(1));
+    Value next = def->getOperand(0);
+    if (!c && isa<tsr::MulOp>(def)) {
+      c = splatValue(def->getOperand(0));
+      next = def->getOperand(1);
     }
-    auto qType = cast<RankedTensorType>(q.getType());
-    Value v = root.getRhs();
-    auto vType = cast<RankedTensorType>(v.getType());
-    if (qType.getRank() != rank || vType.getRank() != rank ||
-        qType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
-        vType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
-        qType.getElementType() != pType.getElementType())
-      return failure();
+    if (c && *c != 0.0 && std::isfinite(*c) && next.getType() == q.getType()) {
+      m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
+      return next;
+    }
+    return q;
+  }
 
-    // Decide the mask before building anything.
-    MaskKind kind = MaskKind::None;
-    DenseElementsAttr maskAttr;
-    Value maskValue; // a non-constant [1..., Sq, Sk] mask
+  /// The mask's kind, and its reduced [Sq, Sk] constant (`maskAttr`) or
+  /// non-constant [1..., Sq, Sk] value (`maskValue`) when it is Other.
+  LogicalResult decideMask(const AttentionMatch &m, RankedTensorType pType,
+                           int64_t sq, int64_t sk, MaskKind &kind,
+                           DenseElementsAttr &maskAttr,
+                           Value &maskValue) const {
+    kind = MaskKind::None;
     if (m.boolMaskKeep) {
       kind = m.boolMaskKind;
     } else if (m.mask) {
@@ -996,21 +999,19 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         maskValue = m.mask->src;
       }
     }
-    // A scale applied after the mask would scale the mask too: only a
-    // causal mask (or none) is unchanged by a positive factor, and a select
-    // with -inf.
-    if (scaledAfterMask && ((kind == MaskKind::Other &&
-                             (!m.boolMaskKeep || !m.fill->isInfinity())) ||
-                            m.scale <= 0))
-      return failure();
+    return success();
+  }
 
-    // K: the scores' rhs is Kᵀ [b..., Dh, Sk] unless transpose_rhs; undo
-    // (or compose with) its transpose.
-    Value k = m.scores.getRhs();
+  /// K: the scores' rhs is Kᵀ [b..., Dh, Sk] unless transpose_rhs; undo
+  /// (or compose with) its transpose. Sets `k` to the value to read and
+  /// returns the permutation that takes it to [b..., Sk, Dh].
+  static SmallVector<int64_t> keyPermutation(tsr::MatmulOp scores, int64_t rank,
+                                             Value &k) {
+    k = scores.getRhs();
     SmallVector<int64_t> perm;
     for (int64_t d = 0; d < rank; ++d)
       perm.push_back(d);
-    if (!m.scores.getTransposeRhs()) {
+    if (!scores.getTransposeRhs()) {
       std::swap(perm[rank - 1], perm[rank - 2]);
       if (auto t = defOp<tsr::TransposeOp>(k)) {
         ArrayRef<int64_t> inner = t.getPermutation();
@@ -1021,6 +1022,85 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         k = t.getInput();
       }
     }
+    return perm;
+  }
+
+  /// The fused op's [Sq, Sk] additive mask operand for a mask of kind
+  /// Other (null otherwise).
+  static Value buildMaskOperand(PatternRewriter &rewriter, Location loc,
+                                const AttentionMatch &m, MaskKind kind,
+                                DenseElementsAttr maskAttr, Value maskValue,
+                                RankedTensorType pType, int64_t sq,
+                                int64_t sk) {
+    if (kind != MaskKind::Other)
+      return {};
+    auto maskType = RankedTensorType::get({sq, sk}, pType.getElementType());
+    if (m.boolMaskKeep) {
+      // 0 where kept, the select's fill value where dropped.
+      auto elem = cast<FloatType>(pType.getElementType());
+      APFloat fill = *m.fill;
+      bool losesInfo = false;
+      (void)fill.convert(elem.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                         &losesInfo);
+      APFloat zero = APFloat::getZero(elem.getFloatSemantics());
+      SmallVector<APFloat> vals;
+      for (bool b : m.boolMaskKeep.getValues<bool>())
+        vals.push_back(b ? zero : fill);
+      return tsr::ConstantOp::create(
+          rewriter, loc, maskType,
+          cast<ElementsAttr>(DenseElementsAttr::get(maskType, vals)));
+    }
+    if (maskAttr)
+      return tsr::ConstantOp::create(rewriter, loc, maskType,
+                                     cast<ElementsAttr>(maskAttr));
+    return maskValue.getType() == maskType
+               ? maskValue
+               : tsr::ReshapeOp::create(rewriter, loc, maskType, maskValue)
+                     .getResult();
+  }
+
+  LogicalResult matchAndRewrite(tsr::MatmulOp root,
+                                PatternRewriter &rewriter) const override {
+    Value x = softmaxInput(root);
+    if (!x)
+      return failure();
+    auto pType = cast<RankedTensorType>(x.getType()); // the scores' type
+    int64_t rank = pType.getRank();
+    int64_t sq = pType.getDimSize(rank - 2), sk = pType.getDimSize(rank - 1);
+
+    AttentionMatch m;
+    bool scaledAfterMask = false;
+    if (failed(walkToScores(x, sq, sk, m, scaledAfterMask)))
+      return failure();
+
+    // Q (with an optional constant scale folded in) and K in [b..., S, D].
+    Location loc = root.getLoc();
+    Value q = unscaledQuery(m.scores.getLhs(), m);
+    auto qType = cast<RankedTensorType>(q.getType());
+    Value v = root.getRhs();
+    auto vType = cast<RankedTensorType>(v.getType());
+    if (qType.getRank() != rank || vType.getRank() != rank ||
+        qType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
+        vType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
+        qType.getElementType() != pType.getElementType())
+      return failure();
+
+    // Decide the mask before building anything.
+    MaskKind kind;
+    DenseElementsAttr maskAttr;
+    Value maskValue; // a non-constant [1..., Sq, Sk] mask
+    if (failed(decideMask(m, pType, sq, sk, kind, maskAttr, maskValue)))
+      return failure();
+    // A scale applied after the mask would scale the mask too: only a
+    // causal mask (or none) is unchanged by a positive factor, and a select
+    // with -inf.
+    if (scaledAfterMask && ((kind == MaskKind::Other &&
+                             (!m.boolMaskKeep || !m.fill->isInfinity())) ||
+                            m.scale <= 0))
+      return failure();
+
+    Value k;
+    SmallVector<int64_t> perm = keyPermutation(m.scores, rank, k);
     bool identity = llvm::all_of(llvm::seq<int64_t>(0, rank),
                                  [&](int64_t d) { return perm[d] == d; });
     auto kIn = cast<RankedTensorType>(k.getType());
@@ -1063,34 +1143,8 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
           rewriter.getDenseI64ArrayAttr(perm));
     }
 
-    Value maskOperand;
-    auto maskType = RankedTensorType::get({sq, sk}, pType.getElementType());
-    if (kind == MaskKind::Other) {
-      if (m.boolMaskKeep) {
-        // 0 where kept, the select's fill value where dropped.
-        auto elem = cast<FloatType>(pType.getElementType());
-        APFloat fill = *m.fill;
-        bool losesInfo = false;
-        (void)fill.convert(elem.getFloatSemantics(),
-                           APFloat::rmNearestTiesToEven, &losesInfo);
-        APFloat zero = APFloat::getZero(elem.getFloatSemantics());
-        SmallVector<APFloat> vals;
-        for (bool b : m.boolMaskKeep.getValues<bool>())
-          vals.push_back(b ? zero : fill);
-        maskOperand = tsr::ConstantOp::create(
-            rewriter, loc, maskType,
-            cast<ElementsAttr>(DenseElementsAttr::get(maskType, vals)));
-      } else if (maskAttr) {
-        maskOperand = tsr::ConstantOp::create(rewriter, loc, maskType,
-                                              cast<ElementsAttr>(maskAttr));
-      } else {
-        maskOperand =
-            maskValue.getType() == maskType
-                ? maskValue
-                : tsr::ReshapeOp::create(rewriter, loc, maskType, maskValue)
-                      .getResult();
-      }
-    }
+    Value maskOperand = buildMaskOperand(rewriter, loc, m, kind, maskAttr,
+                                         maskValue, pType, sq, sk);
     SmallVector<int64_t> lseShape(pType.getShape().drop_back());
     auto lseType = RankedTensorType::get(lseShape, rewriter.getF32Type());
     auto attn = tsr::AttentionOp::create(

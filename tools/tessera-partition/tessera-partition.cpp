@@ -419,15 +419,11 @@ static void explainStepCost(const planner::StepCost &cost,
         r.seconds * 1e3, r.withinNode ? "node-local" : "network");
 }
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
-      "Tessera: compile an ONNX transformer into a partitioned training "
-      "step\n");
+/// What a tool step decides: std::nullopt to go on, or main's exit code.
+using ExitCode = std::optional<int>;
 
-  planner::Plan plan;
+/// The plan the degree and training flags give (before any search).
+static ExitCode planFromFlags(planner::Plan &plan) {
   plan.dp = dp;
   plan.tp = tp;
   plan.pp = pp;
@@ -456,14 +452,19 @@ int main(int argc, char **argv) {
   plan.optimizer.eps = eps;
   if (llvm::Error err = plan.validate())
     return fail(llvm::toString(std::move(err)));
-  std::optional<int64_t> memoryLimit;
+  return std::nullopt;
+}
+
+/// Checks the memory, cluster and output flags; reads --memory-per-device
+/// and --cluster.
+static ExitCode checkOptions(std::optional<int64_t> &memoryLimit,
+                             std::optional<planner::Cluster> &cluster) {
   if (memoryPerDevice.getNumOccurrences()) {
     llvm::Expected<int64_t> limit = runtime::parseByteSize(memoryPerDevice);
     if (!limit)
       return fail("--memory-per-device: " + llvm::toString(limit.takeError()));
     memoryLimit = *limit;
   }
-  std::optional<planner::Cluster> cluster;
   if (!clusterSpec.empty()) {
     llvm::Expected<planner::Cluster> loaded = planner::loadCluster(clusterSpec);
     if (!loaded)
@@ -477,6 +478,357 @@ int main(int argc, char **argv) {
                 llvm::Twine(std::to_string(gemmEfficiency.getValue())));
   if (outputPath != "-" && llvm::sys::fs::equivalent(inputPath, outputPath))
     return fail("output '" + outputPath + "' would overwrite the input model");
+  return std::nullopt;
+}
+
+/// The search's options: the devices, the cost model's settings, and the
+/// degrees the flags pin.
+static planner::SearchOptions
+searchOptions(const planner::Plan &plan, const planner::Cluster &cluster,
+              std::optional<int64_t> memoryLimit) {
+  planner::SearchOptions search;
+  search.devices =
+      devices.getNumOccurrences() ? devices.getValue() : cluster.devices();
+  search.cost.precision = plan.precision;
+  search.cost.optimizer = plan.optimizer.name;
+  // What the runtime will do: bucketed, overlapped gradient collectives
+  // only with --bucket-mb.
+  search.overlapGradients = plan.bucketMb >= 0;
+  if (!plan.rankOrder.empty())
+    search.cost.rankOrder = plan.rankOrder;
+  if (memoryLimit)
+    search.memoryBytes = double(*memoryLimit);
+  planner::Pins &pin = search.pins;
+  if (dp.getNumOccurrences())
+    pin.dp = dp;
+  if (tp.getNumOccurrences())
+    pin.tp = tp;
+  if (pp.getNumOccurrences())
+    pin.pp = pp;
+  if (microBatches.getNumOccurrences())
+    pin.microBatches = microBatches;
+  if (virtualStages.getNumOccurrences())
+    pin.virtualStages = virtualStages;
+  if (scheduleKind.getNumOccurrences() && scheduleKind != "interleaved")
+    pin.schedule = scheduleKind;
+  if (sequenceParallel.getNumOccurrences())
+    pin.sp = sequenceParallel;
+  if (spSize.getNumOccurrences())
+    pin.spSize = spSize;
+  if (zero.getNumOccurrences())
+    pin.zero = zero;
+  if (recompute.getNumOccurrences())
+    pin.recompute = recompute;
+  return search;
+}
+
+/// One of the analytic model's best plans, as the IR-level step model and
+/// the memory plan see it.
+struct Reranked {
+  std::string flags;
+  double seconds;
+  int64_t peak; // bytes per rank, -1 when not memory-planned
+  bool fits;
+  std::string failure; // why the plan could not be partitioned
+};
+
+/// Re-rank: the analytic model's best plans are partitioned, costed op by
+/// op (pipelines chunk by chunk, their schedule simulated) and
+/// memory-planned (tsr-plan-memory's per-rank peak, against
+/// --memory-per-device or the cluster's memory); the fastest that fits is
+/// chosen and moved to the front.
+static ExitCode
+rerankPlans(ModuleOp module, MLIRContext &context, const planner::Plan &plan,
+            const planner::TransformerShape &shape,
+            const planner::Cluster &cluster, std::optional<int64_t> memoryLimit,
+            planner::SearchResult &result, std::vector<Reranked> &reranked) {
+  std::optional<size_t> chosen;
+  double best = INFINITY;
+  double limit = memoryLimit ? double(*memoryLimit) : cluster.memoryBytes;
+  for (auto [i, scored] : llvm::enumerate(result.best)) {
+    planner::Plan p = planner::planOf(scored.candidate, shape, plan);
+    if (reranked.size() == planner::kRefinedPlans)
+      break;
+    OwningOpRef<ModuleOp> trial = cast<ModuleOp>(module->clone());
+    // A candidate the passes cannot build (a composition they do not
+    // support yet) is skipped with its first error, not fatal: the
+    // next-best plan is tried.
+    std::string failure;
+    {
+      ScopedDiagnosticHandler capture(&context, [&](Diagnostic &d) {
+        if (failure.empty() && d.getSeverity() == DiagnosticSeverity::Error)
+          failure = d.str();
+        return success();
+      });
+      if (failed(
+              pipeline::runStages(*trial, pipeline::partitionStages(p), "")) &&
+          failure.empty())
+        failure = "the pass pipeline failed";
+    }
+    if (!failure.empty()) {
+      reranked.push_back(
+          {scored.candidate.str(), NAN, -1, false, std::move(failure)});
+      continue;
+    }
+    llvm::Expected<planner::StepCost> cost = planner::predictStepCost(
+        *trial, cluster, p.precision, std::nullopt, p.effectiveRankOrder());
+    if (!cost)
+      return fail(llvm::toString(cost.takeError()));
+    FailureOr<llvm::json::Object> memory = artifact::predictMemory(*trial, p);
+    if (failed(memory))
+      return fail("memory-planning the candidate plan " +
+                  scored.candidate.str() + " failed");
+    std::optional<int64_t> peak = artifact::predictedPeak(*memory);
+    bool fits = !peak || double(*peak) <= limit;
+    reranked.push_back({scored.candidate.str(), cost->stepSeconds,
+                        peak.value_or(-1), fits, ""});
+    if (fits && cost->stepSeconds < best) {
+      best = cost->stepSeconds;
+      chosen = i;
+    }
+  }
+  if (chosen)
+    std::rotate(result.best.begin(), result.best.begin() + *chosen,
+                result.best.begin() + *chosen + 1);
+  else if (llvm::all_of(reranked,
+                        [](const Reranked &r) { return !r.failure.empty(); }))
+    return fail("none of the search's best " + llvm::Twine(reranked.size()) +
+                " plans can be partitioned; the first: " +
+                reranked.front().flags + ": " + reranked.front().failure);
+  else if (!reranked.empty())
+    return fail("none of the search's best " + llvm::Twine(reranked.size()) +
+                " plans fits by the memory plan (" +
+                runtime::formatByteSize(int64_t(limit)) +
+                " per device); the smallest needs " +
+                runtime::formatByteSize(
+                    llvm::min_element(reranked, [](const Reranked &a,
+                                                   const Reranked &b) {
+                      return a.peak < b.peak;
+                    })->peak));
+  return std::nullopt;
+}
+
+/// The --explain lines of the search and of its re-ranking.
+static void explainSearchResult(const planner::SearchResult &result,
+                                const planner::TransformerShape &shape,
+                                const planner::Cluster &cluster,
+                                const planner::SearchOptions &search,
+                                ArrayRef<Reranked> reranked) {
+  planner::explainSearch(result, shape, cluster, search, llvm::outs());
+  if (reranked.empty())
+    return;
+  llvm::outs() << "chosen by the IR-level step model (StepCost, op by "
+                  "op on "
+               << cluster.name << ") and the memory plan among the "
+               << "analytic model's best " << reranked.size() << " plans:\n";
+  for (const Reranked &r : reranked) {
+    if (!r.failure.empty()) {
+      llvm::outs() << "  " << llvm::left_justify(r.flags, 60)
+                   << " cannot be partitioned: " << r.failure << "\n";
+      continue;
+    }
+    llvm::outs() << llvm::format(
+        "  %-60s %10.3f ms %14s%s\n", r.flags.c_str(), r.seconds * 1e3,
+        r.peak < 0 ? "-" : runtime::formatByteSize(r.peak).c_str(),
+        r.fits ? "" : "  (does not fit)");
+  }
+}
+
+/// Writes --explain-json: the search and its re-ranking.
+static ExitCode writeExplainJson(const planner::SearchResult &result,
+                                 const planner::TransformerShape &shape,
+                                 const planner::Cluster &cluster,
+                                 const planner::SearchOptions &search,
+                                 ArrayRef<Reranked> reranked) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(explainJson, ec);
+  if (ec)
+    return fail("--explain-json '" + explainJson + "': " + ec.message());
+  llvm::json::Value report =
+      planner::searchToJSON(result, shape, cluster, search);
+  llvm::json::Array ranks;
+  for (const Reranked &r : reranked)
+    if (!r.failure.empty())
+      ranks.push_back(llvm::json::Object{{"flags", r.flags},
+                                         {"partition_error", r.failure}});
+    else
+      ranks.push_back(llvm::json::Object{{"flags", r.flags},
+                                         {"ir_step_seconds", r.seconds},
+                                         {"peak_bytes", r.peak},
+                                         {"fits", r.fits}});
+  (*report.getAsObject())["reranked"] = std::move(ranks);
+  os << llvm::formatv("{0:2}\n", report);
+  return std::nullopt;
+}
+
+/// The automatic plan (--devices, or --cluster with no degree flag):
+/// searches, explains, and replaces `plan` with the chosen one.
+static ExitCode searchPlan(ModuleOp module, MLIRContext &context,
+                           planner::Plan &plan,
+                           std::optional<planner::Cluster> &cluster,
+                           std::optional<int64_t> memoryLimit) {
+  if (devices.getNumOccurrences() && devices < 1)
+    return fail("--devices must be >= 1, got " + llvm::Twine(devices));
+  if (planSpace != "runnable" && planSpace != "all")
+    return fail("--plan-space must be runnable or all, got '" + planSpace +
+                "'");
+  if (!cluster) {
+    llvm::Expected<planner::Cluster> local =
+        planner::loadCluster("cpu:" + std::to_string(devices.getValue()));
+    if (!local)
+      return fail("--devices " + llvm::Twine(devices) +
+                  " without --cluster plans for this machine: " +
+                  llvm::toString(local.takeError()));
+    cluster = std::move(*local);
+  }
+  llvm::Expected<planner::TransformerShape> shape =
+      planner::transformerShapeOf(module);
+  if (!shape)
+    return fail(llvm::toString(shape.takeError()));
+  planner::SearchOptions search = searchOptions(plan, *cluster, memoryLimit);
+  const planner::TransformerShape &modelShape = *shape;
+  if (planSpace == "runnable")
+    search.unsupported = [&](const planner::Candidate &c) -> std::string {
+      planner::Plan p = planner::planOf(c, modelShape, plan);
+      if (llvm::Error err = p.validate())
+        return "not supported by this build: " + llvm::toString(std::move(err));
+      return "";
+    };
+  // On a measured machine (a calibrated GEMM table) the IR-level step
+  // model, which knows the backend's kernels, has the last word (below).
+  bool refine = !cluster->gemm.empty() && planSpace == "runnable";
+  if (refine)
+    search.keep = 64;
+  llvm::Expected<planner::SearchResult> result =
+      planner::searchPlans(*shape, *cluster, search);
+  if (!result)
+    return fail(llvm::toString(result.takeError()));
+  std::vector<Reranked> reranked;
+  if (refine)
+    if (ExitCode exit = rerankPlans(module, context, plan, *shape, *cluster,
+                                    memoryLimit, *result, reranked))
+      return exit;
+  if (explain || planOnly)
+    explainSearchResult(*result, *shape, *cluster, search, reranked);
+  if (!explainJson.empty())
+    if (ExitCode exit =
+            writeExplainJson(*result, *shape, *cluster, search, reranked))
+      return exit;
+  if (result->best.empty())
+    return fail("no plan for " + llvm::Twine(search.devices) +
+                " devices fits (see the rejected regions" +
+                (explain || planOnly ? "" : "; --explain lists them") + ")");
+  if (planOnly)
+    return 0;
+  plan = planner::planOf(result->best.front().candidate, *shape, plan);
+  if (llvm::Error err = plan.validate())
+    return fail(
+        "the chosen plan is not runnable: " + llvm::toString(std::move(err)) +
+        " (use --plan-space runnable)");
+  return std::nullopt;
+}
+
+/// The --cluster step prediction of the partitioned tsr module (local
+/// shapes, ops answering CostOpInterface), before lowering to tsrt; writes
+/// --predict-json.
+static ExitCode predictStep(ModuleOp module, const planner::Plan &plan,
+                            const planner::Cluster &cluster,
+                            std::optional<planner::StepCost> &stepCost) {
+  std::optional<double> efficiency;
+  if (gemmEfficiency.getNumOccurrences())
+    efficiency = gemmEfficiency.getValue();
+  llvm::Expected<planner::StepCost> predicted = planner::predictStepCost(
+      module, cluster, plan.precision, efficiency, plan.effectiveRankOrder());
+  if (!predicted)
+    return fail("--cluster " + clusterSpec + ": " +
+                llvm::toString(predicted.takeError()));
+  stepCost = std::move(*predicted);
+  if (!predictJson.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(predictJson, ec);
+    if (ec)
+      return fail("--predict-json: cannot write '" + predictJson +
+                  "': " + ec.message());
+    os << llvm::formatv("{0:2}", planner::toJSON(*stepCost, cluster)) << "\n";
+  }
+  return std::nullopt;
+}
+
+/// The error when the memory plan's peak exceeds --memory-per-device: the
+/// plan's memory and the alternatives' peaks.
+static int failOverMemory(const llvm::json::Object &memory, int64_t peak,
+                          int64_t memoryLimit, ModuleOp imported,
+                          const planner::Plan &plan) {
+  std::string msg;
+  llvm::raw_string_ostream os(msg);
+  os << "the predicted peak memory per rank is "
+     << runtime::formatByteSize(peak) << ", "
+     << runtime::formatByteSize(peak - memoryLimit)
+     << " more than --memory-per-device " << memoryPerDevice << " = "
+     << runtime::formatByteSize(memoryLimit) << "; nothing was written\n";
+  artifact::explainMemory(memory, os);
+  os << "alternatives (predicted peak per rank):";
+  for (const artifact::MemoryAlternative &alt :
+       artifact::memoryAlternatives(imported, plan)) {
+    os << "\n  " << alt.flags << " (" << alt.plan.numRanks()
+       << (alt.plan.numRanks() == 1 ? " rank): " : " ranks): ");
+    if (!alt.peak)
+      os << alt.note;
+    else if (*alt.peak <= memoryLimit)
+      os << runtime::formatByteSize(*alt.peak) << ", fits";
+    else
+      os << runtime::formatByteSize(*alt.peak) << ", does not fit ("
+         << runtime::formatByteSize(*alt.peak - memoryLimit) << " over)";
+  }
+  llvm::outs().flush();
+  return fail(msg);
+}
+
+/// --explain of the lowered module, and the --memory-per-device check.
+static ExitCode
+explainAndCheckMemory(ModuleOp module, const planner::Plan &plan,
+                      std::optional<int64_t> memoryLimit, ModuleOp imported,
+                      const std::optional<planner::StepCost> &stepCost,
+                      const std::optional<planner::Cluster> &cluster) {
+  if (explain) {
+    auto manifest = artifact::buildManifest(module, plan);
+    if (failed(manifest))
+      return 1;
+    artifact::explain(*manifest, module, llvm::outs());
+  }
+  if (!(explain || memoryLimit))
+    return std::nullopt;
+  FailureOr<llvm::json::Object> memory = artifact::predictMemory(module, plan);
+  if (failed(memory))
+    return 1;
+  if (explain)
+    artifact::explainMemory(*memory, llvm::outs());
+  if (explain && stepCost)
+    explainStepCost(*stepCost, *cluster, plan, llvm::outs());
+  std::optional<int64_t> peak = artifact::predictedPeak(*memory);
+  if (memoryLimit && !peak)
+    llvm::errs() << "tessera-partition: warning: --memory-per-device is not "
+                    "checked: pipeline plans are not memory-planned\n";
+  if (memoryLimit && peak && *peak > *memoryLimit)
+    return failOverMemory(*memory, *peak, *memoryLimit, imported, plan);
+  return std::nullopt;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "Tessera: compile an ONNX transformer into a partitioned training "
+      "step\n");
+
+  planner::Plan plan;
+  if (ExitCode exit = planFromFlags(plan))
+    return *exit;
+  std::optional<int64_t> memoryLimit;
+  std::optional<planner::Cluster> cluster;
+  if (ExitCode exit = checkOptions(memoryLimit, cluster))
+    return *exit;
 
   MLIRContext context;
   context.loadDialect<tsr::TsrDialect, tsrt::TsrtDialect, func::FuncDialect,
@@ -522,210 +874,9 @@ int main(int argc, char **argv) {
       sequenceParallel.getNumOccurrences() || spSize.getNumOccurrences();
   bool searched = devices.getNumOccurrences() || (cluster && !degreeGiven);
   if (searched) {
-    if (devices.getNumOccurrences() && devices < 1)
-      return fail("--devices must be >= 1, got " + llvm::Twine(devices));
-    if (planSpace != "runnable" && planSpace != "all")
-      return fail("--plan-space must be runnable or all, got '" + planSpace +
-                  "'");
-    if (!cluster) {
-      llvm::Expected<planner::Cluster> local =
-          planner::loadCluster("cpu:" + std::to_string(devices.getValue()));
-      if (!local)
-        return fail("--devices " + llvm::Twine(devices) +
-                    " without --cluster plans for this machine: " +
-                    llvm::toString(local.takeError()));
-      cluster = std::move(*local);
-    }
-    llvm::Expected<planner::TransformerShape> shape =
-        planner::transformerShapeOf(*module);
-    if (!shape)
-      return fail(llvm::toString(shape.takeError()));
-    planner::SearchOptions search;
-    search.devices =
-        devices.getNumOccurrences() ? devices.getValue() : cluster->devices();
-    search.cost.precision = plan.precision;
-    search.cost.optimizer = plan.optimizer.name;
-    // What the runtime will do: bucketed, overlapped gradient collectives
-    // only with --bucket-mb.
-    search.overlapGradients = plan.bucketMb >= 0;
-    if (!plan.rankOrder.empty())
-      search.cost.rankOrder = plan.rankOrder;
-    if (memoryLimit)
-      search.memoryBytes = double(*memoryLimit);
-    planner::Pins &pin = search.pins;
-    if (dp.getNumOccurrences())
-      pin.dp = dp;
-    if (tp.getNumOccurrences())
-      pin.tp = tp;
-    if (pp.getNumOccurrences())
-      pin.pp = pp;
-    if (microBatches.getNumOccurrences())
-      pin.microBatches = microBatches;
-    if (virtualStages.getNumOccurrences())
-      pin.virtualStages = virtualStages;
-    if (scheduleKind.getNumOccurrences() && scheduleKind != "interleaved")
-      pin.schedule = scheduleKind;
-    if (sequenceParallel.getNumOccurrences())
-      pin.sp = sequenceParallel;
-    if (spSize.getNumOccurrences())
-      pin.spSize = spSize;
-    if (zero.getNumOccurrences())
-      pin.zero = zero;
-    if (recompute.getNumOccurrences())
-      pin.recompute = recompute;
-    const planner::TransformerShape &modelShape = *shape;
-    if (planSpace == "runnable")
-      search.unsupported = [&](const planner::Candidate &c) -> std::string {
-        planner::Plan p = planner::planOf(c, modelShape, plan);
-        if (llvm::Error err = p.validate())
-          return "not supported by this build: " +
-                 llvm::toString(std::move(err));
-        return "";
-      };
-    // On a measured machine (a calibrated GEMM table) the IR-level step
-    // model, which knows the backend's kernels, has the last word (below).
-    bool refine = !cluster->gemm.empty() && planSpace == "runnable";
-    if (refine)
-      search.keep = 64;
-    llvm::Expected<planner::SearchResult> result =
-        planner::searchPlans(*shape, *cluster, search);
-    if (!result)
-      return fail(llvm::toString(result.takeError()));
-    // Re-rank: the analytic model's best plans are partitioned, costed op by
-    // op (pipelines chunk by chunk, their schedule simulated) and
-    // memory-planned (tsr-plan-memory's per-rank peak, against
-    // --memory-per-device or the cluster's memory); the fastest that fits is
-    // chosen and moved to the front.
-    struct Reranked {
-      std::string flags;
-      double seconds;
-      int64_t peak; // bytes per rank, -1 when not memory-planned
-      bool fits;
-      std::string failure; // why the plan could not be partitioned
-    };
-    std::vector<Reranked> reranked;
-    if (refine) {
-      std::optional<size_t> chosen;
-      double best = INFINITY;
-      double limit = memoryLimit ? double(*memoryLimit) : cluster->memoryBytes;
-      for (auto [i, scored] : llvm::enumerate(result->best)) {
-        planner::Plan p = planner::planOf(scored.candidate, *shape, plan);
-        if (reranked.size() == planner::kRefinedPlans)
-          break;
-        OwningOpRef<ModuleOp> trial = cast<ModuleOp>((*module)->clone());
-        // A candidate the passes cannot build (a composition they do not
-        // support yet) is skipped with its first error, not fatal: the
-        // next-best plan is tried.
-        std::string failure;
-        {
-          ScopedDiagnosticHandler capture(&context, [&](Diagnostic &d) {
-            if (failure.empty() && d.getSeverity() == DiagnosticSeverity::Error)
-              failure = d.str();
-            return success();
-          });
-          if (failed(pipeline::runStages(*trial, pipeline::partitionStages(p),
-                                         "")) &&
-              failure.empty())
-            failure = "the pass pipeline failed";
-        }
-        if (!failure.empty()) {
-          reranked.push_back(
-              {scored.candidate.str(), NAN, -1, false, std::move(failure)});
-          continue;
-        }
-        llvm::Expected<planner::StepCost> cost =
-            planner::predictStepCost(*trial, *cluster, p.precision,
-                                     std::nullopt, p.effectiveRankOrder());
-        if (!cost)
-          return fail(llvm::toString(cost.takeError()));
-        FailureOr<llvm::json::Object> memory =
-            artifact::predictMemory(*trial, p);
-        if (failed(memory))
-          return fail("memory-planning the candidate plan " +
-                      scored.candidate.str() + " failed");
-        std::optional<int64_t> peak = artifact::predictedPeak(*memory);
-        bool fits = !peak || double(*peak) <= limit;
-        reranked.push_back({scored.candidate.str(), cost->stepSeconds,
-                            peak.value_or(-1), fits, ""});
-        if (fits && cost->stepSeconds < best) {
-          best = cost->stepSeconds;
-          chosen = i;
-        }
-      }
-      if (chosen)
-        std::rotate(result->best.begin(), result->best.begin() + *chosen,
-                    result->best.begin() + *chosen + 1);
-      else if (llvm::all_of(reranked, [](const Reranked &r) {
-                 return !r.failure.empty();
-               }))
-        return fail(
-            "none of the search's best " + llvm::Twine(reranked.size()) +
-            " plans can be partitioned; the first: " + reranked.front().flags +
-            ": " + reranked.front().failure);
-      else if (!reranked.empty())
-        return fail("none of the search's best " +
-                    llvm::Twine(reranked.size()) +
-                    " plans fits by the memory plan (" +
-                    runtime::formatByteSize(int64_t(limit)) +
-                    " per device); the smallest needs " +
-                    runtime::formatByteSize(
-                        llvm::min_element(reranked, [](const Reranked &a,
-                                                       const Reranked &b) {
-                          return a.peak < b.peak;
-                        })->peak));
-    }
-    if (explain || planOnly) {
-      planner::explainSearch(*result, *shape, *cluster, search, llvm::outs());
-      if (!reranked.empty()) {
-        llvm::outs() << "chosen by the IR-level step model (StepCost, op by "
-                        "op on "
-                     << cluster->name << ") and the memory plan among the "
-                     << "analytic model's best " << reranked.size()
-                     << " plans:\n";
-        for (const Reranked &r : reranked) {
-          if (!r.failure.empty()) {
-            llvm::outs() << "  " << llvm::left_justify(r.flags, 60)
-                         << " cannot be partitioned: " << r.failure << "\n";
-            continue;
-          }
-          llvm::outs() << llvm::format(
-              "  %-60s %10.3f ms %14s%s\n", r.flags.c_str(), r.seconds * 1e3,
-              r.peak < 0 ? "-" : runtime::formatByteSize(r.peak).c_str(),
-              r.fits ? "" : "  (does not fit)");
-        }
-      }
-    }
-    if (!explainJson.empty()) {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(explainJson, ec);
-      if (ec)
-        return fail("--explain-json '" + explainJson + "': " + ec.message());
-      llvm::json::Value report =
-          planner::searchToJSON(*result, *shape, *cluster, search);
-      llvm::json::Array ranks;
-      for (const Reranked &r : reranked)
-        if (!r.failure.empty())
-          ranks.push_back(llvm::json::Object{{"flags", r.flags},
-                                             {"partition_error", r.failure}});
-        else
-          ranks.push_back(llvm::json::Object{{"flags", r.flags},
-                                             {"ir_step_seconds", r.seconds},
-                                             {"peak_bytes", r.peak},
-                                             {"fits", r.fits}});
-      (*report.getAsObject())["reranked"] = std::move(ranks);
-      os << llvm::formatv("{0:2}\n", report);
-    }
-    if (result->best.empty())
-      return fail("no plan for " + llvm::Twine(search.devices) +
-                  " devices fits (see the rejected regions" +
-                  (explain || planOnly ? "" : "; --explain lists them") + ")");
-    if (planOnly)
-      return 0;
-    plan = planner::planOf(result->best.front().candidate, *shape, plan);
-    if (llvm::Error err = plan.validate())
-      return fail(
-          "the chosen plan is not runnable: " + llvm::toString(std::move(err)) +
-          " (use --plan-space runnable)");
+    if (ExitCode exit =
+            searchPlan(*module, context, plan, cluster, memoryLimit))
+      return *exit;
   } else if (planOnly) {
     return fail("--plan-only needs a plan search (--devices N or --cluster)");
   }
@@ -743,77 +894,15 @@ int main(int argc, char **argv) {
   if (emit == Emit::Train || emit == Emit::Sharded)
     return failed(printModule(*module));
 
-  // The step prediction reads the partitioned tsr module (local shapes, ops
-  // answering CostOpInterface), before lowering to tsrt.
   std::optional<planner::StepCost> stepCost;
   // (The search already predicted a chosen pipeline plan analytically.)
-  if (cluster && !(searched && plan.pipelined())) {
-    std::optional<double> efficiency;
-    if (gemmEfficiency.getNumOccurrences())
-      efficiency = gemmEfficiency.getValue();
-    llvm::Expected<planner::StepCost> predicted =
-        planner::predictStepCost(*module, *cluster, plan.precision, efficiency,
-                                 plan.effectiveRankOrder());
-    if (!predicted)
-      return fail("--cluster " + clusterSpec + ": " +
-                  llvm::toString(predicted.takeError()));
-    stepCost = std::move(*predicted);
-    if (!predictJson.empty()) {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(predictJson, ec);
-      if (ec)
-        return fail("--predict-json: cannot write '" + predictJson +
-                    "': " + ec.message());
-      os << llvm::formatv("{0:2}", planner::toJSON(*stepCost, *cluster))
-         << "\n";
-    }
-  }
-
-  if (explain) {
-    auto manifest = artifact::buildManifest(*module, plan);
-    if (failed(manifest))
-      return 1;
-    artifact::explain(*manifest, *module, llvm::outs());
-  }
-  if (explain || memoryLimit) {
-    FailureOr<llvm::json::Object> memory =
-        artifact::predictMemory(*module, plan);
-    if (failed(memory))
-      return 1;
-    if (explain)
-      artifact::explainMemory(*memory, llvm::outs());
-    if (explain && stepCost)
-      explainStepCost(*stepCost, *cluster, plan, llvm::outs());
-    std::optional<int64_t> peak = artifact::predictedPeak(*memory);
-    if (memoryLimit && !peak)
-      llvm::errs() << "tessera-partition: warning: --memory-per-device is not "
-                      "checked: pipeline plans are not memory-planned\n";
-    if (memoryLimit && peak && *peak > *memoryLimit) {
-      std::string msg;
-      llvm::raw_string_ostream os(msg);
-      os << "the predicted peak memory per rank is "
-         << runtime::formatByteSize(*peak) << ", "
-         << runtime::formatByteSize(*peak - *memoryLimit)
-         << " more than --memory-per-device " << memoryPerDevice << " = "
-         << runtime::formatByteSize(*memoryLimit) << "; nothing was written\n";
-      artifact::explainMemory(*memory, os);
-      os << "alternatives (predicted peak per rank):";
-      for (const artifact::MemoryAlternative &alt :
-           artifact::memoryAlternatives(*imported, plan)) {
-        os << "\n  " << alt.flags << " (" << alt.plan.numRanks()
-           << (alt.plan.numRanks() == 1 ? " rank): " : " ranks): ");
-        if (!alt.peak)
-          os << alt.note;
-        else if (*alt.peak <= *memoryLimit)
-          os << runtime::formatByteSize(*alt.peak) << ", fits";
-        else
-          os << runtime::formatByteSize(*alt.peak) << ", does not fit ("
-             << runtime::formatByteSize(*alt.peak - *memoryLimit) << " over)";
-      }
-      llvm::outs().flush();
-      return fail(msg);
-    }
-  }
+  if (cluster && !(searched && plan.pipelined()))
+    if (ExitCode exit = predictStep(*module, plan, *cluster, stepCost))
+      return *exit;
+  if (ExitCode exit = explainAndCheckMemory(*module, plan, memoryLimit,
+                                            imported ? *imported : ModuleOp(),
+                                            stepCost, cluster))
+    return *exit;
   if (missingWeight) {
     llvm::errs() << "tessera-partition: note: the model is weight-free; no "
                     "plan artifact written\n";

@@ -699,6 +699,329 @@ int runCalibration(const mpi::Communicator &world) {
   return 0;
 }
 
+/// --bench-collectives: the collective bandwidth table (collective over
+/// `world`), on MPI or, with --backend cuda, on NCCL.
+int runBenchCollectives(const mpi::Communicator &world) {
+  std::string error;
+  calibrate::BenchOptions options;
+  options.maxBytes = benchMaxBytes;
+  options.out = &llvm::outs();
+  // --backend cuda: the same table on NCCL (NcclBench.h).
+  std::optional<calibrate::BenchOps> ops;
+  if (benchMaxBytes < options.minBytes) {
+    error = "--bench-max-bytes must be >= 1024";
+  } else if (backendName == "cuda") {
+#ifdef TESSERA_HAVE_NCCL
+    llvm::Expected<calibrate::BenchOps> nccl = calibrate::ncclBenchOps(world);
+    if (nccl)
+      ops = std::move(*nccl);
+    else
+      error = "--bench-collectives --backend cuda: " +
+              llvm::toString(nccl.takeError());
+#else
+    error = "--bench-collectives --backend cuda: this tessera-run was "
+            "built without NCCL";
+#endif
+  } else if (backendName != "cpu") {
+    error = "--bench-collectives: unknown backend '" + backendName +
+            "' (expected cpu or cuda)";
+  }
+  if (!allRanksOk(world, error))
+    return exitAfterFailure();
+  if (llvm::Error err =
+          calibrate::benchCollectives(world, options, ops ? &*ops : nullptr))
+    error = "--bench-collectives: " + llvm::toString(std::move(err));
+  if (!allRanksOk(world, error))
+    return exitAfterFailure();
+  mpi::finalize();
+  return 0;
+}
+
+/// What a training run opens before its first collective. Destroyed in
+/// reverse order, after mpi::finalize.
+struct Job {
+  exec::BackendOptions backendOptions;
+  std::unique_ptr<exec::Backend> backend;
+  std::unique_ptr<exec::Plan> plan;
+  std::optional<TokenDataset> dataset;
+  std::unique_ptr<MetricsWriter> metrics;
+};
+
+/// The option errors a rank can see alone; "" if none.
+std::string checkOptions(bool timeoutOk) {
+  if (planPath.empty())
+    return "no plan given (tessera-run PLAN.tsr --data TOKENS.u16, or "
+           "--calibrate)";
+  if (dataPath.empty())
+    return "--data TOKENS.u16 is required";
+  if (numSteps < 0)
+    return "--steps must be >= 0";
+  if (logEvery < 0)
+    return "--log-every must be >= 0";
+  if (!timeoutOk)
+    return "--collective-timeout-s must be a number of seconds >= 0 (0: no "
+           "watchdog)";
+  return "";
+}
+
+/// The static memory plan's prediction against --memory-per-device; ""
+/// or the error.
+std::string checkMemoryPerDevice(const exec::Manifest &m, bool isRoot) {
+  llvm::Expected<int64_t> limit = parseByteSize(memoryPerDevice);
+  int64_t predicted = m.predictedPeakBytes;
+  if (!limit)
+    return "--memory-per-device: " + llvm::toString(limit.takeError());
+  if (predicted > *limit)
+    return planPath + " needs " + formatByteSize(predicted) +
+           " per rank (predicted peak) but --memory-per-device is " +
+           formatByteSize(*limit) + ": " + formatByteSize(predicted - *limit) +
+           " over; compile a plan that fits with tessera-partition "
+           "--memory-per-device " +
+           memoryPerDevice.getValue();
+  if (predicted < 0 && isRoot)
+    llvm::errs() << "tessera-run: warning: " << planPath
+                 << " has no memory prediction (pipeline plan); "
+                    "--memory-per-device is not checked\n";
+  return "";
+}
+
+/// Opens the backend, plan, data and metrics of `job` (no collective);
+/// returns "" or this rank's first error.
+std::string openJob(const mpi::Communicator &world, bool timeoutOk, Job &job) {
+  bool isRoot = world.rank() == 0;
+  std::string error = checkOptions(timeoutOk);
+
+  // The transport of collectives: nccl by default on cuda, mpi on cpu.
+  if (error.empty()) {
+    std::string name = collectivesName.getNumOccurrences()
+                           ? collectivesName.getValue()
+                           : (backendName == "cuda" ? "nccl" : "mpi");
+    llvm::Expected<exec::Transport> t = exec::parseTransport(name, backendName);
+    if (t)
+      job.backendOptions.collectives = *t;
+    else
+      error = llvm::toString(t.takeError());
+  }
+  job.backendOptions.world = &world;
+  job.backendOptions.collectiveTimeoutS = collectiveTimeout;
+
+  if (error.empty()) {
+    auto made = exec::createBackend(backendName, job.backendOptions);
+    if (made)
+      job.backend = std::move(*made);
+    else
+      error = llvm::toString(made.takeError());
+  }
+  if (error.empty()) {
+    auto loaded = exec::Plan::load(planPath, job.backend.get());
+    if (loaded)
+      job.plan = std::move(*loaded);
+    else
+      error = llvm::toString(loaded.takeError());
+  }
+  if (error.empty() && job.plan->manifest().numRanks() != world.size())
+    error =
+        (planPath + " needs " + llvm::Twine(job.plan->manifest().numRanks()) +
+         " ranks (" + job.plan->manifest().gridDescription() +
+         ") but was started with " + llvm::Twine(world.size()))
+            .str();
+
+  if (error.empty() && memoryPerDevice.getNumOccurrences())
+    error = checkMemoryPerDevice(job.plan->manifest(), isRoot);
+
+  if (error.empty()) {
+    auto opened = TokenDataset::open(dataPath, job.plan->manifest().seqLen);
+    if (opened)
+      job.dataset = std::move(*opened);
+    else
+      error = llvm::toString(opened.takeError());
+  }
+
+  if (error.empty() && isRoot && !metricsPath.empty()) {
+    auto opened = MetricsWriter::open(metricsPath);
+    if (opened)
+      job.metrics = std::move(*opened);
+    else
+      error = llvm::toString(opened.takeError());
+  }
+  for (const std::string *out : {&saveWeights.getValue(), &tracePath.getValue(),
+                                 &profilePath.getValue()}) {
+    if (!error.empty() || !isRoot || out->empty())
+      continue;
+    llvm::StringRef dir = llvm::sys::path::parent_path(*out);
+    if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
+      error = "cannot write '" + *out + "': directory '" + dir.str() +
+              "' does not exist";
+  }
+  return error;
+}
+
+/// The fields of exec::MemoryUse gathered per rank: persistent, constants,
+/// arena, step heap, total.
+constexpr int kMemFields = 5;
+
+/// What the training loop leaves for the reports after it.
+struct TrainingResult {
+  std::vector<int64_t> lastMemory; // rank 0: 5 fields per rank, last step
+  /// --profile: every step but the first (warm-up), unless only one runs.
+  int64_t firstProfiled = 0;
+  double profiledSeconds = 0;
+};
+
+/// Step `s`'s metrics record (rank 0): loss, time, traffic, memory.
+void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
+                      exec::Executor &executor, int64_t s, double loss,
+                      double seconds, double tokensPerS, bool gatherPeaks,
+                      const std::vector<int64_t> &peaks,
+                      const std::vector<int64_t> &lastMemory) {
+  StepMetrics rec;
+  rec.step = s;
+  rec.loss = loss;
+  rec.stepTimeS = seconds;
+  rec.tokensPerS = tokensPerS;
+  rec.extra.emplace_back("bytes_sent", executor.traffic().stepBytes());
+  // Per kind, e.g. "bytes_reduce_scatter" (ring volumes, rank 0).
+  for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
+    auto kind = static_cast<mpi::CollectiveKind>(k);
+    rec.extra.emplace_back(std::string("bytes_") +
+                               mpi::collectiveKindName(kind),
+                           executor.traffic().stepBytes(kind));
+  }
+  // The largest attention score block a kernel allocated (rank 0).
+  if (int64_t scores = executor.kernelStats().attentionScoresBytes)
+    rec.extra.emplace_back("attention_scores_bytes",
+                           static_cast<double>(scores));
+  if (gatherPeaks)
+    rec.intLists.emplace_back("peak_activation_sets", peaks);
+  std::vector<int64_t> peakBytes;
+  for (int r = 0; r < world.size(); ++r)
+    peakBytes.push_back(lastMemory[kMemFields * r + kMemFields - 1]);
+  rec.intLists.emplace_back("peak_bytes", peakBytes);
+  if (llvm::Error err = metrics.write(rec))
+    abortAll(world, llvm::toString(std::move(err)));
+}
+
+/// Runs --steps training steps: logs progress and writes --metrics on rank
+/// 0. A failing step aborts every rank.
+TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
+                     const exec::Plan &plan, const TokenDataset &dataset,
+                     MetricsWriter *metrics) {
+  const exec::Manifest &m = plan.manifest();
+  bool isRoot = world.rank() == 0;
+  TrainingResult result;
+  std::vector<int64_t> &lastMemory = result.lastMemory;
+  const double tokensPerStep =
+      static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
+  result.firstProfiled = numSteps > 1 ? 1 : 0;
+  const int64_t firstProfiled = result.firstProfiled;
+  for (int64_t s = 0; s < numSteps; ++s) {
+    if (!profilePath.empty() && s == firstProfiled)
+      executor.setProfiling(true);
+    auto start = std::chrono::steady_clock::now();
+    auto batch = dataset.batch(s, m.globalBatch, m.seqLen, /*dpRank=*/0,
+                               /*dpSize=*/1);
+    if (!batch)
+      abortAll(world, llvm::toString(batch.takeError()));
+    llvm::Expected<double> loss = executor.step(batch->inputs, batch->labels);
+    if (!loss)
+      abortAll(world, llvm::toString(loss.takeError()));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (s >= firstProfiled)
+      result.profiledSeconds += seconds;
+#ifndef NDEBUG
+    // The loss is the global mean: every rank must hold the same value.
+    double range[2] = {*loss, -*loss}, extreme[2];
+    {
+      mpi::watchdog::Guard guard("all_reduce of the loss check", world.size());
+      MPI_Allreduce(range, extreme, 2, MPI_DOUBLE, MPI_MAX, world.handle());
+    }
+    if (extreme[0] != -extreme[1] && !(std::isnan(*loss)))
+      abortAll(world,
+               "step " + std::to_string(s) + ": ranks disagree on the loss");
+#endif
+    // Pipeline plans: every rank's peak number of activation sets.
+    std::vector<int64_t> peaks(isRoot ? world.size() : 0);
+    bool gatherPeaks = plan.pipeline() && !metricsPath.empty();
+    if (gatherPeaks) {
+      int64_t mine = executor.peakActivationSets();
+      mpi::watchdog::Guard guard("gather of peak_activation_sets",
+                                 world.size());
+      if (MPI_Gather(&mine, 1, MPI_INT64_T, peaks.data(), 1, MPI_INT64_T, 0,
+                     world.handle()) != MPI_SUCCESS)
+        abortAll(world, "step " + std::to_string(s) +
+                            ": MPI_Gather of peak_activation_sets failed");
+    }
+    // Every rank's measured memory (see exec::MemoryUse).
+    const exec::MemoryUse &use = executor.lastStepMemory();
+    int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
+                                   use.stepHeap, use.total()};
+    lastMemory.assign(isRoot ? kMemFields * world.size() : 0, 0);
+    if (!metricsPath.empty() || memoryReport) {
+      mpi::watchdog::Guard guard("gather of peak_bytes", world.size());
+      if (MPI_Gather(mineMem, kMemFields, MPI_INT64_T, lastMemory.data(),
+                     kMemFields, MPI_INT64_T, 0, world.handle()) != MPI_SUCCESS)
+        abortAll(world, "step " + std::to_string(s) +
+                            ": MPI_Gather of peak_bytes failed");
+    }
+    if (!isRoot)
+      continue;
+    double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;
+    if (logEvery > 0 && (s % logEvery == 0 || s + 1 == numSteps)) {
+      llvm::outs() << formatProgressLine(s, *loss, tokensPerS) << "\n";
+      llvm::outs().flush();
+    }
+    if (metrics)
+      writeStepMetrics(world, *metrics, executor, s, *loss, seconds, tokensPerS,
+                       gatherPeaks, peaks, lastMemory);
+  }
+  return result;
+}
+
+/// --memory-report (rank 0): every rank's measured memory in the last step
+/// against the plan's prediction.
+void printMemoryReport(const mpi::Communicator &world, const exec::Manifest &m,
+                       const std::vector<int64_t> &lastMemory) {
+  int64_t predicted = m.predictedPeakBytes;
+  llvm::outs() << "memory per rank, last step (bytes; measured = persistent "
+                  "+ constants + arena high-water + step heap peak):\n";
+  for (int r = 0; r < world.size(); ++r) {
+    const int64_t *f = &lastMemory[5 * r];
+    llvm::outs() << llvm::formatv(
+        "  rank {0}: measured {1} = {2} + {3} + {4} + {5}", r, f[4], f[0], f[1],
+        f[2], f[3]);
+    if (predicted >= 0)
+      llvm::outs() << llvm::formatv("; predicted {0} ({1:F3}% off)", predicted,
+                                    100.0 *
+                                        static_cast<double>(f[4] - predicted) /
+                                        static_cast<double>(predicted));
+    llvm::outs() << "\n";
+  }
+  if (predicted < 0)
+    llvm::outs() << "  (no prediction: pipeline plans are not "
+                    "memory-planned)\n";
+  llvm::outs().flush();
+}
+
+/// --save-weights: the final weights, global, written on rank 0 (collective
+/// over the executor's grid). Returns "" or this rank's error.
+std::string saveFinalWeights(const mpi::Communicator &world,
+                             exec::Executor &executor) {
+  auto weights = executor.gatherWeights(/*root=*/0);
+  if (!weights)
+    return llvm::toString(weights.takeError());
+  if (world.rank() != 0)
+    return "";
+  std::vector<NamedTensor> named;
+  for (auto &[name, tensor] : *weights)
+    named.emplace_back(name, &tensor);
+  std::map<std::string, std::string> meta{
+      {"format", "pt"},
+      {"tessera.steps", std::to_string(static_cast<int64_t>(numSteps))}};
+  return take(writeSafeTensors(llvm::StringRef(saveWeights), named, meta));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -718,41 +1041,8 @@ int main(int argc, char **argv) {
   bool isRoot = world.rank() == 0;
   if (calibrateFlag || calibrateQuick)
     return runCalibration(world);
-  if (benchCollectivesFlag) {
-    std::string error;
-    calibrate::BenchOptions options;
-    options.maxBytes = benchMaxBytes;
-    options.out = &llvm::outs();
-    // --backend cuda: the same table on NCCL (NcclBench.h).
-    std::optional<calibrate::BenchOps> ops;
-    if (benchMaxBytes < options.minBytes) {
-      error = "--bench-max-bytes must be >= 1024";
-    } else if (backendName == "cuda") {
-#ifdef TESSERA_HAVE_NCCL
-      llvm::Expected<calibrate::BenchOps> nccl = calibrate::ncclBenchOps(world);
-      if (nccl)
-        ops = std::move(*nccl);
-      else
-        error = "--bench-collectives --backend cuda: " +
-                llvm::toString(nccl.takeError());
-#else
-      error = "--bench-collectives --backend cuda: this tessera-run was "
-              "built without NCCL";
-#endif
-    } else if (backendName != "cpu") {
-      error = "--bench-collectives: unknown backend '" + backendName +
-              "' (expected cpu or cuda)";
-    }
-    if (!allRanksOk(world, error))
-      return exitAfterFailure();
-    if (llvm::Error err =
-            calibrate::benchCollectives(world, options, ops ? &*ops : nullptr))
-      error = "--bench-collectives: " + llvm::toString(std::move(err));
-    if (!allRanksOk(world, error))
-      return exitAfterFailure();
-    mpi::finalize();
-    return 0;
-  }
+  if (benchCollectivesFlag)
+    return runBenchCollectives(world);
 
   // The watchdog (collective: gathers every rank's host and pid). Every rank
   // has the same options, so all start it or none do.
@@ -767,108 +1057,13 @@ int main(int argc, char **argv) {
 
   // Everything that can fail before the first collective: every rank checks,
   // then all agree.
-  std::string error;
-  if (planPath.empty())
-    error = "no plan given (tessera-run PLAN.tsr --data TOKENS.u16, or "
-            "--calibrate)";
-  else if (dataPath.empty())
-    error = "--data TOKENS.u16 is required";
-  else if (numSteps < 0)
-    error = "--steps must be >= 0";
-  else if (logEvery < 0)
-    error = "--log-every must be >= 0";
-  else if (!timeoutOk)
-    error = "--collective-timeout-s must be a number of seconds >= 0 (0: no "
-            "watchdog)";
-
-  // The transport of collectives: nccl by default on cuda, mpi on cpu.
-  exec::BackendOptions backendOptions;
-  if (error.empty()) {
-    std::string name = collectivesName.getNumOccurrences()
-                           ? collectivesName.getValue()
-                           : (backendName == "cuda" ? "nccl" : "mpi");
-    llvm::Expected<exec::Transport> t = exec::parseTransport(name, backendName);
-    if (t)
-      backendOptions.collectives = *t;
-    else
-      error = llvm::toString(t.takeError());
-  }
-  backendOptions.world = &world;
-  backendOptions.collectiveTimeoutS = collectiveTimeout;
-
-  std::unique_ptr<exec::Backend> backend;
-  if (error.empty()) {
-    auto made = exec::createBackend(backendName, backendOptions);
-    if (made)
-      backend = std::move(*made);
-    else
-      error = llvm::toString(made.takeError());
-  }
-  std::unique_ptr<exec::Plan> plan;
-  if (error.empty()) {
-    auto loaded = exec::Plan::load(planPath, backend.get());
-    if (loaded)
-      plan = std::move(*loaded);
-    else
-      error = llvm::toString(loaded.takeError());
-  }
-  if (error.empty() && plan->manifest().numRanks() != world.size())
-    error = (planPath + " needs " + llvm::Twine(plan->manifest().numRanks()) +
-             " ranks (" + plan->manifest().gridDescription() +
-             ") but was started with " + llvm::Twine(world.size()))
-                .str();
-
-  // The static memory plan's prediction against the device's memory.
-  if (error.empty() && memoryPerDevice.getNumOccurrences()) {
-    llvm::Expected<int64_t> limit = parseByteSize(memoryPerDevice);
-    int64_t predicted = plan->manifest().predictedPeakBytes;
-    if (!limit)
-      error = "--memory-per-device: " + llvm::toString(limit.takeError());
-    else if (predicted > *limit)
-      error = planPath + " needs " + formatByteSize(predicted) +
-              " per rank (predicted peak) but --memory-per-device is " +
-              formatByteSize(*limit) + ": " +
-              formatByteSize(predicted - *limit) +
-              " over; compile a plan that fits with tessera-partition "
-              "--memory-per-device " +
-              memoryPerDevice.getValue();
-    else if (predicted < 0 && isRoot)
-      llvm::errs() << "tessera-run: warning: " << planPath
-                   << " has no memory prediction (pipeline plan); "
-                      "--memory-per-device is not checked\n";
-  }
-
-  std::optional<TokenDataset> dataset;
-  if (error.empty()) {
-    auto opened = TokenDataset::open(dataPath, plan->manifest().seqLen);
-    if (opened)
-      dataset = std::move(*opened);
-    else
-      error = llvm::toString(opened.takeError());
-  }
-
-  std::unique_ptr<MetricsWriter> metrics;
-  if (error.empty() && isRoot && !metricsPath.empty()) {
-    auto opened = MetricsWriter::open(metricsPath);
-    if (opened)
-      metrics = std::move(*opened);
-    else
-      error = llvm::toString(opened.takeError());
-  }
-  for (const std::string *out : {&saveWeights.getValue(), &tracePath.getValue(),
-                                 &profilePath.getValue()}) {
-    if (!error.empty() || !isRoot || out->empty())
-      continue;
-    llvm::StringRef dir = llvm::sys::path::parent_path(*out);
-    if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
-      error = "cannot write '" + *out + "': directory '" + dir.str() +
-              "' does not exist";
-  }
+  Job job;
+  std::string error = openJob(world, timeoutOk, job);
   if (!allRanksOk(world, error))
     return exitAfterFailure();
 
   // Grid and executor (collective: sub-communicators).
-  const exec::Manifest &m = plan->manifest();
+  const exec::Manifest &m = job.plan->manifest();
   std::unique_ptr<mpi::Grid> grid;
   std::unique_ptr<exec::Executor> executor;
   {
@@ -883,7 +1078,7 @@ int main(int argc, char **argv) {
   if (!allRanksOk(world, error))
     return exitAfterFailure();
   {
-    auto ex = exec::Executor::create(*plan, *grid);
+    auto ex = exec::Executor::create(*job.plan, *grid);
     if (ex)
       executor = std::move(*ex);
     else
@@ -893,171 +1088,45 @@ int main(int argc, char **argv) {
     error = take(executor->enableStepCapture());
   if (error.empty() && !tracePath.empty())
     error = take(executor->enableTrace());
-  if (!allRanksOk(world, error)) {
+  // After the executor exists: agree on `error`, and on a failure release
+  // the executor and grid before MPI is finalized.
+  auto allOk = [&] {
+    if (allRanksOk(world, error))
+      return true;
     executor.reset();
     grid.reset();
+    return false;
+  };
+  if (!allOk())
     return exitAfterFailure();
-  }
 
-  // Training.
-  std::vector<int64_t> lastMemory; // rank 0: 5 fields per rank, last step
-  const double tokensPerStep =
-      static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
-  // --profile: every step but the first (warm-up), unless only one runs.
-  const int64_t firstProfiled = numSteps > 1 ? 1 : 0;
-  double profiledSeconds = 0;
-  for (int64_t s = 0; s < numSteps; ++s) {
-    if (!profilePath.empty() && s == firstProfiled)
-      executor->setProfiling(true);
-    auto start = std::chrono::steady_clock::now();
-    auto batch = dataset->batch(s, m.globalBatch, m.seqLen, /*dpRank=*/0,
-                                /*dpSize=*/1);
-    if (!batch)
-      abortAll(world, llvm::toString(batch.takeError()));
-    llvm::Expected<double> loss = executor->step(batch->inputs, batch->labels);
-    if (!loss)
-      abortAll(world, llvm::toString(loss.takeError()));
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (s >= firstProfiled)
-      profiledSeconds += seconds;
-#ifndef NDEBUG
-    // The loss is the global mean: every rank must hold the same value.
-    double range[2] = {*loss, -*loss}, extreme[2];
-    {
-      mpi::watchdog::Guard guard("all_reduce of the loss check", world.size());
-      MPI_Allreduce(range, extreme, 2, MPI_DOUBLE, MPI_MAX, world.handle());
-    }
-    if (extreme[0] != -extreme[1] && !(std::isnan(*loss)))
-      abortAll(world,
-               "step " + std::to_string(s) + ": ranks disagree on the loss");
-#endif
-    // Pipeline plans: every rank's peak number of activation sets.
-    std::vector<int64_t> peaks(isRoot ? world.size() : 0);
-    bool gatherPeaks = plan->pipeline() && !metricsPath.empty();
-    if (gatherPeaks) {
-      int64_t mine = executor->peakActivationSets();
-      mpi::watchdog::Guard guard("gather of peak_activation_sets",
-                                 world.size());
-      if (MPI_Gather(&mine, 1, MPI_INT64_T, peaks.data(), 1, MPI_INT64_T, 0,
-                     world.handle()) != MPI_SUCCESS)
-        abortAll(world, "step " + std::to_string(s) +
-                            ": MPI_Gather of peak_activation_sets failed");
-    }
-    // Every rank's measured memory (see exec::MemoryUse).
-    constexpr int kMemFields = 5;
-    const exec::MemoryUse &use = executor->lastStepMemory();
-    int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
-                                   use.stepHeap, use.total()};
-    lastMemory.assign(isRoot ? kMemFields * world.size() : 0, 0);
-    if (!metricsPath.empty() || memoryReport) {
-      mpi::watchdog::Guard guard("gather of peak_bytes", world.size());
-      if (MPI_Gather(mineMem, kMemFields, MPI_INT64_T, lastMemory.data(),
-                     kMemFields, MPI_INT64_T, 0, world.handle()) != MPI_SUCCESS)
-        abortAll(world, "step " + std::to_string(s) +
-                            ": MPI_Gather of peak_bytes failed");
-    }
-    if (!isRoot)
-      continue;
-    double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;
-    if (logEvery > 0 && (s % logEvery == 0 || s + 1 == numSteps)) {
-      llvm::outs() << formatProgressLine(s, *loss, tokensPerS) << "\n";
-      llvm::outs().flush();
-    }
-    if (metrics) {
-      StepMetrics rec;
-      rec.step = s;
-      rec.loss = *loss;
-      rec.stepTimeS = seconds;
-      rec.tokensPerS = tokensPerS;
-      rec.extra.emplace_back("bytes_sent", executor->traffic().stepBytes());
-      // Per kind, e.g. "bytes_reduce_scatter" (ring volumes, rank 0).
-      for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
-        auto kind = static_cast<mpi::CollectiveKind>(k);
-        rec.extra.emplace_back(std::string("bytes_") +
-                                   mpi::collectiveKindName(kind),
-                               executor->traffic().stepBytes(kind));
-      }
-      // The largest attention score block a kernel allocated (rank 0).
-      if (int64_t scores = executor->kernelStats().attentionScoresBytes)
-        rec.extra.emplace_back("attention_scores_bytes",
-                               static_cast<double>(scores));
-      if (gatherPeaks)
-        rec.intLists.emplace_back("peak_activation_sets", peaks);
-      std::vector<int64_t> peakBytes;
-      for (int r = 0; r < world.size(); ++r)
-        peakBytes.push_back(lastMemory[kMemFields * r + kMemFields - 1]);
-      rec.intLists.emplace_back("peak_bytes", peakBytes);
-      if (llvm::Error err = metrics->write(rec))
-        abortAll(world, llvm::toString(std::move(err)));
-    }
-  }
-
-  if (memoryReport && isRoot && numSteps > 0) {
-    int64_t predicted = m.predictedPeakBytes;
-    llvm::outs() << "memory per rank, last step (bytes; measured = persistent "
-                    "+ constants + arena high-water + step heap peak):\n";
-    for (int r = 0; r < world.size(); ++r) {
-      const int64_t *f = &lastMemory[5 * r];
-      llvm::outs() << llvm::formatv(
-          "  rank {0}: measured {1} = {2} + {3} + {4} + {5}", r, f[4], f[0],
-          f[1], f[2], f[3]);
-      if (predicted >= 0)
-        llvm::outs() << llvm::formatv(
-            "; predicted {0} ({1:F3}% off)", predicted,
-            100.0 * static_cast<double>(f[4] - predicted) /
-                static_cast<double>(predicted));
-      llvm::outs() << "\n";
-    }
-    if (predicted < 0)
-      llvm::outs() << "  (no prediction: pipeline plans are not "
-                      "memory-planned)\n";
-    llvm::outs().flush();
-  }
+  TrainingResult trained =
+      train(world, *executor, *job.plan, *job.dataset, job.metrics.get());
+  if (memoryReport && isRoot && numSteps > 0)
+    printMemoryReport(world, m, trained.lastMemory);
 
   // Every rank's per-instruction profile, on rank 0.
   if (!profilePath.empty()) {
     executor->setProfiling(false);
     error = writeProfile(world, *executor, m,
-                         std::max<int64_t>(numSteps - firstProfiled, 0),
-                         profiledSeconds, profilePath);
-    if (!allRanksOk(world, error)) {
-      executor.reset();
-      grid.reset();
+                         std::max<int64_t>(numSteps - trained.firstProfiled, 0),
+                         trained.profiledSeconds, profilePath);
+    if (!allOk())
       return exitAfterFailure();
-    }
   }
 
   // Every rank's timeline, on rank 0.
   if (!tracePath.empty()) {
-    error = writeTrace(world, *executor, m, *backend, tracePath);
-    if (!allRanksOk(world, error)) {
-      executor.reset();
-      grid.reset();
+    error = writeTrace(world, *executor, m, *job.backend, tracePath);
+    if (!allOk())
       return exitAfterFailure();
-    }
   }
 
   // Final weights, global, on rank 0.
   if (!saveWeights.empty()) {
-    auto weights = executor->gatherWeights(/*root=*/0);
-    if (!weights)
-      error = llvm::toString(weights.takeError());
-    else if (isRoot) {
-      std::vector<NamedTensor> named;
-      for (auto &[name, tensor] : *weights)
-        named.emplace_back(name, &tensor);
-      std::map<std::string, std::string> meta{
-          {"format", "pt"},
-          {"tessera.steps", std::to_string(static_cast<int64_t>(numSteps))}};
-      error = take(writeSafeTensors(llvm::StringRef(saveWeights), named, meta));
-    }
-    if (!allRanksOk(world, error)) {
-      executor.reset();
-      grid.reset();
+    error = saveFinalWeights(world, *executor);
+    if (!allOk())
       return exitAfterFailure();
-    }
   }
 
   executor.reset();
