@@ -590,8 +590,9 @@ rerankPlans(ModuleOp module, MLIRContext &context, const planner::Plan &plan,
   if (chosen)
     std::rotate(result.best.begin(), result.best.begin() + *chosen,
                 result.best.begin() + *chosen + 1);
-  else if (llvm::all_of(reranked,
-                        [](const Reranked &r) { return !r.failure.empty(); }))
+  else if (!reranked.empty() && llvm::all_of(reranked, [](const Reranked &r) {
+             return !r.failure.empty();
+           }))
     return fail("none of the search's best " + llvm::Twine(reranked.size()) +
                 " plans can be partitioned; the first: " +
                 reranked.front().flags + ": " + reranked.front().failure);
