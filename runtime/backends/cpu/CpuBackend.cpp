@@ -67,6 +67,12 @@ template <typename F> KernelFn noFail(F f) {
   };
 }
 
+/// Binds `inst` to `f(in, out)`, a kernel that cannot fail.
+template <typename F> llvm::Error bindNoFail(Instruction &inst, F f) {
+  inst.fn = noFail(std::move(f));
+  return llvm::Error::success();
+}
+
 //===----------------------------------------------------------------------===//
 // Binders
 //===----------------------------------------------------------------------===//
@@ -98,8 +104,7 @@ llvm::Error bindBinary(const KernelDesc &d, Instruction &inst) {
   default:
     return fail("unknown kernel");
   }
-  inst.fn = noFail([f](In in, Out out) { f(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst, [f](In in, Out out) { f(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindUnary(const KernelDesc &d, Instruction &inst) {
@@ -138,31 +143,28 @@ llvm::Error bindUnary(const KernelDesc &d, Instruction &inst) {
   default:
     return fail("unknown kernel");
   }
-  inst.fn = noFail([f](In in, Out out) { f(*in[0], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst, [f](In in, Out out) { f(*in[0], out[0]); });
 }
 
 llvm::Error bindGelu(const KernelDesc &d, Instruction &inst) {
   cpu::GeluApproximate approx = geluOf(d);
-  inst.fn =
-      noFail([approx](In in, Out out) { cpu::gelu(*in[0], approx, out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [approx](In in, Out out) { cpu::gelu(*in[0], approx, out[0]); });
 }
 
 llvm::Error bindEqual(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail([](In in, Out out) { cpu::equal(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [](In in, Out out) { cpu::equal(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindSelect(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail(
-      [](In in, Out out) { cpu::select(*in[0], *in[1], *in[2], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst, [](In in, Out out) {
+    cpu::select(*in[0], *in[1], *in[2], out[0]);
+  });
 }
 
 llvm::Error bindConvert(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail([](In in, Out out) { cpu::convert(*in[0], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst, [](In in, Out out) { cpu::convert(*in[0], out[0]); });
 }
 
 llvm::Error bindReduce(const KernelDesc &d, Instruction &inst) {
@@ -171,53 +173,50 @@ llvm::Error bindReduce(const KernelDesc &d, Instruction &inst) {
                 : d.kind == KernelKind::ReduceMean ? &cpu::reduceMean
                                                    : &cpu::reduceMax;
   const ReduceAttrs &a = d.get<ReduceAttrs>();
-  inst.fn = noFail([fn, axes = a.axes, keep = a.keepDim](In in, Out out) {
-    fn(*in[0], axes, keep, out[0]);
-  });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [fn, axes = a.axes, keep = a.keepDim](In in, Out out) {
+                      fn(*in[0], axes, keep, out[0]);
+                    });
 }
 
 llvm::Error bindMatmul(const KernelDesc &d, Instruction &inst) {
   const MatmulAttrs &a = d.get<MatmulAttrs>();
-  inst.fn = noFail([ta = a.transposeLhs, tb = a.transposeRhs](In in, Out out) {
-    cpu::matmul(*in[0], *in[1], ta, tb, out[0]);
-  });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [ta = a.transposeLhs, tb = a.transposeRhs](In in, Out out) {
+                      cpu::matmul(*in[0], *in[1], ta, tb, out[0]);
+                    });
 }
 
 llvm::Error bindReshape(const KernelDesc &d, Instruction &inst) {
   std::vector<int64_t> shape = d.results[0].shape;
   // A view: shares the operand's storage (kernels never write operands).
   inst.allocateResults = false;
-  inst.fn = noFail([shape](In in, Out out) { out[0] = in[0]->reshape(shape); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [shape](In in, Out out) { out[0] = in[0]->reshape(shape); });
 }
 
 llvm::Error bindTranspose(const KernelDesc &d, Instruction &inst) {
-  inst.fn =
-      noFail([perm = d.get<TransposeAttrs>().permutation](In in, Out out) {
+  return bindNoFail(
+      inst, [perm = d.get<TransposeAttrs>().permutation](In in, Out out) {
         cpu::transpose(*in[0], perm, out[0]);
       });
-  return llvm::Error::success();
 }
 
 llvm::Error bindSlice(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([a = d.get<SliceAttrs>()](In in, Out out) {
+  return bindNoFail(inst, [a = d.get<SliceAttrs>()](In in, Out out) {
     cpu::slice(*in[0], a.starts, a.limits, a.strides, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindConcat(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([axis = d.get<AxisAttrs>().axis](In in, Out out) {
+  return bindNoFail(inst, [axis = d.get<AxisAttrs>().axis](In in, Out out) {
     cpu::concat(in, axis, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindBroadcast(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail([](In in, Out out) { cpu::broadcast(*in[0], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [](In in, Out out) { cpu::broadcast(*in[0], out[0]); });
 }
 
 llvm::Error bindGather(const KernelDesc &d, Instruction &inst) {
@@ -255,69 +254,56 @@ llvm::Error bindGatherGrad(const KernelDesc &d, Instruction &inst) {
   return llvm::Error::success();
 }
 
-llvm::Error bindLayerNorm(const KernelDesc &d, Instruction &inst) {
+/// layer_norm (x, scale, bias) and rms_norm (x, scale), and their grads
+/// (x, scale, dy).
+llvm::Error bindNorm(const KernelDesc &d, Instruction &inst) {
   const NormAttrs &a = d.get<NormAttrs>();
   int64_t axis = a.axis;
   float eps = a.epsilon;
-  if (d.kind == KernelKind::LayerNorm)
-    inst.fn = noFail([axis, eps](In in, Out out) {
+  bool layer =
+      d.kind == KernelKind::LayerNorm || d.kind == KernelKind::LayerNormGrad;
+  bool grad =
+      d.kind == KernelKind::LayerNormGrad || d.kind == KernelKind::RmsNormGrad;
+  return bindNoFail(inst, [axis, eps, layer, grad](In in, Out out) {
+    if (layer && !grad)
       cpu::layerNorm(*in[0], *in[1], *in[2], axis, eps, out[0]);
-    });
-  else
-    inst.fn = noFail([axis, eps](In in, Out out) {
+    else if (layer)
       cpu::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0], out[1],
                          out[2]);
-    });
-  return llvm::Error::success();
-}
-
-llvm::Error bindRmsNorm(const KernelDesc &d, Instruction &inst) {
-  const NormAttrs &a = d.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  if (d.kind == KernelKind::RmsNorm)
-    inst.fn = noFail([axis, eps](In in, Out out) {
+    else if (!grad)
       cpu::rmsNorm(*in[0], *in[1], axis, eps, out[0]);
-    });
-  else
-    inst.fn = noFail([axis, eps](In in, Out out) {
+    else
       cpu::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0], out[1]);
-    });
-  return llvm::Error::success();
+  });
 }
 
 llvm::Error bindSoftmax(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([axis = d.get<AxisAttrs>().axis](In in, Out out) {
+  return bindNoFail(inst, [axis = d.get<AxisAttrs>().axis](In in, Out out) {
     cpu::softmax(*in[0], axis, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindSoftmaxGrad(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([axis = d.get<AxisAttrs>().axis](In in, Out out) {
+  return bindNoFail(inst, [axis = d.get<AxisAttrs>().axis](In in, Out out) {
     cpu::softmaxGrad(*in[0], *in[1], axis, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindReluGrad(const KernelDesc &, Instruction &inst) {
-  inst.fn =
-      noFail([](In in, Out out) { cpu::reluGrad(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [](In in, Out out) { cpu::reluGrad(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindSiluGrad(const KernelDesc &, Instruction &inst) {
-  inst.fn =
-      noFail([](In in, Out out) { cpu::siluGrad(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [](In in, Out out) { cpu::siluGrad(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindGeluGrad(const KernelDesc &d, Instruction &inst) {
   cpu::GeluApproximate approx = geluOf(d);
-  inst.fn = noFail([approx](In in, Out out) {
+  return bindNoFail(inst, [approx](In in, Out out) {
     cpu::geluGrad(*in[0], *in[1], approx, out[0]);
   });
-  return llvm::Error::success();
 }
 
 /// MPI tag of ring attention's K/V rotations (on the ring's own
@@ -516,18 +502,16 @@ llvm::Error bindCrossEntropy(const KernelDesc &desc, Instruction &inst) {
 
 llvm::Error bindSgdUpdate(const KernelDesc &d, Instruction &inst) {
   const SgdAttrs &a = d.get<SgdAttrs>();
-  inst.fn = noFail([lr = a.lr, wd = a.weightDecay](In in, Out out) {
+  return bindNoFail(inst, [lr = a.lr, wd = a.weightDecay](In in, Out out) {
     cpu::sgdUpdate(*in[0], *in[1], lr, wd, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindAdamwUpdate(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([a = d.get<AdamwAttrs>()](In in, Out out) {
+  return bindNoFail(inst, [a = d.get<AdamwAttrs>()](In in, Out out) {
     cpu::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4], a.lr, a.beta1,
                      a.beta2, a.eps, a.weightDecay, out[0], out[1], out[2]);
   });
-  return llvm::Error::success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -563,8 +547,8 @@ const BindTable &binders() {
     set({K::Broadcast}, &bindBroadcast);
     set({K::Gather}, &bindGather);
     set({K::GatherGrad}, &bindGatherGrad);
-    set({K::LayerNorm, K::LayerNormGrad}, &bindLayerNorm);
-    set({K::RmsNorm, K::RmsNormGrad}, &bindRmsNorm);
+    set({K::LayerNorm, K::LayerNormGrad, K::RmsNorm, K::RmsNormGrad},
+        &bindNorm);
     set({K::Attention, K::AttentionGrad}, &bindAttention);
     set({K::Softmax}, &bindSoftmax);
     set({K::SoftmaxGrad}, &bindSoftmaxGrad);

@@ -236,6 +236,19 @@ public:
     };
   }
 
+  /// Binds `inst` to a kernel that is `launch(in, out, stream())`, needing
+  /// no status or scratch; a failed launch becomes an error naming the
+  /// kernel.
+  template <typename Launch>
+  llvm::Error bindLaunch(const KernelDesc &k, Instruction &inst,
+                         Launch launch) {
+    inst.fn = [this, launch, kernel = k.name().str()](const ExecContext &,
+                                                      In in, Out out) {
+      return launched(launch(in, out, stream()), kernel);
+    };
+    return llvm::Error::success();
+  }
+
   /// A binder: fills `inst.fn` (and `inst.allocateResults`) for one kernel
   /// family from the validated descriptor.
   using BindFn = llvm::Error (CudaBackend::*)(const KernelDesc &,
@@ -275,8 +288,7 @@ private:
   llvm::Error bindAttention(const KernelDesc &k, Instruction &inst);
   llvm::Error bindGather(const KernelDesc &k, Instruction &inst);
   llvm::Error bindGatherGrad(const KernelDesc &k, Instruction &inst);
-  llvm::Error bindLayerNorm(const KernelDesc &k, Instruction &inst);
-  llvm::Error bindRmsNorm(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindNorm(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSoftmax(const KernelDesc &k, Instruction &inst);
   llvm::Error bindCrossEntropy(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSgdUpdate(const KernelDesc &k, Instruction &inst);
@@ -1297,8 +1309,8 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::Attention, K::AttentionGrad}, &CudaBackend::bindAttention);
     set({K::Gather}, &CudaBackend::bindGather);
     set({K::GatherGrad}, &CudaBackend::bindGatherGrad);
-    set({K::LayerNorm, K::LayerNormGrad}, &CudaBackend::bindLayerNorm);
-    set({K::RmsNorm, K::RmsNormGrad}, &CudaBackend::bindRmsNorm);
+    set({K::LayerNorm, K::LayerNormGrad, K::RmsNorm, K::RmsNormGrad},
+        &CudaBackend::bindNorm);
     set({K::Softmax, K::SoftmaxGrad}, &CudaBackend::bindSoftmax);
     set({K::CrossEntropy, K::CrossEntropyGrad}, &CudaBackend::bindCrossEntropy);
     set({K::SgdUpdate}, &CudaBackend::bindSgdUpdate);
@@ -1506,11 +1518,9 @@ llvm::Error CudaBackend::bindBinary(const KernelDesc &k, Instruction &inst) {
   default:
     return fail("the cuda backend has no kernel \"" + k.name() + "\"");
   }
-  inst.fn = [this, op, kernel = k.name().str()](const ExecContext &, In in,
-                                                Out out) {
-    return launched(cuda::binary(op, *in[0], *in[1], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [op](In in, Out out, cudaStream_t s) {
+    return cuda::binary(op, *in[0], *in[1], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindUnary(const KernelDesc &k, Instruction &inst) {
@@ -1554,59 +1564,44 @@ llvm::Error CudaBackend::bindUnary(const KernelDesc &k, Instruction &inst) {
   default:
     return fail("the cuda backend has no kernel \"" + k.name() + "\"");
   }
-  inst.fn = [this, op, kernel = k.name().str()](const ExecContext &, In in,
-                                                Out out) {
-    return launched(cuda::unary(op, *in[0], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [op](In in, Out out, cudaStream_t s) {
+    return cuda::unary(op, *in[0], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindActivationGrad(const KernelDesc &k,
                                             Instruction &inst) {
-  std::string kernel = k.name().str();
-  if (k.kind == KernelKind::SiluGrad) {
-    inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::siluGrad(*in[0], *in[1], out[0], stream()), kernel);
-    };
-    return llvm::Error::success();
-  }
+  if (k.kind == KernelKind::SiluGrad)
+    return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+      return cuda::siluGrad(*in[0], *in[1], out[0], s);
+    });
   bool relu = k.kind == KernelKind::ReluGrad;
   cuda::GeluApproximate approx =
       !relu && k.get<GeluAttrs>().approximate == GeluApproximate::Tanh
           ? cuda::GeluApproximate::Tanh
           : cuda::GeluApproximate::None;
-  inst.fn = [this, relu, approx, kernel](const ExecContext &, In in, Out out) {
-    return launched(
-        relu ? cuda::reluGrad(*in[0], *in[1], out[0], stream())
-             : cuda::geluGrad(*in[0], *in[1], approx, out[0], stream()),
-        kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [relu, approx](In in, Out out, cudaStream_t s) {
+    return relu ? cuda::reluGrad(*in[0], *in[1], out[0], s)
+                : cuda::geluGrad(*in[0], *in[1], approx, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindEqual(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::equal(*in[0], *in[1], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::equal(*in[0], *in[1], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindSelect(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::select(*in[0], *in[1], *in[2], out[0], stream()),
-                    kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::select(*in[0], *in[1], *in[2], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindConvert(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::convert(*in[0], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::convert(*in[0], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindReduce(const KernelDesc &k, Instruction &inst) {
@@ -1655,40 +1650,30 @@ llvm::Error CudaBackend::bindReshape(const KernelDesc &k, Instruction &inst) {
 
 llvm::Error CudaBackend::bindTranspose(const KernelDesc &k, Instruction &inst) {
   std::vector<int64_t> perm = k.get<TransposeAttrs>().permutation;
-  inst.fn = [this, perm, kernel = k.name().str()](const ExecContext &, In in,
-                                                  Out out) {
-    return launched(cuda::transpose(*in[0], perm, out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [perm](In in, Out out, cudaStream_t s) {
+    return cuda::transpose(*in[0], perm, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindSlice(const KernelDesc &k, Instruction &inst) {
   const SliceAttrs &a = k.get<SliceAttrs>();
-  inst.fn = [this, a, kernel = k.name().str()](const ExecContext &, In in,
-                                               Out out) {
-    return launched(
-        cuda::slice(*in[0], a.starts, a.limits, a.strides, out[0], stream()),
-        kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [a](In in, Out out, cudaStream_t s) {
+    return cuda::slice(*in[0], a.starts, a.limits, a.strides, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindConcat(const KernelDesc &k, Instruction &inst) {
   int64_t axis = k.get<AxisAttrs>().axis;
-  inst.fn = [this, axis, kernel = k.name().str()](const ExecContext &, In in,
-                                                  Out out) {
+  return bindLaunch(k, inst, [axis](In in, Out out, cudaStream_t s) {
     std::vector<const Tensor *> inputs(in.begin(), in.end());
-    return launched(cuda::concat(inputs, axis, out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+    return cuda::concat(inputs, axis, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindBroadcast(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::broadcast(*in[0], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::broadcast(*in[0], out[0], s);
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -1808,52 +1793,35 @@ llvm::Error CudaBackend::bindGatherGrad(const KernelDesc &k,
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::bindLayerNorm(const KernelDesc &k, Instruction &inst) {
+/// layer_norm (x, scale, bias) and rms_norm (x, scale), and their grads
+/// (x, scale, dy), which reduce over the rows in scratch.
+llvm::Error CudaBackend::bindNorm(const KernelDesc &k, Instruction &inst) {
   if (k.hasGridAxes())
     return noGridAxesForm(k);
   cudaStream_t s = stream();
   const NormAttrs &a = k.get<NormAttrs>();
   int64_t axis = a.axis;
   float eps = a.epsilon;
-  if (k.kind == KernelKind::LayerNorm) {
-    inst.fn = launchWith(
-        inst, k.name(), false, 0,
-        [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *) {
-          return cuda::layerNorm(*in[0], *in[1], *in[2], axis, eps, out[0], s);
-        });
-    return llvm::Error::success();
-  }
+  bool layer =
+      k.kind == KernelKind::LayerNorm || k.kind == KernelKind::LayerNormGrad;
+  bool grad =
+      k.kind == KernelKind::LayerNormGrad || k.kind == KernelKind::RmsNormGrad;
+  const std::vector<int64_t> &shape = k.operands[0].shape;
+  size_t scratchBytes = !grad   ? 0
+                        : layer ? cuda::layerNormGradScratchBytes(shape, axis)
+                                : cuda::rmsNormGradScratchBytes(shape, axis);
   inst.fn = launchWith(
-      inst, k.name(), false,
-      cuda::layerNormGradScratchBytes(k.operands[0].shape, axis),
-      [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *ws) {
-        return cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
-                                   out[1], out[2], ws, s);
-      });
-  return llvm::Error::success();
-}
-
-llvm::Error CudaBackend::bindRmsNorm(const KernelDesc &k, Instruction &inst) {
-  if (k.hasGridAxes())
-    return noGridAxesForm(k);
-  cudaStream_t s = stream();
-  const NormAttrs &a = k.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  if (k.kind == KernelKind::RmsNorm) {
-    inst.fn = launchWith(
-        inst, k.name(), false, 0,
-        [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *) {
-          return cuda::rmsNorm(*in[0], *in[1], axis, eps, out[0], s);
-        });
-    return llvm::Error::success();
-  }
-  inst.fn = launchWith(
-      inst, k.name(), false,
-      cuda::rmsNormGradScratchBytes(k.operands[0].shape, axis),
-      [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *ws) {
-        return cuda::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
-                                 out[1], ws, s);
+      inst, k.name(), false, scratchBytes,
+      [s, axis, eps, layer, grad](In in, Out out, cuda::DeviceStatus *,
+                                  void *ws) {
+        if (!grad)
+          return layer ? cuda::layerNorm(*in[0], *in[1], *in[2], axis, eps,
+                                         out[0], s)
+                       : cuda::rmsNorm(*in[0], *in[1], axis, eps, out[0], s);
+        return layer ? cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps,
+                                           out[0], out[1], out[2], ws, s)
+                     : cuda::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps,
+                                         out[0], out[1], ws, s);
       });
   return llvm::Error::success();
 }
