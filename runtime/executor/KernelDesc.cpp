@@ -845,17 +845,24 @@ llvm::Error exec::checkCollective(CollectiveSpec &spec,
   TensorType outs[] = {result};
   int64_t n = spec.ranks;
   int64_t rank = rankOf(operand);
-  // reduce_scatter and all_slice: the result is the operand's block of
-  // dimension `dim` split over the n ranks.
-  auto expectOneBlockPerRank = [&]() -> llvm::Error {
-    RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "dim"));
+  // The operand's block of dimension `dim` (normalised) split over the n
+  // ranks.
+  auto blockPerRank = [&]() -> llvm::Expected<TensorType> {
     if (operand.shape[spec.dim] % n != 0)
       return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
                                 "ranks",
                                 spec.dim, typeStr(operand), n));
     TensorType expected = operand;
     expected.shape[spec.dim] /= n;
-    return expectResult(outs, 0, expected);
+    return expected;
+  };
+  // reduce_scatter and all_slice: the result is that block.
+  auto expectOneBlockPerRank = [&]() -> llvm::Error {
+    RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "dim"));
+    llvm::Expected<TensorType> expected = blockPerRank();
+    if (!expected)
+      return expected.takeError();
+    return expectResult(outs, 0, *expected);
   };
   switch (spec.op) {
   case CollectiveOp::AllReduce:
@@ -877,14 +884,11 @@ llvm::Error exec::checkCollective(CollectiveSpec &spec,
   case CollectiveOp::AllToAll: {
     RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "split_dim"));
     RETURN_IF_ERROR(normaliseAxis(spec.dim2, rank, "concat_dim"));
-    if (operand.shape[spec.dim] % n != 0)
-      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
-                                "ranks",
-                                spec.dim, typeStr(operand), n));
-    TensorType expected = operand;
-    expected.shape[spec.dim] /= n;
-    expected.shape[spec.dim2] *= n;
-    return expectResult(outs, 0, expected);
+    llvm::Expected<TensorType> expected = blockPerRank();
+    if (!expected)
+      return expected.takeError();
+    expected->shape[spec.dim2] *= n;
+    return expectResult(outs, 0, *expected);
   }
   }
   return fail("unknown collective");

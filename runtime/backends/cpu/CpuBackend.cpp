@@ -219,37 +219,25 @@ llvm::Error bindBroadcast(const KernelDesc &, Instruction &inst) {
                     [](In in, Out out) { cpu::broadcast(*in[0], out[0]); });
 }
 
+/// gather (table, ids) and gather_grad (ids, dy). Vocab-parallel (a
+/// communicator): this rank's rows start at comm rank · V_local, V_local the
+/// rows of the table (gather) or of the gradient (gather_grad).
 llvm::Error bindGather(const KernelDesc &d, Instruction &inst) {
+  bool grad = d.kind == KernelKind::GatherGrad;
   if (int comm = d.commIndex; comm >= 0) {
-    // Vocab-parallel: this rank's rows start at comm rank · V_local.
-    inst.fn = [comm](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+    auto masked = grad ? &cpu::gatherGradMasked : &cpu::gatherMasked;
+    inst.fn = [comm, grad, masked](const ExecContext &ctx, In in,
+                                   Out out) -> llvm::Error {
       RETURN_IF_ERROR(checkComm(ctx, comm));
       const mpi::Communicator &c = ctx.comms[comm];
-      int64_t local = in[0]->dim(0);
-      return cpu::gatherMasked(*in[0], *in[1], c.rank() * local,
-                               c.size() * local, out[0]);
+      int64_t local = grad ? out[0].dim(0) : in[0]->dim(0);
+      return masked(*in[0], *in[1], c.rank() * local, c.size() * local, out[0]);
     };
     return llvm::Error::success();
   }
-  inst.fn = [](const ExecContext &, In in, Out out) {
-    return cpu::gather(*in[0], *in[1], out[0]);
-  };
-  return llvm::Error::success();
-}
-
-llvm::Error bindGatherGrad(const KernelDesc &d, Instruction &inst) {
-  if (int comm = d.commIndex; comm >= 0) {
-    inst.fn = [comm](const ExecContext &ctx, In in, Out out) -> llvm::Error {
-      RETURN_IF_ERROR(checkComm(ctx, comm));
-      const mpi::Communicator &c = ctx.comms[comm];
-      int64_t local = out[0].dim(0);
-      return cpu::gatherGradMasked(*in[0], *in[1], c.rank() * local,
-                                   c.size() * local, out[0]);
-    };
-    return llvm::Error::success();
-  }
-  inst.fn = [](const ExecContext &, In in, Out out) {
-    return cpu::gatherGrad(*in[0], *in[1], out[0]);
+  auto plain = grad ? &cpu::gatherGrad : &cpu::gather;
+  inst.fn = [plain](const ExecContext &, In in, Out out) {
+    return plain(*in[0], *in[1], out[0]);
   };
   return llvm::Error::success();
 }
@@ -545,8 +533,7 @@ const BindTable &binders() {
     set({K::Slice}, &bindSlice);
     set({K::Concat}, &bindConcat);
     set({K::Broadcast}, &bindBroadcast);
-    set({K::Gather}, &bindGather);
-    set({K::GatherGrad}, &bindGatherGrad);
+    set({K::Gather, K::GatherGrad}, &bindGather);
     set({K::LayerNorm, K::LayerNormGrad, K::RmsNorm, K::RmsNormGrad},
         &bindNorm);
     set({K::Attention, K::AttentionGrad}, &bindAttention);

@@ -287,7 +287,6 @@ private:
   llvm::Error bindBroadcast(const KernelDesc &k, Instruction &inst);
   llvm::Error bindAttention(const KernelDesc &k, Instruction &inst);
   llvm::Error bindGather(const KernelDesc &k, Instruction &inst);
-  llvm::Error bindGatherGrad(const KernelDesc &k, Instruction &inst);
   llvm::Error bindNorm(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSoftmax(const KernelDesc &k, Instruction &inst);
   llvm::Error bindCrossEntropy(const KernelDesc &k, Instruction &inst);
@@ -1307,8 +1306,7 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::Concat}, &CudaBackend::bindConcat);
     set({K::Broadcast}, &CudaBackend::bindBroadcast);
     set({K::Attention, K::AttentionGrad}, &CudaBackend::bindAttention);
-    set({K::Gather}, &CudaBackend::bindGather);
-    set({K::GatherGrad}, &CudaBackend::bindGatherGrad);
+    set({K::Gather, K::GatherGrad}, &CudaBackend::bindGather);
     set({K::LayerNorm, K::LayerNormGrad, K::RmsNorm, K::RmsNormGrad},
         &CudaBackend::bindNorm);
     set({K::Softmax, K::SoftmaxGrad}, &CudaBackend::bindSoftmax);
@@ -1737,59 +1735,41 @@ llvm::Error CudaBackend::bindAttention(const KernelDesc &k, Instruction &inst) {
 llvm::Error CudaBackend::bindGather(const KernelDesc &k, Instruction &inst) {
   using Status = cuda::DeviceStatus *;
   cudaStream_t s = stream();
-  if (int comm = k.commIndex; comm >= 0) {
-    inst.fn = launchWith(
-        inst, k.name(), true, 0,
-        [s, comm, kernel = k.name().str()](const ExecContext &ctx, In in,
-                                           Out out, Status status,
-                                           void *) -> llvm::Error {
-          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
-          if (!c)
-            return c.takeError();
-          int64_t local = in[0]->dim(0);
-          return launched(
-              cuda::gatherMasked(*in[0], *in[1], (*c)->rank() * local,
-                                 (*c)->size() * local, out[0], status, s),
-              kernel);
-        });
-    return llvm::Error::success();
+  bool grad = k.kind == KernelKind::GatherGrad;
+  size_t scratchBytes = 0;
+  if (grad) {
+    llvm::Expected<size_t> bytes = gatherGradScratch(k.operands, k.results);
+    if (!bytes)
+      return bytes.takeError();
+    scratchBytes = *bytes;
   }
-  inst.fn = launchWith(inst, k.name(), /*needsStatus=*/true, 0,
-                       [s](In in, Out out, Status status, void *) {
-                         return cuda::gather(*in[0], *in[1], out[0], status, s);
-                       });
-  return llvm::Error::success();
-}
-
-llvm::Error CudaBackend::bindGatherGrad(const KernelDesc &k,
-                                        Instruction &inst) {
-  using Status = cuda::DeviceStatus *;
-  cudaStream_t s = stream();
-  llvm::Expected<size_t> bytes = gatherGradScratch(k.operands, k.results);
-  if (!bytes)
-    return bytes.takeError();
   if (int comm = k.commIndex; comm >= 0) {
     inst.fn = launchWith(
-        inst, k.name(), true, *bytes,
-        [s, comm, kernel = k.name().str()](const ExecContext &ctx, In in,
-                                           Out out, Status status,
-                                           void *ws) -> llvm::Error {
+        inst, k.name(), true, scratchBytes,
+        [s, comm, grad, kernel = k.name().str()](const ExecContext &ctx, In in,
+                                                 Out out, Status status,
+                                                 void *ws) -> llvm::Error {
           llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
           if (!c)
             return c.takeError();
-          int64_t local = out[0].dim(0);
-          return launched(cuda::gatherGradMasked(
-                              *in[0], *in[1], (*c)->rank() * local,
-                              (*c)->size() * local, out[0], ws, status, s),
+          // V_local: the rows of the table (gather) or of the gradient.
+          int64_t local = grad ? out[0].dim(0) : in[0]->dim(0);
+          int64_t offset = (*c)->rank() * local, vocab = (*c)->size() * local;
+          return launched(grad ? cuda::gatherGradMasked(*in[0], *in[1], offset,
+                                                        vocab, out[0], ws,
+                                                        status, s)
+                               : cuda::gatherMasked(*in[0], *in[1], offset,
+                                                    vocab, out[0], status, s),
                           kernel);
         });
     return llvm::Error::success();
   }
-  inst.fn = launchWith(inst, k.name(), true, *bytes,
-                       [s](In in, Out out, Status status, void *ws) {
-                         return cuda::gatherGrad(*in[0], *in[1], out[0], ws,
-                                                 status, s);
-                       });
+  inst.fn = launchWith(
+      inst, k.name(), /*needsStatus=*/true, scratchBytes,
+      [s, grad](In in, Out out, Status status, void *ws) {
+        return grad ? cuda::gatherGrad(*in[0], *in[1], out[0], ws, status, s)
+                    : cuda::gather(*in[0], *in[1], out[0], status, s);
+      });
   return llvm::Error::success();
 }
 
