@@ -544,7 +544,8 @@ llvm::Error decodeNormFamily(KernelDesc &d, Types ins, Types outs,
   RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
   for (size_t i = 1; i < outs.size(); ++i)
     RETURN_IF_ERROR(expectResult(outs, i, ins[1]));
-  d.attrs = NormAttrs{axis, static_cast<float>(eps)};
+  bool rms = d.kind == KernelKind::RmsNorm || d.kind == KernelKind::RmsNormGrad;
+  d.attrs = NormAttrs{axis, static_cast<float>(eps), rms, grad};
   return llvm::Error::success();
 }
 

@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -68,6 +69,17 @@ constexpr size_t kNumKernelKinds = 0
 /// `kind` as an index into a dispatch table.
 constexpr size_t kernelIndex(KernelKind kind) {
   return static_cast<size_t>(kind);
+}
+
+/// The value `table` gives `kind` (a backend's kernel or op code for each
+/// kind of a family), or nothing for a kind it does not list.
+template <typename T, size_t N>
+std::optional<T> lookupKind(const std::pair<KernelKind, T> (&table)[N],
+                            KernelKind kind) {
+  for (const auto &[k, value] : table)
+    if (k == kind)
+      return value;
+  return std::nullopt;
 }
 
 /// The tsrt name of `kind` ("matmul").
@@ -125,10 +137,13 @@ struct AxisAttrs {
 };
 
 /// layer_norm(_grad), rms_norm(_grad): `axis` (normalised; the normalised
-/// shape is the operand's dims from `axis` on) and `epsilon` (as f32).
+/// shape is the operand's dims from `axis` on) and `epsilon` (as f32);
+/// `rms` for the rms_norm kinds, `grad` for the gradient kinds.
 struct NormAttrs {
   int64_t axis = 0;
   float epsilon = 0;
+  bool rms = false;
+  bool grad = false;
 };
 
 /// attention / attention_grad: the shapes (Q [b..., Sq, Dh], K [b..., Sk,

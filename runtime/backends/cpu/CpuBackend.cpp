@@ -81,69 +81,28 @@ using BinaryFn = void (*)(const Tensor &, const Tensor &, Tensor &);
 using UnaryFn = void (*)(const Tensor &, Tensor &);
 
 llvm::Error bindBinary(const KernelDesc &d, Instruction &inst) {
-  BinaryFn f = nullptr;
-  switch (d.kind) {
-  case KernelKind::Add:
-    f = &cpu::add;
-    break;
-  case KernelKind::Sub:
-    f = &cpu::sub;
-    break;
-  case KernelKind::Mul:
-    f = &cpu::mul;
-    break;
-  case KernelKind::Div:
-    f = &cpu::div;
-    break;
-  case KernelKind::Pow:
-    f = &cpu::pow;
-    break;
-  case KernelKind::Max:
-    f = &cpu::max;
-    break;
-  default:
+  static const std::pair<KernelKind, BinaryFn> kernels[] = {
+      {KernelKind::Add, &cpu::add}, {KernelKind::Sub, &cpu::sub},
+      {KernelKind::Mul, &cpu::mul}, {KernelKind::Div, &cpu::div},
+      {KernelKind::Pow, &cpu::pow}, {KernelKind::Max, &cpu::max}};
+  std::optional<BinaryFn> f = lookupKind(kernels, d.kind);
+  if (!f)
     return fail("unknown kernel");
-  }
-  return bindNoFail(inst, [f](In in, Out out) { f(*in[0], *in[1], out[0]); });
+  return bindNoFail(inst,
+                    [f = *f](In in, Out out) { f(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindUnary(const KernelDesc &d, Instruction &inst) {
-  UnaryFn f = nullptr;
-  switch (d.kind) {
-  case KernelKind::Neg:
-    f = &cpu::neg;
-    break;
-  case KernelKind::Exp:
-    f = &cpu::exp;
-    break;
-  case KernelKind::Log:
-    f = &cpu::log;
-    break;
-  case KernelKind::Sqrt:
-    f = &cpu::sqrt;
-    break;
-  case KernelKind::Rsqrt:
-    f = &cpu::rsqrt;
-    break;
-  case KernelKind::Tanh:
-    f = &cpu::tanh;
-    break;
-  case KernelKind::Erf:
-    f = &cpu::erf;
-    break;
-  case KernelKind::Relu:
-    f = &cpu::relu;
-    break;
-  case KernelKind::Sigmoid:
-    f = &cpu::sigmoid;
-    break;
-  case KernelKind::Silu:
-    f = &cpu::silu;
-    break;
-  default:
+  static const std::pair<KernelKind, UnaryFn> kernels[] = {
+      {KernelKind::Neg, &cpu::neg},         {KernelKind::Exp, &cpu::exp},
+      {KernelKind::Log, &cpu::log},         {KernelKind::Sqrt, &cpu::sqrt},
+      {KernelKind::Rsqrt, &cpu::rsqrt},     {KernelKind::Tanh, &cpu::tanh},
+      {KernelKind::Erf, &cpu::erf},         {KernelKind::Relu, &cpu::relu},
+      {KernelKind::Sigmoid, &cpu::sigmoid}, {KernelKind::Silu, &cpu::silu}};
+  std::optional<UnaryFn> f = lookupKind(kernels, d.kind);
+  if (!f)
     return fail("unknown kernel");
-  }
-  return bindNoFail(inst, [f](In in, Out out) { f(*in[0], out[0]); });
+  return bindNoFail(inst, [f = *f](In in, Out out) { f(*in[0], out[0]); });
 }
 
 llvm::Error bindGelu(const KernelDesc &d, Instruction &inst) {
@@ -245,23 +204,17 @@ llvm::Error bindGather(const KernelDesc &d, Instruction &inst) {
 /// layer_norm (x, scale, bias) and rms_norm (x, scale), and their grads
 /// (x, scale, dy).
 llvm::Error bindNorm(const KernelDesc &d, Instruction &inst) {
-  const NormAttrs &a = d.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  bool layer =
-      d.kind == KernelKind::LayerNorm || d.kind == KernelKind::LayerNormGrad;
-  bool grad =
-      d.kind == KernelKind::LayerNormGrad || d.kind == KernelKind::RmsNormGrad;
-  return bindNoFail(inst, [axis, eps, layer, grad](In in, Out out) {
-    if (layer && !grad)
-      cpu::layerNorm(*in[0], *in[1], *in[2], axis, eps, out[0]);
-    else if (layer)
-      cpu::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0], out[1],
-                         out[2]);
-    else if (!grad)
-      cpu::rmsNorm(*in[0], *in[1], axis, eps, out[0]);
+  return bindNoFail(inst, [a = d.get<NormAttrs>()](In in, Out out) {
+    if (a.rms && a.grad)
+      cpu::rmsNormGrad(*in[0], *in[1], *in[2], a.axis, a.epsilon, out[0],
+                       out[1]);
+    else if (a.rms)
+      cpu::rmsNorm(*in[0], *in[1], a.axis, a.epsilon, out[0]);
+    else if (a.grad)
+      cpu::layerNormGrad(*in[0], *in[1], *in[2], a.axis, a.epsilon, out[0],
+                         out[1], out[2]);
     else
-      cpu::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0], out[1]);
+      cpu::layerNorm(*in[0], *in[1], *in[2], a.axis, a.epsilon, out[0]);
   });
 }
 

@@ -1493,76 +1493,41 @@ static llvm::Error noGridAxesForm(const KernelDesc &k) {
 //===----------------------------------------------------------------------===//
 
 llvm::Error CudaBackend::bindBinary(const KernelDesc &k, Instruction &inst) {
-  cuda::BinaryOp op;
-  switch (k.kind) {
-  case KernelKind::Add:
-    op = cuda::BinaryOp::Add;
-    break;
-  case KernelKind::Sub:
-    op = cuda::BinaryOp::Sub;
-    break;
-  case KernelKind::Mul:
-    op = cuda::BinaryOp::Mul;
-    break;
-  case KernelKind::Div:
-    op = cuda::BinaryOp::Div;
-    break;
-  case KernelKind::Pow:
-    op = cuda::BinaryOp::Pow;
-    break;
-  case KernelKind::Max:
-    op = cuda::BinaryOp::Max;
-    break;
-  default:
+  static const std::pair<KernelKind, cuda::BinaryOp> ops[] = {
+      {KernelKind::Add, cuda::BinaryOp::Add},
+      {KernelKind::Sub, cuda::BinaryOp::Sub},
+      {KernelKind::Mul, cuda::BinaryOp::Mul},
+      {KernelKind::Div, cuda::BinaryOp::Div},
+      {KernelKind::Pow, cuda::BinaryOp::Pow},
+      {KernelKind::Max, cuda::BinaryOp::Max}};
+  std::optional<cuda::BinaryOp> op = lookupKind(ops, k.kind);
+  if (!op)
     return fail("the cuda backend has no kernel \"" + k.name() + "\"");
-  }
-  return bindLaunch(k, inst, [op](In in, Out out, cudaStream_t s) {
+  return bindLaunch(k, inst, [op = *op](In in, Out out, cudaStream_t s) {
     return cuda::binary(op, *in[0], *in[1], out[0], s);
   });
 }
 
 llvm::Error CudaBackend::bindUnary(const KernelDesc &k, Instruction &inst) {
-  cuda::UnaryOp op;
-  switch (k.kind) {
-  case KernelKind::Neg:
-    op = cuda::UnaryOp::Neg;
-    break;
-  case KernelKind::Exp:
-    op = cuda::UnaryOp::Exp;
-    break;
-  case KernelKind::Log:
-    op = cuda::UnaryOp::Log;
-    break;
-  case KernelKind::Sqrt:
-    op = cuda::UnaryOp::Sqrt;
-    break;
-  case KernelKind::Rsqrt:
-    op = cuda::UnaryOp::Rsqrt;
-    break;
-  case KernelKind::Tanh:
-    op = cuda::UnaryOp::Tanh;
-    break;
-  case KernelKind::Erf:
-    op = cuda::UnaryOp::Erf;
-    break;
-  case KernelKind::Relu:
-    op = cuda::UnaryOp::Relu;
-    break;
-  case KernelKind::Gelu:
+  static const std::pair<KernelKind, cuda::UnaryOp> ops[] = {
+      {KernelKind::Neg, cuda::UnaryOp::Neg},
+      {KernelKind::Exp, cuda::UnaryOp::Exp},
+      {KernelKind::Log, cuda::UnaryOp::Log},
+      {KernelKind::Sqrt, cuda::UnaryOp::Sqrt},
+      {KernelKind::Rsqrt, cuda::UnaryOp::Rsqrt},
+      {KernelKind::Tanh, cuda::UnaryOp::Tanh},
+      {KernelKind::Erf, cuda::UnaryOp::Erf},
+      {KernelKind::Relu, cuda::UnaryOp::Relu},
+      {KernelKind::Sigmoid, cuda::UnaryOp::Sigmoid},
+      {KernelKind::Silu, cuda::UnaryOp::Silu}};
+  std::optional<cuda::UnaryOp> op = lookupKind(ops, k.kind);
+  if (k.kind == KernelKind::Gelu)
     op = k.get<GeluAttrs>().approximate == GeluApproximate::Tanh
              ? cuda::UnaryOp::GeluTanh
              : cuda::UnaryOp::Gelu;
-    break;
-  case KernelKind::Sigmoid:
-    op = cuda::UnaryOp::Sigmoid;
-    break;
-  case KernelKind::Silu:
-    op = cuda::UnaryOp::Silu;
-    break;
-  default:
+  if (!op)
     return fail("the cuda backend has no kernel \"" + k.name() + "\"");
-  }
-  return bindLaunch(k, inst, [op](In in, Out out, cudaStream_t s) {
+  return bindLaunch(k, inst, [op = *op](In in, Out out, cudaStream_t s) {
     return cuda::unary(op, *in[0], out[0], s);
   });
 }
@@ -1780,28 +1745,24 @@ llvm::Error CudaBackend::bindNorm(const KernelDesc &k, Instruction &inst) {
     return noGridAxesForm(k);
   cudaStream_t s = stream();
   const NormAttrs &a = k.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  bool layer =
-      k.kind == KernelKind::LayerNorm || k.kind == KernelKind::LayerNormGrad;
-  bool grad =
-      k.kind == KernelKind::LayerNormGrad || k.kind == KernelKind::RmsNormGrad;
   const std::vector<int64_t> &shape = k.operands[0].shape;
-  size_t scratchBytes = !grad   ? 0
-                        : layer ? cuda::layerNormGradScratchBytes(shape, axis)
-                                : cuda::rmsNormGradScratchBytes(shape, axis);
+  size_t scratchBytes = !a.grad ? 0
+                        : a.rms
+                            ? cuda::rmsNormGradScratchBytes(shape, a.axis)
+                            : cuda::layerNormGradScratchBytes(shape, a.axis);
   inst.fn = launchWith(
       inst, k.name(), false, scratchBytes,
-      [s, axis, eps, layer, grad](In in, Out out, cuda::DeviceStatus *,
-                                  void *ws) {
-        if (!grad)
-          return layer ? cuda::layerNorm(*in[0], *in[1], *in[2], axis, eps,
-                                         out[0], s)
-                       : cuda::rmsNorm(*in[0], *in[1], axis, eps, out[0], s);
-        return layer ? cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps,
-                                           out[0], out[1], out[2], ws, s)
-                     : cuda::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps,
-                                         out[0], out[1], ws, s);
+      [s, a](In in, Out out, cuda::DeviceStatus *, void *ws) {
+        if (a.rms)
+          return a.grad ? cuda::rmsNormGrad(*in[0], *in[1], *in[2], a.axis,
+                                            a.epsilon, out[0], out[1], ws, s)
+                        : cuda::rmsNorm(*in[0], *in[1], a.axis, a.epsilon,
+                                        out[0], s);
+        return a.grad ? cuda::layerNormGrad(*in[0], *in[1], *in[2], a.axis,
+                                            a.epsilon, out[0], out[1], out[2],
+                                            ws, s)
+                      : cuda::layerNorm(*in[0], *in[1], *in[2], a.axis,
+                                        a.epsilon, out[0], s);
       });
   return llvm::Error::success();
 }
