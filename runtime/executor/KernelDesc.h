@@ -35,8 +35,10 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <utility>
 #include <variant>
@@ -69,6 +71,18 @@ constexpr size_t kNumKernelKinds = 0
 /// `kind` as an index into a dispatch table.
 constexpr size_t kernelIndex(KernelKind kind) {
   return static_cast<size_t>(kind);
+}
+
+/// A backend's dispatch table, one `Fn` per kind (null where it has none):
+/// `fill(set)` calls `set(kinds, fn)` for each family.
+template <typename Fn, typename Fill>
+std::array<Fn, kNumKernelKinds> makeKindTable(Fill fill) {
+  std::array<Fn, kNumKernelKinds> t{};
+  fill([&t](std::initializer_list<KernelKind> kinds, Fn fn) {
+    for (KernelKind k : kinds)
+      t[kernelIndex(k)] = fn;
+  });
+  return t;
 }
 
 /// The value `table` gives `kind` (a backend's kernel or op code for each

@@ -464,12 +464,7 @@ using BindTable = std::array<BindFn, kNumKernelKinds>;
 
 /// The binder of every kind, built once.
 const BindTable &binders() {
-  static const BindTable table = [] {
-    BindTable t{};
-    auto set = [&](std::initializer_list<KernelKind> kinds, BindFn fn) {
-      for (KernelKind k : kinds)
-        t[kernelIndex(k)] = fn;
-    };
+  static const BindTable table = makeKindTable<BindFn>([](auto set) {
     using K = KernelKind;
     set({K::Add, K::Sub, K::Mul, K::Div, K::Pow, K::Max}, &bindBinary);
     set({K::Neg, K::Exp, K::Log, K::Sqrt, K::Rsqrt, K::Tanh, K::Erf, K::Relu,
@@ -498,8 +493,7 @@ const BindTable &binders() {
     set({K::CrossEntropy, K::CrossEntropyGrad}, &bindCrossEntropy);
     set({K::SgdUpdate}, &bindSgdUpdate);
     set({K::AdamwUpdate}, &bindAdamwUpdate);
-    return t;
-  }();
+  });
   return table;
 }
 

@@ -1281,12 +1281,7 @@ bool CudaBackend::takesNative16Bit(const KernelDesc &k) {
 }
 
 const CudaBackend::BindTable &CudaBackend::binders() {
-  static const BindTable table = [] {
-    BindTable t{};
-    auto set = [&](std::initializer_list<KernelKind> kinds, BindFn fn) {
-      for (KernelKind k : kinds)
-        t[kernelIndex(k)] = fn;
-    };
+  static const BindTable table = makeKindTable<BindFn>([](auto set) {
     using K = KernelKind;
     set({K::Add, K::Sub, K::Mul, K::Div, K::Pow, K::Max},
         &CudaBackend::bindBinary);
@@ -1313,8 +1308,7 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::CrossEntropy, K::CrossEntropyGrad}, &CudaBackend::bindCrossEntropy);
     set({K::SgdUpdate}, &CudaBackend::bindSgdUpdate);
     set({K::AdamwUpdate}, &CudaBackend::bindAdamwUpdate);
-    return t;
-  }();
+  });
   return table;
 }
 
