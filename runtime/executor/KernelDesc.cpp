@@ -300,13 +300,23 @@ llvm::Error decodeSelect(KernelDesc &, Types ins, Types outs, AttrReader &,
   return expectResult(outs, 0, ins[1]);
 }
 
-llvm::Error decodeConvert(KernelDesc &, Types ins, Types outs, AttrReader &,
-                          const CompileOptions &) {
+/// One operand and one result such that `fits(operand, result)`, else
+/// "cannot <verb> <operand> to <result>".
+template <typename Fits>
+llvm::Error expectOneToOne(Types ins, Types outs, StringRef verb, Fits fits) {
   RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
-  if (outs[0].shape != ins[0].shape)
-    return fail("cannot convert " + typeStr(ins[0]) + " to " +
+  if (!fits(ins[0], outs[0]))
+    return fail("cannot " + verb + " " + typeStr(ins[0]) + " to " +
                 typeStr(outs[0]));
   return llvm::Error::success();
+}
+
+llvm::Error decodeConvert(KernelDesc &, Types ins, Types outs, AttrReader &,
+                          const CompileOptions &) {
+  return expectOneToOne(ins, outs, "convert",
+                        [](const TensorType &in, const TensorType &out) {
+                          return out.shape == in.shape;
+                        });
 }
 
 /// reduce_sum / reduce_mean / reduce_max.
@@ -380,11 +390,10 @@ llvm::Error decodeMatmul(KernelDesc &d, Types ins, Types outs,
 /// A view of the operand with the result's shape (no kernel).
 llvm::Error decodeReshape(KernelDesc &, Types ins, Types outs, AttrReader &,
                           const CompileOptions &) {
-  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
-  if (outs[0].dtype != ins[0].dtype || numelOf(outs[0]) != numelOf(ins[0]))
-    return fail("cannot reshape " + typeStr(ins[0]) + " to " +
-                typeStr(outs[0]));
-  return llvm::Error::success();
+  return expectOneToOne(
+      ins, outs, "reshape", [](const TensorType &in, const TensorType &out) {
+        return out.dtype == in.dtype && numelOf(out) == numelOf(in);
+      });
 }
 
 llvm::Error decodeTranspose(KernelDesc &d, Types ins, Types outs,
@@ -508,12 +517,15 @@ llvm::Error decodeGatherGrad(KernelDesc &, Types ins, Types outs, AttrReader &,
   return llvm::Error::success();
 }
 
-/// layer_norm (x, scale, bias) -> y; layer_norm_grad (x, scale, dy) ->
-/// (dx, dscale, dbias).
-llvm::Error decodeLayerNorm(KernelDesc &d, Types ins, Types outs,
-                            AttrReader &attrs, const CompileOptions &) {
-  bool grad = d.kind == KernelKind::LayerNormGrad;
-  RETURN_IF_ERROR(expectCounts(ins, outs, 3, grad ? 3 : 1));
+/// The layer_norm and rms_norm families: `nIn` operands (x, scale[, third])
+/// and `nOut` results (y[, dx, dscale[, dbias]]), all f32. scale has the
+/// shape of x's dimensions from `axis` on; a third operand is dy (x's type)
+/// for a grad, else a bias shaped like scale. Results: dx has x's type, the
+/// others scale's.
+llvm::Error decodeNormFamily(KernelDesc &d, Types ins, Types outs,
+                             AttrReader &attrs, bool grad, size_t nIn,
+                             size_t nOut) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, nIn, nOut));
   for (const TensorType &t : ins)
     RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
   int64_t axis = attrs.integer("axis");
@@ -522,42 +534,35 @@ llvm::Error decodeLayerNorm(KernelDesc &d, Types ins, Types outs,
   RETURN_IF_ERROR(normaliseAxis(axis, rankOf(ins[0]), "axis"));
   std::vector<int64_t> normShape(ins[0].shape.begin() + axis,
                                  ins[0].shape.end());
-  bool thirdOk = grad ? ins[2] == ins[0] : ins[2].shape == normShape;
+  bool third = ins.size() > 2;
+  bool thirdOk =
+      !third || (grad ? ins[2] == ins[0] : ins[2].shape == normShape);
   if (ins[1].shape != normShape || !thirdOk)
     return fail("operand types " + typeStr(ins[0]) + ", " + typeStr(ins[1]) +
-                ", " + typeStr(ins[2]) + " do not match axis " +
-                std::to_string(axis));
+                (third ? ", " + typeStr(ins[2]) : std::string()) +
+                " do not match axis " + std::to_string(axis));
   RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
-  if (grad) {
-    RETURN_IF_ERROR(expectResult(outs, 1, ins[1]));
-    RETURN_IF_ERROR(expectResult(outs, 2, ins[1]));
-  }
-  d.attrs = NormAttrs{axis, static_cast<float>(eps)};
+  for (size_t i = 1; i < outs.size(); ++i)
+    RETURN_IF_ERROR(expectResult(outs, i, ins[1]));
+  bool rms = d.kind == KernelKind::RmsNorm || d.kind == KernelKind::RmsNormGrad;
+  d.attrs = NormAttrs{axis, static_cast<float>(eps), rms, grad};
   return llvm::Error::success();
+}
+
+/// layer_norm (x, scale, bias) -> y; layer_norm_grad (x, scale, dy) ->
+/// (dx, dscale, dbias).
+llvm::Error decodeLayerNorm(KernelDesc &d, Types ins, Types outs,
+                            AttrReader &attrs, const CompileOptions &) {
+  bool grad = d.kind == KernelKind::LayerNormGrad;
+  return decodeNormFamily(d, ins, outs, attrs, grad, 3, grad ? 3 : 1);
 }
 
 /// rms_norm (x, scale) -> y; rms_norm_grad (x, scale, dy) -> (dx, dscale).
 llvm::Error decodeRmsNorm(KernelDesc &d, Types ins, Types outs,
                           AttrReader &attrs, const CompileOptions &) {
   bool grad = d.kind == KernelKind::RmsNormGrad;
-  RETURN_IF_ERROR(expectCounts(ins, outs, grad ? 3 : 2, grad ? 2 : 1));
-  for (const TensorType &t : ins)
-    RETURN_IF_ERROR(expectDType(t, {DType::F32}, "operand"));
-  int64_t axis = attrs.integer("axis");
-  double eps = attrs.floating("epsilon");
-  RETURN_IF_ERROR(attrs.takeError());
-  RETURN_IF_ERROR(normaliseAxis(axis, rankOf(ins[0]), "axis"));
-  std::vector<int64_t> normShape(ins[0].shape.begin() + axis,
-                                 ins[0].shape.end());
-  if (ins[1].shape != normShape || (grad && ins[2] != ins[0]))
-    return fail("operand types " + typeStr(ins[0]) + ", " + typeStr(ins[1]) +
-                (grad ? ", " + typeStr(ins[2]) : std::string()) +
-                " do not match axis " + std::to_string(axis));
-  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
-  if (grad)
-    RETURN_IF_ERROR(expectResult(outs, 1, ins[1]));
-  d.attrs = NormAttrs{axis, static_cast<float>(eps)};
-  return llvm::Error::success();
+  return decodeNormFamily(d, ins, outs, attrs, grad, grad ? 3 : 2,
+                          grad ? 2 : 1);
 }
 
 /// tsr.attention (q, k, v [, mask]) -> (o, lse) and tsr.attention_grad
@@ -841,17 +846,24 @@ llvm::Error exec::checkCollective(CollectiveSpec &spec,
   TensorType outs[] = {result};
   int64_t n = spec.ranks;
   int64_t rank = rankOf(operand);
-  // reduce_scatter and all_slice: the result is the operand's block of
-  // dimension `dim` split over the n ranks.
-  auto expectOneBlockPerRank = [&]() -> llvm::Error {
-    RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "dim"));
+  // The operand's block of dimension `dim` (normalised) split over the n
+  // ranks.
+  auto blockPerRank = [&]() -> llvm::Expected<TensorType> {
     if (operand.shape[spec.dim] % n != 0)
       return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
                                 "ranks",
                                 spec.dim, typeStr(operand), n));
     TensorType expected = operand;
     expected.shape[spec.dim] /= n;
-    return expectResult(outs, 0, expected);
+    return expected;
+  };
+  // reduce_scatter and all_slice: the result is that block.
+  auto expectOneBlockPerRank = [&]() -> llvm::Error {
+    RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "dim"));
+    llvm::Expected<TensorType> expected = blockPerRank();
+    if (!expected)
+      return expected.takeError();
+    return expectResult(outs, 0, *expected);
   };
   switch (spec.op) {
   case CollectiveOp::AllReduce:
@@ -873,14 +885,11 @@ llvm::Error exec::checkCollective(CollectiveSpec &spec,
   case CollectiveOp::AllToAll: {
     RETURN_IF_ERROR(normaliseAxis(spec.dim, rank, "split_dim"));
     RETURN_IF_ERROR(normaliseAxis(spec.dim2, rank, "concat_dim"));
-    if (operand.shape[spec.dim] % n != 0)
-      return fail(llvm::formatv("dimension {0} of {1} is not divisible by {2} "
-                                "ranks",
-                                spec.dim, typeStr(operand), n));
-    TensorType expected = operand;
-    expected.shape[spec.dim] /= n;
-    expected.shape[spec.dim2] *= n;
-    return expectResult(outs, 0, expected);
+    llvm::Expected<TensorType> expected = blockPerRank();
+    if (!expected)
+      return expected.takeError();
+    expected->shape[spec.dim2] *= n;
+    return expectResult(outs, 0, *expected);
   }
   }
   return fail("unknown collective");

@@ -35,9 +35,12 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -68,6 +71,29 @@ constexpr size_t kNumKernelKinds = 0
 /// `kind` as an index into a dispatch table.
 constexpr size_t kernelIndex(KernelKind kind) {
   return static_cast<size_t>(kind);
+}
+
+/// A backend's dispatch table, one `Fn` per kind (null where it has none):
+/// `fill(set)` calls `set(kinds, fn)` for each family.
+template <typename Fn, typename Fill>
+std::array<Fn, kNumKernelKinds> makeKindTable(Fill fill) {
+  std::array<Fn, kNumKernelKinds> t{};
+  fill([&t](std::initializer_list<KernelKind> kinds, Fn fn) {
+    for (KernelKind k : kinds)
+      t[kernelIndex(k)] = fn;
+  });
+  return t;
+}
+
+/// The value `table` gives `kind` (a backend's kernel or op code for each
+/// kind of a family), or nothing for a kind it does not list.
+template <typename T, size_t N>
+std::optional<T> lookupKind(const std::pair<KernelKind, T> (&table)[N],
+                            KernelKind kind) {
+  for (const auto &[k, value] : table)
+    if (k == kind)
+      return value;
+  return std::nullopt;
 }
 
 /// The tsrt name of `kind` ("matmul").
@@ -125,10 +151,13 @@ struct AxisAttrs {
 };
 
 /// layer_norm(_grad), rms_norm(_grad): `axis` (normalised; the normalised
-/// shape is the operand's dims from `axis` on) and `epsilon` (as f32).
+/// shape is the operand's dims from `axis` on) and `epsilon` (as f32);
+/// `rms` for the rms_norm kinds, `grad` for the gradient kinds.
 struct NormAttrs {
   int64_t axis = 0;
   float epsilon = 0;
+  bool rms = false;
+  bool grad = false;
 };
 
 /// attention / attention_grad: the shapes (Q [b..., Sq, Dh], K [b..., Sk,

@@ -284,6 +284,10 @@ private:
     slotOf[v] = p.slots;
     return p.slots++;
   }
+  /// Appends the slot and type of `v`, defined earlier, to `slots` and
+  /// `types`; `undefined` is the error when it is not.
+  llvm::Error readValue(Value v, const char *undefined, std::vector<int> &slots,
+                        std::vector<exec::TensorType> &types);
 
   Program &p;
   func::FuncOp func;
@@ -363,17 +367,26 @@ llvm::Error ProgramCompiler::compileBody() {
   return llvm::Error::success();
 }
 
+llvm::Error ProgramCompiler::readValue(Value v, const char *undefined,
+                                       std::vector<int> &slots,
+                                       std::vector<exec::TensorType> &types) {
+  auto it = slotOf.find(v);
+  if (it == slotOf.end())
+    return fail(undefined);
+  slots.push_back(it->second);
+  auto t = tensorTypeOf(v.getType());
+  if (!t)
+    return t.takeError();
+  types.push_back(*t);
+  return llvm::Error::success();
+}
+
 llvm::Error ProgramCompiler::compileReturn(func::ReturnOp ret) {
-  for (Value v : ret.getOperands()) {
-    auto it = slotOf.find(v);
-    if (it == slotOf.end())
-      return fail("returns a value not defined in the function");
-    p.resultSlots.push_back(it->second);
-    auto t = tensorTypeOf(v.getType());
-    if (!t)
-      return t.takeError();
-    p.resultTys.push_back(*t);
-  }
+  for (Value v : ret.getOperands())
+    if (llvm::Error e =
+            readValue(v, "returns a value not defined in the function",
+                      p.resultSlots, p.resultTys))
+      return e;
   returned = true;
   return llvm::Error::success();
 }
@@ -385,16 +398,11 @@ llvm::Error ProgramCompiler::compileOp(Operation &op,
   // Operand and result types.
   std::vector<exec::TensorType> inTypes, outTypes;
   Instruction inst;
-  for (Value v : op.getOperands()) {
-    auto it = slotOf.find(v);
-    if (it == slotOf.end())
-      return fail("uses a value not defined earlier in the function");
-    inst.operands.push_back(it->second);
-    auto t = tensorTypeOf(v.getType());
-    if (!t)
-      return t.takeError();
-    inTypes.push_back(*t);
-  }
+  for (Value v : op.getOperands())
+    if (llvm::Error e =
+            readValue(v, "uses a value not defined earlier in the function",
+                      inst.operands, inTypes))
+      return e;
   for (Value v : op.getResults()) {
     auto t = tensorTypeOf(v.getType());
     if (!t)

@@ -67,6 +67,12 @@ template <typename F> KernelFn noFail(F f) {
   };
 }
 
+/// Binds `inst` to `f(in, out)`, a kernel that cannot fail.
+template <typename F> llvm::Error bindNoFail(Instruction &inst, F f) {
+  inst.fn = noFail(std::move(f));
+  return llvm::Error::success();
+}
+
 //===----------------------------------------------------------------------===//
 // Binders
 //===----------------------------------------------------------------------===//
@@ -75,94 +81,49 @@ using BinaryFn = void (*)(const Tensor &, const Tensor &, Tensor &);
 using UnaryFn = void (*)(const Tensor &, Tensor &);
 
 llvm::Error bindBinary(const KernelDesc &d, Instruction &inst) {
-  BinaryFn f = nullptr;
-  switch (d.kind) {
-  case KernelKind::Add:
-    f = &cpu::add;
-    break;
-  case KernelKind::Sub:
-    f = &cpu::sub;
-    break;
-  case KernelKind::Mul:
-    f = &cpu::mul;
-    break;
-  case KernelKind::Div:
-    f = &cpu::div;
-    break;
-  case KernelKind::Pow:
-    f = &cpu::pow;
-    break;
-  case KernelKind::Max:
-    f = &cpu::max;
-    break;
-  default:
+  static const std::pair<KernelKind, BinaryFn> kernels[] = {
+      {KernelKind::Add, &cpu::add}, {KernelKind::Sub, &cpu::sub},
+      {KernelKind::Mul, &cpu::mul}, {KernelKind::Div, &cpu::div},
+      {KernelKind::Pow, &cpu::pow}, {KernelKind::Max, &cpu::max}};
+  std::optional<BinaryFn> f = lookupKind(kernels, d.kind);
+  if (!f)
     return fail("unknown kernel");
-  }
-  inst.fn = noFail([f](In in, Out out) { f(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [f = *f](In in, Out out) { f(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindUnary(const KernelDesc &d, Instruction &inst) {
-  UnaryFn f = nullptr;
-  switch (d.kind) {
-  case KernelKind::Neg:
-    f = &cpu::neg;
-    break;
-  case KernelKind::Exp:
-    f = &cpu::exp;
-    break;
-  case KernelKind::Log:
-    f = &cpu::log;
-    break;
-  case KernelKind::Sqrt:
-    f = &cpu::sqrt;
-    break;
-  case KernelKind::Rsqrt:
-    f = &cpu::rsqrt;
-    break;
-  case KernelKind::Tanh:
-    f = &cpu::tanh;
-    break;
-  case KernelKind::Erf:
-    f = &cpu::erf;
-    break;
-  case KernelKind::Relu:
-    f = &cpu::relu;
-    break;
-  case KernelKind::Sigmoid:
-    f = &cpu::sigmoid;
-    break;
-  case KernelKind::Silu:
-    f = &cpu::silu;
-    break;
-  default:
+  static const std::pair<KernelKind, UnaryFn> kernels[] = {
+      {KernelKind::Neg, &cpu::neg},         {KernelKind::Exp, &cpu::exp},
+      {KernelKind::Log, &cpu::log},         {KernelKind::Sqrt, &cpu::sqrt},
+      {KernelKind::Rsqrt, &cpu::rsqrt},     {KernelKind::Tanh, &cpu::tanh},
+      {KernelKind::Erf, &cpu::erf},         {KernelKind::Relu, &cpu::relu},
+      {KernelKind::Sigmoid, &cpu::sigmoid}, {KernelKind::Silu, &cpu::silu}};
+  std::optional<UnaryFn> f = lookupKind(kernels, d.kind);
+  if (!f)
     return fail("unknown kernel");
-  }
-  inst.fn = noFail([f](In in, Out out) { f(*in[0], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst, [f = *f](In in, Out out) { f(*in[0], out[0]); });
 }
 
 llvm::Error bindGelu(const KernelDesc &d, Instruction &inst) {
   cpu::GeluApproximate approx = geluOf(d);
-  inst.fn =
-      noFail([approx](In in, Out out) { cpu::gelu(*in[0], approx, out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [approx](In in, Out out) { cpu::gelu(*in[0], approx, out[0]); });
 }
 
 llvm::Error bindEqual(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail([](In in, Out out) { cpu::equal(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [](In in, Out out) { cpu::equal(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindSelect(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail(
-      [](In in, Out out) { cpu::select(*in[0], *in[1], *in[2], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst, [](In in, Out out) {
+    cpu::select(*in[0], *in[1], *in[2], out[0]);
+  });
 }
 
 llvm::Error bindConvert(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail([](In in, Out out) { cpu::convert(*in[0], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst, [](In in, Out out) { cpu::convert(*in[0], out[0]); });
 }
 
 llvm::Error bindReduce(const KernelDesc &d, Instruction &inst) {
@@ -171,153 +132,119 @@ llvm::Error bindReduce(const KernelDesc &d, Instruction &inst) {
                 : d.kind == KernelKind::ReduceMean ? &cpu::reduceMean
                                                    : &cpu::reduceMax;
   const ReduceAttrs &a = d.get<ReduceAttrs>();
-  inst.fn = noFail([fn, axes = a.axes, keep = a.keepDim](In in, Out out) {
-    fn(*in[0], axes, keep, out[0]);
-  });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [fn, axes = a.axes, keep = a.keepDim](In in, Out out) {
+                      fn(*in[0], axes, keep, out[0]);
+                    });
 }
 
 llvm::Error bindMatmul(const KernelDesc &d, Instruction &inst) {
   const MatmulAttrs &a = d.get<MatmulAttrs>();
-  inst.fn = noFail([ta = a.transposeLhs, tb = a.transposeRhs](In in, Out out) {
-    cpu::matmul(*in[0], *in[1], ta, tb, out[0]);
-  });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [ta = a.transposeLhs, tb = a.transposeRhs](In in, Out out) {
+                      cpu::matmul(*in[0], *in[1], ta, tb, out[0]);
+                    });
 }
 
 llvm::Error bindReshape(const KernelDesc &d, Instruction &inst) {
   std::vector<int64_t> shape = d.results[0].shape;
   // A view: shares the operand's storage (kernels never write operands).
   inst.allocateResults = false;
-  inst.fn = noFail([shape](In in, Out out) { out[0] = in[0]->reshape(shape); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [shape](In in, Out out) { out[0] = in[0]->reshape(shape); });
 }
 
 llvm::Error bindTranspose(const KernelDesc &d, Instruction &inst) {
-  inst.fn =
-      noFail([perm = d.get<TransposeAttrs>().permutation](In in, Out out) {
+  return bindNoFail(
+      inst, [perm = d.get<TransposeAttrs>().permutation](In in, Out out) {
         cpu::transpose(*in[0], perm, out[0]);
       });
-  return llvm::Error::success();
 }
 
 llvm::Error bindSlice(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([a = d.get<SliceAttrs>()](In in, Out out) {
+  return bindNoFail(inst, [a = d.get<SliceAttrs>()](In in, Out out) {
     cpu::slice(*in[0], a.starts, a.limits, a.strides, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindConcat(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([axis = d.get<AxisAttrs>().axis](In in, Out out) {
+  return bindNoFail(inst, [axis = d.get<AxisAttrs>().axis](In in, Out out) {
     cpu::concat(in, axis, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindBroadcast(const KernelDesc &, Instruction &inst) {
-  inst.fn = noFail([](In in, Out out) { cpu::broadcast(*in[0], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(inst,
+                    [](In in, Out out) { cpu::broadcast(*in[0], out[0]); });
 }
 
+/// gather (table, ids) and gather_grad (ids, dy). Vocab-parallel (a
+/// communicator): this rank's rows start at comm rank · V_local, V_local the
+/// rows of the table (gather) or of the gradient (gather_grad).
 llvm::Error bindGather(const KernelDesc &d, Instruction &inst) {
+  bool grad = d.kind == KernelKind::GatherGrad;
   if (int comm = d.commIndex; comm >= 0) {
-    // Vocab-parallel: this rank's rows start at comm rank · V_local.
-    inst.fn = [comm](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+    auto masked = grad ? &cpu::gatherGradMasked : &cpu::gatherMasked;
+    inst.fn = [comm, grad, masked](const ExecContext &ctx, In in,
+                                   Out out) -> llvm::Error {
       RETURN_IF_ERROR(checkComm(ctx, comm));
       const mpi::Communicator &c = ctx.comms[comm];
-      int64_t local = in[0]->dim(0);
-      return cpu::gatherMasked(*in[0], *in[1], c.rank() * local,
-                               c.size() * local, out[0]);
+      int64_t local = grad ? out[0].dim(0) : in[0]->dim(0);
+      return masked(*in[0], *in[1], c.rank() * local, c.size() * local, out[0]);
     };
     return llvm::Error::success();
   }
-  inst.fn = [](const ExecContext &, In in, Out out) {
-    return cpu::gather(*in[0], *in[1], out[0]);
+  auto plain = grad ? &cpu::gatherGrad : &cpu::gather;
+  inst.fn = [plain](const ExecContext &, In in, Out out) {
+    return plain(*in[0], *in[1], out[0]);
   };
   return llvm::Error::success();
 }
 
-llvm::Error bindGatherGrad(const KernelDesc &d, Instruction &inst) {
-  if (int comm = d.commIndex; comm >= 0) {
-    inst.fn = [comm](const ExecContext &ctx, In in, Out out) -> llvm::Error {
-      RETURN_IF_ERROR(checkComm(ctx, comm));
-      const mpi::Communicator &c = ctx.comms[comm];
-      int64_t local = out[0].dim(0);
-      return cpu::gatherGradMasked(*in[0], *in[1], c.rank() * local,
-                                   c.size() * local, out[0]);
-    };
-    return llvm::Error::success();
-  }
-  inst.fn = [](const ExecContext &, In in, Out out) {
-    return cpu::gatherGrad(*in[0], *in[1], out[0]);
-  };
-  return llvm::Error::success();
-}
-
-llvm::Error bindLayerNorm(const KernelDesc &d, Instruction &inst) {
-  const NormAttrs &a = d.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  if (d.kind == KernelKind::LayerNorm)
-    inst.fn = noFail([axis, eps](In in, Out out) {
-      cpu::layerNorm(*in[0], *in[1], *in[2], axis, eps, out[0]);
-    });
-  else
-    inst.fn = noFail([axis, eps](In in, Out out) {
-      cpu::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0], out[1],
-                         out[2]);
-    });
-  return llvm::Error::success();
-}
-
-llvm::Error bindRmsNorm(const KernelDesc &d, Instruction &inst) {
-  const NormAttrs &a = d.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  if (d.kind == KernelKind::RmsNorm)
-    inst.fn = noFail([axis, eps](In in, Out out) {
-      cpu::rmsNorm(*in[0], *in[1], axis, eps, out[0]);
-    });
-  else
-    inst.fn = noFail([axis, eps](In in, Out out) {
-      cpu::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0], out[1]);
-    });
-  return llvm::Error::success();
+/// layer_norm (x, scale, bias) and rms_norm (x, scale), and their grads
+/// (x, scale, dy).
+llvm::Error bindNorm(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [a = d.get<NormAttrs>()](In in, Out out) {
+    if (a.rms && a.grad)
+      cpu::rmsNormGrad(*in[0], *in[1], *in[2], a.axis, a.epsilon, out[0],
+                       out[1]);
+    else if (a.rms)
+      cpu::rmsNorm(*in[0], *in[1], a.axis, a.epsilon, out[0]);
+    else if (a.grad)
+      cpu::layerNormGrad(*in[0], *in[1], *in[2], a.axis, a.epsilon, out[0],
+                         out[1], out[2]);
+    else
+      cpu::layerNorm(*in[0], *in[1], *in[2], a.axis, a.epsilon, out[0]);
+  });
 }
 
 llvm::Error bindSoftmax(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([axis = d.get<AxisAttrs>().axis](In in, Out out) {
+  return bindNoFail(inst, [axis = d.get<AxisAttrs>().axis](In in, Out out) {
     cpu::softmax(*in[0], axis, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindSoftmaxGrad(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([axis = d.get<AxisAttrs>().axis](In in, Out out) {
+  return bindNoFail(inst, [axis = d.get<AxisAttrs>().axis](In in, Out out) {
     cpu::softmaxGrad(*in[0], *in[1], axis, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindReluGrad(const KernelDesc &, Instruction &inst) {
-  inst.fn =
-      noFail([](In in, Out out) { cpu::reluGrad(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [](In in, Out out) { cpu::reluGrad(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindSiluGrad(const KernelDesc &, Instruction &inst) {
-  inst.fn =
-      noFail([](In in, Out out) { cpu::siluGrad(*in[0], *in[1], out[0]); });
-  return llvm::Error::success();
+  return bindNoFail(
+      inst, [](In in, Out out) { cpu::siluGrad(*in[0], *in[1], out[0]); });
 }
 
 llvm::Error bindGeluGrad(const KernelDesc &d, Instruction &inst) {
   cpu::GeluApproximate approx = geluOf(d);
-  inst.fn = noFail([approx](In in, Out out) {
+  return bindNoFail(inst, [approx](In in, Out out) {
     cpu::geluGrad(*in[0], *in[1], approx, out[0]);
   });
-  return llvm::Error::success();
 }
 
 /// MPI tag of ring attention's K/V rotations (on the ring's own
@@ -516,18 +443,16 @@ llvm::Error bindCrossEntropy(const KernelDesc &desc, Instruction &inst) {
 
 llvm::Error bindSgdUpdate(const KernelDesc &d, Instruction &inst) {
   const SgdAttrs &a = d.get<SgdAttrs>();
-  inst.fn = noFail([lr = a.lr, wd = a.weightDecay](In in, Out out) {
+  return bindNoFail(inst, [lr = a.lr, wd = a.weightDecay](In in, Out out) {
     cpu::sgdUpdate(*in[0], *in[1], lr, wd, out[0]);
   });
-  return llvm::Error::success();
 }
 
 llvm::Error bindAdamwUpdate(const KernelDesc &d, Instruction &inst) {
-  inst.fn = noFail([a = d.get<AdamwAttrs>()](In in, Out out) {
+  return bindNoFail(inst, [a = d.get<AdamwAttrs>()](In in, Out out) {
     cpu::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4], a.lr, a.beta1,
                      a.beta2, a.eps, a.weightDecay, out[0], out[1], out[2]);
   });
-  return llvm::Error::success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -539,12 +464,7 @@ using BindTable = std::array<BindFn, kNumKernelKinds>;
 
 /// The binder of every kind, built once.
 const BindTable &binders() {
-  static const BindTable table = [] {
-    BindTable t{};
-    auto set = [&](std::initializer_list<KernelKind> kinds, BindFn fn) {
-      for (KernelKind k : kinds)
-        t[kernelIndex(k)] = fn;
-    };
+  static const BindTable table = makeKindTable<BindFn>([](auto set) {
     using K = KernelKind;
     set({K::Add, K::Sub, K::Mul, K::Div, K::Pow, K::Max}, &bindBinary);
     set({K::Neg, K::Exp, K::Log, K::Sqrt, K::Rsqrt, K::Tanh, K::Erf, K::Relu,
@@ -561,10 +481,9 @@ const BindTable &binders() {
     set({K::Slice}, &bindSlice);
     set({K::Concat}, &bindConcat);
     set({K::Broadcast}, &bindBroadcast);
-    set({K::Gather}, &bindGather);
-    set({K::GatherGrad}, &bindGatherGrad);
-    set({K::LayerNorm, K::LayerNormGrad}, &bindLayerNorm);
-    set({K::RmsNorm, K::RmsNormGrad}, &bindRmsNorm);
+    set({K::Gather, K::GatherGrad}, &bindGather);
+    set({K::LayerNorm, K::LayerNormGrad, K::RmsNorm, K::RmsNormGrad},
+        &bindNorm);
     set({K::Attention, K::AttentionGrad}, &bindAttention);
     set({K::Softmax}, &bindSoftmax);
     set({K::SoftmaxGrad}, &bindSoftmaxGrad);
@@ -574,8 +493,7 @@ const BindTable &binders() {
     set({K::CrossEntropy, K::CrossEntropyGrad}, &bindCrossEntropy);
     set({K::SgdUpdate}, &bindSgdUpdate);
     set({K::AdamwUpdate}, &bindAdamwUpdate);
-    return t;
-  }();
+  });
   return table;
 }
 

@@ -236,6 +236,19 @@ public:
     };
   }
 
+  /// Binds `inst` to a kernel that is `launch(in, out, stream())`, needing
+  /// no status or scratch; a failed launch becomes an error naming the
+  /// kernel.
+  template <typename Launch>
+  llvm::Error bindLaunch(const KernelDesc &k, Instruction &inst,
+                         Launch launch) {
+    inst.fn = [this, launch, kernel = k.name().str()](const ExecContext &,
+                                                      In in, Out out) {
+      return launched(launch(in, out, stream()), kernel);
+    };
+    return llvm::Error::success();
+  }
+
   /// A binder: fills `inst.fn` (and `inst.allocateResults`) for one kernel
   /// family from the validated descriptor.
   using BindFn = llvm::Error (CudaBackend::*)(const KernelDesc &,
@@ -274,9 +287,7 @@ private:
   llvm::Error bindBroadcast(const KernelDesc &k, Instruction &inst);
   llvm::Error bindAttention(const KernelDesc &k, Instruction &inst);
   llvm::Error bindGather(const KernelDesc &k, Instruction &inst);
-  llvm::Error bindGatherGrad(const KernelDesc &k, Instruction &inst);
-  llvm::Error bindLayerNorm(const KernelDesc &k, Instruction &inst);
-  llvm::Error bindRmsNorm(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindNorm(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSoftmax(const KernelDesc &k, Instruction &inst);
   llvm::Error bindCrossEntropy(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSgdUpdate(const KernelDesc &k, Instruction &inst);
@@ -1270,12 +1281,7 @@ bool CudaBackend::takesNative16Bit(const KernelDesc &k) {
 }
 
 const CudaBackend::BindTable &CudaBackend::binders() {
-  static const BindTable table = [] {
-    BindTable t{};
-    auto set = [&](std::initializer_list<KernelKind> kinds, BindFn fn) {
-      for (KernelKind k : kinds)
-        t[kernelIndex(k)] = fn;
-    };
+  static const BindTable table = makeKindTable<BindFn>([](auto set) {
     using K = KernelKind;
     set({K::Add, K::Sub, K::Mul, K::Div, K::Pow, K::Max},
         &CudaBackend::bindBinary);
@@ -1295,16 +1301,14 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::Concat}, &CudaBackend::bindConcat);
     set({K::Broadcast}, &CudaBackend::bindBroadcast);
     set({K::Attention, K::AttentionGrad}, &CudaBackend::bindAttention);
-    set({K::Gather}, &CudaBackend::bindGather);
-    set({K::GatherGrad}, &CudaBackend::bindGatherGrad);
-    set({K::LayerNorm, K::LayerNormGrad}, &CudaBackend::bindLayerNorm);
-    set({K::RmsNorm, K::RmsNormGrad}, &CudaBackend::bindRmsNorm);
+    set({K::Gather, K::GatherGrad}, &CudaBackend::bindGather);
+    set({K::LayerNorm, K::LayerNormGrad, K::RmsNorm, K::RmsNormGrad},
+        &CudaBackend::bindNorm);
     set({K::Softmax, K::SoftmaxGrad}, &CudaBackend::bindSoftmax);
     set({K::CrossEntropy, K::CrossEntropyGrad}, &CudaBackend::bindCrossEntropy);
     set({K::SgdUpdate}, &CudaBackend::bindSgdUpdate);
     set({K::AdamwUpdate}, &CudaBackend::bindAdamwUpdate);
-    return t;
-  }();
+  });
   return table;
 }
 
@@ -1483,130 +1487,78 @@ static llvm::Error noGridAxesForm(const KernelDesc &k) {
 //===----------------------------------------------------------------------===//
 
 llvm::Error CudaBackend::bindBinary(const KernelDesc &k, Instruction &inst) {
-  cuda::BinaryOp op;
-  switch (k.kind) {
-  case KernelKind::Add:
-    op = cuda::BinaryOp::Add;
-    break;
-  case KernelKind::Sub:
-    op = cuda::BinaryOp::Sub;
-    break;
-  case KernelKind::Mul:
-    op = cuda::BinaryOp::Mul;
-    break;
-  case KernelKind::Div:
-    op = cuda::BinaryOp::Div;
-    break;
-  case KernelKind::Pow:
-    op = cuda::BinaryOp::Pow;
-    break;
-  case KernelKind::Max:
-    op = cuda::BinaryOp::Max;
-    break;
-  default:
+  static const std::pair<KernelKind, cuda::BinaryOp> ops[] = {
+      {KernelKind::Add, cuda::BinaryOp::Add},
+      {KernelKind::Sub, cuda::BinaryOp::Sub},
+      {KernelKind::Mul, cuda::BinaryOp::Mul},
+      {KernelKind::Div, cuda::BinaryOp::Div},
+      {KernelKind::Pow, cuda::BinaryOp::Pow},
+      {KernelKind::Max, cuda::BinaryOp::Max}};
+  std::optional<cuda::BinaryOp> op = lookupKind(ops, k.kind);
+  if (!op)
     return fail("the cuda backend has no kernel \"" + k.name() + "\"");
-  }
-  inst.fn = [this, op, kernel = k.name().str()](const ExecContext &, In in,
-                                                Out out) {
-    return launched(cuda::binary(op, *in[0], *in[1], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [op = *op](In in, Out out, cudaStream_t s) {
+    return cuda::binary(op, *in[0], *in[1], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindUnary(const KernelDesc &k, Instruction &inst) {
-  cuda::UnaryOp op;
-  switch (k.kind) {
-  case KernelKind::Neg:
-    op = cuda::UnaryOp::Neg;
-    break;
-  case KernelKind::Exp:
-    op = cuda::UnaryOp::Exp;
-    break;
-  case KernelKind::Log:
-    op = cuda::UnaryOp::Log;
-    break;
-  case KernelKind::Sqrt:
-    op = cuda::UnaryOp::Sqrt;
-    break;
-  case KernelKind::Rsqrt:
-    op = cuda::UnaryOp::Rsqrt;
-    break;
-  case KernelKind::Tanh:
-    op = cuda::UnaryOp::Tanh;
-    break;
-  case KernelKind::Erf:
-    op = cuda::UnaryOp::Erf;
-    break;
-  case KernelKind::Relu:
-    op = cuda::UnaryOp::Relu;
-    break;
-  case KernelKind::Gelu:
+  static const std::pair<KernelKind, cuda::UnaryOp> ops[] = {
+      {KernelKind::Neg, cuda::UnaryOp::Neg},
+      {KernelKind::Exp, cuda::UnaryOp::Exp},
+      {KernelKind::Log, cuda::UnaryOp::Log},
+      {KernelKind::Sqrt, cuda::UnaryOp::Sqrt},
+      {KernelKind::Rsqrt, cuda::UnaryOp::Rsqrt},
+      {KernelKind::Tanh, cuda::UnaryOp::Tanh},
+      {KernelKind::Erf, cuda::UnaryOp::Erf},
+      {KernelKind::Relu, cuda::UnaryOp::Relu},
+      {KernelKind::Sigmoid, cuda::UnaryOp::Sigmoid},
+      {KernelKind::Silu, cuda::UnaryOp::Silu}};
+  std::optional<cuda::UnaryOp> op = lookupKind(ops, k.kind);
+  if (k.kind == KernelKind::Gelu)
     op = k.get<GeluAttrs>().approximate == GeluApproximate::Tanh
              ? cuda::UnaryOp::GeluTanh
              : cuda::UnaryOp::Gelu;
-    break;
-  case KernelKind::Sigmoid:
-    op = cuda::UnaryOp::Sigmoid;
-    break;
-  case KernelKind::Silu:
-    op = cuda::UnaryOp::Silu;
-    break;
-  default:
+  if (!op)
     return fail("the cuda backend has no kernel \"" + k.name() + "\"");
-  }
-  inst.fn = [this, op, kernel = k.name().str()](const ExecContext &, In in,
-                                                Out out) {
-    return launched(cuda::unary(op, *in[0], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [op = *op](In in, Out out, cudaStream_t s) {
+    return cuda::unary(op, *in[0], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindActivationGrad(const KernelDesc &k,
                                             Instruction &inst) {
-  std::string kernel = k.name().str();
-  if (k.kind == KernelKind::SiluGrad) {
-    inst.fn = [this, kernel](const ExecContext &, In in, Out out) {
-      return launched(cuda::siluGrad(*in[0], *in[1], out[0], stream()), kernel);
-    };
-    return llvm::Error::success();
-  }
+  if (k.kind == KernelKind::SiluGrad)
+    return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+      return cuda::siluGrad(*in[0], *in[1], out[0], s);
+    });
   bool relu = k.kind == KernelKind::ReluGrad;
   cuda::GeluApproximate approx =
       !relu && k.get<GeluAttrs>().approximate == GeluApproximate::Tanh
           ? cuda::GeluApproximate::Tanh
           : cuda::GeluApproximate::None;
-  inst.fn = [this, relu, approx, kernel](const ExecContext &, In in, Out out) {
-    return launched(
-        relu ? cuda::reluGrad(*in[0], *in[1], out[0], stream())
-             : cuda::geluGrad(*in[0], *in[1], approx, out[0], stream()),
-        kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [relu, approx](In in, Out out, cudaStream_t s) {
+    return relu ? cuda::reluGrad(*in[0], *in[1], out[0], s)
+                : cuda::geluGrad(*in[0], *in[1], approx, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindEqual(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::equal(*in[0], *in[1], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::equal(*in[0], *in[1], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindSelect(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::select(*in[0], *in[1], *in[2], out[0], stream()),
-                    kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::select(*in[0], *in[1], *in[2], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindConvert(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::convert(*in[0], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::convert(*in[0], out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindReduce(const KernelDesc &k, Instruction &inst) {
@@ -1655,40 +1607,30 @@ llvm::Error CudaBackend::bindReshape(const KernelDesc &k, Instruction &inst) {
 
 llvm::Error CudaBackend::bindTranspose(const KernelDesc &k, Instruction &inst) {
   std::vector<int64_t> perm = k.get<TransposeAttrs>().permutation;
-  inst.fn = [this, perm, kernel = k.name().str()](const ExecContext &, In in,
-                                                  Out out) {
-    return launched(cuda::transpose(*in[0], perm, out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [perm](In in, Out out, cudaStream_t s) {
+    return cuda::transpose(*in[0], perm, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindSlice(const KernelDesc &k, Instruction &inst) {
   const SliceAttrs &a = k.get<SliceAttrs>();
-  inst.fn = [this, a, kernel = k.name().str()](const ExecContext &, In in,
-                                               Out out) {
-    return launched(
-        cuda::slice(*in[0], a.starts, a.limits, a.strides, out[0], stream()),
-        kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [a](In in, Out out, cudaStream_t s) {
+    return cuda::slice(*in[0], a.starts, a.limits, a.strides, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindConcat(const KernelDesc &k, Instruction &inst) {
   int64_t axis = k.get<AxisAttrs>().axis;
-  inst.fn = [this, axis, kernel = k.name().str()](const ExecContext &, In in,
-                                                  Out out) {
+  return bindLaunch(k, inst, [axis](In in, Out out, cudaStream_t s) {
     std::vector<const Tensor *> inputs(in.begin(), in.end());
-    return launched(cuda::concat(inputs, axis, out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+    return cuda::concat(inputs, axis, out[0], s);
+  });
 }
 
 llvm::Error CudaBackend::bindBroadcast(const KernelDesc &k, Instruction &inst) {
-  inst.fn = [this, kernel = k.name().str()](const ExecContext &, In in,
-                                            Out out) {
-    return launched(cuda::broadcast(*in[0], out[0], stream()), kernel);
-  };
-  return llvm::Error::success();
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::broadcast(*in[0], out[0], s);
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -1752,108 +1694,69 @@ llvm::Error CudaBackend::bindAttention(const KernelDesc &k, Instruction &inst) {
 llvm::Error CudaBackend::bindGather(const KernelDesc &k, Instruction &inst) {
   using Status = cuda::DeviceStatus *;
   cudaStream_t s = stream();
-  if (int comm = k.commIndex; comm >= 0) {
-    inst.fn = launchWith(
-        inst, k.name(), true, 0,
-        [s, comm, kernel = k.name().str()](const ExecContext &ctx, In in,
-                                           Out out, Status status,
-                                           void *) -> llvm::Error {
-          llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
-          if (!c)
-            return c.takeError();
-          int64_t local = in[0]->dim(0);
-          return launched(
-              cuda::gatherMasked(*in[0], *in[1], (*c)->rank() * local,
-                                 (*c)->size() * local, out[0], status, s),
-              kernel);
-        });
-    return llvm::Error::success();
+  bool grad = k.kind == KernelKind::GatherGrad;
+  size_t scratchBytes = 0;
+  if (grad) {
+    llvm::Expected<size_t> bytes = gatherGradScratch(k.operands, k.results);
+    if (!bytes)
+      return bytes.takeError();
+    scratchBytes = *bytes;
   }
-  inst.fn = launchWith(inst, k.name(), /*needsStatus=*/true, 0,
-                       [s](In in, Out out, Status status, void *) {
-                         return cuda::gather(*in[0], *in[1], out[0], status, s);
-                       });
-  return llvm::Error::success();
-}
-
-llvm::Error CudaBackend::bindGatherGrad(const KernelDesc &k,
-                                        Instruction &inst) {
-  using Status = cuda::DeviceStatus *;
-  cudaStream_t s = stream();
-  llvm::Expected<size_t> bytes = gatherGradScratch(k.operands, k.results);
-  if (!bytes)
-    return bytes.takeError();
   if (int comm = k.commIndex; comm >= 0) {
     inst.fn = launchWith(
-        inst, k.name(), true, *bytes,
-        [s, comm, kernel = k.name().str()](const ExecContext &ctx, In in,
-                                           Out out, Status status,
-                                           void *ws) -> llvm::Error {
+        inst, k.name(), true, scratchBytes,
+        [s, comm, grad, kernel = k.name().str()](const ExecContext &ctx, In in,
+                                                 Out out, Status status,
+                                                 void *ws) -> llvm::Error {
           llvm::Expected<const mpi::Communicator *> c = commAt(ctx, comm);
           if (!c)
             return c.takeError();
-          int64_t local = out[0].dim(0);
-          return launched(cuda::gatherGradMasked(
-                              *in[0], *in[1], (*c)->rank() * local,
-                              (*c)->size() * local, out[0], ws, status, s),
+          // V_local: the rows of the table (gather) or of the gradient.
+          int64_t local = grad ? out[0].dim(0) : in[0]->dim(0);
+          int64_t offset = (*c)->rank() * local, vocab = (*c)->size() * local;
+          return launched(grad ? cuda::gatherGradMasked(*in[0], *in[1], offset,
+                                                        vocab, out[0], ws,
+                                                        status, s)
+                               : cuda::gatherMasked(*in[0], *in[1], offset,
+                                                    vocab, out[0], status, s),
                           kernel);
         });
     return llvm::Error::success();
   }
-  inst.fn = launchWith(inst, k.name(), true, *bytes,
-                       [s](In in, Out out, Status status, void *ws) {
-                         return cuda::gatherGrad(*in[0], *in[1], out[0], ws,
-                                                 status, s);
-                       });
-  return llvm::Error::success();
-}
-
-llvm::Error CudaBackend::bindLayerNorm(const KernelDesc &k, Instruction &inst) {
-  if (k.hasGridAxes())
-    return noGridAxesForm(k);
-  cudaStream_t s = stream();
-  const NormAttrs &a = k.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  if (k.kind == KernelKind::LayerNorm) {
-    inst.fn = launchWith(
-        inst, k.name(), false, 0,
-        [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *) {
-          return cuda::layerNorm(*in[0], *in[1], *in[2], axis, eps, out[0], s);
-        });
-    return llvm::Error::success();
-  }
   inst.fn = launchWith(
-      inst, k.name(), false,
-      cuda::layerNormGradScratchBytes(k.operands[0].shape, axis),
-      [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *ws) {
-        return cuda::layerNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
-                                   out[1], out[2], ws, s);
+      inst, k.name(), /*needsStatus=*/true, scratchBytes,
+      [s, grad](In in, Out out, Status status, void *ws) {
+        return grad ? cuda::gatherGrad(*in[0], *in[1], out[0], ws, status, s)
+                    : cuda::gather(*in[0], *in[1], out[0], status, s);
       });
   return llvm::Error::success();
 }
 
-llvm::Error CudaBackend::bindRmsNorm(const KernelDesc &k, Instruction &inst) {
+/// layer_norm (x, scale, bias) and rms_norm (x, scale), and their grads
+/// (x, scale, dy), which reduce over the rows in scratch.
+llvm::Error CudaBackend::bindNorm(const KernelDesc &k, Instruction &inst) {
   if (k.hasGridAxes())
     return noGridAxesForm(k);
   cudaStream_t s = stream();
   const NormAttrs &a = k.get<NormAttrs>();
-  int64_t axis = a.axis;
-  float eps = a.epsilon;
-  if (k.kind == KernelKind::RmsNorm) {
-    inst.fn = launchWith(
-        inst, k.name(), false, 0,
-        [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *) {
-          return cuda::rmsNorm(*in[0], *in[1], axis, eps, out[0], s);
-        });
-    return llvm::Error::success();
-  }
+  const std::vector<int64_t> &shape = k.operands[0].shape;
+  size_t scratchBytes = !a.grad ? 0
+                        : a.rms
+                            ? cuda::rmsNormGradScratchBytes(shape, a.axis)
+                            : cuda::layerNormGradScratchBytes(shape, a.axis);
   inst.fn = launchWith(
-      inst, k.name(), false,
-      cuda::rmsNormGradScratchBytes(k.operands[0].shape, axis),
-      [s, axis, eps](In in, Out out, cuda::DeviceStatus *, void *ws) {
-        return cuda::rmsNormGrad(*in[0], *in[1], *in[2], axis, eps, out[0],
-                                 out[1], ws, s);
+      inst, k.name(), false, scratchBytes,
+      [s, a](In in, Out out, cuda::DeviceStatus *, void *ws) {
+        if (a.rms)
+          return a.grad ? cuda::rmsNormGrad(*in[0], *in[1], *in[2], a.axis,
+                                            a.epsilon, out[0], out[1], ws, s)
+                        : cuda::rmsNorm(*in[0], *in[1], a.axis, a.epsilon,
+                                        out[0], s);
+        return a.grad ? cuda::layerNormGrad(*in[0], *in[1], *in[2], a.axis,
+                                            a.epsilon, out[0], out[1], out[2],
+                                            ws, s)
+                      : cuda::layerNorm(*in[0], *in[1], *in[2], a.axis,
+                                        a.epsilon, out[0], s);
       });
   return llvm::Error::success();
 }
