@@ -498,27 +498,23 @@ searchOptions(const planner::Plan &plan, const planner::Cluster &cluster,
     search.cost.rankOrder = plan.rankOrder;
   if (memoryLimit)
     search.memoryBytes = double(*memoryLimit);
+  // A flag given on the command line pins its dimension of the search.
   planner::Pins &pin = search.pins;
-  if (dp.getNumOccurrences())
-    pin.dp = dp;
-  if (tp.getNumOccurrences())
-    pin.tp = tp;
-  if (pp.getNumOccurrences())
-    pin.pp = pp;
-  if (microBatches.getNumOccurrences())
-    pin.microBatches = microBatches;
-  if (virtualStages.getNumOccurrences())
-    pin.virtualStages = virtualStages;
-  if (scheduleKind.getNumOccurrences() && scheduleKind != "interleaved")
-    pin.schedule = scheduleKind;
-  if (sequenceParallel.getNumOccurrences())
-    pin.sp = sequenceParallel;
-  if (spSize.getNumOccurrences())
-    pin.spSize = spSize;
-  if (zero.getNumOccurrences())
-    pin.zero = zero;
-  if (recompute.getNumOccurrences())
-    pin.recompute = recompute;
+  auto pinIfGiven = [](const auto &flag, auto &field) {
+    if (flag.getNumOccurrences())
+      field = flag.getValue();
+  };
+  pinIfGiven(dp, pin.dp);
+  pinIfGiven(tp, pin.tp);
+  pinIfGiven(pp, pin.pp);
+  pinIfGiven(microBatches, pin.microBatches);
+  pinIfGiven(virtualStages, pin.virtualStages);
+  if (scheduleKind != "interleaved")
+    pinIfGiven(scheduleKind, pin.schedule);
+  pinIfGiven(sequenceParallel, pin.sp);
+  pinIfGiven(spSize, pin.spSize);
+  pinIfGiven(zero, pin.zero);
+  pinIfGiven(recompute, pin.recompute);
   return search;
 }
 
