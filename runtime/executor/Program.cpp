@@ -738,236 +738,292 @@ double OpTimer::cpuNow() {
          1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-llvm::Expected<std::vector<Tensor>>
-Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
-  if (args.size() != argTys.size())
-    return fail(llvm::formatv("program expects {0} arguments, got {1}",
-                              argTys.size(), args.size()));
-  for (size_t i = 0; i < args.size(); ++i)
-    if (args[i].isNull() || args[i].dtype() != argTys[i].dtype ||
-        args[i].shape() != argTys[i].shape)
-      return fail(
-          llvm::formatv("argument #{0} must be {1}", i, argTys[i].str()));
+namespace tessera::runtime::exec {
 
-  // Post every receive now, so that the schedule (the order in which the
-  // peers' actions run), not the transport, decides when data moves.
+/// One execution of a Program (Program::run), in steps: check the
+/// arguments, post the pipeline receives, fill the slots, then run each
+/// instruction by kind. Owns the in-flight MPI requests: receives not yet
+/// completed are cancelled, and non-blocking all-reduces (which cannot be
+/// cancelled) are waited for, when the run ends early, before their
+/// buffers go.
+class ProgramRun {
+public:
+  ProgramRun(const Program &p, const ExecContext &ctx)
+      : p(p), ctx(ctx), posted(p.recvInsts.size()),
+        requests(p.numAsync, MPI_REQUEST_NULL),
+        devicePointToPoint(ctx.communication &&
+                           ctx.communication->pointToPoint()) {}
+  ProgramRun(const ProgramRun &) = delete;
+  ProgramRun &operator=(const ProgramRun &) = delete;
+
+  ~ProgramRun() {
+    for (MPI_Request &r : requests)
+      if (r != MPI_REQUEST_NULL) {
+        mpi::watchdog::Guard guard("wait for all_reduce", 0);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+      }
+    for (PostedRecv &r : posted)
+      if (r.request != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r.request);
+        mpi::watchdog::Guard guard("wait for a cancelled recv", 0);
+        MPI_Wait(&r.request, MPI_STATUS_IGNORE);
+      }
+  }
+
+  llvm::Expected<std::vector<Tensor>> run(std::vector<Tensor> args) {
+    if (llvm::Error err = checkArguments(args))
+      return std::move(err);
+    if (llvm::Error err = checkContext())
+      return std::move(err);
+    if (llvm::Error err = postReceives())
+      return std::move(err);
+    if (p.arena > 0 && (!ctx.arena || ctx.arena->bytes < p.arena))
+      return fail(llvm::formatv("the program's memory plan needs an arena of "
+                                "{0} bytes, the executor provides {1}",
+                                p.arena, ctx.arena ? ctx.arena->bytes : 0));
+    fillSlots(std::move(args));
+    in.reserve(p.maxOperands);
+    for (const Instruction &inst : p.insts) {
+      OpTimer timer(ctx.stats, inst.kernel);
+      llvm::Error err = llvm::Error::success();
+      switch (inst.kind) {
+      case Instruction::Kind::Send:
+        err = runSend(inst);
+        break;
+      case Instruction::Kind::Wait:
+        err = runWait(inst);
+        break;
+      case Instruction::Kind::Recv:
+        err = devicePointToPoint ? runDeviceRecv(inst) : runMpiRecv(inst);
+        break;
+      default:
+        err = runCall(inst);
+        break;
+      }
+      if (err)
+        return std::move(err);
+      for (int s : inst.release)
+        slot[s] = Tensor();
+    }
+    std::vector<Tensor> results;
+    results.reserve(p.resultSlots.size());
+    for (int s : p.resultSlots)
+      results.push_back(slot[s]);
+    return results;
+  }
+
+private:
+  /// An MPI receive posted before the first instruction and its buffer.
   struct PostedRecv {
     MPI_Request request = MPI_REQUEST_NULL;
     Tensor data;
   };
-  std::vector<PostedRecv> posted(recvInsts.size());
-  // Cancels the receives not yet completed when `run` returns early.
-  struct CancelGuard {
-    std::vector<PostedRecv> &posted;
-    ~CancelGuard() {
-      for (PostedRecv &r : posted)
-        if (r.request != MPI_REQUEST_NULL) {
-          MPI_Cancel(&r.request);
-          mpi::watchdog::Guard guard("wait for a cancelled recv", 0);
-          MPI_Wait(&r.request, MPI_STATUS_IGNORE);
-        }
-    }
-  } cancelGuard{posted};
-  // Non-blocking all-reduces (tsrt.all_reduce_start) cannot be cancelled:
-  // on an early return, wait for the ones still in flight before their
-  // buffers go.
-  std::vector<MPI_Request> requests(numAsync, MPI_REQUEST_NULL);
-  struct WaitGuard {
-    std::vector<MPI_Request> &requests;
-    ~WaitGuard() {
-      for (MPI_Request &r : requests)
-        if (r != MPI_REQUEST_NULL) {
-          mpi::watchdog::Guard guard("wait for all_reduce", 0);
-          MPI_Wait(&r, MPI_STATUS_IGNORE);
-        }
-    }
-  } waitGuard{requests};
-  auto peerText = [&](const Instruction &inst) {
+
+  llvm::Error checkArguments(const std::vector<Tensor> &args) const {
+    if (args.size() != p.argTys.size())
+      return fail(llvm::formatv("program expects {0} arguments, got {1}",
+                                p.argTys.size(), args.size()));
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].isNull() || args[i].dtype() != p.argTys[i].dtype ||
+          args[i].shape() != p.argTys[i].shape)
+        return fail(
+            llvm::formatv("argument #{0} must be {1}", i, p.argTys[i].str()));
+    return llvm::Error::success();
+  }
+
+  /// A program with sends/receives needs a pipeline executor, and the
+  /// micro-batch it runs must be one of the schedule's.
+  llvm::Error checkContext() const {
+    if (p.maxChan >= 0 && !ctx.p2p)
+      for (const Instruction &inst : p.insts)
+        if (inst.kind != Instruction::Kind::Call)
+          return fail(inst.where + ": tsrt." + inst.kernel +
+                      " needs a pipeline executor (no pp communicator)");
+    if (ctx.p2p &&
+        (ctx.microBatch < 0 || ctx.microBatch >= ctx.p2p->microBatches))
+      return fail(llvm::formatv("micro-batch {0} is out of range [0, {1})",
+                                ctx.microBatch, ctx.p2p->microBatches));
+    return llvm::Error::success();
+  }
+
+  std::string peerText(const Instruction &inst) const {
     int64_t stages = ctx.p2p ? ctx.p2p->stages : 1;
     return llvm::formatv("chunk {0} (pp rank {1}), channel {2}, micro-batch "
                          "{3}",
                          inst.peerChunk, inst.peerChunk % stages, inst.channel,
                          ctx.microBatch)
         .str();
-  };
-  auto tagOf = [&](const Instruction &inst) {
+  }
+  int tagOf(const Instruction &inst) const {
     return static_cast<int>(inst.channel * ctx.p2p->microBatches +
                             ctx.microBatch);
-  };
-  if (maxChan >= 0 && !ctx.p2p)
-    for (const Instruction &inst : insts)
-      if (inst.kind != Instruction::Kind::Call)
-        return fail(inst.where + ": tsrt." + inst.kernel +
-                    " needs a pipeline executor (no pp communicator)");
-  if (ctx.p2p &&
-      (ctx.microBatch < 0 || ctx.microBatch >= ctx.p2p->microBatches))
-    return fail(llvm::formatv("micro-batch {0} is out of range [0, {1})",
-                              ctx.microBatch, ctx.p2p->microBatches));
-  // NCCL point-to-point (a device backend's communication) receives at
-  // the instruction; MPI receives are posted now.
-  bool devicePointToPoint =
-      ctx.communication && ctx.communication->pointToPoint();
-  for (size_t i = 0; i < recvInsts.size() && !devicePointToPoint; ++i) {
-    const Instruction &inst = insts[recvInsts[i]];
-    const TensorType &t = inst.resultTypes[0];
-    posted[i].data = Tensor::empty(t.dtype, t.shape);
-    int rc = MPI_Irecv(posted[i].data.raw(),
-                       static_cast<int>(posted[i].data.numel()),
-                       mpi::dataType(t.dtype),
-                       static_cast<int>(inst.peerChunk % ctx.p2p->stages),
-                       tagOf(inst), ctx.p2p->comm.handle(), &posted[i].request);
-    if (rc != MPI_SUCCESS) {
-      posted[i].request = MPI_REQUEST_NULL;
-      return mpi::failure(rc, inst.where + ": MPI_Irecv of " + t.str() +
-                                  " from " + peerText(inst));
-    }
+  }
+  int peerRank(const Instruction &inst) const {
+    return static_cast<int>(inst.peerChunk % ctx.p2p->stages);
   }
 
-  if (arena > 0 && (!ctx.arena || ctx.arena->bytes < arena))
-    return fail(llvm::formatv("the program's memory plan needs an arena of "
-                              "{0} bytes, the executor provides {1}",
-                              arena, ctx.arena ? ctx.arena->bytes : 0));
-
-  // Buffers of the arguments that results overwrite stay reachable after
-  // the argument's slot is released.
-  std::vector<Tensor> overwritten(args.size());
-  for (int a : inPlaceArgs)
-    overwritten[a] = args[a];
-  std::vector<Tensor> slot(slots);
-  for (size_t i = 0; i < args.size(); ++i)
-    slot[i] = std::move(args[i]);
-  for (const auto &c : constants)
-    slot[c.first] = c.second; // shared, never written
-  for (int s : releaseArgsEarly)
-    slot[s] = Tensor();
-
-  llvm::SmallVector<const Tensor *, 8> in;
-  llvm::SmallVector<Tensor, 4> out;
-  in.reserve(maxOperands);
-  for (const Instruction &inst : insts) {
-    OpTimer timer(ctx.stats, inst.kernel);
-    if (inst.kind == Instruction::Kind::Send) {
-      Tensor data = slot[inst.operands[0]];
-      if (devicePointToPoint) {
-        if (llvm::Error err = ctx.communication->send(
-                data, static_cast<int>(inst.peerChunk % ctx.p2p->stages),
-                inst.where + ": send to " + peerText(inst)))
-          return fail(llvm::toString(std::move(err)));
-      } else {
-        if (!device->hostMemory()) {
-          // Host staging: MPI sends the host copy.
-          llvm::Expected<Tensor> host = device->download(data);
-          if (!host)
-            return fail(inst.where + ": " + llvm::toString(host.takeError()));
-          data = std::move(*host);
-        }
-        std::string what = inst.where + ": MPI_Isend of " +
-                           TensorType{data.dtype(), data.shape()}.str() +
-                           " to " + peerText(inst);
-        PointToPoint::PendingSend send;
-        send.data = data; // keeps the buffer alive until the send completes
-        send.what = what;
-        int rc = MPI_Isend(data.raw(), static_cast<int>(data.numel()),
-                           mpi::dataType(data.dtype()),
-                           static_cast<int>(inst.peerChunk % ctx.p2p->stages),
-                           tagOf(inst), ctx.p2p->comm.handle(), &send.request);
-        if (rc != MPI_SUCCESS)
-          return mpi::failure(rc, what);
-        ctx.p2p->pending.push_back(std::move(send));
+  /// Posts every receive now, so that the schedule (the order in which the
+  /// peers' actions run), not the transport, decides when data moves. NCCL
+  /// point-to-point (a device backend's communication) receives at the
+  /// instruction instead.
+  llvm::Error postReceives() {
+    for (size_t i = 0; i < p.recvInsts.size() && !devicePointToPoint; ++i) {
+      const Instruction &inst = p.insts[p.recvInsts[i]];
+      const TensorType &t = inst.resultTypes[0];
+      posted[i].data = Tensor::empty(t.dtype, t.shape);
+      int rc = MPI_Irecv(posted[i].data.raw(),
+                         static_cast<int>(posted[i].data.numel()),
+                         mpi::dataType(t.dtype), peerRank(inst), tagOf(inst),
+                         ctx.p2p->comm.handle(), &posted[i].request);
+      if (rc != MPI_SUCCESS) {
+        posted[i].request = MPI_REQUEST_NULL;
+        return mpi::failure(rc, inst.where + ": MPI_Irecv of " + t.str() +
+                                    " from " + peerText(inst));
       }
-      if (ctx.traffic)
-        ctx.traffic->record(mpi::CollectiveKind::Send,
-                            static_cast<double>(data.bytes()), 2);
-      for (int s : inst.release)
-        slot[s] = Tensor();
-      continue;
     }
-    if (inst.kind == Instruction::Kind::Wait) {
-      if (llvm::Error err = ctx.communication
-                                ? ctx.communication->waitAllReduce(
-                                      inst.asyncIndex, inst.where)
-                                : mpi::wait(&requests[inst.asyncIndex]))
-        return fail(inst.where + ": " + llvm::toString(std::move(err)));
-      slot[inst.results[0]] = slot[inst.operands[0]];
-      for (int s : inst.release)
-        slot[s] = Tensor();
-      continue;
+    return llvm::Error::success();
+  }
+
+  /// Arguments, constants (shared, never written) and the buffers of the
+  /// arguments that results overwrite, which stay reachable after the
+  /// argument's slot is released.
+  void fillSlots(std::vector<Tensor> args) {
+    overwritten.resize(args.size());
+    for (int a : p.inPlaceArgs)
+      overwritten[a] = args[a];
+    slot.resize(p.slots);
+    for (size_t i = 0; i < args.size(); ++i)
+      slot[i] = std::move(args[i]);
+    for (const auto &c : p.constants)
+      slot[c.first] = c.second;
+    for (int s : p.releaseArgsEarly)
+      slot[s] = Tensor();
+  }
+
+  llvm::Error runSend(const Instruction &inst) {
+    Tensor data = slot[inst.operands[0]];
+    if (devicePointToPoint) {
+      if (llvm::Error err = ctx.communication->send(
+              data, peerRank(inst), inst.where + ": send to " + peerText(inst)))
+        return fail(llvm::toString(std::move(err)));
+    } else {
+      if (!p.device->hostMemory()) {
+        // Host staging: MPI sends the host copy.
+        llvm::Expected<Tensor> host = p.device->download(data);
+        if (!host)
+          return fail(inst.where + ": " + llvm::toString(host.takeError()));
+        data = std::move(*host);
+      }
+      std::string what = inst.where + ": MPI_Isend of " +
+                         TensorType{data.dtype(), data.shape()}.str() + " to " +
+                         peerText(inst);
+      PointToPoint::PendingSend send;
+      send.data = data; // keeps the buffer alive until the send completes
+      send.what = what;
+      int rc = MPI_Isend(data.raw(), static_cast<int>(data.numel()),
+                         mpi::dataType(data.dtype()), peerRank(inst),
+                         tagOf(inst), ctx.p2p->comm.handle(), &send.request);
+      if (rc != MPI_SUCCESS)
+        return mpi::failure(rc, what);
+      ctx.p2p->pending.push_back(std::move(send));
     }
-    if (inst.kind == Instruction::Kind::Recv) {
-      if (devicePointToPoint) {
-        const TensorType &t = inst.resultTypes[0];
-        llvm::Expected<Tensor> data = device->allocate(t.dtype, t.shape);
-        if (!data)
-          return fail(inst.where + ": " + llvm::toString(data.takeError()));
-        if (llvm::Error err = ctx.communication->recv(
-                *data, static_cast<int>(inst.peerChunk % ctx.p2p->stages),
-                inst.where + ": receive of " + t.str() + " from " +
-                    peerText(inst)))
-          return fail(llvm::toString(std::move(err)));
-        slot[inst.results[0]] = std::move(*data);
-        for (int s : inst.release)
-          slot[s] = Tensor();
+    if (ctx.traffic)
+      ctx.traffic->record(mpi::CollectiveKind::Send,
+                          static_cast<double>(data.bytes()), 2);
+    return llvm::Error::success();
+  }
+
+  llvm::Error runWait(const Instruction &inst) {
+    if (llvm::Error err =
+            ctx.communication
+                ? ctx.communication->waitAllReduce(inst.asyncIndex, inst.where)
+                : mpi::wait(&requests[inst.asyncIndex]))
+      return fail(inst.where + ": " + llvm::toString(std::move(err)));
+    slot[inst.results[0]] = slot[inst.operands[0]];
+    return llvm::Error::success();
+  }
+
+  llvm::Error runDeviceRecv(const Instruction &inst) {
+    const TensorType &t = inst.resultTypes[0];
+    llvm::Expected<Tensor> data = p.device->allocate(t.dtype, t.shape);
+    if (!data)
+      return fail(inst.where + ": " + llvm::toString(data.takeError()));
+    if (llvm::Error err = ctx.communication->recv(
+            *data, peerRank(inst),
+            inst.where + ": receive of " + t.str() + " from " + peerText(inst)))
+      return fail(llvm::toString(std::move(err)));
+    slot[inst.results[0]] = std::move(*data);
+    return llvm::Error::success();
+  }
+
+  llvm::Error runMpiRecv(const Instruction &inst) {
+    PostedRecv &r = posted[inst.recvIndex];
+    MPI_Status status;
+    double waitStart = MPI_Wtime();
+    mpi::watchdog::Guard guard("wait for recv", 0);
+    int rc = MPI_Wait(&r.request, &status);
+    ctx.p2p->recvWaitSeconds += MPI_Wtime() - waitStart;
+    if (rc != MPI_SUCCESS)
+      return mpi::failure(rc, inst.where + ": MPI_Wait for the receive of " +
+                                  inst.resultTypes[0].str() + " from " +
+                                  peerText(inst));
+    int count = 0;
+    MPI_Get_count(&status, mpi::dataType(r.data.dtype()), &count);
+    if (count != r.data.numel())
+      return fail(llvm::formatv("{0}: received {1} elements from {2}, "
+                                "expected {3} ({4})",
+                                inst.where, count, peerText(inst),
+                                r.data.numel(), inst.resultTypes[0].str()));
+    if (p.device->hostMemory()) {
+      slot[inst.results[0]] = std::move(r.data);
+    } else {
+      llvm::Expected<Tensor> placed = p.device->upload(r.data);
+      if (!placed)
+        return fail(inst.where + ": " + llvm::toString(placed.takeError()));
+      slot[inst.results[0]] = std::move(*placed);
+      r.data = Tensor();
+    }
+    return llvm::Error::success();
+  }
+
+  /// The results' buffers: the overwritten argument's (in place), a view
+  /// into the arena at its planned offset, or a fresh backend tensor.
+  llvm::Error allocateResults(const Instruction &inst) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      const TensorType &t = inst.resultTypes[i];
+      int64_t offset = inst.resultOffsets.empty() ? -1 : inst.resultOffsets[i];
+      if (!inst.resultInPlace.empty() && inst.resultInPlace[i] >= 0) {
+        out[i] = overwritten[inst.resultInPlace[i]];
         continue;
       }
-      PostedRecv &r = posted[inst.recvIndex];
-      MPI_Status status;
-      double waitStart = MPI_Wtime();
-      mpi::watchdog::Guard guard("wait for recv", 0);
-      int rc = MPI_Wait(&r.request, &status);
-      ctx.p2p->recvWaitSeconds += MPI_Wtime() - waitStart;
-      if (rc != MPI_SUCCESS)
-        return mpi::failure(rc, inst.where + ": MPI_Wait for the receive of " +
-                                    inst.resultTypes[0].str() + " from " +
-                                    peerText(inst));
-      int count = 0;
-      MPI_Get_count(&status, mpi::dataType(r.data.dtype()), &count);
-      if (count != r.data.numel())
-        return fail(llvm::formatv("{0}: received {1} elements from {2}, "
-                                  "expected {3} ({4})",
-                                  inst.where, count, peerText(inst),
-                                  r.data.numel(), inst.resultTypes[0].str()));
-      if (device->hostMemory()) {
-        slot[inst.results[0]] = std::move(r.data);
-      } else {
-        llvm::Expected<Tensor> placed = device->upload(r.data);
-        if (!placed)
-          return fail(inst.where + ": " + llvm::toString(placed.takeError()));
-        slot[inst.results[0]] = std::move(*placed);
-        r.data = Tensor();
+      if (offset < 0) {
+        llvm::Expected<Tensor> fresh = p.device->allocate(t.dtype, t.shape);
+        if (!fresh)
+          return fail(inst.where + ": " + llvm::toString(fresh.takeError()));
+        out[i] = std::move(*fresh);
+        continue;
       }
-      for (int s : inst.release)
-        slot[s] = Tensor();
-      continue;
+      out[i] =
+          Tensor::view(static_cast<char *>(ctx.arena->memory.get()) + offset,
+                       t.dtype, t.shape, ctx.arena->memory);
+      int64_t used = (static_cast<int64_t>(out[i].bytes()) + 63) / 64 * 64;
+      ctx.arena->highWater =
+          std::max(ctx.arena->highWater, offset + std::max<int64_t>(used, 64));
     }
+    return llvm::Error::success();
+  }
+
+  /// A kernel or collective call, or the start of a non-blocking
+  /// all-reduce.
+  llvm::Error runCall(const Instruction &inst) {
     in.clear();
     for (int s : inst.operands)
       in.push_back(&slot[s]);
     out.clear();
     out.resize(inst.results.size());
     if (inst.allocateResults)
-      for (size_t i = 0; i < out.size(); ++i) {
-        const TensorType &t = inst.resultTypes[i];
-        int64_t offset =
-            inst.resultOffsets.empty() ? -1 : inst.resultOffsets[i];
-        if (!inst.resultInPlace.empty() && inst.resultInPlace[i] >= 0) {
-          out[i] = overwritten[inst.resultInPlace[i]];
-          continue;
-        }
-        if (offset < 0) {
-          llvm::Expected<Tensor> fresh = device->allocate(t.dtype, t.shape);
-          if (!fresh)
-            return fail(inst.where + ": " + llvm::toString(fresh.takeError()));
-          out[i] = std::move(*fresh);
-          continue;
-        }
-        // Statically planned: a view into the arena at its offset.
-        out[i] =
-            Tensor::view(static_cast<char *>(ctx.arena->memory.get()) + offset,
-                         t.dtype, t.shape, ctx.arena->memory);
-        int64_t used = (static_cast<int64_t>(out[i].bytes()) + 63) / 64 * 64;
-        ctx.arena->highWater = std::max(ctx.arena->highWater,
-                                        offset + std::max<int64_t>(used, 64));
-      }
+      if (llvm::Error err = allocateResults(inst))
+        return err;
     if (inst.kind == Instruction::Kind::AllReduceStart) {
       mpi::ReduceOp op =
           inst.reduceMax ? mpi::ReduceOp::Max : mpi::ReduceOp::Sum;
@@ -984,13 +1040,22 @@ Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
       return fail(inst.where + ": " + llvm::toString(std::move(err)));
     for (size_t i = 0; i < out.size(); ++i)
       slot[inst.results[i]] = std::move(out[i]);
-    for (int s : inst.release)
-      slot[s] = Tensor();
+    return llvm::Error::success();
   }
 
-  std::vector<Tensor> results;
-  results.reserve(resultSlots.size());
-  for (int s : resultSlots)
-    results.push_back(slot[s]);
-  return results;
+  const Program &p;
+  const ExecContext &ctx;
+  std::vector<PostedRecv> posted;
+  std::vector<MPI_Request> requests;
+  bool devicePointToPoint;
+  std::vector<Tensor> slot, overwritten;
+  llvm::SmallVector<const Tensor *, 8> in;
+  llvm::SmallVector<Tensor, 4> out;
+};
+
+} // namespace tessera::runtime::exec
+
+llvm::Expected<std::vector<Tensor>>
+Program::run(const ExecContext &ctx, std::vector<Tensor> args) const {
+  return ProgramRun(*this, ctx).run(std::move(args));
 }

@@ -310,6 +310,7 @@ public:
 
 private:
   friend class ProgramCompiler; // Program.cpp: compile's steps
+  friend class ProgramRun;      // Program.cpp: run's steps
   int slots = 0;
   std::vector<TensorType> argTys, resultTys;
   std::vector<int> resultSlots;
