@@ -15,6 +15,7 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,6 +101,15 @@ struct Plan {
   int64_t spSize = 1;
   /// Whether the grid has the `sp` axis (ulysses, ring).
   bool hasSpAxis() const { return sp == "ulysses" || sp == "ring"; }
+
+  /// Every parameter's sharding, by parameter name (`tsr.name`), in
+  /// `--explain`'s notation: "[tp, -]" (dim 0 split over tp), "[{3, 64 :
+  /// tp}, -]" (dim 0 viewed as 3 chunks of 64, each chunk split over tp),
+  /// "replicated". Filled by the sharding search (ShardingSearch.h) and
+  /// pinned in part by `--sharding FILE.json`; tsr-sharding-annotate only
+  /// applies it. Empty means "not searched yet" (tessera-opt's annotate
+  /// then runs the search itself).
+  std::map<std::string, std::string> shardings;
 
   bool pipelined() const { return pp > 1 || microBatches > 1; }
   std::vector<std::string> gridAxisNames() const {
