@@ -653,9 +653,12 @@ struct Builder {
         TpLayout fixed = tensor.kind == SearchGraph::Kind::Parameter
                              ? m.paramDomain[t][0]
                              : TpLayout{};
+        // A pinned parameter is used as the plan stores it (the
+        // vocabulary-parallel table by its masked lookup).
         for (const Consumer &c : cons)
           addTensorFactor(
-              net, t, -1, [fixed](int) { return fixed; }, {c}, -1, {});
+              net, t, -1, [fixed](int) { return fixed; }, {c}, -1, {},
+              tensor.kind == SearchGraph::Kind::Parameter);
       }
     return net;
   }

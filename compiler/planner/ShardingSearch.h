@@ -97,6 +97,8 @@ struct SearchGraph {
     /// Whether a gradient flows back into it (floating point, computed from
     /// a parameter).
     bool differentiable = true;
+    /// Floating point (activations a weight is contracted with).
+    bool floating = true;
     /// Parameters: a block weight matrix that tp must divide.
     bool mustSplit = false;
     /// Parameters: a layout fixed by the plan.

@@ -9,6 +9,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace tessera;
 using namespace tessera::sharding;
@@ -64,6 +66,7 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
     if (type)
       t.shape.assign(type.getShape().begin(), type.getShape().end());
     t.elementBytes = elementBytes(v.getType());
+    t.floating = type && isa<FloatType>(type.getElementType());
     t.kind = SearchGraph::Kind::Constant;
     t.differentiable = false;
     if (auto arg = dyn_cast<BlockArgument>(v)) {
@@ -87,7 +90,21 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
     return index;
   };
 
+  // Ops reading the labels (the loss, and a hand-written step's backward
+  // without tsr.bwd tags) are not part of the forward the search lays out.
+  llvm::DenseSet<Value> fromLabels;
+  for (BlockArgument arg : body.getArguments()) {
+    auto role = tsr::getArgRole(func, arg.getArgNumber());
+    if (role && role.getValue() == "labels")
+      fromLabels.insert(arg);
+  }
   for (auto [i, op] : llvm::enumerate(step.forward)) {
+    if (llvm::any_of(op->getOperands(),
+                     [&](Value v) { return fromLabels.contains(v); })) {
+      for (Value r : op->getResults())
+        fromLabels.insert(r);
+      continue;
+    }
     SearchGraph::Op sop;
     sop.name = op->getName().getStringRef().str();
     sop.layer = static_cast<int>(layerOf[i]);
@@ -162,12 +179,15 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
     if (isa<tsr::AttentionOp>(op) &&
         !llvm::is_contained(attentionLayers, g.ops[i].layer))
       attentionLayers.push_back(g.ops[i].layer);
-  if (attentionLayers.empty())
-    return out;
-  int span = attentionLayers.size() > 1 ? attentionLayers[1] - attentionLayers[0]
-                                         : 2;
-  int firstBlock = attentionLayers.front();
-  int endBlock = attentionLayers.back() + span;
+  // The blocks end one block after the last attention (a block being the
+  // layers from one attention to the next); what follows (an MLM head's
+  // transform, the LM head) is not a block. With fewer than two attentions
+  // (an MLP, one block, attention not raised) every layer counts. Before
+  // the first attention there are only embeddings, which contract nothing.
+  int firstBlock = 0, endBlock = std::numeric_limits<int>::max();
+  if (attentionLayers.size() > 1)
+    endBlock = attentionLayers.back() +
+               (attentionLayers[1] - attentionLayers[0]);
   // A weight matrix: a rank-2 parameter that an op contracts with a
   // floating-point activation (one of the parameter's factors is reduced),
   // read directly or through single-operand ops (transpose, convert).
@@ -191,7 +211,7 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
           bool withActivation = llvm::any_of(op.operands, [&](int o) {
             const SearchGraph::Tensor &ot = g.tensors[o];
             return o != cur && ot.kind == SearchGraph::Kind::Activation &&
-                   ot.differentiable;
+                   ot.floating;
           });
           bool contracts = false;
           for (const auto &dim : op.operandDims[k])
