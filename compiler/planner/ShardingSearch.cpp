@@ -963,7 +963,7 @@ tessera::planner::searchShardings(const SearchGraph &graph,
             tensor.producer, m.strategies[tensor.producer][opChoice[tensor.producer]],
             r);
       }
-      if (tensor.mustSplit && !R.layouts[t].isSplit())
+      if (tensor.mustSplit && !tensor.pinned && !R.layouts[t].isSplit())
         (b.exempt.count(t) ? R.exempt : R.unsplittable)
             .push_back(static_cast<int>(t));
     }

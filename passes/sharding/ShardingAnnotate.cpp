@@ -309,6 +309,8 @@ struct ShardingAnnotatePass
     /// Per argument: one sub-factor list per dim (replicated by default).
     std::vector<SmallVector<DimFactors>> args;
     SmallVector<RankedTensorType> types;
+    /// The embedding tables and LM heads kept whole (--vocab-parallel off).
+    SmallVector<unsigned> vocabWhole;
     /// Arguments split along the vocabulary (tsr.vocab_parallel).
     SmallVector<unsigned> vocabSplit;
   };
@@ -451,7 +453,7 @@ struct ShardingAnnotatePass
       if (!llvm::is_contained(s.vocabSplit, arg))
         s.vocabSplit.push_back(arg);
     };
-    if (!(tp > 1 && vocabParallel))
+    if (tp <= 1)
       return success();
     WalkResult walk = a.func.walk([&](tsr::GatherOp gather) {
       if (!a.isForward(gather))
@@ -472,6 +474,10 @@ struct ShardingAnnotatePass
       unsigned arg = traced->first;
       int64_t dim = traced->second[0];
       int64_t vocab = types[arg].getDimSize(dim);
+      if (!vocabParallel) {
+        s.vocabWhole.push_back(arg);
+        return WalkResult::advance();
+      }
       if (vocab % tp != 0) {
         gather.emitError("tp=")
             << tp << " does not divide the vocabulary size " << vocab
@@ -488,6 +494,10 @@ struct ShardingAnnotatePass
     for (Linear &l : a.linears) {
       if (!a.reachesLogits(l.output))
         continue;
+      if (!vocabParallel) {
+        s.vocabWhole.push_back(l.weightArg);
+        continue;
+      }
       if (l.sizeN % tp != 0)
         return l.matmul->emitError("tp=")
                << tp << " does not divide the vocabulary size " << l.sizeN
@@ -519,6 +529,8 @@ struct ShardingAnnotatePass
       if (tensor.kind != planner::SearchGraph::Kind::Parameter)
         continue;
       unsigned arg = cast<BlockArgument>(eg.values[t]).getArgNumber();
+      if (llvm::is_contained(s.vocabWhole, arg))
+        tensor.pinned = planner::TpLayout{};
       if (!llvm::is_contained(s.vocabSplit, arg))
         continue;
       // Pinned as splitVocabulary laid it out: one dim split over tp.
@@ -549,7 +561,12 @@ struct ShardingAnnotatePass
     }
     for (int t : result->unsplittable) {
       unsigned arg = cast<BlockArgument>(eg.values[t]).getArgNumber();
-      return a.func.emitError("tp=")
+      Operation *user = nullptr;
+      for (auto [i, op] : llvm::enumerate(g.ops))
+        if (!user && llvm::is_contained(op.operands, t))
+          user = eg.ops[i];
+      return (user ? user->emitError() : a.func.emitError())
+             << "tp="
              << static_cast<int64_t>(tp)
              << " does not divide any dimension of parameter '" << a.name(arg)
              << "' " << shapeOf(s.types[arg])
