@@ -145,8 +145,8 @@ private:
     if (ways > 0 && f.size % ways == 0)
       return llvm::Error::success();
     return fail("dim " + llvm::Twine(d) + ": " + llvm::Twine(f.size) +
-                " is not divisible by " + names + " = " + llvm::Twine(ways) +
-                " ranks");
+                " is not divisible by " + names + " (" + llvm::Twine(ways) +
+                " ranks)");
   }
 
   /// dim := "-" | axes | "{" factor ("," factor)* "}"
@@ -187,8 +187,6 @@ private:
           return axes.takeError();
         f.axes = std::move(*axes);
       }
-      if (llvm::Error err = checkDivisible(f, d))
-        return std::move(err);
       // Sizes beyond the dim's cannot multiply to it (and would overflow).
       if (n > size || product > size / n)
         product = size + 1;
@@ -204,6 +202,9 @@ private:
       return fail("dim " + llvm::Twine(d) + ": sub-factors " + sizes +
                   " do not multiply to the dim's size " + llvm::Twine(size) +
                   " (shape " + shapeText(shape) + ")");
+    for (const LayoutFactor &f : factors)
+      if (llvm::Error err = checkDivisible(f, d))
+        return std::move(err);
     return factors;
   }
 };
