@@ -52,11 +52,11 @@ struct TestDropCollectivePass
     getOperation().walk([&](shard::AllReduceOp op) { reduces.push_back(op); });
     if (index < 0 || index >= static_cast<int64_t>(reduces.size())) {
       getOperation().emitError("tsr-test-drop-collective: index ")
-          << index << " out of range: the module has " << reduces.size()
+          << static_cast<int64_t>(index) << " out of range: the module has " << reduces.size()
           << " shard.all_reduce ops";
       return signalPassFailure();
     }
-    shard::AllReduceOp op = reduces[index];
+    shard::AllReduceOp op = reduces[static_cast<int64_t>(index)];
     op.getResult().replaceAllUsesWith(op.getInput());
     op.erase();
   }

@@ -247,9 +247,12 @@ struct TracedOp {
   std::string op;    ///< "tsr.matmul"
   std::string loc;   ///< locText
   std::string phase; ///< "forward", "backward", "update" or "loss/other"
-  /// Per result, a readable name where one is known ("head.weight",
-  /// "grad head.weight"), else empty.
+  /// Per result, a readable name where one is known ("updated head.weight",
+  /// "gradient of head.weight"), else empty.
   std::vector<std::string> names;
+  /// An optimizer update: the traced tensor (trace id, result) that is its
+  /// gradient operand, when there is one.
+  std::optional<std::pair<int64_t, int64_t>> gradient;
 };
 
 /// What the partitioned program says about one traced op.
@@ -294,6 +297,11 @@ std::map<int64_t, TracedOp> describeSerial(ModuleOp module) {
       if (auto arg = dyn_cast<BlockArgument>(update.getParamOperand().get()))
         if (auto name = tsr::getArgName(fn, arg.getArgNumber()))
           t.names[0] = ("updated " + name.getValue()).str();
+      Value grad = update.getGradOperand().get();
+      if (Operation *def = grad.getDefiningOp())
+        if (IntegerAttr gradId = tsr::getTraceId(def))
+          t.gradient = {gradId.getInt(),
+                        cast<OpResult>(grad).getResultNumber()};
       SmallVector<Value> state = update.getOptimizerState();
       for (auto [i, s] : llvm::enumerate(state))
         if (auto arg = dyn_cast<BlockArgument>(s))
@@ -496,7 +504,9 @@ void runPlan(const std::string &tesseraRun, StringRef plan, StringRef data,
   fail("the " + what + " run (" + llvm::Twine(ranks) + " rank" +
        (ranks == 1 ? "" : "s") + ") failed with status " + llvm::Twine(rc) +
        (message.empty() ? "" : " (" + message + ")") +
-       (last.empty() ? "" : ": " + last) + " [log: " + err + "]");
+       (last.empty() ? "" : ": " + last) +
+       (temporaryDir.empty() ? " [log: " + err + "]"
+                             : std::string(" (--work-dir DIR keeps its log)")));
 }
 
 /// One rank's dump (tessera-run --dump-tensors).
@@ -849,6 +859,8 @@ int run(const char *argv0) {
   // program order within a step).
   int64_t compared = 0;
   double worst = -1;
+  /// (step, trace, result) -> the error of its first occurrence.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, double> errors;
   std::string worstName;
   for (const RankDump::Entry &e : serialDump.entries) {
     auto sh = shardedOps.find(e.trace);
@@ -877,6 +889,7 @@ int run(const char *argv0) {
       label = info->second.names[e.result];
     double err = globalShape == e.shape ? relativeError(got, want) : INFINITY;
     ++compared;
+    errors.try_emplace({e.step, e.trace, e.result}, err);
     if (!(err <= rtol)) {
       llvm::outs() << "diverges: step " << e.step << ", tensor " << name
                    << " produced by " << producer << " : ";
@@ -896,6 +909,20 @@ int run(const char *argv0) {
                                  .str()
                            : std::string("replicated"))
                    << "\n";
+      // An update whose gradient matched: the optimizer amplified the
+      // gradient's rounding (docs/Check.md, "Tolerance").
+      if (info != serialOps.end() && info->second.gradient) {
+        auto [gid, gres] = *info->second.gradient;
+        auto g = errors.find({e.step, gid, gres});
+        if (g != errors.end() && g->second <= rtol)
+          llvm::outs() << "  note: its gradient " << tensorName(gid, gres)
+                       << " matched (relative error "
+                       << formatError(g->second)
+                       << "): the update amplifies rounding where the "
+                          "gradient is near zero (AdamW divides by sqrt(v) "
+                          "+ eps; e.g. an attention key bias, whose exact "
+                          "gradient is 0); see docs/Check.md\n";
+      }
       llvm::outs().flush();
       return 1;
     }
@@ -922,6 +949,11 @@ int main(int argc, char **argv) {
   if (!cl::ParseCommandLineOptions(argc, argv, kOverview, &errs)) {
     StringRef first = StringRef(parseErrors).trim();
     first = first.take_until([](char c) { return c == '\n'; });
+    // llvm::cl prefixes its messages with the program name.
+    size_t colon = first.find(": ");
+    if (colon != StringRef::npos &&
+        first.take_front(colon).ends_with("tessera-check"))
+      first = first.drop_front(colon + 2);
     llvm::errs() << "tessera-check: error: " << first << "\n";
     return 2;
   }
