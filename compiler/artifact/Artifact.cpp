@@ -189,6 +189,45 @@ static std::string layoutText(const json::Array &layout,
   return planner::printLayoutText(typed);
 }
 
+/// What the sharding search (compiler/planner/ShardingSearch.h) predicted:
+/// the tp collectives of one step, layer by layer (tsr.sharding_search).
+static void explainShardingSearch(ModuleOp module, llvm::raw_ostream &os) {
+  auto search = module->getAttrOfType<DictionaryAttr>(
+      tsr::kShardingSearchAttrName);
+  if (!search)
+    return;
+  auto integer = [&](StringRef key) {
+    auto a = search.getAs<IntegerAttr>(key);
+    return a ? a.getInt() : 0;
+  };
+  auto real = [&](StringRef key) {
+    auto a = search.getAs<FloatAttr>(key);
+    return a ? a.getValueAsDouble() : 0.0;
+  };
+  os << llvm::formatv("sharding search: {0} layers ({1} distinct, each "
+                      "solved once), searched in {2:F3} s; predicted tp "
+                      "traffic {3} bytes per rank per step ({4:F1} us at the "
+                      "search's alpha-beta)\n",
+                      integer("layers"), integer("distinct_layers"),
+                      real("search_seconds"), integer("bytes"),
+                      real("predicted_seconds") * 1e6);
+  auto list = search.getAs<ArrayAttr>("collectives");
+  if (!list)
+    return;
+  std::map<int64_t, std::vector<DictionaryAttr>> byLayer;
+  for (Attribute a : list)
+    if (auto d = dyn_cast<DictionaryAttr>(a))
+      byLayer[d.getAs<IntegerAttr>("layer").getInt()].push_back(d);
+  for (auto &[layer, items] : byLayer)
+    for (DictionaryAttr d : items)
+      os << llvm::formatv("  layer {0,-3} {1} {2,-14} {3,10} B  {4}\n", layer,
+                          d.getAs<BoolAttr>("backward").getValue() ? "bwd"
+                                                                   : "fwd",
+                          d.getAs<StringAttr>("kind").getValue(),
+                          d.getAs<IntegerAttr>("bytes").getInt(),
+                          d.getAs<StringAttr>("tensor").getValue());
+}
+
 /// The stages of a pipelined plan and the predicted bubble.
 /// `stateBytes` is the parameter + optimizer-state bytes of one rank before
 /// the split; each stage holds the share of it that its chunks' parameters
@@ -479,6 +518,7 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
   os << "collectives per step:" << (counts.empty() ? " none" : "") << "\n";
   for (const auto &[key, n] : counts)
     os << "  " << n << " x " << key << "\n";
+  explainShardingSearch(partitioned, os);
   for (auto schedule : partitioned.getOps<tsrt::PipelineScheduleOp>())
     explainPipeline(schedule, localBytes, os);
 }

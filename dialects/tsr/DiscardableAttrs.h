@@ -39,7 +39,8 @@ namespace tessera::tsr {
   X(VocabParallel, VocabParallel)                                              \
   X(ZeroReplicated, ZeroReplicated)                                            \
   X(Trace, Trace)                                                              \
-  X(TraceShardings, TraceShardings)
+  X(TraceShardings, TraceShardings)                                            \
+  X(ShardingSearch, ShardingSearch)
 
 /// The attribute names (kRoleAttrName = "tsr.role", ...).
 #define TESSERA_TSR_ATTR_NAME(Stem, Helper)                                    \

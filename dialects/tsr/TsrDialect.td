@@ -60,6 +60,11 @@ def Tsr_Dialect : Dialect {
   //   tsr.trace_shardings op: with tsr.trace, the layout (#tsr.sharding, one
   //                     per result) its local results have after
   //                     tsr-sharding-partition and tsr-zero-sharding
+  //   tsr.sharding_search module: what tsr-sharding-annotate's sharding
+  //                     search predicted (layers, distinct layers, search
+  //                     seconds, tp bytes per rank, and per collective its
+  //                     layer, kind, direction, tensor and bytes), printed by
+  //                     tessera-partition --explain
   let discardableAttrs = (ins
     "::mlir::StringAttr":$role,
     "::mlir::StringAttr":$name,
@@ -73,7 +78,8 @@ def Tsr_Dialect : Dialect {
     "::mlir::UnitAttr":$vocab_parallel,
     "::mlir::ArrayAttr":$zero_replicated,
     "::mlir::IntegerAttr":$trace,
-    "::mlir::ArrayAttr":$trace_shardings
+    "::mlir::ArrayAttr":$trace_shardings,
+    "::mlir::DictionaryAttr":$sharding_search
   );
   let useDefaultAttributePrinterParser = 1;
   let hasConstantMaterializer = 1;

@@ -585,22 +585,7 @@ struct ShardingAnnotatePass
     auto result = planner::searchShardings(g, options);
     if (!result)
       return a.func.emitError(llvm::toString(result.takeError()));
-    if (getenv("TESSERA_SEARCH_DEBUG")) {
-      planner::printPredictedCollectives(g, *result, llvm::errs());
-      llvm::errs() << "cost " << result->seconds << " exempt " << result->exempt.size() << "\n";
-      for (auto [t, tensor] : llvm::enumerate(g.tensors))
-        if (tensor.kind == planner::SearchGraph::Kind::Parameter)
-          llvm::errs() << "  param " << tensor.name << " "
-                       << result->layouts[t].str(tensor.shape)
-                       << (tensor.mustSplit ? " must" : "") << "\n";
-      for (auto [i, op] : llvm::enumerate(g.ops))
-        llvm::errs() << "  op " << i << " L" << op.layer << " " << op.name
-                     << " split=" << result->splitFactor[i] << " -> "
-                     << (op.results.empty() ? std::string()
-                                            : result->layouts[op.results[0]].str(
-                                                  g.tensors[op.results[0]].shape))
-                     << "\n";
-    }
+    recordSearch(g, *result);
     for (int t : result->unsplittable) {
       unsigned arg = cast<BlockArgument>(eg.values[t]).getArgNumber();
       Operation *user = nullptr;
@@ -632,6 +617,36 @@ struct ShardingAnnotatePass
     }
     applyPins();
     return success();
+  }
+
+  /// Records what the search predicted on the module (tsr.sharding_search)
+  /// for `tessera-partition --explain`.
+  void recordSearch(const planner::SearchGraph &g,
+                    const planner::ShardingSearchResult &r) {
+    MLIRContext *ctx = &getContext();
+    Builder b(ctx);
+    SmallVector<Attribute> list;
+    for (const planner::PredictedCollective &c : r.collectives)
+      list.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("layer", b.getI64IntegerAttr(c.layer)),
+          b.getNamedAttr("kind", b.getStringAttr(c.kind)),
+          b.getNamedAttr("backward", b.getBoolAttr(c.backward)),
+          b.getNamedAttr("tensor", b.getStringAttr(g.tensors[c.tensor].name)),
+          b.getNamedAttr("bytes", b.getI64IntegerAttr(
+                                      static_cast<int64_t>(c.bytes + 0.5))),
+      }));
+    getOperation()->setAttr(
+        tsr::kShardingSearchAttrName,
+        b.getDictionaryAttr({
+            b.getNamedAttr("layers", b.getI64IntegerAttr(r.layers)),
+            b.getNamedAttr("distinct_layers",
+                           b.getI64IntegerAttr(r.distinctLayers)),
+            b.getNamedAttr("search_seconds", b.getF64FloatAttr(r.searchSeconds)),
+            b.getNamedAttr("predicted_seconds", b.getF64FloatAttr(r.seconds)),
+            b.getNamedAttr("bytes", b.getI64IntegerAttr(
+                                        static_cast<int64_t>(r.bytes + 0.5))),
+            b.getNamedAttr("collectives", b.getArrayAttr(list)),
+        }));
   }
 
   /// Optimizer state follows its parameter.
