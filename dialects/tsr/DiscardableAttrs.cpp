@@ -36,3 +36,17 @@ IntegerAttr tessera::tsr::getBackwardId(Operation *op) {
 bool tessera::tsr::isBackward(Operation *op) {
   return op->hasAttr(kBackwardAttrName);
 }
+
+IntegerAttr tessera::tsr::getTraceId(Operation *op) {
+  return op->getAttrOfType<IntegerAttr>(kTraceAttrName);
+}
+void tessera::tsr::setTraceShardings(Operation *op,
+                                     ArrayRef<Attribute> shardings) {
+  if (!getTraceId(op))
+    return;
+  op->setAttr(kTraceShardingsAttrName,
+              ArrayAttr::get(op->getContext(), shardings));
+}
+ArrayAttr tessera::tsr::getTraceShardings(Operation *op) {
+  return op->getAttrOfType<ArrayAttr>(kTraceShardingsAttrName);
+}

@@ -37,7 +37,9 @@ namespace tessera::tsr {
   X(Sharding, Sharding)                                                        \
   X(Shardings, Shardings)                                                      \
   X(VocabParallel, VocabParallel)                                              \
-  X(ZeroReplicated, ZeroReplicated)
+  X(ZeroReplicated, ZeroReplicated)                                            \
+  X(Trace, Trace)                                                              \
+  X(TraceShardings, TraceShardings)
 
 /// The attribute names (kRoleAttrName = "tsr.role", ...).
 #define TESSERA_TSR_ATTR_NAME(Stem, Helper)                                    \
@@ -75,6 +77,16 @@ mlir::IntegerAttr getForwardId(mlir::Operation *op);
 mlir::IntegerAttr getBackwardId(mlir::Operation *op);
 /// True when the op is part of the backward (carries `tsr.bwd`).
 bool isBackward(mlir::Operation *op);
+
+/// An op's `tsr.trace` id (tsr-trace-values), or null.
+mlir::IntegerAttr getTraceId(mlir::Operation *op);
+/// Records the layout of a traced op's local results (`tsr.trace_shardings`,
+/// one #tsr.sharding per result) when the op carries `tsr.trace`; a no-op
+/// otherwise, so untraced programs are unchanged.
+void setTraceShardings(mlir::Operation *op,
+                       llvm::ArrayRef<mlir::Attribute> shardings);
+/// The `tsr.trace_shardings` of `op`, or null.
+mlir::ArrayAttr getTraceShardings(mlir::Operation *op);
 
 } // namespace tessera::tsr
 

@@ -53,6 +53,13 @@ def Tsr_Dialect : Dialect {
   //                     partition)
   //   tsr.vocab_parallel arg: the embedding is split over the vocabulary
   //   tsr.zero_replicated func: parameters ZeRO leaves replicated
+  //   tsr.trace         op: a stable id of the op in @train_step's program
+  //                     order (tsr-trace-values; tessera-check matches the
+  //                     serial and the partitioned run's values by it);
+  //                     lowered to `tsrt.trace` on the tsrt.kernel
+  //   tsr.trace_shardings op: with tsr.trace, the layout (#tsr.sharding, one
+  //                     per result) its local results have after
+  //                     tsr-sharding-partition and tsr-zero-sharding
   let discardableAttrs = (ins
     "::mlir::StringAttr":$role,
     "::mlir::StringAttr":$name,
@@ -64,7 +71,9 @@ def Tsr_Dialect : Dialect {
     "::tessera::tsr::ShardingAttr":$sharding,
     "::mlir::ArrayAttr":$shardings,
     "::mlir::UnitAttr":$vocab_parallel,
-    "::mlir::ArrayAttr":$zero_replicated
+    "::mlir::ArrayAttr":$zero_replicated,
+    "::mlir::IntegerAttr":$trace,
+    "::mlir::ArrayAttr":$trace_shardings
   );
   let useDefaultAttributePrinterParser = 1;
   let hasConstantMaterializer = 1;

@@ -93,6 +93,9 @@ struct LowerToRuntimePass
             b, loc, op->getResultTypes(),
             b.getStringAttr(op->getName().stripDialect()), op->getOperands(),
             kernelAttrs(op));
+        // tessera-check's trace id: the runtime dumps the kernel's results.
+        if (IntegerAttr trace = tsr::getTraceId(op))
+          lowered->setAttr("tsrt.trace", trace);
       } else if (auto ar = dyn_cast<shard::AllReduceOp>(op)) {
         StringRef kind =
             ar.getReduction() == shard::ReductionKind::Max ? "max" : "sum";

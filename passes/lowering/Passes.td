@@ -14,8 +14,10 @@ def LowerToRuntime : Pass<"tsr-lower-to-runtime", "::mlir::ModuleOp"> {
     `tsrt` collectives over the same grid axes. The `shard.grid` is replaced
     by module attributes `tsrt.grid_axes` (names, from `tsr.grid_axes`) and
     `tsrt.grid_shape`. Argument and result attributes `tsr.role`/`tsr.name`
-    become `tsrt.role`/`tsrt.name`; everything else `tsr.*` is dropped (the
-    artifact's manifest carries shardings and initial values).
+    become `tsrt.role`/`tsrt.name`; an op's `tsr.trace` id (tessera-check's
+    programs only) becomes `tsrt.trace` on its `tsrt.kernel`, whose results
+    `tessera-run --dump-tensors` then writes; everything else `tsr.*` is
+    dropped (the artifact's manifest carries shardings and initial values).
 
     Before:
     ```mlir

@@ -16,6 +16,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/SmallVectorExtras.h"
 
 namespace tessera::sharding {
 #define GEN_PASS_DEF_SHARDINGPARTITION
@@ -378,6 +379,12 @@ struct Partitioner {
       }
       for (auto [r, v] : llvm::enumerate(op->getResults()))
         v.setType(localType(globalType[v], plan.results[r], grid));
+      // tessera-check reassembles a traced op's local results by this layout.
+      if (tsr::getTraceId(op))
+        tsr::setTraceShardings(
+            op, llvm::map_to_vector(plan.results, [&](const auto &t) {
+              return Attribute(t.toAttr(grid));
+            }));
       if (rule.localize) {
         SmallVector<SmallVector<int16_t, 4>> factorAxes;
         for (const std::optional<DimFactors> &f : plan.factors) {

@@ -127,6 +127,21 @@ RankedTensorType viewType(RankedTensorType full, const ZeroParam &p, int64_t dp,
   return RankedTensorType::get(view, full.getElementType());
 }
 
+/// A traced op (tessera-check) whose results became dp shards: its
+/// `tsr.trace_shardings` gain the dp axis as withDpOn does. `full` is the
+/// results' local type before ZeRO.
+void retraceDpShards(Operation *op, RankedTensorType full, int64_t dim,
+                     int64_t sub, const GridInfo &grid) {
+  ArrayAttr old = tsr::getTraceShardings(op);
+  if (!old)
+    return;
+  SmallVector<Attribute> now;
+  for (Attribute a : old)
+    now.push_back(
+        withDpOn(dyn_cast<tsr::ShardingAttr>(a), full, dim, sub, grid));
+  tsr::setTraceShardings(op, now);
+}
+
 /// `v` reshaped to `type` (itself when it already has that type).
 Value reshapeTo(OpBuilder &b, Location loc, Value v, RankedTensorType type) {
   if (v.getType() == type)
@@ -332,6 +347,7 @@ struct ZeroShardingPass
       ar.erase();
       if (tsr::ConvertOp conv = p.gradConvert) {
         auto type = cast<RankedTensorType>(conv.getType());
+        retraceDpShards(conv, type, p.dim, p.sub, grid);
         conv.getResult().setType(type.clone(local.getShape()));
         Operation *def = sharded.getDefiningOp();
         if (conv->isBeforeInBlock(def))
@@ -381,6 +397,7 @@ struct ZeroShardingPass
         v = shard::AllSliceOp::create(b, loc, viewShard, gridName, dpAxes, v,
                                       axis);
         p.update.getParamOperand().set(reshapeTo(b, loc, v, local));
+        retraceDpShards(p.update, full, p.dim, p.sub, grid);
         for (Value r : p.update->getResults())
           r.setType(local);
         Value newParam = p.update.getUpdatedParam();
@@ -423,6 +440,7 @@ struct ZeroShardingPass
       }
       tsr::ShardingAttr sharded = withDpOn(paramAttr, full, p.dim, p.sub, grid);
       func.setArgAttr(p.param.getArgNumber(), tsr::kShardingAttrName, sharded);
+      retraceDpShards(p.update, full, p.dim, p.sub, grid);
       for (Value r : p.update->getResults())
         r.setType(local);
       resultAttr(p.update.getUpdatedParam(), sharded);

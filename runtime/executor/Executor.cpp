@@ -47,6 +47,13 @@ std::string TraceEvent::name() const {
   }
 }
 
+void Executor::setTracedSink(
+    std::function<llvm::Error(int64_t, unsigned, const Tensor &)> sink) {
+  ctx.traced = sink;
+  for (ExecContext &fc : fnCtx)
+    fc.traced = sink;
+}
+
 llvm::Error Executor::enableTrace() {
   if (llvm::Error err = mpi::barrier(gridRef.parent()))
     return err;

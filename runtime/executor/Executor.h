@@ -54,6 +54,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -137,6 +138,10 @@ public:
   mpi::TrafficCounter &traffic() { return counter; }
   /// Kernels' own measurements since the executor was created.
   const ExecContext::KernelStats &kernelStats() const { return stats; }
+  /// tessera-run --dump-tensors: `sink` receives every traced kernel result
+  /// of the steps that follow (ExecContext::traced; empty turns it off).
+  void setTracedSink(
+      std::function<llvm::Error(int64_t, unsigned, const Tensor &)> sink);
   /// Starts (or stops) the per-instruction-kind profile of the steps that
   /// follow (KernelStats::opTimes; tessera-run --profile).
   void setProfiling(bool on) { stats.profile = on; }

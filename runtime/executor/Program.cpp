@@ -528,6 +528,8 @@ ProgramCompiler::compileKernel(tessera::tsrt::KernelOp k, Instruction &inst,
                                llvm::ArrayRef<exec::TensorType> inTypes,
                                llvm::ArrayRef<exec::TensorType> outTypes) {
   inst.kernel = k.getKernel().str();
+  if (auto trace = k->getAttrOfType<IntegerAttr>("tsrt.trace"))
+    inst.trace = trace.getInt();
   // A kernel that communicates itself (vocab-parallel gather and
   // cross-entropy, ring attention) names its grid axes; its closure reads
   // ctx.comms[inst.commIndex].
@@ -1040,6 +1042,11 @@ private:
       return fail(inst.where + ": " + llvm::toString(std::move(err)));
     for (size_t i = 0; i < out.size(); ++i)
       slot[inst.results[i]] = std::move(out[i]);
+    if (inst.trace >= 0 && ctx.traced)
+      for (size_t i = 0; i < inst.results.size(); ++i)
+        if (llvm::Error err = ctx.traced(inst.trace, static_cast<unsigned>(i),
+                                         slot[inst.results[i]]))
+          return fail(inst.where + ": " + llvm::toString(std::move(err)));
     return llvm::Error::success();
   }
 

@@ -167,6 +167,13 @@ struct ExecContext {
   /// The arena of a program with a static memory plan (at least
   /// Program::arenaBytes() bytes); null otherwise.
   const Arena *arena = nullptr;
+  /// tessera-run --dump-tensors (tessera-check): called after every kernel
+  /// whose tsrt.kernel carries a `tsrt.trace` id, once per result, with the
+  /// id, the result index and the result (in the backend's memory; views
+  /// valid only during the call). Empty: nothing is dumped, at the cost of
+  /// one branch per instruction. An error fails the step.
+  std::function<llvm::Error(int64_t trace, unsigned result, const Tensor &)>
+      traced;
   /// A device backend's communication (Backend::communication(); every
   /// entry of `comms` and the pp communicator connected to it); null for
   /// the CPU backend, whose instructions call MPI themselves.
@@ -232,6 +239,10 @@ struct Instruction {
   int64_t peerChunk = -1; ///< Send/Recv: the other chunk
   int64_t channel = -1;   ///< Send/Recv: the tsrt channel
   int recvIndex = -1;     ///< Recv: index into the program's posted receives
+  /// Call of a tsrt.kernel with a `tsrt.trace` id (tessera-check's
+  /// programs): the id, whose results ExecContext::traced receives; -1
+  /// otherwise.
+  int64_t trace = -1;
   std::string kernel;     ///< "matmul", "all_reduce", ... (diagnostics)
   std::string where;      ///< the op's location (diagnostics)
   KernelFn fn;

@@ -12,8 +12,10 @@
 #include "passes/lowering/Passes.h"
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
+#include "passes/trace/Passes.h"
 #include "passes/training/Passes.h"
 #include "passes/zero/Passes.h"
+#include "test/lib/TestPasses.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -28,6 +30,9 @@ int main(int argc, char **argv) {
   tessera::zero::registerZeroPasses();
   tessera::pipeline::registerPipelinePasses();
   tessera::lowering::registerLoweringPasses();
+  tessera::trace::registerTracePasses();
+  // Testing only (test/lib): fault-planting passes for the tests.
+  tessera::test::registerTestPasses();
   mlir::DialectRegistry registry;
   registry.insert<tessera::tsr::TsrDialect, tessera::tsrt::TsrtDialect,
                   mlir::func::FuncDialect, mlir::shard::ShardDialect>();

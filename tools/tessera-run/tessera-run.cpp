@@ -4,7 +4,7 @@
 //     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
 //     [--trace FILE.json] [--profile FILE.json] [--memory-per-device SIZE]
 //     [--memory-report] [--backend cpu|cuda] [--collectives nccl|mpi]
-//     [--cuda-graph]
+//     [--cuda-graph] [--dump-tensors DIR]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -88,6 +88,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Calibrate.h"
+#include "TensorDump.h"
 #ifdef TESSERA_HAVE_NCCL
 #include "NcclBench.h"
 #endif
@@ -317,6 +318,17 @@ static cl::opt<double> collectiveTimeout(
              "other hosts are caught by the timeout). #N counts the blocking "
              "MPI operations of the process from 1"),
     cl::value_desc("S"), cl::init(300), cl::cat(category));
+
+static cl::opt<std::string> dumpTensors(
+    "dump-tensors",
+    cl::desc("For tessera-check: write every result of every kernel that "
+             "carries a tsrt.trace id (only programs tessera-check compiles "
+             "have them) of every step to DIR/rank<R>.bin, raw bytes, with "
+             "the index DIR/rank<R>.json: the rank's grid axes, coordinates "
+             "and grid shape, and per tensor its step, trace id, result "
+             "index, dtype, local shape and byte offset (docs/Check.md). Off "
+             "by default (one branch per instruction)"),
+    cl::value_desc("DIR"), cl::init(""), cl::cat(category));
 
 static const char *kOverview =
     "Tessera training runtime: runs a compiled plan on MPI ranks.\n"
@@ -1088,6 +1100,21 @@ int main(int argc, char **argv) {
     error = take(executor->enableStepCapture());
   if (error.empty() && !tracePath.empty())
     error = take(executor->enableTrace());
+  std::unique_ptr<TensorDump> dump;
+  if (error.empty() && !dumpTensors.empty()) {
+    auto opened = TensorDump::open(dumpTensors, world.rank(), *job.backend);
+    if (opened) {
+      dump = std::move(*opened);
+      exec::Executor *ex = executor.get();
+      TensorDump *d = dump.get();
+      executor->setTracedSink(
+          [ex, d](int64_t trace, unsigned result, const Tensor &value) {
+            return d->add(ex->stepsRun(), trace, result, value);
+          });
+    } else {
+      error = take(opened.takeError());
+    }
+  }
   // After the executor exists: agree on `error`, and on a failure release
   // the executor and grid before MPI is finalized.
   auto allOk = [&] {
@@ -1104,6 +1131,14 @@ int main(int argc, char **argv) {
       train(world, *executor, *job.plan, *job.dataset, job.metrics.get());
   if (memoryReport && isRoot && numSteps > 0)
     printMemoryReport(world, m, trained.lastMemory);
+
+  // Every rank's traced tensors (tessera-check).
+  if (dump) {
+    error = take(dump->finish(m.rankAxes(), executor->coords(),
+                              m.rankShape()));
+    if (!allOk())
+      return exitAfterFailure();
+  }
 
   // Every rank's per-instruction profile, on rank 0.
   if (!profilePath.empty()) {
