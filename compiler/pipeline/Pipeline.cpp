@@ -141,7 +141,7 @@ pipeline::Stage pipeline::lowerToRuntimeStage(const planner::Plan &plan) {
 void pipeline::recordStage(StringRef dir, unsigned index, const Stage &stage) {
   SmallString<256> path(dir);
   llvm::sys::path::append(path, "pipeline.txt");
-  std::error_code ec;
+  std::error_code ec = llvm::sys::fs::create_directories(dir);
   // The first stage of a run starts the file afresh.
   llvm::raw_fd_ostream os(
       path, ec, index <= 1 ? llvm::sys::fs::OF_Text : llvm::sys::fs::OF_Append);
