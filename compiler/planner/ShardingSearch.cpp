@@ -744,53 +744,97 @@ struct Chain {
   std::vector<int> boundary; ///< per cut (layers - 1)
 };
 
-/// Layers of `g` if they form a chain the dynamic program can use: one
-/// activation crossing each cut, read only by the next layer, and every
-/// parameter with a choice read by one layer only. Otherwise one layer.
+/// The chain the dynamic program uses: the graph's layers, with the cuts
+/// that do not separate them cleanly removed (merging their layers). A cut
+/// is kept when exactly one activation crosses it, that activation crosses
+/// no other kept cut, and no parameter with a choice is read on both sides.
+/// (A cut can lose its crossing activation when the ops reading it, e.g.
+/// the loss, are not part of the searched forward.) No cut left: one layer.
 Chain chainOf(const SearchGraph &g, const Model &m) {
-  Chain whole{{0}, {static_cast<int>(g.ops.size())}, {}};
-  Chain c;
-  for (auto [i, op] : llvm::enumerate(g.ops))
-    if (i == 0 || op.layer != g.ops[i - 1].layer) {
-      if (i)
-        c.end.push_back(static_cast<int>(i));
-      c.begin.push_back(static_cast<int>(i));
-    }
-  c.end.push_back(static_cast<int>(g.ops.size()));
-  size_t n = c.begin.size();
-  if (n < 2)
-    return whole;
-  std::vector<int> layerOf(g.ops.size());
-  for (size_t l = 0; l < n; ++l)
-    for (int i = c.begin[l]; i < c.end[l]; ++i)
-      layerOf[i] = static_cast<int>(l);
-  c.boundary.assign(n - 1, -1);
+  int numLayers = 0;
+  for (const SearchGraph::Op &op : g.ops)
+    numLayers = std::max(numLayers, op.layer + 1);
+  // keep[c]: the cut after graph layer c.
+  std::vector<char> keep(std::max(numLayers - 1, 0), 1);
+  struct Span {
+    int from, to; ///< first and last graph layer touching the tensor
+    int tensor;
+    bool activation;
+  };
+  std::vector<Span> spans;
   for (auto [t, tensor] : llvm::enumerate(g.tensors)) {
     const auto &uses = m.uses[t];
     if (uses.empty())
       continue;
-    if (tensor.kind == SearchGraph::Kind::Activation) {
-      int from = layerOf[tensor.producer];
-      for (auto [op, k] : uses) {
-        int to = layerOf[op];
-        if (to == from)
-          continue;
-        if (to != from + 1)
-          return whole;
-        if (c.boundary[from] >= 0 && c.boundary[from] != static_cast<int>(t))
-          return whole;
-        c.boundary[from] = static_cast<int>(t);
+    bool activation = tensor.kind == SearchGraph::Kind::Activation;
+    bool choice = tensor.kind == SearchGraph::Kind::Parameter &&
+                  m.paramDomain[t].size() > 1;
+    if (!activation && !choice)
+      continue;
+    int from = activation ? g.ops[tensor.producer].layer
+                          : g.ops[uses[0].first].layer;
+    int to = from;
+    for (auto [op, k] : uses) {
+      from = std::min(from, g.ops[op].layer);
+      to = std::max(to, g.ops[op].layer);
+    }
+    if (to > from)
+      spans.push_back({from, to, static_cast<int>(t), activation});
+  }
+  std::vector<int> boundary;
+  for (bool changed = true; changed;) {
+    changed = false;
+    // Segment of each graph layer under the kept cuts.
+    std::vector<int> segment(numLayers, 0);
+    for (int l = 1; l < numLayers; ++l)
+      segment[l] = segment[l - 1] + (keep[l - 1] ? 1 : 0);
+    int numSegments = numLayers ? segment.back() + 1 : 0;
+    boundary.assign(std::max(numSegments - 1, 0), -1);
+    std::vector<int> crossing(std::max(numSegments - 1, 0), 0);
+    for (const Span &sp : spans) {
+      int a = segment[sp.from], b = segment[sp.to];
+      if (a == b)
+        continue;
+      if (!sp.activation || b > a + 1) {
+        // Read on both sides, or across several cuts: merge them.
+        for (int l = sp.from; l < sp.to; ++l)
+          if (keep[l]) {
+            keep[l] = 0;
+            changed = true;
+          }
+        continue;
       }
-    } else if (tensor.kind == SearchGraph::Kind::Parameter &&
-               m.paramDomain[t].size() > 1) {
-      for (auto [op, k] : uses)
-        if (layerOf[op] != layerOf[uses[0].first])
-          return whole;
+      ++crossing[a];
+      boundary[a] = sp.tensor;
+    }
+    if (changed)
+      continue;
+    // Cuts crossed by no activation or by several.
+    int cut = 0;
+    for (int l = 0; l + 1 < numLayers; ++l) {
+      if (!keep[l])
+        continue;
+      if (crossing[cut] != 1) {
+        keep[l] = 0;
+        changed = true;
+      }
+      ++cut;
     }
   }
-  for (int b : c.boundary)
-    if (b < 0)
-      return whole;
+  Chain c;
+  c.boundary = boundary;
+  for (auto [i, op] : llvm::enumerate(g.ops)) {
+    bool start = i == 0 || (op.layer != g.ops[i - 1].layer &&
+                            keep[g.ops[i - 1].layer]);
+    if (!start)
+      continue;
+    if (i)
+      c.end.push_back(static_cast<int>(i));
+    c.begin.push_back(static_cast<int>(i));
+  }
+  c.end.push_back(static_cast<int>(g.ops.size()));
+  if (g.ops.empty())
+    c = Chain{{0}, {0}, {}};
   return c;
 }
 
