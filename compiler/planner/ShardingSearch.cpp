@@ -248,6 +248,10 @@ struct Model {
                    double &seconds) const {
     double frac = double(tp - 1) / double(tp);
     seconds = 0;
+    if (tp == 1) // one rank: nothing moves
+      return llvm::none_of(needs, [&](const TpLayout &n) {
+        return n.partial && !source.partial;
+      });
     auto add = [&](const char *kind, bool backward, double volume) {
       seconds += opt.latencySeconds + volume / opt.bandwidthBytesPerS;
       if (out)

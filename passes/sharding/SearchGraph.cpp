@@ -105,6 +105,20 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
         fromLabels.insert(r);
       continue;
     }
+    // An op reading only constants and optimizer state (the step counter's
+    // increment) is no part of the forward the search lays out.
+    if (llvm::none_of(op->getOperands(), [&](Value v) {
+          auto it = out.tensorOf.find(v);
+          if (it != out.tensorOf.end())
+            return g.tensors[it->second].kind != SearchGraph::Kind::Constant;
+          auto arg = dyn_cast<BlockArgument>(v);
+          if (!arg)
+            return false;
+          auto role = tsr::getArgRole(func, arg.getArgNumber());
+          return role && (role.getValue() == "param" ||
+                          role.getValue() == "tokens");
+        }))
+      continue;
     SearchGraph::Op sop;
     sop.name = op->getName().getStringRef().str();
     sop.layer = static_cast<int>(layerOf[i]);

@@ -242,31 +242,22 @@ struct ShardingAnnotatePass
       module.emitError("dp, tp, pp and micro-batches must be positive");
       return signalPassFailure();
     }
-    // Pipeline parallelism adds the `pp` axis (stages) and the virtual `mb`
-    // axis (micro-batches, not a rank axis) after dp and tp.
-    bool pipelined = pp > 1 || microBatches > 1;
-    SmallVector<int64_t> shape = {dp, tp};
-    SmallVector<StringRef> names = {"dp", "tp"};
-    if (pipelined) {
-      shape.append({pp, microBatches});
-      names.append({"pp", "mb"});
-    }
     if (sp != "none" && sp != "megatron" && sp != "ulysses" && sp != "ring") {
       module.emitError("sp must be none, megatron, ulysses or ring, got '")
           << sp << "'";
       return signalPassFailure();
     }
-    // Ulysses and ring attention add the `sp` axis (sequence) last.
-    spAxis = -1;
-    if (sp == "ulysses" || sp == "ring") {
-      if (spSize < 1) {
-        module.emitError("sp-size must be positive");
-        return signalPassFailure();
-      }
-      spAxis = static_cast<int16_t>(shape.size());
-      shape.push_back(spSize);
-      names.push_back("sp");
+    if (planner::spHasOwnAxis(sp) && spSize < 1) {
+      module.emitError("sp-size must be positive");
+      return signalPassFailure();
     }
+    // The grid: dp, tp, [pp, mb], [sp] (common/plan/Grid.h, as Plan::grid()).
+    planner::GridSpec spec =
+        planner::gridOf(dp, tp, pp, microBatches, sp, spSize);
+    SmallVector<int64_t> shape(spec.shape.begin(), spec.shape.end());
+    SmallVector<StringRef> names(spec.names.begin(), spec.names.end());
+    std::optional<size_t> spIndex = spec.axisIndex("sp");
+    spAxis = spIndex ? static_cast<int16_t>(*spIndex) : -1;
     OpBuilder b(ctx);
     auto existing = module.lookupSymbol<shard::GridOp>("grid");
     if (existing) {

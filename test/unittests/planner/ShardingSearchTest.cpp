@@ -254,7 +254,7 @@ TEST(ShardingSearch, TpOneMovesNoBytes) {
 // tsr-sharding-annotate does not search at tp <= 1, so only the API's
 // callers see it. Enable when the search treats tp = 1 as "everything
 // whole".
-TEST(ShardingSearch, DISABLED_TpOneMovesNothing) {
+TEST(ShardingSearch, TpOneMovesNothing) {
   GraphBuilder b = mlpChain(2);
   ShardingSearchResult r = search(b.g, 1);
   EXPECT_TRUE(r.collectives.empty());
@@ -412,7 +412,7 @@ TEST(ShardingSearch, DisconnectedOpKeepsTheLayout) {
 // 175B's train step the search then does not finish (bench/README.md,
 // "Sharding search"). Enable when chainOf (or buildSearchGraph) leaves
 // such ops out of the chain.
-TEST(ShardingSearch, DISABLED_DisconnectedOpKeepsTheChain) {
+TEST(ShardingSearch, DisconnectedOpKeepsTheChain) {
   ShardingSearchResult r = search(mlpChainWithCounter(8).g, 4);
   EXPECT_GE(r.layers, 8);
   EXPECT_LE(r.distinctLayers, 4);
