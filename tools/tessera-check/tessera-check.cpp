@@ -145,13 +145,14 @@ static cl::opt<double>
     rtol("rtol",
          cl::desc("Largest relative error ||a - b||_2 / max(||b||_2, atol * "
                   "sqrt(n)) of a tensor (a: partitioned, b: serial, n "
-                  "elements) that counts as equal"),
+                  "elements) that counts as equal (default 1e-5)"),
          cl::init(1e-5), cl::cat(category));
 static cl::opt<double> absoluteFloor(
     "atol",
     cl::desc("Absolute floor of the relative error's denominator, as a "
              "root-mean-square value per element: a tensor whose serial "
-             "values are all near zero is compared absolutely"),
+             "values are all near zero is compared absolutely (default "
+             "1e-7)"),
     cl::init(1e-7), cl::cat(category));
 static cl::opt<std::string>
     dataPath("data",
@@ -193,7 +194,8 @@ static const char *kOverview =
     "\n"
     "  tessera-check MODEL.onnx --steps K --dp 2 --tp 2 [--rtol 1e-5]\n"
     "\n"
-    "Prints 'equivalent: K steps, N tensors, worst relative error E (TENSOR)'\n"
+    "Prints 'equivalent: K steps, N tensors, worst relative error E (TENSOR,\n"
+    "step S)'\n"
     "and exits 0, or names the first tensor (step-major, then program order)\n"
     "whose relative error exceeds --rtol:\n"
     "  'diverges: step S, tensor tID produced by OP (LOC) : relative error E "
