@@ -3,6 +3,7 @@
 #include "compiler/artifact/Artifact.h"
 #include "compiler/artifact/Memory.h"
 
+#include "common/plan/LayoutText.h"
 #include "common/schedule/PipelineSchedule.h"
 #include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
@@ -93,7 +94,7 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   func::FuncOp func = findTrainStep(partitioned);
   if (!func)
     return partitioned.emitError("no func.func @train_step to package");
-  std::vector<int64_t> gridShape = plan.gridShape();
+  std::vector<int64_t> gridShape = plan.grid().shape;
 
   json::Array args, results;
   int64_t globalBatch = 0, seqLen = 0;
@@ -138,84 +139,54 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
                      {"role", role.getValue()},
                      {"name", name ? name.getValue() : role.getValue()}});
   }
-  json::Object planJson = plan.toJSON();
-  json::Object manifest{{"format", "tessera-plan"},
-                        {"version", 1},
-                        {"grid", std::move(*planJson.get("grid"))},
-                        {"optimizer", std::move(*planJson.get("optimizer"))},
-                        {"program", kProgramTensor},
-                        {"function", "train_step"},
-                        {"global_batch", globalBatch},
-                        {"seq_len", seqLen},
-                        {"arguments", std::move(args)},
-                        {"results", std::move(results)}};
-  if (json::Value *pipeline = planJson.get("pipeline"))
-    manifest["pipeline"] = std::move(*pipeline);
-  manifest["recompute"] = plan.recompute;
-  if (plan.bucketMb >= 0)
-    manifest["bucket_mb"] = plan.bucketMb;
-  manifest["precision"] = plan.precision;
-  if (plan.precision == "fp16")
-    manifest["loss_scale"] = plan.effectiveLossScale();
-  if (plan.tp > 1) {
+  // The plan's keys (Plan::toJSON), then the program's and what the passes
+  // found.
+  json::Object manifest = plan.toJSON();
+  manifest["format"] = "tessera-plan";
+  manifest["version"] = 1;
+  manifest["program"] = kProgramTensor;
+  manifest["function"] = "train_step";
+  manifest["global_batch"] = globalBatch;
+  manifest["seq_len"] = seqLen;
+  manifest["arguments"] = std::move(args);
+  manifest["results"] = std::move(results);
+  if (json::Object *vocab = manifest.getObject("vocab_parallel")) {
     json::Array split;
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (func.getArgAttr(i, tsr::kVocabParallelAttrName))
         if (auto name = tsr::getArgName(func, i))
           split.push_back(name.getValue());
-    manifest["vocab_parallel"] = json::Object{{"enabled", plan.vocabParallel},
-                                              {"params", std::move(split)}};
+    (*vocab)["params"] = std::move(split);
   }
-  if (json::Value *sp = planJson.get("sequence_parallel"))
-    manifest["sequence_parallel"] = std::move(*sp);
-  if (plan.zero > 0) {
+  if (json::Object *zero = manifest.getObject("zero")) {
     json::Array replicated;
     if (auto names =
             func->getAttrOfType<ArrayAttr>(tsr::kZeroReplicatedAttrName))
       for (auto name : names.getAsValueRange<StringAttr>())
         replicated.push_back(name);
-    manifest["zero"] = json::Object{{"stage", plan.zero},
-                                    {"replicated", std::move(replicated)}};
+    (*zero)["replicated"] = std::move(replicated);
   }
   return manifest;
 }
 
-/// "[{3, 64 : tp}, []]"-style text of a layout, with axis names.
+/// The text of a layout (common/plan/LayoutText.h: "[{3, 64 : tp}, -]",
+/// "replicated"), with axis names.
 static std::string layoutText(const json::Array &layout,
                               const json::Array &axisNames) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  bool replicated = true;
-  os << "[";
-  llvm::interleaveComma(layout, os, [&](const json::Value &dim) {
-    const json::Array &factors = *dim.getAsArray();
-    auto factorText = [&](const json::Value &f) {
+  planner::TensorLayout typed;
+  for (const json::Value &dim : layout) {
+    std::vector<planner::LayoutFactor> factors;
+    for (const json::Value &f : *dim.getAsArray()) {
       const json::Object &o = *f.getAsObject();
-      const json::Array &axes = *o.getArray("axes");
-      if (factors.size() > 1)
-        os << *o.getInteger("size") << (axes.empty() ? "" : " : ");
-      if (axes.empty())
-        return;
-      replicated = false;
-      llvm::interleave(
-          axes, os,
-          [&](const json::Value &a) {
-            os << *axisNames[*a.getAsInteger()].getAsString();
-          },
-          "*");
-    };
-    if (factors.size() > 1) {
-      os << "{";
-      llvm::interleaveComma(factors, os, factorText);
-      os << "}";
-    } else {
-      factorText(factors.front());
-      if (factors.front().getAsObject()->getArray("axes")->empty())
-        os << "-";
+      planner::LayoutFactor factor{*o.getInteger("size"), {}};
+      for (const json::Value &a : *o.getArray("axes"))
+        factor.axes.push_back(
+            axisNames[*a.getAsInteger()].getAsString()->str());
+      factors.push_back(std::move(factor));
     }
-  });
-  os << "]";
-  return replicated ? "replicated" : text;
+    typed.dims.push_back(std::move(factors));
+  }
+  return planner::printLayoutText(typed);
 }
 
 /// The stages of a pipelined plan and the predicted bubble.
@@ -578,10 +549,12 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
     return failure();
   OwningOpRef<ModuleOp> program = std::move(*lowered);
   (*manifest)["memory"] = memoryReport(*program);
-  if (!dumpDir.empty() &&
-      failed(pipeline::dumpModule(*program, dumpDir, dumpIndex,
-                                  "lower-to-runtime")))
-    return failure();
+  if (!dumpDir.empty()) {
+    pipeline::Stage lower = pipeline::lowerToRuntimeStage(plan);
+    pipeline::recordStage(dumpDir, dumpIndex, lower);
+    if (failed(pipeline::dumpModule(*program, dumpDir, dumpIndex, lower.name)))
+      return failure();
+  }
   std::string bytecode;
   llvm::raw_string_ostream os(bytecode);
   if (failed(writeBytecodeToFile(*program, os)))

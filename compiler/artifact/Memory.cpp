@@ -51,12 +51,7 @@ artifact::lowerToRuntimeProgram(ModuleOp partitioned,
                                 const planner::Plan &plan) {
   OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
   PassManager pm(partitioned.getContext());
-  pm.addPass(lowering::createLowerToRuntime());
-  // Both run per function, nested under the module.
-  if (plan.bucketMb >= 0)
-    pm.addNestedPass<func::FuncOp>(lowering::createOverlapGradientCollectives(
-        lowering::OverlapGradientCollectivesOptions{plan.bucketMb}));
-  pm.addNestedPass<func::FuncOp>(lowering::createPlanMemory());
+  pipeline::lowerToRuntimeStage(plan).build(pm);
   if (failed(pm.run(*program)))
     return failure();
   return program;

@@ -8,15 +8,15 @@
 #include "passes/training/Passes.h"
 #include "passes/zero/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cstdio>
+#include <optional>
 
 using namespace mlir;
 using namespace tessera;
@@ -33,63 +33,122 @@ void pipeline::registerAllTesseraPasses() {
   lowering::registerLoweringPasses();
 }
 
-/// Shortest text that parses back to the same double (pass options are
-/// parsed from text).
-static std::string exact(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+std::string pipeline::Stage::pipelineText() const {
+  OpPassManager pm(ModuleOp::getOperationName());
+  build(pm);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  pm.printAsTextualPipeline(os);
+  return text;
+}
+
+/// "NAME=LAYOUT" for each of the plan's shardings (tsr-sharding-annotate's
+/// `shardings`).
+static SmallVector<std::string>
+shardingOptions(const std::map<std::string, std::string> &shardings) {
+  SmallVector<std::string> out;
+  for (const auto &[name, layout] : shardings)
+    out.push_back(name + "=" + layout);
+  return out;
 }
 
 std::vector<pipeline::Stage>
 pipeline::partitionStages(const planner::Plan &plan) {
+  std::vector<Stage> stages;
   const planner::OptimizerConfig &opt = plan.optimizer;
-  std::string train = llvm::formatv(
-      "tsr-build-train-step{{optimizer={0} lr={1} weight-decay={2} "
-      "beta1={3} beta2={4} eps={5}}",
-      opt.name, exact(opt.lr), exact(opt.effectiveWeightDecay()),
-      exact(opt.beta1), exact(opt.beta2), exact(opt.eps));
-  std::string annotate =
-      llvm::formatv("tsr-sharding-annotate{{dp={0} tp={1}", plan.dp, plan.tp);
-  if (plan.pipelined())
-    annotate +=
-        llvm::formatv(" pp={0} micro-batches={1}", plan.pp, plan.microBatches);
-  if (!plan.vocabParallel)
-    annotate += " vocab-parallel=false";
-  if (plan.sp != "none")
-    annotate += llvm::formatv(" sp={0} sp-size={1}", plan.sp, plan.spSize);
-  annotate += "}";
-  std::vector<Stage> stages = {{"build-train-step", train}};
+  training::BuildTrainStepOptions train;
+  train.optimizer = opt.name;
+  train.lr = opt.lr;
+  train.weightDecay = opt.effectiveWeightDecay();
+  train.beta1 = opt.beta1;
+  train.beta2 = opt.beta2;
+  train.eps = opt.eps;
+  stages.push_back({"build-train-step", [train](OpPassManager &pm) {
+                      pm.addPass(training::createBuildTrainStep(train));
+                    }});
   if (plan.precision != "fp32") {
-    std::string mp = "tsr-mixed-precision{precision=" + plan.precision;
-    if (plan.precision == "fp16")
-      mp += " loss-scale=" + exact(plan.effectiveLossScale());
-    stages.push_back({"mixed-precision", mp + "}"});
+    training::MixedPrecisionOptions mp;
+    mp.precision = plan.precision;
+    // fp16's scale; -1 leaves it unset, as the pass requires for bf16.
+    mp.lossScale = plan.precision == "fp16" ? plan.effectiveLossScale() : -1.0;
+    stages.push_back({"mixed-precision", [mp](OpPassManager &pm) {
+                        pm.addPass(training::createMixedPrecision(mp));
+                      }});
   }
-  if (plan.recompute != "none")
-    stages.push_back(
-        {"recompute", "tsr-recompute{mode=" + plan.recompute + "}"});
-  stages.insert(stages.end(),
-                {{"sharding-annotate", annotate},
-                 {"sharding-propagate", "func.func(tsr-sharding-propagate)"},
-                 {"sharding-partition", "func.func(tsr-sharding-partition)"}});
-  if (plan.zero > 0)
-    stages.push_back(
-        {"zero-sharding",
-         llvm::formatv("func.func(tsr-zero-sharding{{stage={0}})", plan.zero)});
+  if (plan.recompute != "none") {
+    training::RecomputeOptions recompute;
+    recompute.mode = plan.recompute;
+    stages.push_back({"recompute", [recompute](OpPassManager &pm) {
+                        pm.addPass(training::createRecompute(recompute));
+                      }});
+  }
+  sharding::ShardingAnnotateOptions annotate;
+  annotate.dp = plan.dp;
+  annotate.tp = plan.tp;
+  annotate.pp = plan.pp;
+  annotate.microBatches = plan.microBatches;
+  annotate.vocabParallel = plan.vocabParallel;
+  annotate.sp = plan.sp;
+  annotate.spSize = plan.spSize;
+  annotate.shardings = shardingOptions(plan.shardings);
+  stages.push_back({"sharding-annotate", [annotate](OpPassManager &pm) {
+                      pm.addPass(sharding::createShardingAnnotate(annotate));
+                    }});
+  stages.push_back({"sharding-propagate", [](OpPassManager &pm) {
+                      pm.addNestedPass<func::FuncOp>(
+                          sharding::createShardingPropagate());
+                    }});
+  stages.push_back({"sharding-partition", [](OpPassManager &pm) {
+                      pm.addNestedPass<func::FuncOp>(
+                          sharding::createShardingPartition());
+                    }});
+  if (plan.zero > 0) {
+    zero::ZeroShardingOptions zeroOptions;
+    zeroOptions.stage = plan.zero;
+    stages.push_back({"zero-sharding", [zeroOptions](OpPassManager &pm) {
+                        pm.addNestedPass<func::FuncOp>(
+                            zero::createZeroSharding(zeroOptions));
+                      }});
+  }
   if (plan.pipelined()) {
-    std::string split =
-        llvm::formatv("tsr-pipeline-split{{schedule={0} virtual-stages={1}",
-                      plan.schedule, plan.virtualStages);
-    if (!plan.ppStages.empty()) {
-      split += " stages=";
-      for (auto [i, s] : llvm::enumerate(plan.ppStages))
-        split += (i ? "," : "") + std::to_string(s);
-    }
-    split += "}";
-    stages.push_back({"pipeline-split", split});
+    pipeline::PipelineSplitOptions split;
+    split.schedule = plan.schedule;
+    split.virtualStages = plan.virtualStages;
+    split.stages.assign(plan.ppStages.begin(), plan.ppStages.end());
+    stages.push_back({"pipeline-split", [split](OpPassManager &pm) {
+                        pm.addPass(pipeline::createPipelineSplit(split));
+                      }});
   }
   return stages;
+}
+
+pipeline::Stage pipeline::lowerToRuntimeStage(const planner::Plan &plan) {
+  std::optional<lowering::OverlapGradientCollectivesOptions> overlap;
+  if (plan.bucketMb >= 0) {
+    overlap.emplace();
+    overlap->bucketMb = plan.bucketMb;
+  }
+  return {"lower-to-runtime", [overlap](OpPassManager &pm) {
+            pm.addPass(lowering::createLowerToRuntime());
+            // Both run per function, nested under the module.
+            if (overlap)
+              pm.addNestedPass<func::FuncOp>(
+                  lowering::createOverlapGradientCollectives(*overlap));
+            pm.addNestedPass<func::FuncOp>(lowering::createPlanMemory());
+          }};
+}
+
+void pipeline::recordStage(StringRef dir, unsigned index, const Stage &stage) {
+  SmallString<256> path(dir);
+  llvm::sys::path::append(path, "pipeline.txt");
+  std::error_code ec;
+  // The first stage of a run starts the file afresh.
+  llvm::raw_fd_ostream os(
+      path, ec, index <= 1 ? llvm::sys::fs::OF_Text : llvm::sys::fs::OF_Append);
+  if (ec)
+    return; // a missing replay note is not worth failing the compilation
+  os << (index < 10 ? "0" : "") << index << "-" << stage.name << ": "
+     << stage.pipelineText() << "\n";
 }
 
 LogicalResult pipeline::dumpModule(ModuleOp module, StringRef dir,
@@ -114,6 +173,21 @@ LogicalResult pipeline::dumpModule(ModuleOp module, StringRef dir,
   return success();
 }
 
+/// The path of dump `index` in `dir` (the stage's output, not a
+/// ".failed" one), or "DIR/NN-*.mlir" when there is none.
+static std::string dumpOf(StringRef dir, unsigned index) {
+  std::string prefix = (index < 10 ? "0" : "") + std::to_string(index) + "-";
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    StringRef file = llvm::sys::path::filename(it->path());
+    if (file.starts_with(prefix) && file.ends_with(".mlir") &&
+        !file.ends_with(".failed.mlir"))
+      return it->path();
+  }
+  return (dir + "/" + prefix + "*.mlir").str();
+}
+
 LogicalResult pipeline::runStages(ModuleOp module, ArrayRef<Stage> stages,
                                   StringRef dumpDir, unsigned firstIndex) {
   registerAllTesseraPasses();
@@ -121,17 +195,21 @@ LogicalResult pipeline::runStages(ModuleOp module, ArrayRef<Stage> stages,
   for (const Stage &stage : stages) {
     PassManager pm(module.getContext());
     pm.enableVerifier(true);
-    std::string errors;
-    llvm::raw_string_ostream errs(errors);
-    if (failed(parsePassPipeline(stage.pipeline, pm, errs)))
-      return module.emitError("bad pass pipeline '")
-             << stage.pipeline << "': " << errors;
+    stage.build(pm);
+    if (!dumpDir.empty())
+      recordStage(dumpDir, index, stage);
     if (failed(pm.run(module))) {
       // The IR that failed is what one needs to debug the pass: dump it in the
-      // generic form, which prints even when the verifier rejects it.
-      if (!dumpDir.empty())
-        (void)dumpModule(module, dumpDir, index, stage.name + ".failed",
-                         /*generic=*/true);
+      // generic form, which prints even when the verifier rejects it, and say
+      // how to replay the stage on the IR before it.
+      if (!dumpDir.empty() &&
+          succeeded(dumpModule(module, dumpDir, index, stage.name + ".failed",
+                               /*generic=*/true)))
+        llvm::errs() << "note: stage " << stage.name
+                     << " failed; replay it with: tessera-opt "
+                        "--pass-pipeline='"
+                     << stage.pipelineText() << "' "
+                     << dumpOf(dumpDir, index - 1) << "\n";
       return failure();
     }
     if (!dumpDir.empty() &&

@@ -126,14 +126,8 @@ llvm::Error Plan::validate() const {
 }
 
 llvm::json::Object Plan::toJSON() const {
-  llvm::json::Array axes, shape;
-  for (const std::string &name : gridAxisNames())
-    axes.push_back(name);
-  for (int64_t size : gridShape())
-    shape.push_back(size);
-  llvm::json::Array order;
-  for (const std::string &name : effectiveRankOrder())
-    order.push_back(name);
+  GridSpec g = grid();
+  llvm::json::Array axes(g.names), shape(g.shape), order(effectiveRankOrder());
   llvm::json::Object opt{{"name", optimizer.name},
                          {"lr", optimizer.lr},
                          {"weight_decay", optimizer.effectiveWeightDecay()}};
@@ -146,26 +140,208 @@ llvm::json::Object Plan::toJSON() const {
       {"grid", llvm::json::Object{{"axes", std::move(axes)},
                                   {"shape", std::move(shape)},
                                   {"rank_order", std::move(order)}}},
-      {"ranks", numRanks()},
       {"recompute", recompute},
-      {"bucket_mb", bucketMb},
       {"precision", precision},
-      {"zero", zero},
       {"optimizer", std::move(opt)}};
+  if (bucketMb >= 0)
+    out["bucket_mb"] = bucketMb;
   if (tp > 1)
-    out["vocab_parallel"] = vocabParallel;
+    out["vocab_parallel"] = llvm::json::Object{{"enabled", vocabParallel}};
   if (sp != "none")
     out["sequence_parallel"] = llvm::json::Object{
         {"kind", sp}, {"size", sp == "megatron" ? tp : spSize}};
   if (precision == "fp16")
     out["loss_scale"] = effectiveLossScale();
+  if (zero > 0)
+    out["zero"] = llvm::json::Object{{"stage", zero}};
   if (pipelined()) {
-    out["pipeline"] = llvm::json::Object{{"pp_axis", 2},
-                                         {"mb_axis", 3},
-                                         {"stages", pp},
-                                         {"virtual_stages", virtualStages},
-                                         {"micro_batches", microBatches},
-                                         {"schedule", schedule}};
+    llvm::json::Object pipeline{
+        {"pp_axis", static_cast<int64_t>(*g.axisIndex("pp"))},
+        {"mb_axis", static_cast<int64_t>(*g.axisIndex("mb"))},
+        {"stages", pp},
+        {"virtual_stages", virtualStages},
+        {"micro_batches", microBatches},
+        {"schedule", schedule}};
+    if (!ppStages.empty())
+      pipeline["pp_stages"] = llvm::json::Array(ppStages);
+    out["pipeline"] = std::move(pipeline);
+  }
+  if (!shardings.empty()) {
+    llvm::json::Object layouts;
+    for (const auto &[name, text] : shardings)
+      layouts[name] = text;
+    out["shardings"] = std::move(layouts);
   }
   return out;
+}
+
+llvm::Expected<Plan> Plan::fromJSON(const llvm::json::Object &json) {
+  auto fail = [](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "plan: " + msg);
+  };
+  Plan plan;
+  // The grid: every axis's size into its degree.
+  const llvm::json::Object *grid = json.getObject("grid");
+  const llvm::json::Array *axes = grid ? grid->getArray("axes") : nullptr;
+  const llvm::json::Array *shape = grid ? grid->getArray("shape") : nullptr;
+  if (!axes || !shape || axes->size() != shape->size())
+    return fail("\"grid\" must be an object with arrays \"axes\" and "
+                "\"shape\" of the same length");
+  std::optional<int64_t> spAxisSize;
+  for (size_t i = 0; i < axes->size(); ++i) {
+    std::optional<llvm::StringRef> name = (*axes)[i].getAsString();
+    std::optional<int64_t> size = (*shape)[i].getAsInteger();
+    if (!name || !size)
+      return fail("\"grid\": axis " + llvm::Twine(i) +
+                  " must be a name with an integer size");
+    if (*name == "dp")
+      plan.dp = *size;
+    else if (*name == "tp")
+      plan.tp = *size;
+    else if (*name == "pp")
+      plan.pp = *size;
+    else if (*name == "mb")
+      plan.microBatches = *size;
+    else if (*name == "sp")
+      spAxisSize = *size;
+    else
+      return fail("\"grid\": unknown axis '" + *name + "'");
+  }
+  if (const llvm::json::Array *order = grid->getArray("rank_order")) {
+    for (const llvm::json::Value &a : *order) {
+      std::optional<llvm::StringRef> name = a.getAsString();
+      if (!name)
+        return fail("\"grid\": \"rank_order\" must be an array of axis names");
+      plan.rankOrder.push_back(name->str());
+    }
+    // toJSON writes the effective order: keep "default" as the empty list.
+    if (plan.rankOrder == plan.defaultRankOrder())
+      plan.rankOrder.clear();
+  }
+
+  auto getString = [&](const llvm::json::Object &o, llvm::StringRef key,
+                       std::string &out) -> llvm::Error {
+    if (!o.get(key))
+      return llvm::Error::success();
+    std::optional<llvm::StringRef> v = o.getString(key);
+    if (!v)
+      return fail("\"" + key + "\" must be a string");
+    out = v->str();
+    return llvm::Error::success();
+  };
+  auto getNumber = [&](const llvm::json::Object &o, llvm::StringRef key,
+                       double &out) -> llvm::Error {
+    if (!o.get(key))
+      return llvm::Error::success();
+    std::optional<double> v = o.getNumber(key);
+    if (!v)
+      return fail("\"" + key + "\" must be a number");
+    out = *v;
+    return llvm::Error::success();
+  };
+  auto getInteger = [&](const llvm::json::Object &o, llvm::StringRef key,
+                        int64_t &out) -> llvm::Error {
+    if (!o.get(key))
+      return llvm::Error::success();
+    std::optional<int64_t> v = o.getInteger(key);
+    if (!v)
+      return fail("\"" + key + "\" must be an integer");
+    out = *v;
+    return llvm::Error::success();
+  };
+
+  const llvm::json::Object *opt = json.getObject("optimizer");
+  if (!opt)
+    return fail("\"optimizer\" must be an object");
+  if (llvm::Error err = getString(*opt, "name", plan.optimizer.name))
+    return std::move(err);
+  for (auto [key, field] :
+       {std::pair<const char *, double *>{"lr", &plan.optimizer.lr},
+        {"weight_decay", &plan.optimizer.weightDecay},
+        {"beta1", &plan.optimizer.beta1},
+        {"beta2", &plan.optimizer.beta2},
+        {"eps", &plan.optimizer.eps}})
+    if (llvm::Error err = getNumber(*opt, key, *field))
+      return std::move(err);
+  if (llvm::Error err = getString(json, "recompute", plan.recompute))
+    return std::move(err);
+  if (llvm::Error err = getString(json, "precision", plan.precision))
+    return std::move(err);
+  if (llvm::Error err = getNumber(json, "bucket_mb", plan.bucketMb))
+    return std::move(err);
+  if (json.get("loss_scale")) {
+    double scale = 0;
+    if (llvm::Error err = getNumber(json, "loss_scale", scale))
+      return std::move(err);
+    plan.lossScale = scale;
+  }
+  if (const llvm::json::Value *v = json.get("vocab_parallel")) {
+    const llvm::json::Object *o = v->getAsObject();
+    std::optional<bool> enabled = o ? o->getBoolean("enabled") : std::nullopt;
+    if (!enabled)
+      return fail("\"vocab_parallel\" must be an object with a boolean "
+                  "\"enabled\"");
+    plan.vocabParallel = *enabled;
+  }
+  if (const llvm::json::Value *v = json.get("sequence_parallel")) {
+    const llvm::json::Object *o = v->getAsObject();
+    if (!o)
+      return fail("\"sequence_parallel\" must be an object");
+    if (llvm::Error err = getString(*o, "kind", plan.sp))
+      return std::move(err);
+    if (llvm::Error err = getInteger(*o, "size", plan.spSize))
+      return std::move(err);
+    if (plan.sp == "megatron")
+      plan.spSize = 1; // toJSON writes tp; the plan keeps the flag's 1
+  }
+  if (spAxisSize && !plan.hasSpAxis())
+    return fail("\"grid\" has an 'sp' axis but \"sequence_parallel\" is not "
+                "ulysses or ring");
+  if (plan.hasSpAxis() && spAxisSize)
+    plan.spSize = *spAxisSize;
+  if (const llvm::json::Value *v = json.get("zero")) {
+    const llvm::json::Object *o = v->getAsObject();
+    std::optional<int64_t> stage = o ? o->getInteger("stage") : std::nullopt;
+    if (!stage)
+      return fail("\"zero\" must be an object with an integer \"stage\"");
+    plan.zero = *stage;
+  }
+  if (const llvm::json::Value *v = json.get("pipeline")) {
+    const llvm::json::Object *o = v->getAsObject();
+    if (!o)
+      return fail("\"pipeline\" must be an object");
+    if (llvm::Error err = getInteger(*o, "stages", plan.pp))
+      return std::move(err);
+    if (llvm::Error err = getInteger(*o, "virtual_stages", plan.virtualStages))
+      return std::move(err);
+    if (llvm::Error err = getInteger(*o, "micro_batches", plan.microBatches))
+      return std::move(err);
+    if (llvm::Error err = getString(*o, "schedule", plan.schedule))
+      return std::move(err);
+    if (const llvm::json::Value *stages = o->get("pp_stages")) {
+      const llvm::json::Array *a = stages->getAsArray();
+      if (!a)
+        return fail("\"pipeline\": \"pp_stages\" must be an array");
+      for (const llvm::json::Value &s : *a) {
+        std::optional<int64_t> first = s.getAsInteger();
+        if (!first)
+          return fail("\"pipeline\": \"pp_stages\" must hold integers");
+        plan.ppStages.push_back(*first);
+      }
+    }
+  }
+  if (const llvm::json::Value *v = json.get("shardings")) {
+    const llvm::json::Object *o = v->getAsObject();
+    if (!o)
+      return fail("\"shardings\" must be an object");
+    for (const auto &[name, layout] : *o) {
+      std::optional<llvm::StringRef> text = layout.getAsString();
+      if (!text)
+        return fail("\"shardings\": \"" + name.str() +
+                    "\" must be a layout string");
+      plan.shardings[name.str()] = text->str();
+    }
+  }
+  return plan;
 }

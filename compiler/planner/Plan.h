@@ -1,14 +1,19 @@
 //===- Plan.h - the parallel plan -------------------------------*- C++ -*-===//
 //
-// The Plan (DESIGN.md, "The Plan") is plain data: the grid and its axis
-// names, the optimizer and its hyper-parameters. It is filled from flags
-// today (the cost-model search comes later), printed by
-// `tessera-partition --explain`, and stored in the artifact's manifest.
+// The Plan (DESIGN.md, "The Plan") is plain data: the parallel degrees and
+// the grid they make (grid(), common/plan/Grid.h), every parameter's
+// sharding, ZeRO, the pipeline, precision and the optimizer. It is filled
+// from flags and the searches (Search.h), printed by
+// `tessera-partition --explain`, turned into the pass pipeline's typed
+// options (compiler/pipeline), and written into and read back from the
+// artifact's manifest (toJSON / fromJSON).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_COMPILER_PLANNER_PLAN_H
 #define TESSERA_COMPILER_PLANNER_PLAN_H
+
+#include "common/plan/Grid.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringRef.h"
@@ -100,7 +105,7 @@ struct Plan {
   std::string sp = "none";
   int64_t spSize = 1;
   /// Whether the grid has the `sp` axis (ulysses, ring).
-  bool hasSpAxis() const { return sp == "ulysses" || sp == "ring"; }
+  bool hasSpAxis() const { return spHasOwnAxis(sp); }
 
   /// Every parameter's sharding, by parameter name (`tsr.name`), in
   /// `--explain`'s notation: "[tp, -]" (dim 0 split over tp), "[{3, 64 :
@@ -112,22 +117,13 @@ struct Plan {
   std::map<std::string, std::string> shardings;
 
   bool pipelined() const { return pp > 1 || microBatches > 1; }
-  std::vector<std::string> gridAxisNames() const {
-    std::vector<std::string> names = {"dp", "tp"};
-    if (pipelined())
-      names.insert(names.end(), {"pp", "mb"});
-    if (hasSpAxis())
-      names.push_back("sp");
-    return names;
-  }
-  std::vector<int64_t> gridShape() const {
-    std::vector<int64_t> shape = {dp, tp};
-    if (pipelined())
-      shape.insert(shape.end(), {pp, microBatches});
-    if (hasSpAxis())
-      shape.push_back(spSize);
-    return shape;
-  }
+  /// The grid: axis names and sizes in the IR's axis order (dp, tp, [pp,
+  /// mb], [sp]); gridOf (common/plan/Grid.h) is the one derivation, which
+  /// tsr-sharding-annotate shares.
+  GridSpec grid() const { return gridOf(dp, tp, pp, microBatches, sp, spSize); }
+  /// grid().names and grid().shape.
+  std::vector<std::string> gridAxisNames() const { return grid().names; }
+  std::vector<int64_t> gridShape() const { return grid().shape; }
   /// The grid axes that are ranks (gridAxisNames() without the virtual
   /// "mb"), in the IR's axis order.
   std::vector<std::string> rankAxisNames() const {
@@ -168,12 +164,7 @@ struct Plan {
   }
   /// Size of the rank axis `name` (1 if the plan has no such axis).
   int64_t rankAxisSize(llvm::StringRef name) const {
-    std::vector<std::string> names = gridAxisNames();
-    std::vector<int64_t> shape = gridShape();
-    for (size_t i = 0; i < names.size(); ++i)
-      if (names[i] == name)
-        return shape[i];
-    return 1;
+    return grid().axisSize(name);
   }
 
   /// MPI ranks: dp · tp · pp · sp (micro-batches are not ranks).
@@ -182,7 +173,22 @@ struct Plan {
   /// Checks the degrees, the schedule and the optimizer settings; the error
   /// names the flag.
   llvm::Error validate() const;
+  /// The plan as the artifact's manifest holds it (Artifact.h; the manifest
+  /// adds the program's arguments and what the passes found):
+  ///   "grid": {"axes", "shape", "rank_order"}, "optimizer": {"name", "lr",
+  ///   "weight_decay"[, "beta1", "beta2", "eps"]}, "recompute",
+  ///   "precision", ["bucket_mb" when >= 0], ["loss_scale" with fp16],
+  ///   ["vocab_parallel": {"enabled"} with tp > 1], ["sequence_parallel":
+  ///   {"kind", "size"}], ["zero": {"stage"} when > 0], ["pipeline":
+  ///   {"pp_axis", "mb_axis", "stages", "virtual_stages", "micro_batches",
+  ///   "schedule"[, "pp_stages"]}], ["shardings": {name: layout text} when
+  ///   any].
   llvm::json::Object toJSON() const;
+  /// Reads a plan back from toJSON's keys (a manifest, whose other keys are
+  /// ignored). The weight decay and loss scale read back are the effective
+  /// ones. Errors name the key that is missing or has the wrong type; the
+  /// plan read is not validate()d.
+  static llvm::Expected<Plan> fromJSON(const llvm::json::Object &json);
 };
 
 } // namespace tessera::planner

@@ -338,3 +338,24 @@ Plan tessera::planner::planOf(const Candidate &c, const TransformerShape &shape,
   base.recompute = c.recompute;
   return base;
 }
+
+Pins tessera::planner::pinsOf(const Plan &plan,
+                              llvm::function_ref<bool(llvm::StringRef)> given) {
+  Pins pins;
+  auto pin = [&](llvm::StringRef flag, auto &field, const auto &value) {
+    if (given(flag))
+      field = value;
+  };
+  pin("dp", pins.dp, plan.dp);
+  pin("tp", pins.tp, plan.tp);
+  pin("pp", pins.pp, plan.pp);
+  pin("micro-batches", pins.microBatches, plan.microBatches);
+  pin("virtual-stages", pins.virtualStages, plan.virtualStages);
+  if (plan.schedule != "interleaved")
+    pin("schedule", pins.schedule, plan.schedule);
+  pin("sp", pins.sp, plan.sp);
+  pin("sp-size", pins.spSize, plan.spSize);
+  pin("zero", pins.zero, plan.zero);
+  pin("recompute", pins.recompute, plan.recompute);
+  return pins;
+}

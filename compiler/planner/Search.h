@@ -26,6 +26,8 @@
 #include "compiler/planner/Plan.h"
 #include "compiler/planner/TransformerCost.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <functional>
 #include <optional>
 
@@ -37,6 +39,14 @@ struct Pins {
       virtualStages;
   std::optional<std::string> sp, recompute, schedule;
 };
+
+/// The knobs of `plan` whose flag was given (`given(flag)`, flag one of
+/// "dp", "tp", "pp", "micro-batches", "virtual-stages", "schedule", "sp",
+/// "sp-size", "zero", "recompute"), as pins: the plan the flags made is the
+/// one statement of what the user fixed. A given "interleaved" schedule is
+/// not a pin (the search makes interleaving out of virtual stages).
+Pins pinsOf(const Plan &plan,
+            llvm::function_ref<bool(llvm::StringRef flag)> given);
 
 struct SearchOptions {
   /// Ranks the plan must use (every one of them).

@@ -120,6 +120,9 @@ def ShardingAnnotate : Pass<"tsr-sharding-annotate", "::mlir::ModuleOp"> {
     Option<"spSize", "sp-size", "int64_t", "1",
            "Ranks of the `sp` grid axis (ulysses, ring); the axis follows "
            "dp and tp (and pp, mb).">,
+    ListOption<"shardings", "shardings", "std::string",
+               "Parameter shardings pinned by the plan, each NAME=LAYOUT "
+               "(layout in --explain's notation)">,
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

@@ -11,6 +11,7 @@
 #include "common/layers/LayerCuts.h"
 #include "passes/sharding/FactorSharding.h"
 #include "passes/sharding/Passes.h"
+#include "passes/sharding/SearchGraph.h"
 
 #include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrOps.h"
@@ -47,8 +48,6 @@ struct Linear {
   Value output; ///< after the bias add, if any
   std::optional<unsigned> biasArg;
 };
-
-enum class Split { None, Column, Row };
 
 struct Annotator {
   func::FuncOp func;
@@ -225,124 +224,6 @@ struct Annotator {
     return nullptr;
   }
 
-  /// Users of `v` that cut its last dim into k equal chunks (the operand's
-  /// last dim is [count, chunk] with count needing replication).
-  SmallVector<Operation *> chunkSlices(Value v, int64_t &k) {
-    SmallVector<Operation *> slices;
-    k = 0;
-    for (Operation *user : v.getUsers()) {
-      auto iface = dyn_cast<ShardingRuleOpInterface>(user);
-      if (!iface || !isForward(user) || user->getNumOperands() != 1 ||
-          user->getNumResults() != 1)
-        continue;
-      ShardingRule rule = iface.getShardingRule();
-      const auto &last = rule.operands[0].back();
-      if (rule.operands[0].size() != rule.results[0].size() ||
-          last.size() != 2 || !rule.factors[last[0]].needReplication ||
-          rule.results[0].back().size() != 1 ||
-          rule.results[0].back()[0] != last[1])
-        continue;
-      int64_t count = rule.factors[last[0]].size;
-      if (k && count != k)
-        continue;
-      k = count;
-      slices.push_back(user);
-    }
-    if (slices.size() < 2)
-      slices.clear();
-    return slices;
-  }
-
-  /// Head count: the first forward single-operand op reached from `v` whose
-  /// rule splits the last dim into [heads, head_dim, ...].
-  std::optional<int64_t> headCount(Value v) {
-    SmallVector<Value> work{v};
-    llvm::DenseSet<Value> seen;
-    while (!work.empty()) {
-      Value cur = work.front();
-      work.erase(work.begin());
-      if (!seen.insert(cur).second)
-        continue;
-      for (Operation *user : cur.getUsers()) {
-        if (!isForward(user) || linearOf(user))
-          continue;
-        auto iface = dyn_cast<ShardingRuleOpInterface>(user);
-        if (!iface)
-          continue;
-        if (user->getNumOperands() == 1) {
-          ShardingRule rule = iface.getShardingRule();
-          const auto &last = rule.operands[0].back();
-          if (last.size() >= 2)
-            return rule.factors[last[0]].size;
-        }
-        if (user->getNumResults() == 1 &&
-            user->getResult(0).getType() == cur.getType())
-          work.push_back(user->getResult(0));
-      }
-    }
-    return std::nullopt;
-  }
-
-  /// The one linear layer whose output `v` is computed from, walking back
-  /// through forward ops (reshape, transpose, rotary embeddings' elementwise
-  /// ops and slices) without passing a linear layer; null when none or
-  /// several are reached.
-  Linear *linearFeeding(Value v) {
-    SmallVector<Value> work{v};
-    llvm::DenseSet<Value> seen;
-    Linear *found = nullptr;
-    while (!work.empty()) {
-      Value cur = work.pop_back_val();
-      if (!seen.insert(cur).second)
-        continue;
-      Linear *hit = nullptr;
-      for (Linear &l : linears)
-        if (l.output == cur)
-          hit = &l;
-      if (hit) {
-        if (found && found != hit)
-          return nullptr;
-        found = hit;
-        continue;
-      }
-      Operation *def = cur.getDefiningOp();
-      if (!def || !isForward(def))
-        continue;
-      for (Value operand : def->getOperands())
-        work.push_back(operand);
-    }
-    return found;
-  }
-
-  /// Earliest linear layer reached from `starts` through forward ops, via its
-  /// activation operand. With `sameShape`, only through ops whose result has
-  /// the type of the start values.
-  Linear *firstLinearFrom(ArrayRef<Value> starts, bool sameShape) {
-    SmallVector<Value> work(starts.begin(), starts.end());
-    llvm::DenseSet<Value> seen;
-    Linear *best = nullptr;
-    Type type = starts.empty() ? Type() : starts[0].getType();
-    while (!work.empty()) {
-      Value cur = work.pop_back_val();
-      if (!seen.insert(cur).second)
-        continue;
-      for (OpOperand &use : cur.getUses()) {
-        Operation *user = use.getOwner();
-        if (!isForward(user))
-          continue;
-        if (Linear *l = linearOf(user)) {
-          if (use.getOperandNumber() != l->weightOperand &&
-              (!best || user->isBeforeInBlock(best->matmul)))
-            best = l;
-          continue;
-        }
-        for (Value r : user->getResults())
-          if (!sameShape || r.getType() == type)
-            work.push_back(r);
-      }
-    }
-    return best;
-  }
 };
 
 } // namespace
@@ -428,10 +309,8 @@ struct ShardingAnnotatePass
     /// Per argument: one sub-factor list per dim (replicated by default).
     std::vector<SmallVector<DimFactors>> args;
     SmallVector<RankedTensorType> types;
-    /// Tensor parallelism: how each linear layer's matmul is split, and the
-    /// chunk count of a fused attention projection's output.
-    DenseMap<Operation *, Split> split;
-    DenseMap<Operation *, int64_t> chunksOf;
+    /// The embedding tables and LM heads kept whole (--vocab-parallel off).
+    SmallVector<unsigned> vocabWhole;
     /// Arguments split along the vocabulary (tsr.vocab_parallel).
     SmallVector<unsigned> vocabSplit;
   };
@@ -448,17 +327,13 @@ struct ShardingAnnotatePass
         failed(splitSequence(s)))
       return failure();
 
-    // Tensor parallelism: Megatron's column/row pairs.
+    // Tensor parallelism: vocabulary parallelism pins the embedding and the
+    // LM head, the sharding search chooses everything else.
     func.walk([&](Operation *op) {
       if (auto l = a.asLinear(op))
         a.linears.push_back(*l);
     });
-    if (failed(splitFusedAttention(s)) || failed(splitSeparateQkv(s)) ||
-        failed(splitMlps(s)))
-      return failure();
-    applyTensorSplits(s);
-
-    if (failed(splitVocabulary(s)))
+    if (failed(splitVocabulary(s)) || failed(searchTensorSplits(s)))
       return failure();
     shareOptimizerState(s);
     writeShardings(s, grid);
@@ -564,178 +439,6 @@ struct ShardingAnnotatePass
     return success();
   }
 
-  /// The error for a linear layer whose `what` (of `size`) tp does not
-  /// divide.
-  InFlightDiagnostic tpError(AnnotateState &s, Linear &l, StringRef what,
-                             int64_t size) {
-    return l.matmul->emitError("tp=")
-           << static_cast<int64_t>(tp) << " does not divide the " << size << " "
-           << what << " of parameter '" << s.a.name(l.weightArg) << "' "
-           << shapeOf(s.types[l.weightArg]);
-  }
-
-  /// Fused attention projections (column-split by chunks) and their output
-  /// projections (row-split).
-  LogicalResult splitFusedAttention(AnnotateState &s) {
-    Annotator &a = s.a;
-    int64_t tp = this->tp;
-    auto &split = s.split;
-    for (Linear &l : a.linears) {
-      int64_t k = 0;
-      SmallVector<Operation *> slices = a.chunkSlices(l.output, k);
-      if (slices.empty() || split.count(l.matmul))
-        continue;
-      split[l.matmul] = Split::Column;
-      s.chunksOf[l.matmul] = k;
-      std::optional<int64_t> heads;
-      for (Operation *slice : slices)
-        if (!heads)
-          heads = a.headCount(slice->getResult(0));
-      if (tp > 1) {
-        if (heads && *heads % tp != 0)
-          return tpError(s, l, "attention heads", *heads);
-        if ((l.sizeN / k) % tp != 0)
-          return tpError(s, l, "columns per chunk", l.sizeN / k);
-      }
-      SmallVector<Value> starts;
-      for (Operation *slice : slices)
-        starts.push_back(slice->getResult(0));
-      if (Linear *out = a.firstLinearFrom(starts, /*sameShape=*/false)) {
-        if (!split.count(out->matmul)) {
-          split[out->matmul] = Split::Row;
-          if (tp > 1 && out->sizeK % tp != 0)
-            return tpError(s, *out, "input features", out->sizeK);
-        }
-      }
-    }
-    return success();
-  }
-
-  /// Separate Q, K and V projections (Hugging Face's q_proj, k_proj,
-  /// v_proj) of a [B, H, S, Dh] tsr.attention: each column-split, and the
-  /// first linear layer after the attention (o_proj) row-split. Heads are
-  /// split whole: tp must divide the query heads and, under grouped-query
-  /// attention (K/V with Hkv < H heads), the key/value heads (Megatron-LM
-  /// keeps each K/V head on one rank with the query heads that read it).
-  LogicalResult splitSeparateQkv(AnnotateState &s) {
-    Annotator &a = s.a;
-    int64_t tp = this->tp;
-    auto &split = s.split;
-    WalkResult qkvWalk = a.func.walk([&](tsr::AttentionOp attn) {
-      if (!a.isForward(attn) ||
-          cast<RankedTensorType>(attn.getQuery().getType()).getRank() != 4)
-        return WalkResult::advance();
-      Linear *proj[3];
-      for (unsigned o = 0; o < 3; ++o) {
-        proj[o] = a.linearFeeding(attn->getOperand(o));
-        if (!proj[o] || split.count(proj[o]->matmul))
-          return WalkResult::advance();
-      }
-      if (proj[0] == proj[1] || proj[0] == proj[2] || proj[1] == proj[2])
-        return WalkResult::advance();
-      if (tp > 1) {
-        int64_t heads[3];
-        for (unsigned o = 0; o < 3; ++o)
-          heads[o] = cast<RankedTensorType>(attn->getOperand(o).getType())
-                         .getDimSize(1);
-        StringRef what[3] = {
-            "attention heads",
-            heads[1] == heads[0] ? "attention heads"
-                                 : "key/value heads (grouped-query attention)",
-            heads[2] == heads[0] ? "attention heads"
-                                 : "key/value heads (grouped-query attention)"};
-        for (unsigned o = 0; o < 3; ++o) {
-          if (heads[o] % tp != 0) {
-            (void)tpError(s, *proj[o], what[o], heads[o]);
-            return WalkResult::interrupt();
-          }
-          if (proj[o]->sizeN % tp != 0) {
-            (void)tpError(s, *proj[o], "output features", proj[o]->sizeN);
-            return WalkResult::interrupt();
-          }
-        }
-      }
-      for (Linear *l : proj)
-        split[l->matmul] = Split::Column;
-      if (Linear *out = a.firstLinearFrom({attn.getOutput()},
-                                          /*sameShape=*/false)) {
-        if (!split.count(out->matmul)) {
-          if (tp > 1 && out->sizeK % tp != 0) {
-            (void)tpError(s, *out, "input features", out->sizeK);
-            return WalkResult::interrupt();
-          }
-          split[out->matmul] = Split::Row;
-        }
-      }
-      return WalkResult::advance();
-    });
-    return failure(qkvWalk.wasInterrupted());
-  }
-
-  /// MLPs: the first linear layer column-split, the second row-split.
-  LogicalResult splitMlps(AnnotateState &s) {
-    Annotator &a = s.a;
-    int64_t tp = this->tp;
-    auto &split = s.split;
-    // A linear layer whose weight is also an embedding table (an LM
-    // head tied to the token embedding, as BERT's MLM decoder after its
-    // dense + LayerNorm transform) is not an MLP's row half: vocab
-    // parallelism splits that table along the vocabulary, and a row split
-    // would split it along the hidden dim as well.
-    llvm::DenseSet<unsigned> tables;
-    a.func.walk([&](tsr::GatherOp gather) {
-      if (a.isForward(gather))
-        if (auto traced = a.traceParam(gather.getTable()))
-          tables.insert(traced->first);
-    });
-    // A gated MLP (SwiGLU, GeGLU: down(act(gate(x)) * up(x))) has two
-    // linear layers feeding one row half: both are column-split, as in
-    // Megatron-LM, so the gating product stays local.
-    llvm::DenseSet<Operation *> mlpRows;
-    for (Linear &l : a.linears) {
-      if (split.count(l.matmul))
-        continue;
-      Linear *second = a.firstLinearFrom({l.output}, /*sameShape=*/true);
-      if (!second || second->sizeK != l.sizeN ||
-          second->weightArg == l.weightArg ||
-          tables.contains(second->weightArg))
-        continue;
-      if (split.count(second->matmul) && !mlpRows.contains(second->matmul))
-        continue;
-      if (tp > 1 && l.sizeN % tp != 0)
-        return tpError(s, l, "hidden size", l.sizeN);
-      split[l.matmul] = Split::Column;
-      split[second->matmul] = Split::Row;
-      mlpRows.insert(second->matmul);
-    }
-    return success();
-  }
-
-  /// Writes the column / row splits chosen above into the weights' and
-  /// biases' layouts (tp > 1).
-  void applyTensorSplits(AnnotateState &s) {
-    if (tp <= 1)
-      return;
-    auto &args = s.args;
-    for (Linear &l : s.a.linears) {
-      auto it = s.split.find(l.matmul);
-      if (it == s.split.end())
-        continue;
-      if (it->second == Split::Column) {
-        int64_t k = s.chunksOf.lookup(l.matmul);
-        DimFactors dim = k > 1 ? DimFactors{SubFactor{k, {}},
-                                            SubFactor{l.sizeN / k, {kTpAxis}}}
-                               : DimFactors{SubFactor{l.sizeN, {kTpAxis}}};
-        args[l.weightArg][l.argDimN] = dim;
-        if (l.biasArg)
-          args[*l.biasArg][0] = dim;
-      } else {
-        args[l.weightArg][l.argDimK] =
-            DimFactors{SubFactor{l.sizeK, {kTpAxis}}};
-      }
-    }
-  }
-
   /// Vocab parallelism (Megatron-LM, Shoeybi et al. 2019): the embedding
   /// table's vocabulary rows and the LM head's vocabulary columns (with its
   /// bias) are split over tp. The lookup then gives partial sums that the
@@ -750,7 +453,7 @@ struct ShardingAnnotatePass
       if (!llvm::is_contained(s.vocabSplit, arg))
         s.vocabSplit.push_back(arg);
     };
-    if (!(tp > 1 && vocabParallel))
+    if (tp <= 1)
       return success();
     WalkResult walk = a.func.walk([&](tsr::GatherOp gather) {
       if (!a.isForward(gather))
@@ -771,6 +474,10 @@ struct ShardingAnnotatePass
       unsigned arg = traced->first;
       int64_t dim = traced->second[0];
       int64_t vocab = types[arg].getDimSize(dim);
+      if (!vocabParallel) {
+        s.vocabWhole.push_back(arg);
+        return WalkResult::advance();
+      }
       if (vocab % tp != 0) {
         gather.emitError("tp=")
             << tp << " does not divide the vocabulary size " << vocab
@@ -785,8 +492,12 @@ struct ShardingAnnotatePass
     if (walk.wasInterrupted())
       return failure();
     for (Linear &l : a.linears) {
-      if (s.split.count(l.matmul) || !a.reachesLogits(l.output))
+      if (!a.reachesLogits(l.output))
         continue;
+      if (!vocabParallel) {
+        s.vocabWhole.push_back(l.weightArg);
+        continue;
+      }
       if (l.sizeN % tp != 0)
         return l.matmul->emitError("tp=")
                << tp << " does not divide the vocabulary size " << l.sizeN
@@ -799,6 +510,83 @@ struct ShardingAnnotatePass
         args[*l.biasArg][0] = dim;
         markVocab(*l.biasArg);
       }
+    }
+    return success();
+  }
+
+  /// Tensor parallelism by the cost-based sharding search
+  /// (compiler/planner/ShardingSearch.h): every parameter the plan has not
+  /// pinned gets the layout that minimises the step's predicted tp
+  /// communication, with every block weight matrix split. Vocabulary-split
+  /// tables and LM heads (splitVocabulary) are pinned.
+  LogicalResult searchTensorSplits(AnnotateState &s) {
+    if (tp <= 1)
+      return success();
+    Annotator &a = s.a;
+    ExtractedGraph eg = buildSearchGraph(a.func);
+    planner::SearchGraph &g = eg.graph;
+    for (auto [t, tensor] : llvm::enumerate(g.tensors)) {
+      if (tensor.kind != planner::SearchGraph::Kind::Parameter)
+        continue;
+      unsigned arg = cast<BlockArgument>(eg.values[t]).getArgNumber();
+      if (llvm::is_contained(s.vocabWhole, arg))
+        tensor.pinned = planner::TpLayout{};
+      if (!llvm::is_contained(s.vocabSplit, arg))
+        continue;
+      // Pinned as splitVocabulary laid it out: one dim split over tp.
+      for (auto [d, dim] : llvm::enumerate(s.args[arg]))
+        if (dim.size() == 1 && !dim[0].axes.empty())
+          tensor.pinned = planner::TpLayout{static_cast<int>(d), 1, false};
+    }
+    planner::ShardingSearchOptions options;
+    options.tp = tp;
+    auto result = planner::searchShardings(g, options);
+    if (!result)
+      return a.func.emitError(llvm::toString(result.takeError()));
+    if (getenv("TESSERA_SEARCH_DEBUG")) {
+      planner::printPredictedCollectives(g, *result, llvm::errs());
+      llvm::errs() << "cost " << result->seconds << " exempt " << result->exempt.size() << "\n";
+      for (auto [t, tensor] : llvm::enumerate(g.tensors))
+        if (tensor.kind == planner::SearchGraph::Kind::Parameter)
+          llvm::errs() << "  param " << tensor.name << " "
+                       << result->layouts[t].str(tensor.shape)
+                       << (tensor.mustSplit ? " must" : "") << "\n";
+      for (auto [i, op] : llvm::enumerate(g.ops))
+        llvm::errs() << "  op " << i << " L" << op.layer << " " << op.name
+                     << " split=" << result->splitFactor[i] << " -> "
+                     << (op.results.empty() ? std::string()
+                                            : result->layouts[op.results[0]].str(
+                                                  g.tensors[op.results[0]].shape))
+                     << "\n";
+    }
+    for (int t : result->unsplittable) {
+      unsigned arg = cast<BlockArgument>(eg.values[t]).getArgNumber();
+      Operation *user = nullptr;
+      for (auto [i, op] : llvm::enumerate(g.ops))
+        if (!user && llvm::is_contained(op.operands, t))
+          user = eg.ops[i];
+      return (user ? user->emitError() : a.func.emitError())
+             << "tp="
+             << static_cast<int64_t>(tp)
+             << " does not divide any dimension of parameter '" << a.name(arg)
+             << "' " << shapeOf(s.types[arg])
+             << " so that it can be split (tensor parallelism splits every "
+                "weight matrix of the blocks; the sharding search found no "
+                "layout that divides it)";
+    }
+    for (auto [t, tensor] : llvm::enumerate(g.tensors)) {
+      if (tensor.kind != planner::SearchGraph::Kind::Parameter)
+        continue;
+      const planner::TpLayout &l = result->layouts[t];
+      if (!l.isSplit())
+        continue;
+      unsigned arg = cast<BlockArgument>(eg.values[t]).getArgNumber();
+      int64_t size = s.types[arg].getDimSize(l.dim);
+      s.args[arg][l.dim] =
+          l.outer == 1
+              ? DimFactors{SubFactor{size, {kTpAxis}}}
+              : DimFactors{SubFactor{l.outer, {}},
+                           SubFactor{size / l.outer, {kTpAxis}}};
     }
     return success();
   }

@@ -93,12 +93,14 @@ struct MixedPrecisionPass
       return signalPassFailure();
     }
     bool fp16 = precision == "fp16";
-    if (!fp16 && lossScale.hasValue()) {
+    // Unset is -1 rather than "no value": a pipeline built from typed options
+    // sets every option, and its printed form must replay.
+    if (!fp16 && lossScale != kUnsetLossScale) {
       module.emitError("tsr-mixed-precision: loss-scale is only meaningful "
                        "with precision=fp16");
       return signalPassFailure();
     }
-    if (fp16 && !isPowerOfTwo(lossScale)) {
+    if (fp16 && !isPowerOfTwo(scale())) {
       module.emitError("tsr-mixed-precision: loss-scale must be a power of "
                        "two > 0 (so scaling is exact), got ")
           << lossScale;
@@ -128,8 +130,15 @@ struct MixedPrecisionPass
     }
     if (fp16 && failed(scaleSeeds(func)))
       return signalPassFailure();
-    if (failed(rewrite(func, fp16 ? 1.0 / lossScale : 1.0)))
+    if (failed(rewrite(func, fp16 ? 1.0 / scale() : 1.0)))
       return signalPassFailure();
+  }
+
+  /// `loss-scale`'s default: unset (fp16 then scales by 1024).
+  static constexpr double kUnsetLossScale = -1.0;
+  /// fp16's loss scale S: the option, or 1024 when unset.
+  double scale() const {
+    return lossScale == kUnsetLossScale ? 1024.0 : double(lossScale);
   }
 
   /// True for a finite power of two > 0 (2^k, k any integer).
@@ -170,7 +179,7 @@ private:
       Operation *op = seed->getOwner();
       auto type = cast<RankedTensorType>(seed->get().getType());
       OpBuilder b(op);
-      Value s = splatF32(b, op->getLoc(), type.getShape(), lossScale);
+      Value s = splatF32(b, op->getLoc(), type.getShape(), scale());
       seed->set(tsr::MulOp::create(b, op->getLoc(), seed->get(), s));
     }
     return success();

@@ -226,10 +226,11 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",
            "Compute type of the forward and backward: fp32 (no change), "
            "bf16 or fp16 (with static loss scaling)">,
-    Option<"lossScale", "loss-scale", "double", /*default=*/"1024.0",
+    Option<"lossScale", "loss-scale", "double", /*default=*/"-1.0",
            "fp16 only: the static loss scale S, a power of two > 0; the "
            "backward seed is multiplied by S and each gradient by 1/S "
-           "before its optimizer update">,
+           "before its optimizer update. -1 (the default): unset, 1024 "
+           "with fp16">,
   ];
   let dependentDialects = ["::tessera::tsr::TsrDialect"];
 }

@@ -6,6 +6,7 @@
 //     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16|fp16]
 //     [--loss-scale S] [--vocab-parallel on|off]
 //     [--sp none|megatron|ulysses|ring] [--sp-size K] [--rank-order pp,dp,tp]
+//     [--sharding FILE.json]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--no-raise]
 //     [--emit plan|import|train|sharded]
@@ -38,7 +39,9 @@
 #include "compiler/planner/Plan.h"
 #include "compiler/planner/Search.h"
 #include "compiler/planner/SearchReport.h"
+#include "compiler/planner/ShardingFile.h"
 #include "compiler/planner/StepCost.h"
+#include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
 
@@ -157,6 +160,23 @@ static cl::list<std::string> rankOrder(
              "out. Default: Megatron-LM's pp, dp, sp, tp restricted to the "
              "plan's axes. --explain prints it with each axis's stride"),
     cl::CommaSeparated, cl::cat(category));
+static cl::opt<std::string> shardingFile(
+    "sharding",
+    cl::desc("Pin parameter shardings: FILE is a JSON object from parameter "
+             "name (the ONNX initializer's name, as --explain lists it) to "
+             "its layout in --explain's notation, one entry per tensor "
+             "dimension: '-' whole, an axis name (dp, tp, and pp, mb, sp when "
+             "the grid has them) or axes joined by '*' to split it, "
+             "'{3, 64 : tp}' to split each of its sub-factors; or "
+             "'replicated'. Example: {\"h.0.mlp.c_fc.weight\": \"[-, tp]\", "
+             "\"wpe.weight\": \"replicated\"}. The parameters not named "
+             "are chosen by the sharding search. Errors (exit 1, naming FILE "
+             "and the key): an unreadable file, bad JSON, a value that is "
+             "not a string, a name that is not a parameter (the closest are "
+             "listed), a layout that does not parse, has another rank than "
+             "the parameter, names an axis the grid lacks or is not divisible "
+             "by its axes"),
+    cl::value_desc("FILE.json"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> recompute(
     "recompute",
     cl::desc("Activation recomputation per layer: none, selective (each "
@@ -498,23 +518,12 @@ searchOptions(const planner::Plan &plan, const planner::Cluster &cluster,
     search.cost.rankOrder = plan.rankOrder;
   if (memoryLimit)
     search.memoryBytes = double(*memoryLimit);
-  // A flag given on the command line pins its dimension of the search.
-  planner::Pins &pin = search.pins;
-  auto pinIfGiven = [](const auto &flag, auto &field) {
-    if (flag.getNumOccurrences())
-      field = flag.getValue();
-  };
-  pinIfGiven(dp, pin.dp);
-  pinIfGiven(tp, pin.tp);
-  pinIfGiven(pp, pin.pp);
-  pinIfGiven(microBatches, pin.microBatches);
-  pinIfGiven(virtualStages, pin.virtualStages);
-  if (scheduleKind != "interleaved")
-    pinIfGiven(scheduleKind, pin.schedule);
-  pinIfGiven(sequenceParallel, pin.sp);
-  pinIfGiven(spSize, pin.spSize);
-  pinIfGiven(zero, pin.zero);
-  pinIfGiven(recompute, pin.recompute);
+  // A flag given on the command line pins its part of the plan.
+  search.pins = planner::pinsOf(plan, [](StringRef flag) {
+    auto it = cl::getRegisteredOptions().find(flag);
+    return it != cl::getRegisteredOptions().end() &&
+           it->second->getNumOccurrences() > 0;
+  });
   return search;
 }
 
@@ -725,6 +734,38 @@ static ExitCode searchPlan(ModuleOp module, MLIRContext &context,
   return std::nullopt;
 }
 
+/// Every parameter of the imported model (@forward's arguments with role
+/// param or frozen) by name, with its global shape.
+static planner::ParameterShapes parameterShapes(ModuleOp module) {
+  planner::ParameterShapes params;
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  if (!forward)
+    return params;
+  for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
+    auto role = tsr::getArgRole(forward, i);
+    auto name = tsr::getArgName(forward, i);
+    auto type = dyn_cast<RankedTensorType>(forward.getArgumentTypes()[i]);
+    if (role && name && type &&
+        (role.getValue() == "param" || role.getValue() == "frozen"))
+      params[name.getValue().str()] =
+          std::vector<int64_t>(type.getShape().begin(), type.getShape().end());
+  }
+  return params;
+}
+
+/// --sharding: the pinned parameter shardings into plan.shardings, checked
+/// against the model's parameters and the plan's grid.
+static ExitCode pinShardings(ModuleOp module, planner::Plan &plan) {
+  llvm::Expected<std::map<std::string, std::string>> pins =
+      planner::readShardingFile(shardingFile, parameterShapes(module),
+                                plan.grid());
+  if (!pins)
+    return fail("--sharding " + llvm::toString(pins.takeError()));
+  for (auto &[name, layout] : *pins)
+    plan.shardings[name] = std::move(layout);
+  return std::nullopt;
+}
+
 /// The --cluster step prediction of the partitioned tsr module (local
 /// shapes, ops answering CostOpInterface), before lowering to tsrt; writes
 /// --predict-json.
@@ -877,6 +918,10 @@ int main(int argc, char **argv) {
   } else if (planOnly) {
     return fail("--plan-only needs a plan search (--devices N or --cluster)");
   }
+
+  if (!shardingFile.empty())
+    if (ExitCode exit = pinShardings(*module, plan))
+      return *exit;
 
   // The imported model, for re-predicting variations of the plan.
   OwningOpRef<ModuleOp> imported;

@@ -18,12 +18,14 @@
 // GATED-SAME: tsr.name = "down_proj.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>
 
 // An LM head tied to the token embedding (BERT's MLM decoder after a dense +
-// GELU transform) is not taken as an MLP's row half: the table is split
-// over the vocabulary only (a row split too would split it twice), and the
-// transform stays replicated.
+// GELU transform): the table is split over the vocabulary only. This input
+// has no attention, so every layer counts as a block and the transform is a
+// weight matrix the search splits (in a real BERT it follows the last block
+// and stays whole: test/Passes/sharding/hf-*.test).
 // TIED-LABEL: func.func @train_step
 // TIED-SAME: tsr.name = "word_embeddings.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}
-// TIED-SAME: tsr.name = "transform.dense.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], []]>}
+// TIED-SAME: tsr.name = "transform.dense.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}], [1]]>}
+
 
 // Separate Q, K, V projections of a grouped-query attention (4 query heads
 // over 2 K/V heads): each column-split over tp (whole K/V heads per rank),
