@@ -410,7 +410,9 @@ void compileTraced(ModuleOp module, const planner::Plan &plan, StringRef what) {
   });
   if (train == stages.end())
     fail("the partition pipeline has no build-train-step stage");
-  stages.insert(train + 1, {"trace-values", "tsr-trace-values"});
+  stages.insert(train + 1, {"trace-values", [](OpPassManager &pm) {
+                              pm.addPass(trace::createTraceValues());
+                            }});
   if (failed(pipeline::runStages(module, stages, "")))
     fail("compiling the " + what + " program failed");
 }
