@@ -11,6 +11,7 @@
 #include "common/layers/LayerCuts.h"
 #include "passes/sharding/FactorSharding.h"
 #include "passes/sharding/Passes.h"
+#include "passes/sharding/PlanShardings.h"
 #include "passes/sharding/SearchGraph.h"
 
 #include "dialects/tsr/DiscardableAttrs.h"
@@ -520,9 +521,31 @@ struct ShardingAnnotatePass
   /// communication, with every block weight matrix split. Vocabulary-split
   /// tables and LM heads (splitVocabulary) are pinned.
   LogicalResult searchTensorSplits(AnnotateState &s) {
-    if (tp <= 1)
-      return success();
     Annotator &a = s.a;
+    // The plan's pins (--sharding, or the whole layout tessera-partition
+    // searched already) win over the search.
+    planner::GridSpec gridSpec =
+        planner::gridOf(dp, tp, pp, microBatches, sp, spSize);
+    auto pins = parsePlanShardings(
+        SmallVector<std::string>(shardings.begin(), shardings.end()), a.func,
+        gridSpec, a.grid.symbol);
+    if (failed(pins))
+      return failure();
+    auto applyPins = [&] {
+      for (unsigned i = 0; i < s.numArgs; ++i) {
+        auto it = pins->find(a.name(i));
+        if (it == pins->end())
+          continue;
+        TensorSharding ts = TensorSharding::fromAttr(it->second, s.types[i]);
+        ts.complete(s.types[i]);
+        for (auto [d, dim] : llvm::enumerate(ts.dims))
+          s.args[i][d] = *dim;
+      }
+    };
+    if (tp <= 1) {
+      applyPins();
+      return success();
+    }
     ExtractedGraph eg = buildSearchGraph(a.func);
     planner::SearchGraph &g = eg.graph;
     for (auto [t, tensor] : llvm::enumerate(g.tensors)) {
@@ -531,6 +554,25 @@ struct ShardingAnnotatePass
       unsigned arg = cast<BlockArgument>(eg.values[t]).getArgNumber();
       if (llvm::is_contained(s.vocabWhole, arg))
         tensor.pinned = planner::TpLayout{};
+      if (auto it = pins->find(a.name(arg)); it != pins->end()) {
+        // The search sees a pin as its split over tp (one dimension, maybe
+        // as chunks); other axes are applied after it.
+        TensorSharding ts = TensorSharding::fromAttr(it->second, s.types[arg]);
+        tensor.pinned = planner::TpLayout{};
+        for (auto [d, dim] : llvm::enumerate(ts.dims)) {
+          if (!dim)
+            continue;
+          int64_t outer = 1;
+          for (const SubFactor &f : *dim) {
+            if (llvm::is_contained(f.axes, kTpAxis)) {
+              tensor.pinned = planner::TpLayout{static_cast<int>(d), outer, false};
+              break;
+            }
+            outer *= f.size;
+          }
+        }
+        continue;
+      }
       if (!llvm::is_contained(s.vocabSplit, arg))
         continue;
       // Pinned as splitVocabulary laid it out: one dim split over tp.
@@ -588,6 +630,7 @@ struct ShardingAnnotatePass
               : DimFactors{SubFactor{l.outer, {}},
                            SubFactor{size / l.outer, {kTpAxis}}};
     }
+    applyPins();
     return success();
   }
 

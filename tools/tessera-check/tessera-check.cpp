@@ -44,6 +44,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -410,9 +411,10 @@ void compileTraced(ModuleOp module, const planner::Plan &plan, StringRef what) {
   });
   if (train == stages.end())
     fail("the partition pipeline has no build-train-step stage");
-  stages.insert(train + 1, {"trace-values", [](OpPassManager &pm) {
-                              pm.addPass(trace::createTraceValues());
-                            }});
+  stages.insert(train + 1,
+                pipeline::Stage{"trace-values", [](OpPassManager &pm) {
+                                  pm.addPass(trace::createTraceValues());
+                                }});
   if (failed(pipeline::runStages(module, stages, "")))
     fail("compiling the " + what + " program failed");
 }
