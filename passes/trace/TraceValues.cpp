@@ -22,8 +22,7 @@ using namespace tessera;
 
 namespace {
 
-struct TraceValuesPass
-    : public trace::impl::TraceValuesBase<TraceValuesPass> {
+struct TraceValuesPass : public trace::impl::TraceValuesBase<TraceValuesPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto step = module.lookupSymbol<func::FuncOp>("train_step");

@@ -7,10 +7,12 @@
         worst relative error E (...)" with N > 0 and E <= the --rtol.
 
     check_gate.py planted --build DIR --model FILE.onnx [--steps K]
+                          [--drop forward|backward]
                           [tessera-check flags, e.g. --tp 2 ...]
         Emits the traced partitioned IR (tessera-check --emit-sharded-ir),
         finds the first tensor-parallel shard.all_reduce after the first
-        tsr.attention, drops it with `tessera-opt
+        tsr.attention (--drop forward, the default) or the first of the
+        backward (--drop backward), drops it with `tessera-opt
         --tsr-test-drop-collective{index=N}`, runs tessera-check
         --sharded-ir on the result and requires exit status 1 and a
         "diverges: step 0, tensor tID ..." line whose tID is the first traced
@@ -95,19 +97,23 @@ def results_of(lhs):
     return out
 
 
-def expected_divergence(ir_text):
+def expected_divergence(ir_text, where):
     """(index of the dropped all-reduce, trace id of the first traced op
-    reading its result transitively), from the traced sharded IR."""
+    reading its result transitively), from the traced sharded IR. `where`:
+    "forward" drops the first tp all-reduce after the first tsr.attention,
+    "backward" the first tp all-reduce of the backward (after the first op
+    with tsr.bwd)."""
     lines = ir_text.splitlines()
     body = [i for i, l in enumerate(lines) if OP_LINE.match(l)]
-    attention = next((i for i in body if " tsr.attention " in lines[i]), None)
-    if attention is None:
-        fail("the sharded IR has no tsr.attention")
+    marker = " tsr.attention " if where == "forward" else "tsr.bwd = "
+    start = next((i for i in body if marker in lines[i]), None)
+    if start is None:
+        fail(f"the sharded IR has no '{marker.strip()}'")
     reduces = [i for i in body if " shard.all_reduce " in lines[i]]
-    target = next((i for i in reduces if i > attention and
+    target = next((i for i in reduces if i > start and
                    re.search(r"grid_axes = \[1\]", lines[i])), None)
     if target is None:
-        fail("no tensor-parallel shard.all_reduce after the first attention")
+        fail(f"no tensor-parallel shard.all_reduce after '{marker.strip()}'")
     index = reduces.index(target)
     tainted = set(results_of(OP_LINE.match(lines[target]).group(1)))
     for i in body:
@@ -133,7 +139,7 @@ def planted(args, flags):
             fail("--emit-sharded-ir failed")
         with open(ir) as f:
             text = f.read()
-        index, trace, line = expected_divergence(text)
+        index, trace, line = expected_divergence(text, args.drop)
         print(f"dropping shard.all_reduce #{index}; expecting t{trace}: "
               f"{line[:160]}")
         # The unmodified IR passes.
@@ -204,6 +210,8 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--drop", choices=["forward", "backward"],
+                    default="forward")
     args, flags = ap.parse_known_args()
     if "--data" not in flags and args.mode != "errors":
         flags += ["--data", CORPUS]

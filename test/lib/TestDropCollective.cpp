@@ -52,8 +52,8 @@ struct TestDropCollectivePass
     getOperation().walk([&](shard::AllReduceOp op) { reduces.push_back(op); });
     if (index < 0 || index >= static_cast<int64_t>(reduces.size())) {
       getOperation().emitError("tsr-test-drop-collective: index ")
-          << static_cast<int64_t>(index) << " out of range: the module has " << reduces.size()
-          << " shard.all_reduce ops";
+          << static_cast<int64_t>(index) << " out of range: the module has "
+          << reduces.size() << " shard.all_reduce ops";
       return signalPassFailure();
     }
     shard::AllReduceOp op = reduces[static_cast<int64_t>(index)];

@@ -4,7 +4,8 @@
 //     [--sp-size S] [--zero Z] [--optimizer sgd|adamw] [--lr X]
 //     [--weight-decay X] [--beta1 X] [--beta2 X] [--eps X]
 //     [--vocab-parallel on|off] [--recompute none|selective|full]
-//     [--precision fp32|bf16|fp16] [--rank-order AXES] [--freeze REGEX]
+//     [--precision fp32|bf16|fp16] [--rank-order AXES] [--bucket-mb MB]
+//     [--freeze REGEX]
 //     [--trainable REGEX] [--rtol 1e-5] [--atol 1e-7] [--data TOKENS.u16]
 //     [--sharded-ir FILE.mlir] [--emit-sharded-ir OUT.mlir]
 //     [--np-launcher mpirun] [--work-dir DIR]
@@ -80,8 +81,8 @@ static cl::opt<int64_t>
           cl::desc("Training steps to run and compare (>= 1); every traced "
                    "tensor of every step is compared"),
           cl::init(1), cl::cat(category));
-static cl::opt<int64_t> dp("dp", cl::desc("Data-parallel degree"),
-                           cl::init(1), cl::cat(category));
+static cl::opt<int64_t> dp("dp", cl::desc("Data-parallel degree"), cl::init(1),
+                           cl::cat(category));
 static cl::opt<int64_t> tp("tp", cl::desc("Tensor-parallel degree"),
                            cl::init(1), cl::cat(category));
 static cl::opt<int64_t> pp("pp",
@@ -89,11 +90,12 @@ static cl::opt<int64_t> pp("pp",
                            cl::init(1), cl::cat(category));
 static cl::opt<int64_t>
     microBatches("micro-batches",
-                 cl::desc("Micro-batches: not supported (only 1)"),
-                 cl::init(1), cl::cat(category));
+                 cl::desc("Micro-batches: not supported (only 1)"), cl::init(1),
+                 cl::cat(category));
 static cl::opt<std::string>
-    sequenceParallel("sp", cl::desc("none|megatron|ulysses|ring (as "
-                                    "tessera-partition)"),
+    sequenceParallel("sp",
+                     cl::desc("none|megatron|ulysses|ring (as "
+                              "tessera-partition)"),
                      cl::init("none"), cl::cat(category));
 static cl::opt<int64_t> spSize("sp-size",
                                cl::desc("Ranks of the sp axis (ulysses, ring)"),
@@ -111,9 +113,14 @@ static cl::opt<std::string>
     precision("precision",
               cl::desc("fp32|bf16|fp16 (both runs use it; widen --rtol)"),
               cl::init("fp32"), cl::cat(category));
-static cl::list<std::string>
-    rankOrder("rank-order", cl::desc("Rank axes, slowest first"),
-              cl::CommaSeparated, cl::cat(category));
+static cl::opt<double> bucketMb(
+    "bucket-mb",
+    cl::desc("Gradient all-reduce buckets of about this many MiB, overlapped "
+             "with backward (as tessera-partition; default off)"),
+    cl::init(-1), cl::value_desc("MiB"), cl::cat(category));
+static cl::list<std::string> rankOrder("rank-order",
+                                       cl::desc("Rank axes, slowest first"),
+                                       cl::CommaSeparated, cl::cat(category));
 static cl::opt<std::string> optimizer("optimizer",
                                       cl::desc("sgd or adamw (torch.optim)"),
                                       cl::init("adamw"), cl::cat(category));
@@ -139,14 +146,15 @@ static cl::opt<double>
     rtol("rtol",
          cl::desc("Largest relative error ||a - b||_2 / max(||b||_2, atol * "
                   "sqrt(n)) of a tensor (a: partitioned, b: serial, n "
-                  "elements) that counts as equal"),
+                  "elements) that counts as equal (default 1e-5)"),
          cl::init(1e-5), cl::cat(category));
-static cl::opt<double>
-    absoluteFloor("atol",
-         cl::desc("Absolute floor of the relative error's denominator, as a "
-                  "root-mean-square value per element: a tensor whose serial "
-                  "values are all near zero is compared absolutely"),
-         cl::init(1e-7), cl::cat(category));
+static cl::opt<double> absoluteFloor(
+    "atol",
+    cl::desc("Absolute floor of the relative error's denominator, as a "
+             "root-mean-square value per element: a tensor whose serial "
+             "values are all near zero is compared absolutely (default "
+             "1e-7)"),
+    cl::init(1e-7), cl::cat(category));
 static cl::opt<std::string>
     dataPath("data",
              cl::desc("Token file (as tessera-run --data). Default: a "
@@ -187,7 +195,8 @@ static const char *kOverview =
     "\n"
     "  tessera-check MODEL.onnx --steps K --dp 2 --tp 2 [--rtol 1e-5]\n"
     "\n"
-    "Prints 'equivalent: K steps, N tensors, worst relative error E (TENSOR)'\n"
+    "Prints 'equivalent: K steps, N tensors, worst relative error E (TENSOR,\n"
+    "step S)'\n"
     "and exits 0, or names the first tensor (step-major, then program order)\n"
     "whose relative error exceeds --rtol:\n"
     "  'diverges: step S, tensor tID produced by OP (LOC) : relative error E "
@@ -375,6 +384,7 @@ planner::Plan planOf(bool serial) {
     plan.sp = sequenceParallel;
     plan.spSize = spSize;
     plan.rankOrder.assign(rankOrder.begin(), rankOrder.end());
+    plan.bucketMb = bucketMb;
     if (vocabParallel != "on" && vocabParallel != "off")
       fail("--vocab-parallel must be on or off, got '" + vocabParallel + "'");
     plan.vocabParallel = vocabParallel == "on";
@@ -394,8 +404,7 @@ planner::Plan planOf(bool serial) {
 
 /// Runs the partition pipeline of `plan` on `module` with tsr-trace-values
 /// right after tsr-build-train-step.
-void compileTraced(ModuleOp module, const planner::Plan &plan,
-                   StringRef what) {
+void compileTraced(ModuleOp module, const planner::Plan &plan, StringRef what) {
   std::vector<pipeline::Stage> stages = pipeline::partitionStages(plan);
   auto train = llvm::find_if(stages, [](const pipeline::Stage &s) {
     return s.name == "build-train-step";
@@ -478,10 +487,10 @@ void runPlan(const std::string &tesseraRun, StringRef plan, StringRef data,
   std::vector<std::string> args(words.begin(), words.end());
   args[0] = *program;
   std::string stepsText = std::to_string(steps.getValue());
-  args.insert(args.end(), {"-np", std::to_string(ranks), tesseraRun, plan.str(),
-                           "--data", data.str(), "--steps", stepsText,
-                           "--log-every", "0", "--dump-tensors",
-                           dumpDir.str()});
+  args.insert(args.end(),
+              {"-np", std::to_string(ranks), tesseraRun, plan.str(), "--data",
+               data.str(), "--steps", stepsText, "--log-every", "0",
+               "--dump-tensors", dumpDir.str()});
   std::vector<StringRef> argRefs(args.begin(), args.end());
   SmallString<256> out(logDir), err(logDir);
   llvm::sys::path::append(out, what + ".stdout");
@@ -489,8 +498,8 @@ void runPlan(const std::string &tesseraRun, StringRef plan, StringRef data,
   std::optional<StringRef> redirects[] = {std::nullopt, StringRef(out),
                                           StringRef(err)};
   std::string message;
-  int rc = llvm::sys::ExecuteAndWait(*program, argRefs, std::nullopt,
-                                     redirects, 0, 0, &message);
+  int rc = llvm::sys::ExecuteAndWait(*program, argRefs, std::nullopt, redirects,
+                                     0, 0, &message);
   if (rc == 0)
     return;
   std::string last;
@@ -588,8 +597,8 @@ RankDump loadDump(StringRef dir, int rank) {
       numel *= entry.shape.back();
     }
     if (entry.offset < 0 || entry.bytes < 0 ||
-        entry.bytes != numel * static_cast<int64_t>(
-                                   runtime::dtypeSize(entry.dtype)) ||
+        entry.bytes !=
+            numel * static_cast<int64_t>(runtime::dtypeSize(entry.dtype)) ||
         static_cast<uint64_t>(entry.offset + entry.bytes) >
             d.data->getBufferSize())
       fail("'" + jsonPath + "': tensor " + tensorName(entry.trace, 0) +
@@ -617,12 +626,12 @@ std::vector<double> valuesOf(const Tensor &t) {
       out[i] = static_cast<const uint8_t *>(t.raw())[i];
       break;
     case DType::BF16:
-      out[i] = runtime::toFloat(
-          static_cast<const runtime::BFloat16 *>(t.raw())[i]);
+      out[i] =
+          runtime::toFloat(static_cast<const runtime::BFloat16 *>(t.raw())[i]);
       break;
     case DType::F16:
-      out[i] = runtime::toFloat(
-          static_cast<const runtime::Float16 *>(t.raw())[i]);
+      out[i] =
+          runtime::toFloat(static_cast<const runtime::Float16 *>(t.raw())[i]);
       break;
     }
   }
@@ -673,7 +682,8 @@ std::vector<double> gather(const std::vector<RankDump> &ranks,
            shapeText(e.shape) + " but its layout gives local shape " +
            shapeText(localShape));
     if (dump.coords.size() != grid.size())
-      fail("rank " + llvm::Twine(r) + "'s grid coordinates do not match the "
+      fail("rank " + llvm::Twine(r) +
+           "'s grid coordinates do not match the "
            "program's grid");
     std::vector<int64_t> group;
     for (int16_t a : partial)
@@ -713,9 +723,7 @@ double relativeError(const std::vector<double> &a,
   return std::sqrt(diff) / denom;
 }
 
-std::string formatError(double e) {
-  return llvm::formatv("{0:e2}", e).str();
-}
+std::string formatError(double e) { return llvm::formatv("{0:e2}", e).str(); }
 
 /// The shortest text of `v` ("1e-05").
 std::string formatTolerance(double v) {
@@ -903,16 +911,15 @@ int run(const char *argv0) {
       else
         llvm::outs() << "relative error " << formatError(err) << " > "
                      << formatTolerance(rtol) << "\n";
-      llvm::outs() << "  " << name << ": "
-                   << (info != serialOps.end() ? info->second.phase : "?")
-                   << (label.empty() ? "" : ", " + label) << ", shape "
-                   << shapeText(e.shape) << ", sharding "
-                   << (sh->second.shardings[e.result]
-                           ? llvm::formatv("{0}",
-                                           sh->second.shardings[e.result])
-                                 .str()
-                           : std::string("replicated"))
-                   << "\n";
+      llvm::outs()
+          << "  " << name << ": "
+          << (info != serialOps.end() ? info->second.phase : "?")
+          << (label.empty() ? "" : ", " + label) << ", shape "
+          << shapeText(e.shape) << ", sharding "
+          << (sh->second.shardings[e.result]
+                  ? llvm::formatv("{0}", sh->second.shardings[e.result]).str()
+                  : std::string("replicated"))
+          << "\n";
       // An update whose gradient matched: the optimizer amplified the
       // gradient's rounding (docs/Check.md, "Tolerance").
       if (info != serialOps.end() && info->second.gradient) {
@@ -920,8 +927,7 @@ int run(const char *argv0) {
         auto g = errors.find({e.step, gid, gres});
         if (g != errors.end() && g->second <= rtol)
           llvm::outs() << "  note: its gradient " << tensorName(gid, gres)
-                       << " matched (relative error "
-                       << formatError(g->second)
+                       << " matched (relative error " << formatError(g->second)
                        << "): the update amplifies rounding where the "
                           "gradient is near zero (AdamW divides by sqrt(v) "
                           "+ eps; e.g. an attention key bias, whose exact "

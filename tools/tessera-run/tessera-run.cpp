@@ -1134,8 +1134,7 @@ int main(int argc, char **argv) {
 
   // Every rank's traced tensors (tessera-check).
   if (dump) {
-    error = take(dump->finish(m.rankAxes(), executor->coords(),
-                              m.rankShape()));
+    error = take(dump->finish(m.rankAxes(), executor->coords(), m.rankShape()));
     if (!allOk())
       return exitAfterFailure();
   }
