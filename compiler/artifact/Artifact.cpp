@@ -205,12 +205,10 @@ static void explainShardingSearch(ModuleOp module, llvm::raw_ostream &os) {
     return a ? a.getValueAsDouble() : 0.0;
   };
   os << llvm::formatv("sharding search: {0} layers ({1} distinct, each "
-                      "solved once), searched in {2:F3} s; predicted tp "
-                      "traffic {3} bytes per rank per step ({4:F1} us at the "
-                      "search's alpha-beta)\n",
+                      "solved once); predicted tp traffic {2} bytes per rank "
+                      "per step ({3:F1} us at the search's alpha-beta)\n",
                       integer("layers"), integer("distinct_layers"),
-                      real("search_seconds"), integer("bytes"),
-                      real("predicted_seconds") * 1e6);
+                      integer("bytes"), real("predicted_seconds") * 1e6);
   auto list = search.getAs<ArrayAttr>("collectives");
   if (!list)
     return;

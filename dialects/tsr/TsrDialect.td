@@ -61,8 +61,8 @@ def Tsr_Dialect : Dialect {
   //                     per result) its local results have after
   //                     tsr-sharding-partition and tsr-zero-sharding
   //   tsr.sharding_search module: what tsr-sharding-annotate's sharding
-  //                     search predicted (layers, distinct layers, search
-  //                     seconds, tp bytes per rank, and per collective its
+  //                     search predicted (layers, distinct layers, tp bytes
+  //                     per rank, and per collective its
   //                     layer, kind, direction, tensor and bytes), printed by
   //                     tessera-partition --explain
   let discardableAttrs = (ins

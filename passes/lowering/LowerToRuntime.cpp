@@ -77,6 +77,8 @@ struct LowerToRuntimePass
     module->setAttr("tsrt.grid_axes", b.getArrayAttr(names));
     module->setAttr("tsrt.grid_shape", b.getDenseI64ArrayAttr(shape));
     module->removeAttr(tsr::kGridAxesAttrName);
+    // The sharding search's prediction is for --explain, not the runtime.
+    module->removeAttr(tsr::kShardingSearchAttrName);
 
     WalkResult result = module.walk([&](Operation *op) -> WalkResult {
       if (isa<ModuleOp, func::FuncOp, func::ReturnOp, shard::GridOp>(op) ||

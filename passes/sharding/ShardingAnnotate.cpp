@@ -610,6 +610,20 @@ struct ShardingAnnotatePass
     return success();
   }
 
+  /// "tsr.matmul [4, 16, 64]": a search tensor's producer (or parameter
+  /// name) and shape.
+  static std::string tensorLabel(const planner::SearchGraph &g, int t) {
+    const planner::SearchGraph::Tensor &tensor = g.tensors[t];
+    std::string label = tensor.kind == planner::SearchGraph::Kind::Activation &&
+                                tensor.producer >= 0
+                            ? g.ops[tensor.producer].name
+                            : tensor.name;
+    label += " [";
+    for (auto [i, d] : llvm::enumerate(tensor.shape))
+      label += (i ? ", " : "") + std::to_string(d);
+    return label + "]";
+  }
+
   /// Records what the search predicted on the module (tsr.sharding_search)
   /// for `tessera-partition --explain`.
   void recordSearch(const planner::SearchGraph &g,
@@ -622,7 +636,9 @@ struct ShardingAnnotatePass
           b.getNamedAttr("layer", b.getI64IntegerAttr(c.layer)),
           b.getNamedAttr("kind", b.getStringAttr(c.kind)),
           b.getNamedAttr("backward", b.getBoolAttr(c.backward)),
-          b.getNamedAttr("tensor", b.getStringAttr(g.tensors[c.tensor].name)),
+          // The producing op and shape, not its source location (the IR
+          // must not depend on whether locations were printed).
+          b.getNamedAttr("tensor", b.getStringAttr(tensorLabel(g, c.tensor))),
           b.getNamedAttr("bytes", b.getI64IntegerAttr(
                                       static_cast<int64_t>(c.bytes + 0.5))),
       }));
@@ -632,7 +648,6 @@ struct ShardingAnnotatePass
             b.getNamedAttr("layers", b.getI64IntegerAttr(r.layers)),
             b.getNamedAttr("distinct_layers",
                            b.getI64IntegerAttr(r.distinctLayers)),
-            b.getNamedAttr("search_seconds", b.getF64FloatAttr(r.searchSeconds)),
             b.getNamedAttr("predicted_seconds", b.getF64FloatAttr(r.seconds)),
             b.getNamedAttr("bytes", b.getI64IntegerAttr(
                                         static_cast<int64_t>(r.bytes + 0.5))),

@@ -43,7 +43,7 @@
 // column/row pair, the token embedding and the LM head split over the
 // vocabulary (vocab parallelism, on by default), everything else
 // replicated; the batch split over dp.
-// MHA: module attributes {tsr.grid_axes = ["dp", "tp"]}
+// MHA: module attributes {tsr.grid_axes = ["dp", "tp"]{{[,}]}}
 // MHA: shard.grid @grid(shape = 2x2)
 // MHA-LABEL: func.func @train_step
 // MHA-SAME: tsr.name = "tok_emb.weight", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, {{\[\[}}1], []]>, tsr.vocab_parallel}
