@@ -478,6 +478,98 @@ struct Partitioner {
   }
 };
 
+/// The sharding `v` was recorded with (its op's tsr.shardings, or an
+/// argument's tsr.sharding); null when none.
+static Attribute recordedSharding(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+    return func ? func.getArgAttr(arg.getArgNumber(), tsr::kShardingAttrName)
+                : Attribute();
+  }
+  Operation *def = v.getDefiningOp();
+  auto attrs = def->getAttrOfType<ArrayAttr>(tsr::kShardingsAttrName);
+  unsigned r = cast<OpResult>(v).getResultNumber();
+  return attrs && r < attrs.size() ? attrs[r] : Attribute();
+}
+
+/// Sums partial sums first: in a backward chain of single-use `tsr.add`s
+/// with one layout (a gradient accumulated from several consumers, e.g. a
+/// post-LN
+/// block's Q, K and V input gradients added one by one to the whole one the
+/// residual brings), the leaves that are partial sums over the same axes are
+/// added together first, so one all-reduce follows instead of one per leaf
+/// (an add passes a partial sum through only when every operand is one).
+static void sumPartialSumsFirst(FunctionOpInterface func) {
+  SmallVector<tsr::AddOp> roots;
+  func.walk([&](tsr::AddOp add) {
+    Value r = add.getResult();
+    bool inner = r.hasOneUse() && isa<tsr::AddOp>(*r.getUsers().begin()) &&
+                 r.getUsers().begin()->getResult(0).getType() == r.getType() &&
+                 recordedSharding(r) ==
+                     recordedSharding(r.getUsers().begin()->getResult(0));
+    if (!inner)
+      roots.push_back(add);
+  });
+  for (tsr::AddOp root : roots) {
+    // Gradient accumulations only (autodiff's tsr.bwd): the forward keeps
+    // the model's own order of additions.
+    if (!root->hasAttr(tsr::kBackwardAttrName))
+      continue;
+    Attribute layout = recordedSharding(root.getResult());
+    auto rootSharding = dyn_cast_or_null<tsr::ShardingAttr>(layout);
+    if (!rootSharding || !rootSharding.getPartialAxes().empty())
+      continue;
+    SmallVector<Value> leaves;
+    SmallVector<Operation *> chain;
+    std::function<void(Value)> collect = [&](Value v) {
+      auto add = v.getDefiningOp<tsr::AddOp>();
+      if (add && v.getType() == root.getType() &&
+          (add == root || (v.hasOneUse() && recordedSharding(v) == layout))) {
+        chain.push_back(add);
+        collect(add.getLhs());
+        collect(add.getRhs());
+        return;
+      }
+      leaves.push_back(v);
+    };
+    collect(root.getResult());
+    SmallVector<Value> partial, whole;
+    Attribute partialLayout;
+    for (Value leaf : leaves) {
+      auto sh = dyn_cast_or_null<tsr::ShardingAttr>(recordedSharding(leaf));
+      bool isPartial = sh && !sh.getPartialAxes().empty() &&
+                       (!partialLayout || partialLayout == sh);
+      if (isPartial) {
+        partialLayout = sh;
+        partial.push_back(leaf);
+      } else {
+        whole.push_back(leaf);
+      }
+    }
+    if (partial.size() < 2 || whole.empty())
+      continue;
+    OpBuilder b(root);
+    auto sum = [&](ArrayRef<Value> terms, Attribute sharding) {
+      Value acc = terms.front();
+      for (Value t : terms.drop_front()) {
+        auto add = tsr::AddOp::create(b, root.getLoc(), acc, t);
+        add->setAttr(tsr::kShardingsAttrName, b.getArrayAttr({sharding}));
+        acc = add.getResult();
+      }
+      return acc;
+    };
+    Value partialSum = sum(partial, partialLayout);
+    Value wholeSum = sum(whole, layout);
+    auto last = tsr::AddOp::create(b, root.getLoc(), wholeSum, partialSum);
+    // The final add stands for the root: it keeps its attributes (tsr.bwd,
+    // tsr.trace, its recorded layout).
+    last->setAttrs(root->getAttrs());
+    root.getResult().replaceAllUsesWith(last.getResult());
+    for (Operation *op : chain)
+      op->erase();
+  }
+}
+
 struct ShardingPartitionPass
     : public tessera::sharding::impl::ShardingPartitionBase<
           ShardingPartitionPass> {
@@ -488,6 +580,7 @@ struct ShardingPartitionPass
     FailureOr<Grid> grid = getEnclosingGrid(func);
     if (failed(grid))
       return signalPassFailure();
+    sumPartialSumsFirst(func);
     Partitioner p;
     p.func = func;
     p.grid = *grid;
