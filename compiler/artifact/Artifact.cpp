@@ -213,9 +213,13 @@ static void explainShardingSearch(ModuleOp module, llvm::raw_ostream &os) {
   if (!list)
     return;
   std::map<int64_t, std::vector<DictionaryAttr>> byLayer;
+  // Entries lacking a field (hand-edited IR) are skipped.
   for (Attribute a : list)
     if (auto d = dyn_cast<DictionaryAttr>(a))
-      byLayer[d.getAs<IntegerAttr>("layer").getInt()].push_back(d);
+      if (d.getAs<IntegerAttr>("layer") && d.getAs<BoolAttr>("backward") &&
+          d.getAs<StringAttr>("kind") && d.getAs<IntegerAttr>("bytes") &&
+          d.getAs<StringAttr>("tensor"))
+        byLayer[d.getAs<IntegerAttr>("layer").getInt()].push_back(d);
   for (auto &[layer, items] : byLayer)
     for (DictionaryAttr d : items)
       os << llvm::formatv("  layer {0,-3} {1} {2,-14} {3,10} B  {4}\n", layer,
