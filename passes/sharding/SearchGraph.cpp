@@ -72,12 +72,13 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
     if (auto arg = dyn_cast<BlockArgument>(v)) {
       auto role = tsr::getArgRole(func, arg.getArgNumber());
       auto name = tsr::getArgName(func, arg.getArgNumber());
-      t.name = name ? name.getValue().str() : "arg" + std::to_string(arg.getArgNumber());
+      t.name = name ? name.getValue().str()
+                    : "arg" + std::to_string(arg.getArgNumber());
       if (role && role.getValue() == "param") {
         t.kind = SearchGraph::Kind::Parameter;
         t.differentiable = true;
-      } else if (role && (role.getValue() == "tokens" ||
-                          role.getValue() == "labels")) {
+      } else if (role &&
+                 (role.getValue() == "tokens" || role.getValue() == "labels")) {
         t.kind = SearchGraph::Kind::Input;
       }
     } else {
@@ -115,8 +116,8 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
           if (!arg)
             return false;
           auto role = tsr::getArgRole(func, arg.getArgNumber());
-          return role && (role.getValue() == "param" ||
-                          role.getValue() == "tokens");
+          return role &&
+                 (role.getValue() == "param" || role.getValue() == "tokens");
         }))
       continue;
     SearchGraph::Op sop;
@@ -128,8 +129,9 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
       op->getLoc().print(os);
       sop.where = loc;
     }
-    bool ranked = llvm::all_of(op->getOperandTypes(), llvm::IsaPred<RankedTensorType>) &&
-                  llvm::all_of(op->getResultTypes(), llvm::IsaPred<RankedTensorType>);
+    bool ranked =
+        llvm::all_of(op->getOperandTypes(), llvm::IsaPred<RankedTensorType>) &&
+        llvm::all_of(op->getResultTypes(), llvm::IsaPred<RankedTensorType>);
     auto iface = dyn_cast<tsr::ShardingRuleOpInterface>(op);
     if (iface && ranked) {
       tsr::ShardingRule rule = iface.getShardingRule();
@@ -200,11 +202,18 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
   // the first attention there are only embeddings, which contract nothing.
   int firstBlock = 0, endBlock = std::numeric_limits<int>::max();
   if (attentionLayers.size() > 1)
-    endBlock = attentionLayers.back() +
-               (attentionLayers[1] - attentionLayers[0]);
+    endBlock =
+        attentionLayers.back() + (attentionLayers[1] - attentionLayers[0]);
   // A weight matrix: a rank-2 parameter that an op contracts with a
   // floating-point activation (one of the parameter's factors is reduced),
   // read directly or through single-operand ops (transpose, convert).
+  // Each tensor's readers, (op, operand), found once.
+  std::vector<SmallVector<std::pair<int, unsigned>, 2>> readers(
+      g.tensors.size());
+  for (auto [i, op] : llvm::enumerate(g.ops))
+    for (auto [k, operand] : llvm::enumerate(op.operands))
+      readers[operand].push_back(
+          {static_cast<int>(i), static_cast<unsigned>(k)});
   for (auto [t, tensor] : llvm::enumerate(g.tensors)) {
     if (tensor.kind != SearchGraph::Kind::Parameter || tensor.shape.size() != 2)
       continue;
@@ -214,33 +223,30 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
       int cur = work.pop_back_val();
       if (!seen.insert(cur).second)
         continue;
-      for (auto [i, op] : llvm::enumerate(g.ops)) {
-        for (auto [k, operand] : llvm::enumerate(op.operands)) {
-          if (operand != cur)
-            continue;
-          if (op.operands.size() == 1 && op.results.size() == 1) {
-            work.push_back(op.results[0]);
-            continue;
-          }
-          bool withActivation = llvm::any_of(op.operands, [&](int o) {
-            const SearchGraph::Tensor &ot = g.tensors[o];
-            return o != cur && ot.kind == SearchGraph::Kind::Activation &&
-                   ot.floating;
-          });
-          bool contracts = false;
-          for (const auto &dim : op.operandDims[k])
-            for (int f : dim) {
-              bool inResult = false;
-              for (const auto &rd : op.resultDims)
-                for (const auto &d : rd)
-                  inResult |= llvm::is_contained(d, f);
-              contracts |= !inResult && !op.factors[f].needReplication &&
-                           !op.factors[f].reducedByOp;
-            }
-          if (withActivation && contracts && op.layer >= firstBlock &&
-              op.layer < endBlock)
-            g.tensors[t].mustSplit = true;
+      for (auto [i, k] : readers[cur]) {
+        const SearchGraph::Op &op = g.ops[i];
+        if (op.operands.size() == 1 && op.results.size() == 1) {
+          work.push_back(op.results[0]);
+          continue;
         }
+        bool withActivation = llvm::any_of(op.operands, [&](int o) {
+          const SearchGraph::Tensor &ot = g.tensors[o];
+          return o != cur && ot.kind == SearchGraph::Kind::Activation &&
+                 ot.floating;
+        });
+        bool contracts = false;
+        for (const auto &dim : op.operandDims[k])
+          for (int f : dim) {
+            bool inResult = false;
+            for (const auto &rd : op.resultDims)
+              for (const auto &d : rd)
+                inResult |= llvm::is_contained(d, f);
+            contracts |= !inResult && !op.factors[f].needReplication &&
+                         !op.factors[f].reducedByOp;
+          }
+        if (withActivation && contracts && op.layer >= firstBlock &&
+            op.layer < endBlock)
+          g.tensors[t].mustSplit = true;
       }
     }
   }
