@@ -6,13 +6,19 @@
 //                                 2021 (SC'21): published achieved TFLOP/s per
 //                                 GPU, Tessera's prediction for the published
 //                                 (t, p, d, B), and for its own chosen plan
+// tessera-planner-bench torchtitan torchtitan's Llama 3.1 FSDP, FSDP x TP
+//                                 and FSDP x TP x PP rows on H100
+//                                 (Torchtitan.h): published and predicted
+//                                 tokens/s per GPU
 //
 // Exit status 1 when a target is missed: speed over 5 s (175B) or 10 s (1T);
 // fidelity error above 15% on any row, or a chosen plan predicted slower
-// than the published configuration. See docs/Planner.md.
+// than the published configuration; torchtitan error above 15% on any row.
+// See docs/Planner.md.
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/planner/Torchtitan.h"
 #include "compiler/planner/Search.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -27,8 +33,8 @@ namespace cl = llvm::cl;
 using llvm::format;
 using llvm::outs;
 
-static cl::opt<std::string> mode(cl::Positional, cl::desc("speed|fidelity"),
-                                 cl::Required);
+static cl::opt<std::string>
+    mode(cl::Positional, cl::desc("speed|fidelity|torchtitan"), cl::Required);
 static cl::opt<double> fraction(
     "gemm-peak-fraction",
     cl::desc("fidelity: GEMM ceiling as a fraction of peak; 0 (default) "
@@ -202,6 +208,40 @@ static int fidelity() {
   return status;
 }
 
+static int torchtitanRows() {
+  double frac =
+      fraction > 0 ? double(fraction) : torchtitan::fitGemmPeakFraction();
+  outs() << format("gemm_peak_fraction %s: %.3f\n",
+                   fraction > 0 ? "given" : "fitted on row 1 (8B, 8 GPUs)",
+                   frac);
+  outs() << format("%-40s %5s %10s %10s %8s  %s\n", "row", "GPUs", "published",
+                   "predicted", "ratio", "exposed dp / tp comm");
+  int status = 0;
+  for (const torchtitan::Row &row : torchtitan::kRows) {
+    Prediction p;
+    llvm::Expected<double> t =
+        torchtitan::predictTokensPerSecond(row, frac, &p);
+    if (!t) {
+      llvm::errs() << row.name << ": " << llvm::toString(t.takeError()) << "\n";
+      return 1;
+    }
+    double exposed[2] = {0, 0};
+    for (const CollectiveUse &u : p.collectives)
+      if (u.axis == "dp" || u.axis == "tp")
+        exposed[u.axis == "tp"] += u.exposedSeconds;
+    double ratio = *t / row.tokensPerSecond;
+    bool ok = std::fabs(ratio - 1) <= 0.15;
+    if (!ok)
+      status = 1;
+    outs() << format("%-40s %5lld %10.0f %10.0f %8.3f  %.2f / %.2f of %.2f "
+                     "s%s\n",
+                     row.name, (long long)row.gpus, row.tokensPerSecond, *t,
+                     ratio, exposed[0], exposed[1], p.stepSeconds,
+                     ok ? "" : "  FAIL");
+  }
+  return status;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv,
@@ -210,6 +250,9 @@ int main(int argc, char **argv) {
     return speed();
   if (mode == "fidelity")
     return fidelity();
-  llvm::errs() << "expected speed or fidelity, got '" << mode << "'\n";
+  if (mode == "torchtitan")
+    return torchtitanRows();
+  llvm::errs() << "expected speed, fidelity or torchtitan, got '" << mode
+               << "'\n";
   return 2;
 }

@@ -481,6 +481,43 @@ static Cluster dgxH100(int64_t nodes) {
   return c;
 }
 
+/// Meta's Grand Teton H100 hosts as torchtitan's Llama 3.1 benchmarks ran
+/// them (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md):
+/// 8 H100 per host "fully connected with NVLink", 96 GB HBM2e at 2.4 TB/s,
+/// "backend RDMA network with 400 Gb/s per GPU" (RoCE), the default 500 W
+/// power limit. The page says the peak is "between SXM and NVL" and not
+/// known exactly; the preset takes the SXM datasheet's (989 TFLOP/s bf16,
+/// 1,979 fp8, dense; torchtitan's MFU uses the same) and leaves the power cap's
+/// loss to gemm_peak_fraction, which docs/Planner.md fits on one benchmark row.
+static Cluster grandTetonH100(int64_t nodes) {
+  Cluster c;
+  c.name = "grand-teton-h100:" + std::to_string(nodes);
+  c.nodes = nodes;
+  c.devicesPerNode = 8;
+  c.peakFlops = {{"bf16", 989e12},
+                 {"fp16", 989e12},
+                 {"fp32", 67e12},
+                 {"tf32", 494.5e12},
+                 {"fp8", 1979e12}};
+  c.memoryBytes = 96e9;       // 96 GB HBM2e
+  c.memoryBandwidth = 2.4e12; // 2.4 TB/s
+  c.gemmPeakFraction = 0.8;   // estimate, as the DGX presets
+  // NVLink 4 between the 8 GPUs of a host: 900 GB/s total, 450 GB/s per
+  // direction (H100 SXM datasheet).
+  c.intraNode = {450e9, 3e-6};
+  // 400 Gb/s RDMA per GPU: 50 GB/s per direction.
+  c.interNode = {50e9, 8e-6};
+  c.source =
+      "torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand Teton): "
+      "8 H100 per host with NVLink (H100 SXM datasheet: 900 GB/s total, 450 "
+      "GB/s per direction), 96 GB HBM2e at 2.4 TB/s, 400 Gb/s RDMA per GPU "
+      "(50 GB/s per direction), 500 W; peak taken as H100 SXM's 989 TFLOP/s "
+      "bf16 and 1,979 TFLOP/s fp8 dense; latencies 3 us / 8 us and "
+      "gemm_peak_fraction 0.8 are "
+      "estimates, as for the DGX presets";
+  return c;
+}
+
 std::string tessera::planner::calibrationPath(int64_t ranks) {
   llvm::SmallString<256> path;
   if (const char *dir = std::getenv("TESSERA_CALIBRATION_DIR"); dir && *dir) {
@@ -521,11 +558,13 @@ static llvm::Expected<Cluster> cpuCalibration(StringRef spec, int64_t n) {
 }
 
 static constexpr StringRef kPresetHelp =
-    "expected dgx-a100:N, dgx-h100:N, cpu:N or a cluster JSON file";
+    "expected dgx-a100:N, dgx-h100:N, grand-teton-h100:N, cpu:N or a "
+    "cluster JSON file";
 
 llvm::Expected<Cluster> tessera::planner::clusterPreset(StringRef spec) {
   auto [kind, count] = spec.split(':');
-  if (kind != "dgx-a100" && kind != "dgx-h100" && kind != "cpu")
+  if (kind != "dgx-a100" && kind != "dgx-h100" && kind != "grand-teton-h100" &&
+      kind != "cpu")
     return fail("unknown cluster preset '" + kind + "' in '" + spec + "' (" +
                 kPresetHelp + ")");
   int64_t n = 0;
@@ -534,13 +573,16 @@ llvm::Expected<Cluster> tessera::planner::clusterPreset(StringRef spec) {
                 " (" + kind + ":N), got '" + count + "'");
   if (kind == "cpu")
     return cpuCalibration(spec, n);
+  if (kind == "grand-teton-h100")
+    return grandTetonH100(n);
   return kind == "dgx-a100" ? dgxA100(n) : dgxH100(n);
 }
 
 /// True when `spec` looks like a preset rather than a file path.
 static bool looksLikePreset(StringRef spec) {
   StringRef kind = spec.split(':').first;
-  if (kind == "dgx-a100" || kind == "dgx-h100" || kind == "cpu")
+  if (kind == "dgx-a100" || kind == "dgx-h100" || kind == "grand-teton-h100" ||
+      kind == "cpu")
     return true;
   // "name:N" without a path separator or a .json suffix: a mistyped preset.
   return spec.contains(':') && !spec.contains('/') && !spec.contains('\\') &&

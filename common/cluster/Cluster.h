@@ -4,9 +4,10 @@
 // node, each device's peak FLOP/s per dtype and memory, and the α-β figures
 // of the links inside a node and across nodes. It is read from a JSON file
 // (the format `tessera-run --calibrate` writes) or built from a preset
-// (`dgx-a100:N`, `dgx-h100:N`: datasheet figures, every one naming its
-// source; `cpu:N`: the calibration of N MPI ranks on this machine, read from
-// calibrationPath(N), which `mpirun -np N tessera-run --calibrate` writes).
+// (`dgx-a100:N`, `dgx-h100:N`, `grand-teton-h100:N`: datasheet figures, every
+// one naming its source; `cpu:N`: the calibration of N MPI ranks on this
+// machine, read from calibrationPath(N), which `mpirun -np N tessera-run
+// --calibrate` writes).
 //
 // JSON format (all numbers in SI units: FLOP/s, bytes, bytes/s, seconds):
 //
@@ -243,7 +244,8 @@ llvm::json::Value toJSON(const Cluster &cluster);
 /// `$HOME/.cache/tessera`.
 std::string calibrationPath(int64_t ranks);
 
-/// A preset `dgx-a100:N` or `dgx-h100:N` (N nodes of 8 GPUs), or `cpu:N`
+/// A preset `dgx-a100:N`, `dgx-h100:N` or `grand-teton-h100:N` (N nodes of
+/// 8 GPUs), or `cpu:N`
 /// (N MPI ranks on this machine: the file at calibrationPath(N), which must
 /// describe N devices; missing, the error says to run `mpirun -np N
 /// tessera-run --calibrate`). Errors name the preset.

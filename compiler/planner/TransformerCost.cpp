@@ -159,12 +159,18 @@ struct StepModel {
             const Cluster &cluster, const CostOptions &opt)
       : shape(shape), c(c), cluster(cluster), opt(opt) {}
 
+  // Kernel times carry cluster.computeScale (1 for the presets).
   double gemm(double m, double n, double k, double batch = 1) const {
-    return gemmSeconds(cluster, dtype, m, n, k, batch);
+    return gemmSeconds(cluster, dtype, m, n, k, batch) * cluster.computeScale;
   }
   double memory(double bytes) const {
-    return cluster.memoryBandwidth > 0 ? bytes / cluster.memoryBandwidth : 0;
+    return cluster.memoryBandwidth > 0
+               ? bytes / cluster.memoryBandwidth * cluster.computeScale
+               : 0;
   }
+  /// The fraction of the s x s scores a fused attention kernel computes:
+  /// a causal FlashAttention skips the blocks above the diagonal.
+  double scoreShare() const { return opt.causal ? 0.5 : 1.0; }
 
   bool withinNode(StringRef axis) const {
     for (size_t i = 0; i < rankNames.size(); ++i)
@@ -232,8 +238,10 @@ struct StepModel {
     if (opt.fusedAttention) {
       // One kernel: Q, K, V read and O written; the scores stay on chip.
       double bytes = 4 * heads * sq * dh * e;
-      return gemmLikeSeconds(cluster, dtype, sq, sk, dh, flops, bytes) +
-             cluster.opOverhead;
+      return (gemmLikeSeconds(cluster, dtype, sq, sk, dh, flops * scoreShare(),
+                              bytes) +
+              cluster.opOverhead) *
+             cluster.computeScale;
     }
     double scores = heads * sq * sk;
     double softmax =
@@ -246,10 +254,11 @@ struct StepModel {
     double sq = ring ? s / cs : s, sk = s;
     if (opt.fusedAttention) {
       // FlashAttention's backward recomputes P: 5 GEMM-sized products.
-      double flops = 10 * heads * sq * sk * dh;
+      double flops = 10 * heads * sq * sk * dh * scoreShare();
       double bytes = 8 * heads * sq * dh * e;
-      return gemmLikeSeconds(cluster, dtype, sq, sk, dh, flops, bytes) +
-             cluster.opOverhead;
+      return (gemmLikeSeconds(cluster, dtype, sq, sk, dh, flops, bytes) +
+              cluster.opOverhead) *
+             cluster.computeScale;
     }
     double scores = heads * sq * sk;
     double softmax =
@@ -270,6 +279,11 @@ struct StepModel {
       return fail("cluster '" + cluster.name + "' has no peak FLOP/s for " +
                   dtype);
     peak = pk->second;
+    if (!opt.linearPrecision.empty() &&
+        !(cluster.peakFlops.count(opt.linearPrecision) &&
+          cluster.peakFlops.at(opt.linearPrecision) > 0))
+      return fail("cluster '" + cluster.name + "' has no peak FLOP/s for " +
+                  opt.linearPrecision + " (the linear layers' precision)");
     if (!llvm::is_contained({"none", "megatron", "ulysses", "ring"}, c.sp))
       return fail("unknown sequence parallelism '" + c.sp + "'");
     if (!llvm::is_contained({"none", "selective", "full"}, c.recompute))
@@ -313,16 +327,23 @@ struct StepModel {
       double m, n, k, batch;
     };
     // Q, K and V projections: K and V are kvHeads/heads as wide under GQA.
-    const double qkv = h * (1 + 2 * double(shape.keyValueHeads()) /
-                                    double(shape.heads));
+    const double qkv =
+        h * (1 + 2 * double(shape.keyValueHeads()) / double(shape.heads));
     const G gemms[] = {{tokens, qkv / t, h, 1},
                        {tokens, h, h / t, 1},
                        {tokens, f / t, h, 1},
                        {tokens, h, f / t, 1}};
     double fwdGemm = 0, bwdGemm = 0;
+    std::string linear =
+        opt.linearPrecision.empty() ? dtype : opt.linearPrecision;
+    auto linearGemm = [&](double m, double n, double k, double batch) {
+      return gemmSeconds(cluster, linear, m, n, k, batch) *
+             cluster.computeScale;
+    };
     for (const G &g : gemms) {
-      fwdGemm += gemm(g.m, g.n, g.k, g.batch);
-      bwdGemm += gemm(g.m, g.k, g.n, g.batch) + gemm(g.k, g.n, g.m, g.batch);
+      fwdGemm += linearGemm(g.m, g.n, g.k, g.batch);
+      bwdGemm += linearGemm(g.m, g.k, g.n, g.batch) +
+                 linearGemm(g.k, g.n, g.m, g.batch);
     }
     double attnF = attentionForward(), attnB = attentionBackward();
     // Memory-bound kernels: 2 LayerNorms, 2 residual adds (+ dropout and
@@ -374,6 +395,33 @@ struct StepModel {
     else if (c.recompute == "selective")
       layerB += attnF;
 
+    // ZeRO-3 (Rajbhandari et al. 2020; PyTorch FSDP, Zhao et al. 2023)
+    // gathers each layer's parameters before the layer runs, forward and
+    // backward, and reduce-scatters its gradients after its backward, one
+    // collective per layer and micro-batch. Layer i+1's gather is
+    // prefetched behind layer i's compute, so a layer takes the longer of
+    // its compute and its collectives; the backward's gather and
+    // reduce-scatter share the link. The first gather of each pass precedes
+    // the first use and is exposed. Full recomputation reruns a layer's
+    // forward inside its backward, with the parameters the backward
+    // gathered (no third gather).
+    double zeroGather = 0, zeroScatter = 0, zeroExposed = 0;
+    if (c.dp > 1 && c.zero == 3) {
+      double layerBytes = shape.paramsPerLayer / t * e;
+      zeroGather = collective(Collective::AllGather, "dp", layerBytes, 2);
+      zeroScatter = collective(Collective::ReduceScatter, "dp", layerBytes, 1);
+      double ag = zeroGather / 2, rs = zeroScatter;
+      double f0 = layerF, b0 = layerB;
+      if (c.overlapGradients) {
+        layerF = std::max(layerF, ag);
+        layerB = std::max(layerB, ag + rs);
+      } else {
+        layerF += ag;
+        layerB += ag + rs;
+      }
+      zeroExposed = (layerF - f0) + (layerB - b0);
+    }
+
     // Embedding (first stage) and LM head + cross-entropy (last stage).
     double headF = gemm(tokens, V / t, h) + memory(3 * tokens * (V / t) * 4) +
                    3 * cluster.opOverhead;
@@ -387,6 +435,19 @@ struct StepModel {
     if (c.tp > 1) {
       embedF += collective(Collective::AllReduce, "tp", act, 1);
       headB += collective(Collective::AllReduce, "tp", act, 1);
+    }
+
+    // ZeRO-3: the first gather of each pass, and the embedding and head
+    // (everything outside the layers, gathered and reduce-scattered once
+    // per micro-batch, exposed).
+    double zeroEdges = 0;
+    if (c.dp > 1 && c.zero == 3) {
+      zeroEdges = 2 * zeroGather / 2;
+      double otherBytes = shape.paramsOther / t * e;
+      zeroEdges += collective(Collective::AllGather, "dp", otherBytes, 1) +
+                   collective(Collective::ReduceScatter, "dp", otherBytes, 1);
+      embedF += zeroEdges / 2;
+      embedB += zeroEdges / 2;
     }
 
     double firstF = layersPerStage * layerF + embedF;
@@ -418,13 +479,7 @@ struct StepModel {
     if (c.dp > 1) {
       perStep = 1;
       if (c.zero == 3) {
-        double gathers = c.recompute == "full" ? 3 : 2;
-        perStep = M;
-        double comm =
-            M * (collective(Collective::AllGather, "dp", gradBytes, gathers) +
-                 collective(Collective::ReduceScatter, "dp", gradBytes, 1));
-        dpSeconds = comm;
-        dpHideable = c.overlapGradients ? M * (tF + tB) : 0;
+        // Costed per layer inside the stage times above.
       } else if (c.zero >= 1) {
         double rs = collective(Collective::ReduceScatter, "dp", gradBytes, 1);
         double ag = collective(Collective::AllGather, "dp", gradBytes, 1);
@@ -441,6 +496,19 @@ struct StepModel {
     for (CollectiveUse &u : out.collectives)
       if (u.axis == "dp" && dpSeconds > 0)
         u.exposedSeconds = u.seconds * dpExposed / dpSeconds;
+    if (c.dp > 1 && c.zero == 3) {
+      // Exposed: what the layers' collectives add to the stage times, and
+      // the exposed edges, over every micro-batch (the bubble's share is
+      // counted as bubble).
+      double total = 0;
+      for (const CollectiveUse &u : out.collectives)
+        if (u.axis == "dp")
+          total += u.seconds;
+      double exposed = M * (layersPerStage * zeroExposed + zeroEdges);
+      for (CollectiveUse &u : out.collectives)
+        if (u.axis == "dp" && total > 0)
+          u.exposedSeconds = u.seconds * std::min(1.0, exposed / total);
+    }
 
     // ---- Optimizer update: stream state once. ----
     bool mixed = dtype != "fp32";
@@ -504,6 +572,10 @@ MemoryUse tessera::planner::predictMemory(const TransformerShape &shape,
   double paramBytes = mixed ? 2 : 4;
   double optBytes = (opt.optimizer == "adamw" ? 8.0 : 0.0) + (mixed ? 4 : 0);
   mem.parameters = paramsRank * paramBytes / (c.zero >= 3 ? d : 1);
+  // ZeRO-3 holds the layer being computed and the prefetched next one
+  // unsharded.
+  if (c.zero >= 3 && c.dp > 1)
+    mem.parameters += 2 * shape.paramsPerLayer / t * paramBytes;
   mem.gradients = paramsRank * e / (c.zero >= 2 ? d : 1);
   mem.optimizerState = paramsRank * optBytes / (c.zero >= 1 ? d : 1);
   // Activations of one layer and micro-batch: Korthikanti et al. 2022,

@@ -35,12 +35,21 @@
 //    with t_f, t_b including one activation send/recv per chunk boundary
 //    (scatter/gather over tp: b·s·h·e / t).
 //  - Data parallelism: one all-reduce of the rank's gradients (ZeRO-1/2: a
-//    reduce-scatter and an all-gather of the parameters; ZeRO-3: per
-//    micro-batch an all-gather of the parameters forward and backward and a
-//    reduce-scatter of the gradients; Rajbhandari et al. 2020). Bucketed
-//    (overlapped), only what exceeds the last micro-batch's backward is
-//    exposed.
+//    reduce-scatter and an all-gather of the parameters; Rajbhandari et al.
+//    2020). Bucketed (overlapped), only what exceeds the last
+//    micro-batch's backward is exposed.
+//  - ZeRO-3 (and PyTorch FSDP, Zhao et al. 2023) works layer by layer: per
+//    layer and micro-batch an all-gather of its parameters forward, another
+//    backward, and a reduce-scatter of its gradients, each a collective of
+//    its own (its α·(n-1) latency paid per layer, as MiCS, Zhang et al.
+//    2022, measures it dominating at hundreds of ranks). Prefetched, a
+//    layer takes max(compute, gather) forward and max(compute, gather +
+//    reduce-scatter) backward; the first gather of each pass, and the
+//    embedding's and head's collectives, are exposed. The unsharded layer
+//    and the prefetched next one are in memory.
 //  - The optimizer update streams parameters, gradients and state once.
+//  - Every kernel time is multiplied by cluster.computeScale (1 for the
+//    presets), as in StepCost.
 //
 // Memory per rank (bytes) follows Korthikanti et al. 2022 (Table 2) for
 // activations and the ZeRO paper for model state (2 + 2 + K bytes per
@@ -133,6 +142,17 @@ struct CostOptions {
   /// it. False models Megatron-LM 2021's unfused scale-mask-softmax and
   /// attention dropout.
   bool fusedAttention = true;
+  /// Causal attention in a fused kernel computes only the scores on and
+  /// below the diagonal (FlashAttention-2, Dao 2023): half the attention
+  /// core's FLOPs. Megatron-LM 2021's unfused kernels compute all of them.
+  bool causal = false;
+  /// The dtype of the layers' linear GEMMs (the four projections and the
+  /// MLP, forward and backward) when it differs from `precision`, e.g.
+  /// "fp8" for Float8 training (Micikevicius et al. 2022; torchtitan's
+  /// Float8Linear): they run at the cluster's peak for it. Empty: the
+  /// precision's. Attention, the head and everything else stay in
+  /// `precision`.
+  std::string linearPrecision;
   /// Dropout after attention and MLP (and on attention probabilities when
   /// unfused), as GPT training uses; affects traffic and activation memory.
   bool dropout = true;

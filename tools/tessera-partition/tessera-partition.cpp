@@ -292,8 +292,10 @@ static cl::opt<std::string> memoryPerDevice(
 
 static cl::opt<std::string> clusterSpec(
     "cluster",
-    cl::desc("The machine to predict the step on: a preset dgx-a100:N or "
-             "dgx-h100:N (N nodes of 8 GPUs), cpu:N (N MPI ranks on this "
+    cl::desc("The machine to predict the step on: a preset dgx-a100:N, "
+             "dgx-h100:N or grand-teton-h100:N (N nodes of 8 GPUs; the last "
+             "is torchtitan's Llama 3.1 benchmark machine, H100 96 GB at "
+             "500 W, docs/Planner.md), cpu:N (N MPI ranks on this "
              "machine, as measured by `mpirun -np N tessera-run "
              "--calibrate`) or a cluster JSON file "
              "(common/cluster/Cluster.h). Fails when the plan needs more "

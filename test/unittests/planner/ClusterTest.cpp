@@ -58,6 +58,25 @@ TEST(ClusterPreset, DgxH100) {
   EXPECT_NE(c->source.find("DGX H100 User Guide"), std::string::npos);
 }
 
+TEST(ClusterPreset, GrandTetonH100) {
+  // torchtitan's benchmark hosts: 8 H100 96 GB HBM2e (2.4 TB/s) with
+  // NVLink, 400 Gb/s RDMA per GPU.
+  llvm::Expected<Cluster> c = loadCluster("grand-teton-h100:64");
+  ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+  EXPECT_EQ(c->name, "grand-teton-h100:64");
+  EXPECT_EQ(c->devices(), 512);
+  EXPECT_EQ(c->devicesPerNode, 8);
+  EXPECT_DOUBLE_EQ(c->memoryBytes, 96e9);
+  EXPECT_DOUBLE_EQ(c->memoryBandwidth, 2.4e12);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("bf16"), 989e12);
+  EXPECT_DOUBLE_EQ(c->peakFlops.at("fp8"), 1979e12);
+  EXPECT_DOUBLE_EQ(c->intraNode.bandwidth, 450e9);
+  EXPECT_DOUBLE_EQ(c->interNode.bandwidth, 50e9);
+  EXPECT_NE(c->source.find("torchtitan"), std::string::npos);
+  EXPECT_NE(errorOf(loadCluster("grand-teton-h100:0")).find("N must be"),
+            std::string::npos);
+}
+
 TEST(ClusterPreset, Errors) {
   EXPECT_NE(errorOf(loadCluster("dgx-b200:4"))
                 .find("unknown cluster preset 'dgx-b200'"),

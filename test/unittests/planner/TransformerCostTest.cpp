@@ -2,6 +2,8 @@
 
 #include "compiler/planner/TransformerCost.h"
 
+#include "bench/planner/Torchtitan.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -165,7 +167,10 @@ TEST(TransformerCost, MemoryByZeroAndKorthikanti) {
 
   c.zero = 3;
   MemoryUse z3 = predictMemory(s, c, o);
-  EXPECT_DOUBLE_EQ(z3.parameters, 2 * params / 4);
+  // The shards, plus the layer being computed and the prefetched next one
+  // unsharded.
+  EXPECT_DOUBLE_EQ(z3.parameters,
+                   2 * params / 4 + 2 * 2 * s.paramsPerLayer / 2);
   EXPECT_DOUBLE_EQ(z3.gradients, 2 * params / 4);
   EXPECT_DOUBLE_EQ(z3.optimizerState, 12 * params / 4);
   c.zero = 1;
@@ -249,6 +254,80 @@ TEST(TransformerCost, DataParallelOverlapWithBackward) {
               ar->seconds -
                   find(*hidden, Collective::AllReduce, "dp")->exposedSeconds,
               1e-12);
+}
+
+TEST(TransformerCost, ZeroThreeGathersPerLayer) {
+  // ZeRO-3 over dp = 4 (2 nodes of 2): per layer and micro-batch one
+  // all-gather forward, one backward, one reduce-scatter, of one layer's
+  // parameters; the embedding's once per micro-batch.
+  TransformerShape s = TransformerShape::gpt(4, 1024, 16, 512, 32000, 8);
+  Cluster c = roundCluster(2, 2);
+  Candidate z;
+  z.dp = 4;
+  z.zero = 3;
+  z.microBatchSize = 1; // M = 2
+  llvm::Expected<Prediction> p = predict(s, z, c, CostOptions());
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  double layerBytes = s.paramsPerLayer * 2, otherBytes = s.paramsOther * 2;
+  double layerGathers = 0, otherGathers = 0, scatters = 0;
+  for (const CollectiveUse &u : p->collectives) {
+    ASSERT_EQ(u.axis, "dp");
+    if (u.kind == Collective::AllGather && u.bytes == layerBytes)
+      layerGathers += u.count;
+    else if (u.kind == Collective::AllGather && u.bytes == otherBytes)
+      otherGathers += u.count;
+    else if (u.kind == Collective::ReduceScatter)
+      scatters += u.count;
+  }
+  EXPECT_DOUBLE_EQ(layerGathers, 2 * 4 * 2);
+  EXPECT_DOUBLE_EQ(otherGathers, 2);
+  EXPECT_DOUBLE_EQ(scatters, 4 * 2 + 2);
+
+  // A slow network: each layer's collectives are longer than its compute,
+  // so the step grows by the gathers (latency included, paid per layer)
+  // rather than hiding them behind the whole step.
+  Cluster slow = c;
+  slow.interNode = {1e9, 1e-3};
+  llvm::Expected<Prediction> q = predict(s, z, slow, CostOptions());
+  ASSERT_TRUE(static_cast<bool>(q));
+  double ag =
+      collectiveSeconds(Collective::AllGather, layerBytes, 4, slow.interNode);
+  double rs = collectiveSeconds(Collective::ReduceScatter, layerBytes, 4,
+                                slow.interNode);
+  // Per micro-batch: 4 layers forward at ag, 4 backward at ag + rs, plus
+  // the first gather of each pass.
+  EXPECT_GT(q->stepSeconds, 2 * (4 * ag + 4 * (ag + rs) + 2 * ag));
+  EXPECT_GT(q->communicationSeconds, 0.9 * 2 * (4 * ag + 4 * (ag + rs)));
+  // The same bytes in one gather per micro-batch (the model before) would
+  // pay the latency once; per layer it is paid 3 x 4 times per micro-batch.
+  EXPECT_GT(q->stepSeconds, 2 * 3 * 4 * 3 * 1e-3);
+}
+
+// torchtitan's Llama 3.1 rows on H100 (bench/planner/Torchtitan.h):
+// gemm_peak_fraction fitted on the 8B / 8-GPU row, the others held out,
+// each within 15% of the published tokens/s per GPU.
+TEST(TransformerCost, TorchtitanRowsWithinFifteenPercent) {
+  double frac = torchtitan::fitGemmPeakFraction();
+  ASSERT_GT(frac, 0.2);
+  ASSERT_LT(frac, 0.6);
+  std::vector<double> ratio;
+  for (const torchtitan::Row &row : torchtitan::kRows) {
+    llvm::Expected<double> t = torchtitan::predictTokensPerSecond(row, frac);
+    ASSERT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+    ratio.push_back(*t / row.tokensPerSecond);
+  }
+  // 0, 1: 8B FSDP on 8 and 128 GPUs; 4: 70B FSDP x TP; 5, 6: 405B
+  // FSDP x TP x PP, 1F1B and interleaved.
+  for (size_t i : {0, 1, 4, 5, 6})
+    EXPECT_NEAR(ratio[i], 1.0, 0.15) << torchtitan::kRows[i].name;
+  // ZeRO-3 at 128 ranks across 16 nodes costs a little, as measured
+  // (5,605 against 5,762: -2.7%).
+  EXPECT_LT(ratio[1] * torchtitan::kRows[1].tokensPerSecond,
+            ratio[0] * torchtitan::kRows[0].tokensPerSecond);
+  // Not asserted within 15%: the two 8B Float8 rows (2, 3), which the
+  // model over-predicts (docs/Planner.md); they stay above the bf16 ones.
+  EXPECT_GT(ratio[2] * torchtitan::kRows[2].tokensPerSecond,
+            ratio[0] * torchtitan::kRows[0].tokensPerSecond);
 }
 
 } // namespace
