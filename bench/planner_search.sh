@@ -20,7 +20,7 @@ run() { # name, limit seconds, cluster, devices, generator flags...
   local start end
   start=$(date +%s.%N)
   taskset -c 0 "$PARTITION" "$WORK/$name.onnx" --cluster "$cluster" \
-    --devices "$devices" --precision bf16 --plan-space all --plan-only \
+    --devices "$devices" --precision bf16 --plan-only \
     --explain-json "$WORK/$name.json" > "$WORK/$name.txt"
   end=$(date +%s.%N)
   /usr/bin/python3 - "$WORK/$name.json" "$name" "$limit" "$start" "$end" <<'PY' || status=1

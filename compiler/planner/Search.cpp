@@ -143,10 +143,14 @@ tessera::planner::searchPlans(const TransformerShape &shape,
       rejected.add("divisibility", why, why);
       return;
     }
+    std::string unsupported;
     if (options.unsupported)
       if (std::string why = options.unsupported(c); !why.empty()) {
-        rejected.add("unsupported", why, why);
-        return;
+        if (!options.scoreUnsupported) {
+          rejected.add("unsupported", why, why);
+          return;
+        }
+        unsupported = std::move(why);
       }
     double need = predictMemory(shape, c, options.cost).total();
     std::string region;
@@ -174,7 +178,8 @@ tessera::planner::searchPlans(const TransformerShape &shape,
       return;
     }
     ++result.feasible;
-    feasible.push_back({std::move(c), std::move(*pred)});
+    feasible.push_back(
+        {std::move(c), std::move(*pred), std::move(unsupported)});
   };
 
   // Whole subtrees that cannot divide the shapes are rejected once, as one

@@ -63,6 +63,10 @@ struct SearchOptions {
   /// Extra filter: a non-empty string rejects the candidate with that
   /// reason (e.g. a combination this build of Tessera cannot run).
   std::function<std::string(const Candidate &)> unsupported;
+  /// Debugging (tessera-partition --plan-space all): score the candidates
+  /// `unsupported` names too, marked with its reason
+  /// (ScoredPlan::unsupported), instead of rejecting them.
+  bool scoreUnsupported = false;
 };
 
 /// How many of the search's best plans tessera-partition re-ranks with the
@@ -72,6 +76,9 @@ constexpr size_t kRefinedPlans = 8;
 struct ScoredPlan {
   Candidate candidate;
   Prediction prediction;
+  /// Non-empty only with SearchOptions::scoreUnsupported: why this build
+  /// cannot run the plan.
+  std::string unsupported;
 };
 
 /// Candidates rejected for one reason, summarised. A memory region is the

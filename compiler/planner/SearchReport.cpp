@@ -59,7 +59,10 @@ void tessera::planner::explainSearch(const SearchResult &result,
   } else {
     const ScoredPlan &best = result.best.front();
     const Prediction &p = best.prediction;
-    os << "chosen plan: " << best.candidate.str() << "\n";
+    os << "chosen plan: " << best.candidate.str();
+    if (!best.unsupported.empty())
+      os << "  [not runnable: " << best.unsupported << "]";
+    os << "\n";
     os << "  predicted step " << ms(p.stepSeconds) << " = compute "
        << ms(p.computeSeconds) << " + exposed communication "
        << ms(p.communicationSeconds) << " + pipeline bubble "
@@ -92,7 +95,10 @@ void tessera::planner::explainSearch(const SearchResult &result,
            << ms(alt.prediction.stepSeconds) << " ("
            << format("%+.1f%%",
                      100 * (alt.prediction.stepSeconds / p.stepSeconds - 1))
-           << "), memory " << formatGB(alt.prediction.memory.total()) << "\n";
+           << "), memory " << formatGB(alt.prediction.memory.total());
+        if (!alt.unsupported.empty())
+          os << "  [not runnable: " << alt.unsupported << "]";
+        os << "\n";
       }
     }
     if (!result.rejected.empty())
@@ -168,6 +174,9 @@ llvm::json::Value tessera::planner::searchToJSON(const SearchResult &result,
   for (const ScoredPlan &sp : llvm::ArrayRef(result.best).take_front(6)) {
     llvm::json::Object o = toJSON(sp.candidate);
     o["prediction"] = toJSON(sp.prediction);
+    o["runnable"] = sp.unsupported.empty();
+    if (!sp.unsupported.empty())
+      o["not_runnable"] = sp.unsupported;
     plans.push_back(std::move(o));
   }
   llvm::json::Array rejected;

@@ -340,11 +340,14 @@ static cl::opt<std::string> explainJson(
     cl::value_desc("FILE"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> planSpace(
     "plan-space",
-    cl::desc("runnable (default): search only plans this build of Tessera "
-             "can compile and run (Plan::validate); all: every plan the cost "
-             "model scores, e.g. pipelining with bf16 or ZeRO, for planning "
-             "a cluster"),
-    cl::init("runnable"), cl::cat(category));
+    cl::desc("Debugging only. runnable (default): the search considers the "
+             "plans this build can compile and run (Plan::validate), which "
+             "is every plan the cost model scores once each parallelism "
+             "composes with the others; a combination Plan::validate still "
+             "refuses is listed as an [unsupported] rejected region. all: "
+             "score those too, marked '[not runnable: ...]' in the report "
+             "and \"runnable\": false in --explain-json; needs --plan-only"),
+    cl::value_desc("runnable|all"), cl::init("runnable"), cl::cat(category));
 static cl::opt<bool> planOnly(
     "plan-only",
     cl::desc("Stop after the plan search and its report: build no training "
@@ -680,6 +683,9 @@ static ExitCode searchPlan(ModuleOp module, MLIRContext &context,
   if (planSpace != "runnable" && planSpace != "all")
     return fail("--plan-space must be runnable or all, got '" + planSpace +
                 "'");
+  if (planSpace == "all" && !planOnly)
+    return fail("--plan-space all needs --plan-only: it may choose a plan "
+                "this build cannot run");
   if (!cluster) {
     llvm::Expected<planner::Cluster> local =
         planner::loadCluster("cpu:" + std::to_string(devices.getValue()));
@@ -695,13 +701,13 @@ static ExitCode searchPlan(ModuleOp module, MLIRContext &context,
     return fail(llvm::toString(shape.takeError()));
   planner::SearchOptions search = searchOptions(plan, *cluster, memoryLimit);
   const planner::TransformerShape &modelShape = *shape;
-  if (planSpace == "runnable")
-    search.unsupported = [&](const planner::Candidate &c) -> std::string {
-      planner::Plan p = planner::planOf(c, modelShape, plan);
-      if (llvm::Error err = p.validate())
-        return "not supported by this build: " + llvm::toString(std::move(err));
-      return "";
-    };
+  search.unsupported = [&](const planner::Candidate &c) -> std::string {
+    planner::Plan p = planner::planOf(c, modelShape, plan);
+    if (llvm::Error err = p.validate())
+      return "not supported by this build: " + llvm::toString(std::move(err));
+    return "";
+  };
+  search.scoreUnsupported = planSpace == "all";
   // On a measured machine (a calibrated GEMM table) the IR-level step
   // model, which knows the backend's kernels, has the last word (below).
   bool refine = !cluster->gemm.empty() && planSpace == "runnable";
@@ -729,10 +735,11 @@ static ExitCode searchPlan(ModuleOp module, MLIRContext &context,
   if (planOnly)
     return 0;
   plan = planner::planOf(result->best.front().candidate, *shape, plan);
+  // The search kept only plans Plan::validate accepts (--plan-space all
+  // needs --plan-only), so this holds; checked all the same.
   if (llvm::Error err = plan.validate())
-    return fail(
-        "the chosen plan is not runnable: " + llvm::toString(std::move(err)) +
-        " (use --plan-space runnable)");
+    return fail("the chosen plan is not runnable: " +
+                llvm::toString(std::move(err)));
   return std::nullopt;
 }
 

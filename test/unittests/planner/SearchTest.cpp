@@ -164,6 +164,39 @@ TEST(Search, UnsupportedFilterAndErrors) {
   for (const RejectedRegion &reg : r.rejected)
     listed |= reg.kind == "unsupported" && reg.reason == "no pipelines here";
   EXPECT_TRUE(listed);
+  for (const ScoredPlan &p : r.best)
+    EXPECT_TRUE(p.unsupported.empty());
+
+  // scoreUnsupported (--plan-space all): the same candidates scored and
+  // marked, none rejected as unsupported; the report and JSON say so.
+  SearchOptions all = o;
+  all.scoreUnsupported = true;
+  all.keep = 1000;
+  SearchResult scored = search(small, cluster, all);
+  bool marked = false;
+  for (const ScoredPlan &p : scored.best) {
+    EXPECT_EQ(p.unsupported.empty(), p.candidate.pp == 1);
+    marked |= !p.unsupported.empty();
+  }
+  EXPECT_TRUE(marked);
+  for (const RejectedRegion &reg : scored.rejected)
+    EXPECT_NE(reg.kind, "unsupported");
+  EXPECT_GT(scored.feasible, r.feasible);
+  // A report whose chosen plan is a pipeline: marked on its line.
+  SearchOptions pipe = all;
+  pipe.pins.pp = 2;
+  SearchResult piped = search(small, cluster, pipe);
+  ASSERT_FALSE(piped.best.empty());
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  explainSearch(piped, small, cluster, pipe, os);
+  EXPECT_NE(text.find("[not runnable: no pipelines here]"), std::string::npos)
+      << text;
+  llvm::json::Value json = searchToJSON(piped, small, cluster, pipe);
+  const llvm::json::Object *chosen = json.getAsObject()->getObject("chosen");
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_EQ(chosen->getBoolean("runnable"), false);
+  EXPECT_EQ(chosen->getString("not_runnable"), "no pipelines here");
 
   auto error = [&](SearchOptions bad) {
     llvm::Expected<SearchResult> e = searchPlans(small, cluster, bad);
