@@ -9,7 +9,8 @@
 #               vs measured (bench/pipeline_bubble.sh); ZeRO memory per
 #               rank, formula vs predicted vs measured (bench/memory_table.sh);
 #               the plan search's speed and its fidelity to Narayanan et al.
-#               2021, Table 1 (tessera-planner-bench, docs/Planner.md)
+#               2021, Table 1, and to torchtitan's Llama 3.1 H100 runs
+#               (tessera-planner-bench, docs/Planner.md)
 #   make bundle $(BUILD)/bundle: tessera-run, Open MPI and a launcher for a
 #               node without LLVM, OpenBLAS or Open MPI (scripts/bundle.sh)
 BUILD ?= build
@@ -50,6 +51,7 @@ bench: build
 	$(BUILD)/bench/planner/tessera-planner-bench speed
 	./bench/planner_search.sh $(BUILD)
 	$(BUILD)/bench/planner/tessera-planner-bench fidelity
+	$(BUILD)/bench/planner/tessera-planner-bench torchtitan
 
 bundle: build
 	./scripts/bundle.sh $(BUILD) $(BUILD)/bundle

@@ -318,8 +318,10 @@ TEST(TransformerCost, TorchtitanRowsWithinFifteenPercent) {
   }
   // 0, 1: 8B FSDP on 8 and 128 GPUs; 4: 70B FSDP x TP; 5, 6: 405B
   // FSDP x TP x PP, 1F1B and interleaved.
-  for (size_t i : {0, 1, 4, 5, 6})
+  for (size_t i : {0, 1, 4, 5, 6}) {
+    EXPECT_TRUE(torchtitan::kRows[i].checked);
     EXPECT_NEAR(ratio[i], 1.0, 0.15) << torchtitan::kRows[i].name;
+  }
   // ZeRO-3 at 128 ranks across 16 nodes costs a little, as measured
   // (5,605 against 5,762: -2.7%).
   EXPECT_LT(ratio[1] * torchtitan::kRows[1].tokensPerSecond,
