@@ -192,8 +192,8 @@ static std::string layoutText(const json::Array &layout,
 /// What the sharding search (compiler/planner/ShardingSearch.h) predicted:
 /// the tp collectives of one step, layer by layer (tsr.sharding_search).
 static void explainShardingSearch(ModuleOp module, llvm::raw_ostream &os) {
-  auto search = module->getAttrOfType<DictionaryAttr>(
-      tsr::kShardingSearchAttrName);
+  auto search =
+      module->getAttrOfType<DictionaryAttr>(tsr::kShardingSearchAttrName);
   if (!search)
     return;
   auto integer = [&](StringRef key) {
@@ -426,6 +426,15 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
                         "{0}, each gradient times 1/{0} in fp32 before its "
                         "update; an fp16 overflow is not skipped)\n",
                         s);
+  }
+  if (const json::Object *dyn = manifest.getObject("dynamic_loss_scale")) {
+    char s[32], m[32];
+    std::snprintf(s, sizeof(s), "%g", dyn->getNumber("initial").value_or(0));
+    std::snprintf(m, sizeof(m), "%g", dyn->getNumber("min").value_or(0));
+    os << llvm::formatv("loss scale: dynamic, initial {0}, x2 after {1} "
+                        "clean steps, /2 (min {2}) and the step skipped when "
+                        "a gradient is not finite on any rank\n",
+                        s, dyn->getInteger("window").value_or(0), m);
   }
   if (const json::Object *sp = manifest.getObject("sequence_parallel")) {
     StringRef kind = sp->getString("kind").value_or("");

@@ -69,8 +69,15 @@ pipeline::partitionStages(const planner::Plan &plan) {
   if (plan.precision != "fp32") {
     training::MixedPrecisionOptions mp;
     mp.precision = plan.precision;
-    // fp16's scale; -1 leaves it unset, as the pass requires for bf16.
-    mp.lossScale = plan.precision == "fp16" ? plan.effectiveLossScale() : -1.0;
+    // fp16's static scale; -1 leaves it unset, as the pass requires for
+    // bf16, and selects dynamic scaling for fp16.
+    mp.lossScale =
+        plan.precision == "fp16" && plan.lossScale ? *plan.lossScale : -1.0;
+    if (plan.dynamicLossScale()) {
+      mp.initialLossScale = plan.effectiveInitialLossScale();
+      mp.lossScaleWindow = plan.lossScaleWindow;
+      mp.minLossScale = plan.minLossScale;
+    }
     stages.push_back({"mixed-precision", [mp](OpPassManager &pm) {
                         pm.addPass(training::createMixedPrecision(mp));
                       }});

@@ -44,14 +44,37 @@ llvm::Error Plan::validate() const {
                 "'");
   if (lossScale && precision != "fp16")
     return fail("--loss-scale is only meaningful with --precision fp16");
-  if (lossScale) {
+  auto isPowerOfTwo = [](double s) {
     int exp;
-    double s = *lossScale;
-    if (!(s > 0) || !std::isfinite(s) || std::frexp(s, &exp) != 0.5)
-      return fail("--loss-scale must be a power of two > 0 (so scaling is "
-                  "exact), got " +
-                  shortDouble(s));
-  }
+    return s > 0 && std::isfinite(s) && std::frexp(s, &exp) == 0.5;
+  };
+  if (lossScale && !isPowerOfTwo(*lossScale))
+    return fail("--loss-scale must be a power of two > 0 (so scaling is "
+                "exact), got " +
+                shortDouble(*lossScale));
+  bool dynamicFlags =
+      initialLossScale || lossScaleWindow != 1000 || minLossScale != 1;
+  if (dynamicFlags && precision != "fp16")
+    return fail("--initial-loss-scale, --loss-scale-window and "
+                "--min-loss-scale are only meaningful with --precision fp16");
+  if (dynamicFlags && lossScale)
+    return fail("--initial-loss-scale, --loss-scale-window and "
+                "--min-loss-scale set dynamic loss scaling; they conflict "
+                "with the static --loss-scale");
+  if (initialLossScale && !isPowerOfTwo(*initialLossScale))
+    return fail("--initial-loss-scale must be a power of two > 0 (so "
+                "scaling is exact), got " +
+                shortDouble(*initialLossScale));
+  if (lossScaleWindow < 1)
+    return fail("--loss-scale-window must be >= 1, got " +
+                llvm::Twine(lossScaleWindow));
+  if (!isPowerOfTwo(minLossScale))
+    return fail("--min-loss-scale must be a power of two > 0, got " +
+                shortDouble(minLossScale));
+  if (dynamicLossScale() && minLossScale > effectiveInitialLossScale())
+    return fail("--min-loss-scale (" + shortDouble(minLossScale) +
+                ") must not exceed --initial-loss-scale (" +
+                shortDouble(effectiveInitialLossScale()) + ")");
   if (precision == "fp16" && zero > 0)
     return fail("--precision fp16 with --zero is not supported yet (the "
                 "loss-scale unscale sits between the gradient reduction and "
@@ -150,8 +173,13 @@ llvm::json::Object Plan::toJSON() const {
   if (sp != "none")
     out["sequence_parallel"] = llvm::json::Object{
         {"kind", sp}, {"size", sp == "megatron" ? tp : spSize}};
-  if (precision == "fp16")
-    out["loss_scale"] = effectiveLossScale();
+  if (precision == "fp16" && lossScale)
+    out["loss_scale"] = *lossScale;
+  if (dynamicLossScale())
+    out["dynamic_loss_scale"] =
+        llvm::json::Object{{"initial", effectiveInitialLossScale()},
+                           {"window", lossScaleWindow},
+                           {"min", minLossScale}};
   if (zero > 0)
     out["zero"] = llvm::json::Object{{"stage", zero}};
   if (pipelined()) {
@@ -275,6 +303,18 @@ llvm::Expected<Plan> Plan::fromJSON(const llvm::json::Object &json) {
     if (llvm::Error err = getNumber(json, "loss_scale", scale))
       return std::move(err);
     plan.lossScale = scale;
+  }
+  if (const llvm::json::Value *v = json.get("dynamic_loss_scale")) {
+    const llvm::json::Object *o = v->getAsObject();
+    std::optional<double> initial = o ? o->getNumber("initial") : std::nullopt;
+    std::optional<int64_t> window = o ? o->getInteger("window") : std::nullopt;
+    std::optional<double> min = o ? o->getNumber("min") : std::nullopt;
+    if (!initial || !window || !min)
+      return fail("\"dynamic_loss_scale\" must be an object with numbers "
+                  "\"initial\", \"window\" and \"min\"");
+    plan.initialLossScale = *initial;
+    plan.lossScaleWindow = *window;
+    plan.minLossScale = *min;
   }
   if (const llvm::json::Value *v = json.get("vocab_parallel")) {
     const llvm::json::Object *o = v->getAsObject();

@@ -63,21 +63,38 @@ struct Plan {
   /// Compute type of the forward and backward (tsr-mixed-precision):
   /// "fp32", "bf16" (bf16 activations and gradients, the DP gradient
   /// all-reduce in bf16, fp32 master weights and optimizer state) or
-  /// "fp16" (the same in fp16, with static loss scaling; Micikevicius et
-  /// al. 2018). bf16/fp16 are rejected with pipelining (the micro-batch
-  /// accumulators are f32), fp16 also with ZeRO (the unscale sits between
-  /// the gradient's reduction and its update).
+  /// "fp16" (the same in fp16, with static or dynamic loss scaling;
+  /// Micikevicius et al. 2018). bf16/fp16 are rejected with pipelining (the
+  /// micro-batch accumulators are f32), fp16 also with ZeRO (the unscale sits
+  /// between the gradient's reduction and its update).
   std::string precision = "fp32";
   /// fp16's static loss scale S (--loss-scale): the backward seed is
   /// multiplied by S and each gradient by 1/S before its update. Must be a
-  /// power of two > 0; unset means kDefaultLossScale. Setting it with
-  /// another precision is an error. A static S can overflow fp16 (65504):
-  /// steps are not skipped (no dynamic loss scaling).
+  /// power of two > 0. Setting it with another precision is an error. A
+  /// static S can overflow fp16 (65504): steps are not skipped. Unset, fp16
+  /// uses dynamic loss scaling (below), as Megatron-LM does.
   std::optional<double> lossScale;
-  static constexpr double kDefaultLossScale = 1024;
-  /// S for fp16 plans (lossScale or the default), 1 otherwise.
+  /// fp16 without --loss-scale: dynamic loss scaling (Micikevicius et al.
+  /// 2018; Megatron-LM's --initial-loss-scale, --loss-scale-window,
+  /// --min-loss-scale). The scale starts at initialLossScale (a power of
+  /// two > 0, default kDefaultInitialLossScale, torch.cuda.amp's); a step
+  /// whose gradients hold an inf or NaN on any rank is skipped (parameters
+  /// and optimizer state unchanged) and halves the scale (not below
+  /// minLossScale); lossScaleWindow clean steps in a row double it.
+  std::optional<double> initialLossScale;
+  int64_t lossScaleWindow = 1000;
+  double minLossScale = 1;
+  static constexpr double kDefaultInitialLossScale = 65536;
+  /// True for fp16 plans without a static --loss-scale.
+  bool dynamicLossScale() const { return precision == "fp16" && !lossScale; }
+  /// The static S of fp16 plans with --loss-scale, 1 otherwise (dynamic
+  /// plans have no single scale: see initialLossScale).
   double effectiveLossScale() const {
-    return precision == "fp16" ? lossScale.value_or(kDefaultLossScale) : 1.0;
+    return precision == "fp16" && lossScale ? *lossScale : 1.0;
+  }
+  /// The dynamic scale's initial value (initialLossScale or the default).
+  double effectiveInitialLossScale() const {
+    return initialLossScale.value_or(kDefaultInitialLossScale);
   }
   /// ZeRO stage over the dp axis (tsr-zero-sharding, Rajbhandari et al.
   /// 2020): 0 off, 1 optimizer state, 2 + gradients, 3 + parameters
@@ -177,7 +194,9 @@ struct Plan {
   /// adds the program's arguments and what the passes found):
   ///   "grid": {"axes", "shape", "rank_order"}, "optimizer": {"name", "lr",
   ///   "weight_decay"[, "beta1", "beta2", "eps"]}, "recompute",
-  ///   "precision", ["bucket_mb" when >= 0], ["loss_scale" with fp16],
+  ///   "precision", ["bucket_mb" when >= 0], ["loss_scale" with a static fp16
+  ///   scale], ["dynamic_loss_scale": {"initial", "window", "min"} with a
+  ///   dynamic one],
   ///   ["vocab_parallel": {"enabled"} with tp > 1], ["sequence_parallel":
   ///   {"kind", "size"}], ["zero": {"stage"} when > 0], ["pipeline":
   ///   {"pp_axis", "mb_axis", "stages", "virtual_stages", "micro_batches",

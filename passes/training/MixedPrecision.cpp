@@ -15,9 +15,13 @@
 //   4. a low-precision value returned by the step is converted back to f32.
 // Ops whose operands are all f32 stay f32 (the loss scaling chain, the step
 // counter), so the f32 island around the loss needs no special casing.
-// fp16 adds static loss scaling (Micikevicius et al., 2018), before 1-4:
-// the cross-entropy gradient's f32 seed is multiplied by S, and after 3
-// each f32 gradient is multiplied by 1/S (exact: S is a power of two).
+// fp16 adds loss scaling (Micikevicius et al., 2018), before 1-4: the
+// cross-entropy gradient's f32 seed is multiplied by S, and after 3 each
+// f32 gradient is multiplied by 1/S (exact: S is a power of two). S is a
+// constant (static, `loss-scale`) or, by default, dynamic: training state
+// (three f32 scalar opt_state arguments) that the step reads and updates,
+// with a skipped update when any gradient is not finite (see
+// addDynamicLossScale).
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +35,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/Sequence.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <cmath>
 
@@ -100,12 +106,14 @@ struct MixedPrecisionPass
                        "with precision=fp16");
       return signalPassFailure();
     }
-    if (fp16 && !isPowerOfTwo(scale())) {
+    if (fp16 && !dynamic() && !isPowerOfTwo(lossScale)) {
       module.emitError("tsr-mixed-precision: loss-scale must be a power of "
                        "two > 0 (so scaling is exact), got ")
           << lossScale;
       return signalPassFailure();
     }
+    if (failed(checkDynamicOptions(module, fp16)))
+      return signalPassFailure();
     if (precision == "fp32")
       return;
     auto func = module.lookupSymbol<func::FuncOp>("train_step");
@@ -128,17 +136,65 @@ struct MixedPrecisionPass
           << lowName() << " values (the pass runs once, on an f32 step)";
       return signalPassFailure();
     }
+    if (fp16 && dynamic() && failed(addScaleState(func)))
+      return signalPassFailure();
     if (fp16 && failed(scaleSeeds(func)))
       return signalPassFailure();
-    if (failed(rewrite(func, fp16 ? 1.0 / scale() : 1.0)))
+    if (failed(rewrite(func, fp16)))
+      return signalPassFailure();
+    if (fp16 && dynamic() && failed(addDynamicLossScale(func)))
       return signalPassFailure();
   }
 
-  /// `loss-scale`'s default: unset (fp16 then scales by 1024).
+  /// `loss-scale`'s and `initial-loss-scale`'s default: unset.
   static constexpr double kUnsetLossScale = -1.0;
-  /// fp16's loss scale S: the option, or 1024 when unset.
-  double scale() const {
-    return lossScale == kUnsetLossScale ? 1024.0 : double(lossScale);
+  static constexpr int64_t kDefaultWindow = 1000;
+  static constexpr double kDefaultMinLossScale = 1.0;
+  static constexpr double kDefaultInitialLossScale = 65536.0;
+  /// fp16 without `loss-scale`: dynamic loss scaling.
+  bool dynamic() const { return lossScale == kUnsetLossScale; }
+  /// The dynamic scale's first value: the option, or 2^16 when unset.
+  double initialScale() const {
+    return initialLossScale == kUnsetLossScale ? kDefaultInitialLossScale
+                                               : double(initialLossScale);
+  }
+
+  /// The dynamic-scaling options: only with fp16 and without `loss-scale`;
+  /// `initial-loss-scale` and `min-loss-scale` powers of two > 0 with
+  /// min <= initial, `loss-scale-window` >= 1.
+  LogicalResult checkDynamicOptions(ModuleOp module, bool fp16) {
+    bool set = initialLossScale != kUnsetLossScale ||
+               lossScaleWindow != kDefaultWindow ||
+               minLossScale != kDefaultMinLossScale;
+    if (!set && !(fp16 && dynamic()))
+      return success();
+    if (set && !fp16)
+      return module.emitError("tsr-mixed-precision: initial-loss-scale, "
+                              "loss-scale-window and min-loss-scale are only "
+                              "meaningful with precision=fp16");
+    if (set && !dynamic())
+      return module.emitError("tsr-mixed-precision: initial-loss-scale, "
+                              "loss-scale-window and min-loss-scale set "
+                              "dynamic loss scaling; they conflict with the "
+                              "static loss-scale");
+    if (!isPowerOfTwo(initialScale()))
+      return module.emitError("tsr-mixed-precision: initial-loss-scale must "
+                              "be a power of two > 0 (so scaling is exact), "
+                              "got ")
+             << initialScale();
+    if (lossScaleWindow < 1)
+      return module.emitError("tsr-mixed-precision: loss-scale-window must "
+                              "be >= 1, got ")
+             << lossScaleWindow;
+    if (!isPowerOfTwo(minLossScale))
+      return module.emitError("tsr-mixed-precision: min-loss-scale must be a "
+                              "power of two > 0, got ")
+             << minLossScale;
+    if (minLossScale > initialScale())
+      return module.emitError("tsr-mixed-precision: min-loss-scale (")
+             << minLossScale << ") must not exceed initial-loss-scale ("
+             << initialScale() << ")";
+    return success();
   }
 
   /// True for a finite power of two > 0 (2^k, k any integer).
@@ -179,7 +235,14 @@ private:
       Operation *op = seed->getOwner();
       auto type = cast<RankedTensorType>(seed->get().getType());
       OpBuilder b(op);
-      Value s = splatF32(b, op->getLoc(), type.getShape(), scale());
+      Value s;
+      if (dynamic()) {
+        s = scaleValue;
+        if (type.getRank() != 0)
+          s = tsr::BroadcastOp::create(b, op->getLoc(), type, s);
+      } else {
+        s = splatF32(b, op->getLoc(), type.getShape(), lossScale);
+      }
       seed->set(tsr::MulOp::create(b, op->getLoc(), seed->get(), s));
     }
     return success();
@@ -200,11 +263,13 @@ private:
     return c;
   }
 
-  /// Retypes the step (steps 1-4 above); `unscale` != 1 multiplies each
-  /// optimizer update's f32 gradient by it, right after its convert.
-  LogicalResult rewrite(func::FuncOp func, double unscale) {
+  /// Retypes the step (steps 1-4 above); with `scaled` (fp16) each
+  /// optimizer update's f32 gradient is multiplied by 1/S, right after its
+  /// convert (dynamic: and summed into finiteTerms first).
+  LogicalResult rewrite(func::FuncOp func, bool scaled) {
     loweredValues.clear();
     unscaleScalar = nullptr;
+    finiteTerms.clear();
     Block &body = func.front();
     SmallVector<Operation *> ops;
     for (Operation &op : body)
@@ -252,10 +317,26 @@ private:
           // unscaled by a scalar 1/S (one per step) broadcast to its shape:
           // a transient, not a gradient-sized constant.
           auto update = dyn_cast<tsr::OptimizerUpdateOpInterface>(op);
-          if (unscale == 1.0 || !update || &operand != &update.getGradOperand())
+          if (!scaled || !update || &operand != &update.getGradOperand())
             continue;
+          if (dynamic()) {
+            // The f32 sum of every element: finite iff each is (|x| <=
+            // 65504 in f16, so the f32 sum cannot overflow; inf - inf is
+            // NaN). Its sharding rule makes a split gradient's sum partial,
+            // so the partition all-reduces it over the gradient's axes.
+            auto type = cast<RankedTensorType>(operand.get().getType());
+            auto axes = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+            finiteTerms.push_back(tsr::ReduceSumOp::create(
+                b, op->getLoc(),
+                RankedTensorType::get({}, type.getElementType()), operand.get(),
+                axes));
+          }
           if (!unscaleScalar)
-            unscaleScalar = splatF32(b, op->getLoc(), {}, unscale);
+            unscaleScalar =
+                dynamic() ? Value(tsr::DivOp::create(
+                                b, op->getLoc(),
+                                splatF32(b, op->getLoc(), {}, 1.0), scaleValue))
+                          : splatF32(b, op->getLoc(), {}, 1.0 / lossScale);
           Value inv = tsr::BroadcastOp::create(
               b, op->getLoc(), operand.get().getType(), unscaleScalar);
           operand.set(tsr::MulOp::create(b, op->getLoc(), operand.get(), inv));
@@ -282,10 +363,154 @@ private:
     return success();
   }
 
+  /// Dynamic loss scaling, first half: appends the three f32 scalar
+  /// opt_state arguments (after the last opt_state argument, or after the
+  /// params and frozen tensors) and their results, and computes the step's
+  /// scale S at the top of the body:
+  ///   S = loss_scale == 0 ? initial : loss_scale
+  /// (optimizer state starts at zeros, so 0 stands for the initial scale;
+  /// a real scale is never 0).
+  LogicalResult addScaleState(func::FuncOp func) {
+    MLIRContext *ctx = &getContext();
+    Block &body = func.front();
+    unsigned insertAt = 0;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto role = tsr::getArgRole(func, i);
+      StringRef r = role ? role.getValue() : "";
+      if (r == "param" || r == "frozen" || r == "opt_state")
+        insertAt = i + 1;
+    }
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, tsr::kNameAttrName);
+          name && llvm::is_contained(kStateNames, name.getValue()))
+        return func.emitError("tsr-mixed-precision: @train_step already has "
+                              "an argument named '")
+               << name.getValue() << "'";
+    auto scalar = RankedTensorType::get({}, Float32Type::get(ctx));
+    Builder b(ctx);
+    for (auto [k, name] : llvm::enumerate(kStateNames)) {
+      NamedAttrList attrs;
+      attrs.set(tsr::kRoleAttrName, b.getStringAttr("opt_state"));
+      attrs.set(tsr::kNameAttrName, b.getStringAttr(name));
+      if (failed(func.insertArgument(insertAt + k, scalar,
+                                     attrs.getDictionary(ctx), func.getLoc())))
+        return failure();
+      state[k] = func.getArgument(insertAt + k);
+      if (failed(func.insertResult(func.getNumResults(), scalar,
+                                   attrs.getDictionary(ctx))))
+        return failure();
+    }
+    OpBuilder ob = OpBuilder::atBlockBegin(&body);
+    Location loc = func.getLoc();
+    Value zero = splatF32(ob, loc, {}, 0.0);
+    Value unset = tsr::EqualOp::create(ob, loc, boolOf(scalar), state[0], zero);
+    scaleValue = tsr::SelectOp::create(
+        ob, loc, unset, splatF32(ob, loc, {}, initialScale()), state[0]);
+    return success();
+  }
+
+  /// Dynamic loss scaling, second half, in front of the return: the step is
+  /// clean when the sum of the gradients' sums (finiteTerms) is finite:
+  ///   ok = (total * 0 == 0)
+  /// (inf * 0 and NaN are NaN, and NaN == 0 is false). Every param and
+  /// opt_state result becomes select(ok, new, old), so a skipped step
+  /// leaves them bit-identical (AdamW's step count included), and the
+  /// state advances as Megatron-LM's DynamicGradScaler (hysteresis 1):
+  ///   clean:   good' = good + 1; if good' == window: S' = 2S, good' = 0
+  ///   skipped: S' = max(S / 2, min), good' = 0, skipped' = skipped + 1.
+  LogicalResult addDynamicLossScale(func::FuncOp func) {
+    if (finiteTerms.empty())
+      return func.emitError("tsr-mixed-precision: dynamic loss scaling needs "
+                            "an optimizer update with a gradient");
+    auto ret = cast<func::ReturnOp>(func.front().getTerminator());
+    OpBuilder b(ret);
+    Location loc = ret.getLoc();
+    auto scalar = cast<RankedTensorType>(scaleValue.getType());
+    Value total = finiteTerms.front();
+    for (Value term : ArrayRef(finiteTerms).drop_front())
+      total = tsr::AddOp::create(b, loc, total, term);
+    Value zero = splatF32(b, loc, {}, 0.0);
+    Value ok = tsr::EqualOp::create(
+        b, loc, boolOf(scalar), tsr::MulOp::create(b, loc, total, zero), zero);
+
+    // Carried state keeps its old value on a skipped step.
+    llvm::StringMap<Value> argByName;
+    for (BlockArgument arg : func.getArguments())
+      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                        tsr::kNameAttrName))
+        argByName[name.getValue()] = arg;
+    SmallVector<Value> results(ret.getOperands());
+    DenseMap<Type, Value> okByShape; // ok broadcast to each result shape
+    for (unsigned r = 0; r < results.size(); ++r) {
+      auto role = func.getResultAttrOfType<StringAttr>(r, tsr::kRoleAttrName);
+      auto name = func.getResultAttrOfType<StringAttr>(r, tsr::kNameAttrName);
+      if (!role || !name ||
+          (role.getValue() != "param" && role.getValue() != "opt_state"))
+        continue;
+      Value old = argByName.lookup(name.getValue());
+      if (!old || old == results[r] ||
+          llvm::is_contained(kStateNames, name.getValue()))
+        continue;
+      if (old.getType() != results[r].getType())
+        return func.emitError("tsr-mixed-precision: result '")
+               << name.getValue() << "' and its argument differ in type";
+      auto type = cast<RankedTensorType>(old.getType());
+      Value &cond = okByShape[boolOf(type)];
+      if (!cond)
+        cond = type.getRank() == 0
+                   ? ok
+                   : tsr::BroadcastOp::create(b, loc, boolOf(type), ok);
+      results[r] = tsr::SelectOp::create(b, loc, cond, results[r], old);
+    }
+
+    Value one = splatF32(b, loc, {}, 1.0);
+    Value good = tsr::AddOp::create(b, loc, state[1], one);
+    Value grow = tsr::EqualOp::create(
+        b, loc, boolOf(scalar), good,
+        splatF32(b, loc, {}, static_cast<double>(lossScaleWindow)));
+    Value grown = tsr::SelectOp::create(
+        b, loc, grow,
+        tsr::MulOp::create(b, loc, scaleValue, splatF32(b, loc, {}, 2.0)),
+        scaleValue);
+    Value goodNext = tsr::SelectOp::create(b, loc, grow, zero, good);
+    Value halved = tsr::MaxOp::create(
+        b, loc,
+        tsr::MulOp::create(b, loc, scaleValue, splatF32(b, loc, {}, 0.5)),
+        splatF32(b, loc, {}, minLossScale));
+    Value next[3] = {
+        tsr::SelectOp::create(b, loc, ok, grown, halved),
+        tsr::SelectOp::create(b, loc, ok, goodNext, zero),
+        tsr::SelectOp::create(b, loc, ok, state[2],
+                              tsr::AddOp::create(b, loc, state[2], one))};
+    // addScaleState appended the three results last.
+    results.append(std::begin(next), std::end(next));
+    ret->setOperands(results);
+    return success();
+  }
+
+  /// The i1 tensor of `type`'s shape.
+  static RankedTensorType boolOf(RankedTensorType type) {
+    return RankedTensorType::get(type.getShape(),
+                                 IntegerType::get(type.getContext(), 1));
+  }
+
+  /// Dynamic loss scaling's opt_state arguments (f32 scalars): the scale (0
+  /// before the first step: the initial scale), the clean steps since the
+  /// scale last changed, the steps skipped so far. The runtime reports them
+  /// by these names (tessera-run's metrics).
+  static constexpr StringLiteral kStateNames[3] = {
+      "loss_scale", "loss_scale.good_steps", "loss_scale.skipped_steps"};
+
   Type low;
   DenseMap<Value, Value> loweredValues;
-  /// fp16: the f32 scalar constant 1/S the gradients are multiplied by.
+  /// fp16: the f32 scalar 1/S the gradients are multiplied by (a constant,
+  /// or 1 / S computed once with dynamic scaling).
   Value unscaleScalar;
+  /// Dynamic scaling: the step's scale S, the three state arguments, and
+  /// one f32 scalar per gradient, its sum (see rewrite).
+  Value scaleValue;
+  Value state[3];
+  SmallVector<Value> finiteTerms;
 };
 
 } // namespace

@@ -209,12 +209,54 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     %w1 = tsr.sgd_update %w, %dwu {...} : tensor<64x64xf32>
     ```
     S is a power of two, so both products are exact (barring f16 overflow
-    or underflow). The scale is static: a gradient beyond 65504 / S
-    overflows to inf and the step is not skipped (dynamic loss scaling is
-    not implemented); lower S if that happens.
+    or underflow). With `loss-scale` set the scale is static: a gradient
+    beyond 65504 / S overflows to inf and the step is not skipped.
+
+    Without `loss-scale`, fp16 uses dynamic loss scaling (Micikevicius et
+    al., 2018; Megatron-LM's DynamicGradScaler with hysteresis 1). S is
+    training state: three f32 scalar `opt_state` arguments, appended after
+    the other optimizer state, and results of the same names,
+    `loss_scale` (0, as all optimizer state starts, stands for
+    `initial-loss-scale`), `loss_scale.good_steps` (clean steps since S
+    last changed) and `loss_scale.skipped_steps` (steps skipped so far).
+    The step computes `S = loss_scale == 0 ? initial : loss_scale`, seeds
+    the backward with seed * S and unscales each gradient by 1/S (one
+    `tsr.div`); right before each update it sums the f32 gradient
+    (`tsr.reduce_sum` over all axes: finite iff every element is, since
+    f16 values cannot overflow an f32 sum and inf - inf is NaN). In front
+    of the return, `ok = (sum of sums) * 0 == 0`; every param and
+    opt_state result becomes `tsr.select ok, new, old` (a skipped step
+    leaves parameters and optimizer state, AdamW's step count included,
+    bit-identical), and
+    ```
+    clean:   good' = good + 1; good' == window ? (S' = 2S, good' = 0) : S' = S
+    skipped: S' = max(S / 2, min), good' = 0, skipped' = skipped + 1
+    ```
+    Only existing ops (reduce_sum, add, mul, equal, select, max, div) are
+    used, so the sharding passes decide the collectives: the sum of a
+    gradient split over tp/sp/dp (ZeRO) is partial and is all-reduced
+    before the `tsr.equal`, and every rank of the grid takes the same
+    decision.
+    ```mlir
+    %unset = tsr.equal %ls, %c0 : tensor<f32> -> tensor<i1>
+    %S = tsr.select %unset, %c65536, %ls : tensor<i1>, tensor<f32>
+    %seed = tsr.mul %c, %S : tensor<f32>
+    ...
+    %t = tsr.reduce_sum %dwf {axes = array<i64: 0, 1>} : tensor<64x64xf32> -> tensor<f32>
+    %dwu = tsr.mul %dwf, %invb : tensor<64x64xf32>
+    %w1 = tsr.sgd_update %w, %dwu {...} : tensor<64x64xf32>
+    ...
+    %z = tsr.mul %total, %c0 : tensor<f32>
+    %ok = tsr.equal %z, %c0 : tensor<f32> -> tensor<i1>
+    %okb = tsr.broadcast %ok : tensor<i1> -> tensor<64x64xi1>
+    %w2 = tsr.select %okb, %w1, %w : tensor<64x64xi1>, tensor<64x64xf32>
+    ```
 
     Errors (no crash): an unknown `precision`; `loss-scale` that is not a
     power of two > 0 (with fp16) or that is given with another precision;
+    dynamic-scaling options with another precision or with `loss-scale`,
+    an `initial-loss-scale` or `min-loss-scale` that is not a power of two
+    > 0, `loss-scale-window` < 1, `min-loss-scale` > `initial-loss-scale`;
     fp16 on a step with no `tsr.cross_entropy_grad`; no `@train_step` with
     a body; a `@train_step` that already holds values of the low type; a
     non-`tsr` op that would have to run in bf16/f16.
@@ -225,12 +267,23 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
   let options = [
     Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",
            "Compute type of the forward and backward: fp32 (no change), "
-           "bf16 or fp16 (with static loss scaling)">,
+           "bf16 or fp16 (with loss scaling)">,
     Option<"lossScale", "loss-scale", "double", /*default=*/"-1.0",
            "fp16 only: the static loss scale S, a power of two > 0; the "
            "backward seed is multiplied by S and each gradient by 1/S "
-           "before its optimizer update. -1 (the default): unset, 1024 "
-           "with fp16">,
+           "before its optimizer update. -1 (the default): unset, dynamic "
+           "loss scaling with fp16">,
+    Option<"initialLossScale", "initial-loss-scale", "double",
+           /*default=*/"-1.0",
+           "fp16 dynamic loss scaling: the first step's scale, a power of "
+           "two > 0. -1 (the default): 65536">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t",
+           /*default=*/"1000",
+           "fp16 dynamic loss scaling: clean steps in a row after which "
+           "the scale doubles, >= 1">,
+    Option<"minLossScale", "min-loss-scale", "double", /*default=*/"1.0",
+           "fp16 dynamic loss scaling: the scale never halves below this "
+           "power of two > 0 (<= the initial scale)">,
   ];
   let dependentDialects = ["::tessera::tsr::TsrDialect"];
 }

@@ -4,7 +4,8 @@
 //     [--micro-batches M] [--schedule gpipe|1f1b|interleaved]
 //     [--virtual-stages V] [--pp-stages 0,3,6] [--recompute
 //     none|selective|full] [--zero 0|1|2|3] [--precision fp32|bf16|fp16]
-//     [--loss-scale S] [--vocab-parallel on|off]
+//     [--loss-scale S | --initial-loss-scale S --loss-scale-window N
+//      --min-loss-scale M] [--vocab-parallel on|off]
 //     [--sp none|megatron|ulysses|ring] [--sp-size K] [--rank-order pp,dp,tp]
 //     [--sharding FILE.json]
 //     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
@@ -192,8 +193,9 @@ static cl::opt<std::string> precision(
              "(mixed precision, Micikevicius et al. 2018: bf16/fp16 "
              "activations and gradients, the data-parallel gradient "
              "all-reduce in bf16/fp16, fp32 master weights and optimizer "
-             "state; the loss stays fp32). fp16 uses a static loss scale "
-             "(--loss-scale)"),
+             "state; the loss stays fp32). fp16 uses dynamic loss scaling "
+             "(--initial-loss-scale, --loss-scale-window, --min-loss-scale) "
+             "unless a static --loss-scale is given"),
     cl::init("fp32"), cl::cat(category));
 static cl::opt<double> lossScale(
     "loss-scale",
@@ -201,8 +203,29 @@ static cl::opt<double> lossScale(
              "1024): the backward's seed is multiplied by S and each "
              "gradient by 1/S in fp32 before its optimizer update. Static: "
              "a gradient above 65504/S overflows fp16 to inf and the step "
-             "is NOT skipped (no dynamic loss scaling); lower S then"),
+             "is NOT skipped; lower S then. Without it fp16 uses dynamic "
+             "loss scaling"),
     cl::init(1024), cl::cat(category));
+static cl::opt<double> initialLossScale(
+    "initial-loss-scale",
+    cl::desc("fp16 dynamic loss scaling (the default without --loss-scale; "
+             "Micikevicius et al. 2018, Megatron-LM's flag): the first "
+             "step's scale S, a power of two > 0 (default 65536, "
+             "torch.cuda.amp's). A step whose gradients hold an inf or NaN "
+             "on any rank is skipped (parameters and optimizer state "
+             "unchanged) and halves S, down to --min-loss-scale; "
+             "--loss-scale-window clean steps in a row double it"),
+    cl::init(65536), cl::cat(category));
+static cl::opt<int64_t> lossScaleWindow(
+    "loss-scale-window",
+    cl::desc("fp16 dynamic loss scaling: clean (not skipped) steps in a row "
+             "after which the scale doubles, >= 1"),
+    cl::init(1000), cl::cat(category));
+static cl::opt<double> minLossScale(
+    "min-loss-scale",
+    cl::desc("fp16 dynamic loss scaling: the scale never halves below this "
+             "power of two > 0 (at most --initial-loss-scale)"),
+    cl::init(1), cl::cat(category));
 static cl::opt<int64_t> zero(
     "zero",
     cl::desc("ZeRO stage over the dp axis (Rajbhandari et al. 2020): 0 off, "
@@ -462,6 +485,10 @@ static ExitCode planFromFlags(planner::Plan &plan) {
   plan.precision = precision;
   if (lossScale.getNumOccurrences())
     plan.lossScale = lossScale;
+  if (initialLossScale.getNumOccurrences())
+    plan.initialLossScale = initialLossScale;
+  plan.lossScaleWindow = lossScaleWindow;
+  plan.minLossScale = minLossScale;
   plan.zero = zero;
   if (vocabParallel != "on" && vocabParallel != "off")
     return fail("--vocab-parallel must be on or off, got '" + vocabParallel +

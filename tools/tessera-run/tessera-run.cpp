@@ -4,7 +4,7 @@
 //     [--metrics FILE.jsonl] [--save-weights FILE.safetensors] [--log-every 1]
 //     [--trace FILE.json] [--profile FILE.json] [--memory-per-device SIZE]
 //     [--memory-report] [--backend cpu|cuda] [--collectives nccl|mpi]
-//     [--cuda-graph] [--dump-tensors DIR]
+//     [--cuda-graph] [--dump-tensors DIR] [--save-state FILE]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -241,7 +241,10 @@ static cl::opt<std::string> metricsPath(
              "(per rank, world-rank order: the bytes the rank held at its "
              "peak during the step, measured: persistent state + constants "
              "+ arena high-water mark + peak heap bytes allocated in the "
-             "step)}"),
+             "step), and for fp16 plans with dynamic loss scaling "
+             "\"loss_scale\" (after the step: the scale the next step uses) "
+             "and \"skipped\" (1 when a non-finite gradient skipped the "
+             "step's update, else 0)}"),
     cl::value_desc("metrics.jsonl"), cl::cat(category));
 
 static cl::opt<std::string> memoryPerDevice(
@@ -261,6 +264,14 @@ static cl::opt<bool> memoryReport(
              "prediction"),
     cl::init(false), cl::cat(category));
 
+static cl::opt<std::string> saveState(
+    "save-state",
+    cl::desc("After the last step, every rank writes its own shards of every "
+             "parameter and optimizer-state tensor (local shapes, manifest "
+             "names, f32) to FILE.rank<R>.safetensors (R its world rank): "
+             "to compare training state bit for bit, e.g. that a step "
+             "skipped by dynamic loss scaling changed nothing"),
+    cl::value_desc("FILE"), cl::cat(category));
 static cl::opt<std::string> saveWeights(
     "save-weights",
     cl::desc("After the last step, write every parameter and frozen tensor, "
@@ -880,12 +891,54 @@ struct TrainingResult {
   double profiledSeconds = 0;
 };
 
-/// Step `s`'s metrics record (rank 0): loss, time, traffic, memory.
+/// This rank's value of the f32 scalar opt_state argument `name`, or
+/// nullopt when the plan (or this rank's pipeline stage) has none.
+llvm::Expected<std::optional<double>>
+scalarState(const exec::Executor &executor, exec::Backend &backend,
+            llvm::StringRef name) {
+  const Tensor *t = executor.localValue(name, exec::Role::OptState);
+  if (!t)
+    return std::nullopt;
+  llvm::Expected<Tensor> host = backend.download(*t);
+  if (!host)
+    return host.takeError();
+  if (host->dtype() != DType::F32 || host->numel() != 1)
+    return llvm::createStringError("optimizer state '" + name.str() +
+                                   "' is not an f32 scalar");
+  return static_cast<double>(host->data<float>()[0]);
+}
+
+/// fp16 dynamic loss scaling (tsr-mixed-precision): the state it carries
+/// between steps, read on rank 0 around each step for the metrics.
+struct LossScaleState {
+  std::optional<double> scale, skippedSteps;
+};
+LossScaleState readLossScale(const mpi::Communicator &world,
+                             const exec::Executor &executor,
+                             exec::Backend &backend) {
+  LossScaleState st;
+  for (auto [name, field] : {std::pair<const char *, std::optional<double> *>{
+                                 "loss_scale", &st.scale},
+                             {"loss_scale.skipped_steps", &st.skippedSteps}}) {
+    auto v = scalarState(executor, backend, name);
+    if (!v)
+      abortAll(world, llvm::toString(v.takeError()));
+    *field = *v;
+  }
+  return st;
+}
+
+/// Step `s`'s metrics record (rank 0): loss, time, traffic, memory, and
+/// with dynamic loss scaling "loss_scale" (after the step: the scale the
+/// next step uses, as Megatron-LM logs it) and "skipped" (1 when the step's
+/// update was skipped for a non-finite gradient, else 0).
 void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
                       exec::Executor &executor, int64_t s, double loss,
                       double seconds, double tokensPerS, bool gatherPeaks,
                       const std::vector<int64_t> &peaks,
-                      const std::vector<int64_t> &lastMemory) {
+                      const std::vector<int64_t> &lastMemory,
+                      const LossScaleState &before,
+                      const LossScaleState &after) {
   StepMetrics rec;
   rec.step = s;
   rec.loss = loss;
@@ -909,6 +962,11 @@ void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
   for (int r = 0; r < world.size(); ++r)
     peakBytes.push_back(lastMemory[kMemFields * r + kMemFields - 1]);
   rec.intLists.emplace_back("peak_bytes", peakBytes);
+  if (after.scale && before.skippedSteps && after.skippedSteps) {
+    rec.extra.emplace_back("loss_scale", *after.scale);
+    rec.extra.emplace_back("skipped",
+                           *after.skippedSteps > *before.skippedSteps ? 1 : 0);
+  }
   if (llvm::Error err = metrics.write(rec))
     abortAll(world, llvm::toString(std::move(err)));
 }
@@ -916,8 +974,8 @@ void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
 /// Runs --steps training steps: logs progress and writes --metrics on rank
 /// 0. A failing step aborts every rank.
 TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
-                     const exec::Plan &plan, const TokenDataset &dataset,
-                     MetricsWriter *metrics) {
+                     exec::Backend &backend, const exec::Plan &plan,
+                     const TokenDataset &dataset, MetricsWriter *metrics) {
   const exec::Manifest &m = plan.manifest();
   bool isRoot = world.rank() == 0;
   TrainingResult result;
@@ -929,6 +987,9 @@ TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
   for (int64_t s = 0; s < numSteps; ++s) {
     if (!profilePath.empty() && s == firstProfiled)
       executor.setProfiling(true);
+    LossScaleState scaleBefore;
+    if (metrics)
+      scaleBefore = readLossScale(world, executor, backend);
     auto start = std::chrono::steady_clock::now();
     auto batch = dataset.batch(s, m.globalBatch, m.seqLen, /*dpRank=*/0,
                                /*dpSize=*/1);
@@ -986,7 +1047,8 @@ TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
     }
     if (metrics)
       writeStepMetrics(world, *metrics, executor, s, *loss, seconds, tokensPerS,
-                       gatherPeaks, peaks, lastMemory);
+                       gatherPeaks, peaks, lastMemory, scaleBefore,
+                       readLossScale(world, executor, backend));
   }
   return result;
 }
@@ -1032,6 +1094,39 @@ std::string saveFinalWeights(const mpi::Communicator &world,
       {"format", "pt"},
       {"tessera.steps", std::to_string(static_cast<int64_t>(numSteps))}};
   return take(writeSafeTensors(llvm::StringRef(saveWeights), named, meta));
+}
+
+/// --save-state: this rank's shards of every param and opt_state argument,
+/// written to FILE.rank<R>.safetensors. Returns "" or this rank's error.
+std::string saveLocalState(const mpi::Communicator &world,
+                           const exec::Executor &executor,
+                           const exec::Manifest &m, exec::Backend &backend) {
+  std::vector<Tensor> host;
+  std::vector<std::string> names;
+  host.reserve(m.arguments.size());
+  for (const exec::ArgumentSpec &a : m.arguments) {
+    if (a.role != exec::Role::Param && a.role != exec::Role::OptState)
+      continue;
+    const Tensor *t = executor.localValue(a.name, a.role);
+    if (!t)
+      continue; // another pipeline stage's
+    llvm::Expected<Tensor> downloaded = backend.download(*t);
+    if (!downloaded)
+      return "--save-state: '" + a.name +
+             "': " + llvm::toString(downloaded.takeError());
+    host.push_back(std::move(*downloaded));
+    names.push_back(a.name);
+  }
+  std::vector<NamedTensor> named;
+  for (size_t i = 0; i < host.size(); ++i)
+    named.emplace_back(names[i], &host[i]);
+  std::map<std::string, std::string> meta{
+      {"format", "pt"},
+      {"tessera.steps", std::to_string(static_cast<int64_t>(numSteps))},
+      {"tessera.rank", std::to_string(world.rank())}};
+  std::string path =
+      saveState + ".rank" + std::to_string(world.rank()) + ".safetensors";
+  return take(writeSafeTensors(llvm::StringRef(path), named, meta));
 }
 
 } // namespace
@@ -1127,8 +1222,8 @@ int main(int argc, char **argv) {
   if (!allOk())
     return exitAfterFailure();
 
-  TrainingResult trained =
-      train(world, *executor, *job.plan, *job.dataset, job.metrics.get());
+  TrainingResult trained = train(world, *executor, *job.backend, *job.plan,
+                                 *job.dataset, job.metrics.get());
   if (memoryReport && isRoot && numSteps > 0)
     printMemoryReport(world, m, trained.lastMemory);
 
@@ -1152,6 +1247,13 @@ int main(int argc, char **argv) {
   // Every rank's timeline, on rank 0.
   if (!tracePath.empty()) {
     error = writeTrace(world, *executor, m, *job.backend, tracePath);
+    if (!allOk())
+      return exitAfterFailure();
+  }
+
+  // Every rank's own training state.
+  if (!saveState.empty()) {
+    error = saveLocalState(world, *executor, m, *job.backend);
     if (!allOk())
       return exitAfterFailure();
   }

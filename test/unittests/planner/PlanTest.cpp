@@ -110,6 +110,20 @@ TEST(Plan, JSONRoundTripOfPipelineRingAndFp16) {
   EXPECT_EQ(back.grid(), ring.grid());
   EXPECT_EQ(back.effectiveLossScale(), 256);
   EXPECT_EQ(back.optimizer.name, "sgd");
+  EXPECT_FALSE(back.dynamicLossScale());
+
+  // fp16 without --loss-scale: dynamic loss scaling, its settings kept.
+  Plan dynamic;
+  dynamic.dp = 2;
+  dynamic.precision = "fp16";
+  dynamic.initialLossScale = 1024;
+  dynamic.lossScaleWindow = 7;
+  dynamic.minLossScale = 0.25;
+  back = roundTrip(dynamic);
+  EXPECT_TRUE(back.dynamicLossScale());
+  EXPECT_EQ(back.effectiveInitialLossScale(), 1024);
+  EXPECT_EQ(back.lossScaleWindow, 7);
+  EXPECT_EQ(back.minLossScale, 0.25);
 
   // Megatron-SP's size is tp in the JSON, unset (1) in the plan.
   Plan megatron;
