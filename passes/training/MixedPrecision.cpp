@@ -185,7 +185,7 @@ struct MixedPrecisionPass
     if (lossScaleWindow < 1)
       return module.emitError("tsr-mixed-precision: loss-scale-window must "
                               "be >= 1, got ")
-             << lossScaleWindow;
+             << static_cast<int64_t>(lossScaleWindow);
     if (!isPowerOfTwo(minLossScale))
       return module.emitError("tsr-mixed-precision: min-loss-scale must be a "
                               "power of two > 0, got ")

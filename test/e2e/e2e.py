@@ -67,6 +67,20 @@
         loss scale 1024); its --traffic also runs bf16 on the same grid:
         fp16's bytes_sent must equal bf16's exactly.
 
+    e2e.py loss-scale --build DIR --config NAME --optimizer sgd|adamw
+                      [--dp N --tp M] [--initial-loss-scale S]
+                      [--steps-total K]
+        fp16 dynamic loss scaling forced to overflow: --initial-loss-scale S
+        (default 2^32, beyond fp16's 65504 as a backward seed) on the
+        dp x tp grid for K steps (default 30): the first k >= 1 steps must
+        be skipped ("skipped" 1 in the metrics) with the scale halving
+        each time (S/2, S/4, ...), then steps run (k < K - 4) and the
+        last loss is below the first clean step's. Then a run of exactly k
+        steps and one of 0 steps, both with --save-state: on every rank
+        every parameter and optimizer-state shard (AdamW's moments and step
+        count included) must be bit-identical, and the scale state must be
+        S/2^k with k skipped steps counted.
+
     e2e.py cuda --build DIR --config NAME --optimizer sgd|adamw
                 [--precision-type bf16] [--rtol R]
         The serial plan (fp32, or bf16 with --precision-type given) run by
@@ -472,7 +486,7 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["torch", "parallel", "pipeline",
                                     "recompute", "precision", "auto", "cuda",
-                                    "cuda-dist"])
+                                    "cuda-dist", "loss-scale"])
     p.add_argument("--collectives", choices=["nccl", "mpi"], default="nccl",
                    help="cuda-dist: the transport of --backend cuda")
     p.add_argument("--build", required=True)
@@ -510,6 +524,13 @@ def main():
     p.add_argument("--precision-type", choices=["bf16", "fp16"],
                    default=None,
                    help="precision: the low-precision type to check")
+    p.add_argument("--loss-scale", default=None,
+                   help="precision: a static fp16 --loss-scale (default: "
+                        "dynamic loss scaling)")
+    p.add_argument("--initial-loss-scale", default=str(2 ** 32),
+                   help="loss-scale: the overflowing initial scale")
+    p.add_argument("--steps-total", type=int, default=30,
+                   help="loss-scale: steps of the metrics run")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tessera-e2e-") as work:
@@ -527,6 +548,10 @@ def main():
         if args.mode == "precision":
             args.precision_type = args.precision_type or "bf16"
             ok = check_precision(args, work)
+            print("PASS" if ok else "FAIL")
+            return 0 if ok else 1
+        if args.mode == "loss-scale":
+            ok = check_loss_scale(args, work)
             print("PASS" if ok else "FAIL")
             return 0 if ok else 1
         if args.mode == "auto":
@@ -665,6 +690,9 @@ def check_precision(args, work):
                                   if args.sp != "megatron" else [])
         grid += f" sp {args.sp}" + (f" x{args.sp_size}"
                                     if args.sp != "megatron" else "")
+    if args.loss_scale:
+        sp += ["--loss-scale", args.loss_scale]
+        grid += f" static loss scale {args.loss_scale}"
     serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
     bf16_m, _ = tessera(args, work, args.dp, args.tp, low,
                         ["--precision", low] + sp)
@@ -690,6 +718,73 @@ def check_precision(args, work):
               f"{'equal' if same else 'MISMATCH'}")
         good = good and same
     return ok and good
+
+
+def check_loss_scale(args, work):
+    """fp16 dynamic loss scaling with an overflowing initial scale: skipped
+    steps, the scale halving, state bit-identical, then training."""
+    initial = float(args.initial_loss_scale)
+    ranks = args.dp * args.tp
+    plan = os.path.join(work, "ls.tsr")
+    run([os.path.join(args.build, "tools", "tessera-partition",
+                      "tessera-partition"),
+         model_path(args.config), "-o", plan, "--dp", str(args.dp), "--tp",
+         str(args.tp), "--optimizer", args.optimizer, "--lr",
+         str(LR[args.optimizer]), "--precision", "fp16",
+         "--initial-loss-scale", args.initial_loss_scale])
+    tessera_run = os.path.join(args.build, "tools", "tessera-run",
+                               "tessera-run")
+
+    def train(steps, extra):
+        run(["mpirun", "-np", str(ranks), tessera_run, plan, "--data", CORPUS,
+             "--steps", str(steps), "--log-every", "0"] + extra)
+
+    metrics = os.path.join(work, "ls.jsonl")
+    train(args.steps_total, ["--metrics", metrics])
+    with open(metrics) as f:
+        recs = [json.loads(line) for line in f]
+    for r in recs:
+        print(f"  step {r['step']}: loss {r['loss']:.4f} loss_scale "
+              f"{r['loss_scale']:g} skipped {r['skipped']}")
+    k = 0
+    while k < len(recs) and recs[k]["skipped"] == 1:
+        k += 1
+    ok = 1 <= k < len(recs) - 4
+    print(f"leading skipped steps: {k} (want 1 <= k < {len(recs) - 4}) "
+          f"{'ok' if ok else 'BAD'}")
+    halving = all(recs[s]["loss_scale"] == initial / 2 ** (s + 1)
+                  for s in range(k))
+    print(f"scale after skipped step s is S/2^(s+1): "
+          f"{'ok' if halving else 'BAD'}")
+    trained = recs[-1]["loss"] < recs[min(k, len(recs) - 1)]["loss"]
+    print(f"training after the skips: loss {recs[min(k, len(recs) - 1)]['loss']:.4f}"
+          f" (step {k}) -> {recs[-1]['loss']:.4f} (last) "
+          f"{'decreases' if trained else 'DOES NOT DECREASE'}")
+    ok = ok and halving and trained
+    if k < 1:
+        return False
+
+    before, after = os.path.join(work, "s0"), os.path.join(work, "sk")
+    train(0, ["--save-state", before])
+    train(k, ["--save-state", after])
+    scale_names = ("loss_scale", "loss_scale.good_steps",
+                   "loss_scale.skipped_steps")
+    for r in range(ranks):
+        a = compare.load_weights(f"{before}.rank{r}.safetensors")
+        b = compare.load_weights(f"{after}.rank{r}.safetensors")
+        names = sorted(n for n in a if n not in scale_names)
+        same = sorted(b) == sorted(a) and all(
+            a[n].shape == b[n].shape and a[n].tobytes() == b[n].tobytes()
+            for n in names)
+        want = {"loss_scale": initial / 2 ** k, "loss_scale.good_steps": 0,
+                "loss_scale.skipped_steps": k}
+        got = {n: float(b[n].reshape(-1)[0]) for n in scale_names}
+        print(f"rank {r}: {len(names)} param/opt_state shards after {k} "
+              f"skipped steps {'bit-identical' if same else 'DIFFER'} to the "
+              f"initial ones; scale state {got} "
+              f"{'ok' if got == want else f'BAD (want {want})'}")
+        ok = ok and same and got == want
+    return ok
 
 
 def check_auto(args, work):

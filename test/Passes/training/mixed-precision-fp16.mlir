@@ -1,9 +1,9 @@
-// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd" --tsr-mixed-precision="precision=fp16" %s | FileCheck %s
+// RUN: tessera-opt --tsr-build-train-step="optimizer=sgd" --tsr-mixed-precision="precision=fp16 loss-scale=1024" %s | FileCheck %s
 // RUN: tessera-opt --tsr-build-train-step="optimizer=adamw" --tsr-mixed-precision="precision=fp16 loss-scale=256" %s | FileCheck %s --check-prefix=ADAMW
 
 // fp16 mixed precision (Micikevicius et al., 2018) on a tiny LM: the step
 // is retyped to f16 exactly as for bf16, plus static loss scaling: the
-// cross-entropy gradient's f32 seed is multiplied by S (default 1024) and
+// cross-entropy gradient's f32 seed is multiplied by S (here 1024) and
 // every gradient by 1/S in f32 right after its convert to f32, before its
 // update (one scalar 1/S constant, broadcast per gradient). The loss itself
 // is not scaled.
