@@ -77,14 +77,17 @@ struct Plan {
   /// fp16 without --loss-scale: dynamic loss scaling (Micikevicius et al.
   /// 2018; Megatron-LM's --initial-loss-scale, --loss-scale-window,
   /// --min-loss-scale). The scale starts at initialLossScale (a power of
-  /// two > 0, default kDefaultInitialLossScale, torch.cuda.amp's); a step
+  /// two > 0, default kDefaultInitialLossScale, the static default, so a
+  /// run equals a static-1024 one until its first overflow or doubling;
+  /// Megatron-LM's 2^32 or torch.cuda.amp's 2^16 skip a small model's first
+  /// steps); a step
   /// whose gradients hold an inf or NaN on any rank is skipped (parameters
   /// and optimizer state unchanged) and halves the scale (not below
   /// minLossScale); lossScaleWindow clean steps in a row double it.
   std::optional<double> initialLossScale;
   int64_t lossScaleWindow = 1000;
   double minLossScale = 1;
-  static constexpr double kDefaultInitialLossScale = 65536;
+  static constexpr double kDefaultInitialLossScale = 1024;
   /// True for fp16 plans without a static --loss-scale.
   bool dynamicLossScale() const { return precision == "fp16" && !lossScale; }
   /// The static S of fp16 plans with --loss-scale, 1 otherwise (dynamic

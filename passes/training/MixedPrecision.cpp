@@ -150,10 +150,10 @@ struct MixedPrecisionPass
   static constexpr double kUnsetLossScale = -1.0;
   static constexpr int64_t kDefaultWindow = 1000;
   static constexpr double kDefaultMinLossScale = 1.0;
-  static constexpr double kDefaultInitialLossScale = 65536.0;
+  static constexpr double kDefaultInitialLossScale = 1024.0;
   /// fp16 without `loss-scale`: dynamic loss scaling.
   bool dynamic() const { return lossScale == kUnsetLossScale; }
-  /// The dynamic scale's first value: the option, or 2^16 when unset.
+  /// The dynamic scale's first value: the option, or 1024 when unset.
   double initialScale() const {
     return initialLossScale == kUnsetLossScale ? kDefaultInitialLossScale
                                                : double(initialLossScale);

@@ -217,7 +217,10 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     training state: three f32 scalar `opt_state` arguments, appended after
     the other optimizer state, and results of the same names,
     `loss_scale` (0, as all optimizer state starts, stands for
-    `initial-loss-scale`), `loss_scale.good_steps` (clean steps since S
+    `initial-loss-scale`, default 1024 as the static scale's, so a run is
+    bit-identical to a static 1024 one until its first overflow or
+    doubling; Megatron-LM's 2^32 or torch.cuda.amp's 2^16 would skip a
+    small model's first steps), `loss_scale.good_steps` (clean steps since S
     last changed) and `loss_scale.skipped_steps` (steps skipped so far).
     The step computes `S = loss_scale == 0 ? initial : loss_scale`, seeds
     the backward with seed * S and unscales each gradient by 1/S (one
@@ -239,7 +242,7 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     decision.
     ```mlir
     %unset = tsr.equal %ls, %c0 : tensor<f32> -> tensor<i1>
-    %S = tsr.select %unset, %c65536, %ls : tensor<i1>, tensor<f32>
+    %S = tsr.select %unset, %c1024, %ls : tensor<i1>, tensor<f32>
     %seed = tsr.mul %c, %S : tensor<f32>
     ...
     %t = tsr.reduce_sum %dwf {axes = array<i64: 0, 1>} : tensor<64x64xf32> -> tensor<f32>
@@ -276,7 +279,7 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     Option<"initialLossScale", "initial-loss-scale", "double",
            /*default=*/"-1.0",
            "fp16 dynamic loss scaling: the first step's scale, a power of "
-           "two > 0. -1 (the default): 65536">,
+           "two > 0. -1 (the default): 1024">,
     Option<"lossScaleWindow", "loss-scale-window", "int64_t",
            /*default=*/"1000",
            "fp16 dynamic loss scaling: clean steps in a row after which "

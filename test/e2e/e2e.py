@@ -69,7 +69,7 @@
 
     e2e.py loss-scale --build DIR --config NAME --optimizer sgd|adamw
                       [--dp N --tp M] [--initial-loss-scale S]
-                      [--steps-total K]
+                      [--steps-total K] [--same-as-static]
         fp16 dynamic loss scaling forced to overflow: --initial-loss-scale S
         (default 2^32, beyond fp16's 65504 as a backward seed) on the
         dp x tp grid for K steps (default 30): the first k >= 1 steps must
@@ -79,7 +79,10 @@
         steps and one of 0 steps, both with --save-state: on every rank
         every parameter and optimizer-state shard (AdamW's moments and step
         count included) must be bit-identical, and the scale state must be
-        S/2^k with k skipped steps counted.
+        S/2^k with k skipped steps counted. With --same-as-static instead:
+        the default dynamic plan (initial 1024) and a --loss-scale 1024
+        plan train 8 steps; no step may be skipped, and the losses and
+        final weights must be bit-identical.
 
     e2e.py cuda --build DIR --config NAME --optimizer sgd|adamw
                 [--precision-type bf16] [--rtol R]
@@ -531,6 +534,9 @@ def main():
                    help="loss-scale: the overflowing initial scale")
     p.add_argument("--steps-total", type=int, default=30,
                    help="loss-scale: steps of the metrics run")
+    p.add_argument("--same-as-static", action="store_true",
+                   help="loss-scale: instead, the default dynamic scale "
+                        "without overflow vs --loss-scale 1024")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tessera-e2e-") as work:
@@ -720,9 +726,31 @@ def check_precision(args, work):
     return ok and good
 
 
+def check_same_as_static(args, work):
+    """Dynamic loss scaling at its default initial scale (1024) without an
+    overflow: losses and final weights bit-identical to --loss-scale 1024."""
+    dyn_m, dyn_w = tessera(args, work, args.dp, args.tp, "dynamic",
+                           ["--precision", "fp16"])
+    sta_m, sta_w = tessera(args, work, args.dp, args.tp, "static",
+                           ["--precision", "fp16", "--loss-scale", "1024"])
+    dyn, sta = step_metric(dyn_m, "loss"), step_metric(sta_m, "loss")
+    skipped = step_metric(dyn_m, "skipped")
+    a, b = compare.load_weights(dyn_w), compare.load_weights(sta_w)
+    same_w = sorted(a) == sorted(b) and all(
+        a[n].tobytes() == b[n].tobytes() for n in a)
+    ok = dyn == sta and same_w and not any(skipped)
+    print(f"dynamic (default initial 1024) vs static 1024: losses "
+          f"{'identical' if dyn == sta else 'DIFFER'} ({dyn} / {sta}), "
+          f"skipped {skipped}, final weights "
+          f"{'bit-identical' if same_w else 'DIFFER'}")
+    return ok
+
+
 def check_loss_scale(args, work):
     """fp16 dynamic loss scaling with an overflowing initial scale: skipped
     steps, the scale halving, state bit-identical, then training."""
+    if args.same_as_static:
+        return check_same_as_static(args, work)
     initial = float(args.initial_loss_scale)
     ranks = args.dp * args.tp
     plan = os.path.join(work, "ls.tsr")

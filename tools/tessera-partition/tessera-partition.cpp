@@ -210,12 +210,14 @@ static cl::opt<double> initialLossScale(
     "initial-loss-scale",
     cl::desc("fp16 dynamic loss scaling (the default without --loss-scale; "
              "Micikevicius et al. 2018, Megatron-LM's flag): the first "
-             "step's scale S, a power of two > 0 (default 65536, "
-             "torch.cuda.amp's). A step whose gradients hold an inf or NaN "
+             "step's scale S, a power of two > 0 (default 1024, as the "
+             "static --loss-scale's: Megatron-LM's 2^32 or torch.cuda.amp's "
+             "2^16 skip a small model's first steps). A step whose gradients "
+             "hold an inf or NaN "
              "on any rank is skipped (parameters and optimizer state "
              "unchanged) and halves S, down to --min-loss-scale; "
              "--loss-scale-window clean steps in a row double it"),
-    cl::init(65536), cl::cat(category));
+    cl::init(1024), cl::cat(category));
 static cl::opt<int64_t> lossScaleWindow(
     "loss-scale-window",
     cl::desc("fp16 dynamic loss scaling: clean (not skipped) steps in a row "

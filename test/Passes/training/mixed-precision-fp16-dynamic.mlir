@@ -60,10 +60,10 @@
 // CHECK-NEXT: return %{{.*}}, %[[W1]], {{.*}}, %[[M1]], {{.*}}, %[[STEP1]], %[[LS1]], %[[GOOD2]], %[[SKIP2]] :
 
 // SGD has no optimizer state: the three scalars follow the params and
-// frozen tensors; the default initial scale is 65536.
+// frozen tensors; the default initial scale is 1024.
 // SGD-LABEL: func.func @train_step
 // SGD-SAME: tsr.name = "ln.bias", tsr.role = "frozen"}, %{{[a-z0-9]+}}: tensor<f32> {tsr.name = "loss_scale", tsr.role = "opt_state"}
-// SGD: tsr.constant dense<6.553600e+04> : tensor<f32>
+// SGD: tsr.constant dense<1.024000e+03> : tensor<f32>
 // SGD: tsr.sgd_update
 // SGD: tsr.select %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x4xi1>, tensor<8x4xf32>
 
