@@ -237,7 +237,7 @@ private:
       OpBuilder b(op);
       Value s;
       if (dynamic()) {
-        s = scaleValue;
+        s = makeScale(b, op->getLoc());
         if (type.getRank() != 0)
           s = tsr::BroadcastOp::create(b, op->getLoc(), type, s);
       } else {
@@ -331,12 +331,14 @@ private:
                 RankedTensorType::get({}, type.getElementType()), operand.get(),
                 axes));
           }
-          if (!unscaleScalar)
-            unscaleScalar =
-                dynamic() ? Value(tsr::DivOp::create(
-                                b, op->getLoc(),
-                                splatF32(b, op->getLoc(), {}, 1.0), scaleValue))
-                          : splatF32(b, op->getLoc(), {}, 1.0 / lossScale);
+          if (!unscaleScalar && dynamic()) {
+            scaleValue = makeScale(b, op->getLoc());
+            unscaleScalar = tsr::DivOp::create(
+                b, op->getLoc(), splatF32(b, op->getLoc(), {}, 1.0),
+                scaleValue);
+          } else if (!unscaleScalar) {
+            unscaleScalar = splatF32(b, op->getLoc(), {}, 1.0 / lossScale);
+          }
           Value inv = tsr::BroadcastOp::create(
               b, op->getLoc(), operand.get().getType(), unscaleScalar);
           operand.set(tsr::MulOp::create(b, op->getLoc(), operand.get(), inv));
@@ -365,14 +367,11 @@ private:
 
   /// Dynamic loss scaling, first half: appends the three f32 scalar
   /// opt_state arguments (after the last opt_state argument, or after the
-  /// params and frozen tensors) and their results, and computes the step's
-  /// scale S at the top of the body:
-  ///   S = loss_scale == 0 ? initial : loss_scale
-  /// (optimizer state starts at zeros, so 0 stands for the initial scale;
-  /// a real scale is never 0).
+  /// params and frozen tensors) and their results. Optimizer state starts
+  /// at zeros, so loss_scale == 0 stands for the initial scale (a real
+  /// scale is never 0; see makeScale).
   LogicalResult addScaleState(func::FuncOp func) {
     MLIRContext *ctx = &getContext();
-    Block &body = func.front();
     unsigned insertAt = 0;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto role = tsr::getArgRole(func, i);
@@ -400,13 +399,22 @@ private:
                                    attrs.getDictionary(ctx))))
         return failure();
     }
-    OpBuilder ob = OpBuilder::atBlockBegin(&body);
-    Location loc = func.getLoc();
-    Value zero = splatF32(ob, loc, {}, 0.0);
-    Value unset = tsr::EqualOp::create(ob, loc, boolOf(scalar), state[0], zero);
-    scaleValue = tsr::SelectOp::create(
-        ob, loc, unset, splatF32(ob, loc, {}, initialScale()), state[0]);
     return success();
+  }
+
+  /// The step's scale S at `b`'s insertion point:
+  ///   S = loss_scale == 0 ? initial : loss_scale.
+  /// Made twice, right before the seeds and right before the first update,
+  /// rather than once at the top: a value made at the top and read at the
+  /// end would cross every layer boundary of the forward
+  /// (training::assignLayers), leaving no cut for Megatron-SP or the
+  /// pipeline split.
+  Value makeScale(OpBuilder &b, Location loc) {
+    Value zero = splatF32(b, loc, {}, 0.0);
+    auto scalar = cast<RankedTensorType>(state[0].getType());
+    Value unset = tsr::EqualOp::create(b, loc, boolOf(scalar), state[0], zero);
+    return tsr::SelectOp::create(
+        b, loc, unset, splatF32(b, loc, {}, initialScale()), state[0]);
   }
 
   /// Dynamic loss scaling, second half, in front of the return: the step is
@@ -506,7 +514,9 @@ private:
   /// fp16: the f32 scalar 1/S the gradients are multiplied by (a constant,
   /// or 1 / S computed once with dynamic scaling).
   Value unscaleScalar;
-  /// Dynamic scaling: the step's scale S, the three state arguments, and
+  /// Dynamic scaling: the step's scale S (the copy made before the first
+  /// update, for the unscale and the state update), the three state
+  /// arguments, and
   /// one f32 scalar per gradient, its sum (see rewrite).
   Value scaleValue;
   Value state[3];

@@ -68,11 +68,12 @@
         fp16's bytes_sent must equal bf16's exactly.
 
     e2e.py loss-scale --build DIR --config NAME --optimizer sgd|adamw
-                      [--dp N --tp M] [--initial-loss-scale S]
-                      [--steps-total K] [--same-as-static]
+                      [--dp N --tp M] [--sp KIND --sp-size K]
+                      [--initial-loss-scale S] [--steps-total K]
+                      [--same-as-static]
         fp16 dynamic loss scaling forced to overflow: --initial-loss-scale S
         (default 2^32, beyond fp16's 65504 as a backward seed) on the
-        dp x tp grid for K steps (default 30): the first k >= 1 steps must
+        dp x tp (x sp) grid for K steps (default 30): the first k >= 1 steps must
         be skipped ("skipped" 1 in the metrics) with the scale halving
         each time (S/2, S/4, ...), then steps run (k < K - 4) and the
         last loss is below the first clean step's. Then a run of exactly k
@@ -753,13 +754,19 @@ def check_loss_scale(args, work):
         return check_same_as_static(args, work)
     initial = float(args.initial_loss_scale)
     ranks = args.dp * args.tp
+    sp = []
+    if args.sp:
+        sp = ["--sp", args.sp]
+        if args.sp != "megatron":
+            sp += ["--sp-size", str(args.sp_size)]
+            ranks *= args.sp_size
     plan = os.path.join(work, "ls.tsr")
     run([os.path.join(args.build, "tools", "tessera-partition",
                       "tessera-partition"),
          model_path(args.config), "-o", plan, "--dp", str(args.dp), "--tp",
          str(args.tp), "--optimizer", args.optimizer, "--lr",
          str(LR[args.optimizer]), "--precision", "fp16",
-         "--initial-loss-scale", args.initial_loss_scale])
+         "--initial-loss-scale", args.initial_loss_scale] + sp)
     tessera_run = os.path.join(args.build, "tools", "tessera-run",
                                "tessera-run")
 

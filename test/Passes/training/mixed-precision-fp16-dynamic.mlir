@@ -18,14 +18,21 @@
 // CHECK-SAME: %[[SKIP:[a-z0-9]+]]: tensor<f32> {tsr.name = "loss_scale.skipped_steps", tsr.role = "opt_state"}
 // CHECK-SAME: %{{[a-z0-9]+}}: tensor<2x3xi64> {tsr.name = "input_ids", tsr.role = "tokens"}
 // CHECK-SAME: tensor<f32> {tsr.name = "step", tsr.role = "opt_state"}, tensor<f32> {tsr.name = "loss_scale", tsr.role = "opt_state"}, tensor<f32> {tsr.name = "loss_scale.good_steps", tsr.role = "opt_state"}, tensor<f32> {tsr.name = "loss_scale.skipped_steps", tsr.role = "opt_state"})
+// S is made right before its readers (a value made at the top and read at
+// the end would cross every forward layer boundary): once for the seed...
 // CHECK: %[[ZERO:.*]] = tsr.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[UNSET:.*]] = tsr.equal %[[LS]], %[[ZERO]] : tensor<f32> -> tensor<i1>
 // CHECK-NEXT: %[[INIT:.*]] = tsr.constant dense<1.024000e+03> : tensor<f32>
-// CHECK-NEXT: %[[S:.*]] = tsr.select %[[UNSET]], %[[INIT]], %[[LS]] : tensor<i1>, tensor<f32>
-// CHECK: %[[SEED:.*]] = tsr.mul %{{.*}}, %[[S]] : tensor<f32>
+// CHECK-NEXT: %[[S0:.*]] = tsr.select %[[UNSET]], %[[INIT]], %[[LS]] : tensor<i1>, tensor<f32>
+// CHECK-NEXT: %[[SEED:.*]] = tsr.mul %{{.*}}, %[[S0]] : tensor<f32>
 // CHECK-NEXT: tsr.cross_entropy_grad %{{.*}}, %{{.*}}, %[[SEED]] {{.*}}: tensor<6x8xf16>, tensor<6xi64>, tensor<f32>
+// ...and once before the first update, for the unscale and the state update.
 // CHECK: %[[G:.*]] = tsr.convert %{{.*}} : tensor<8x4xf16> -> tensor<8x4xf32>
 // CHECK-NEXT: %[[T0:.*]] = tsr.reduce_sum %[[G]] {axes = array<i64: 0, 1>} : tensor<8x4xf32> -> tensor<f32>
+// CHECK-NEXT: %[[ZERO1:.*]] = tsr.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-NEXT: %[[UNSET1:.*]] = tsr.equal %[[LS]], %[[ZERO1]] : tensor<f32> -> tensor<i1>
+// CHECK-NEXT: %[[INIT1:.*]] = tsr.constant dense<1.024000e+03> : tensor<f32>
+// CHECK-NEXT: %[[S:.*]] = tsr.select %[[UNSET1]], %[[INIT1]], %[[LS]] : tensor<i1>, tensor<f32>
 // CHECK-NEXT: %[[ONE:.*]] = tsr.constant dense<1.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[INV:.*]] = tsr.div %[[ONE]], %[[S]] : tensor<f32>
 // CHECK-NEXT: %[[INVB:.*]] = tsr.broadcast %[[INV]] : tensor<f32> -> tensor<8x4xf32>
