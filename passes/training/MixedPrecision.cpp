@@ -35,6 +35,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Sequence.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -270,6 +271,7 @@ private:
     loweredValues.clear();
     unscaleScalar = nullptr;
     finiteTerms.clear();
+    updates.clear();
     Block &body = func.front();
     SmallVector<Operation *> ops;
     for (Operation &op : body)
@@ -305,13 +307,18 @@ private:
       if (isa<func::ReturnOp>(op) || isOptimizerUpdate(op)) {
         for (OpOperand &operand : op->getOpOperands()) {
           OpBuilder b(op);
-          if (hasElement(operand.get().getType(), low))
-            operand.set(tsr::ConvertOp::create(
+          Value lowGrad;
+          Operation *toF32 = nullptr;
+          if (hasElement(operand.get().getType(), low)) {
+            lowGrad = operand.get();
+            toF32 = tsr::ConvertOp::create(
                 b, op->getLoc(),
                 RankedTensorType::get(
                     cast<RankedTensorType>(operand.get().getType()).getShape(),
                     Float32Type::get(&getContext())),
-                operand.get()));
+                operand.get());
+            operand.set(toF32->getResult(0));
+          }
           // The update's gradient operand: every gradient is S times too
           // large under loss scaling (also one that stayed f32), so each is
           // unscaled by a scalar 1/S (one per step) broadcast to its shape:
@@ -323,12 +330,17 @@ private:
             // The f32 sum of every element: finite iff each is (|x| <=
             // 65504 in f16, so the f32 sum cannot overflow; inf - inf is
             // NaN). Its sharding rule makes a split gradient's sum partial,
-            // so the partition all-reduces it over the gradient's axes.
+            // so the partition all-reduces it over the gradient's axes. It
+            // reads its own f32 copy: the update's (toF32) moves after the
+            // decision (addDynamicLossScale), and must not live until then.
             auto type = cast<RankedTensorType>(operand.get().getType());
+            Value summed = operand.get();
+            if (lowGrad)
+              summed = tsr::ConvertOp::create(b, op->getLoc(), type, lowGrad);
             auto axes = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
             finiteTerms.push_back(tsr::ReduceSumOp::create(
                 b, op->getLoc(),
-                RankedTensorType::get({}, type.getElementType()), operand.get(),
+                RankedTensorType::get({}, type.getElementType()), summed,
                 axes));
           }
           if (!unscaleScalar && dynamic()) {
@@ -342,6 +354,13 @@ private:
           Value inv = tsr::BroadcastOp::create(
               b, op->getLoc(), operand.get().getType(), unscaleScalar);
           operand.set(tsr::MulOp::create(b, op->getLoc(), operand.get(), inv));
+          if (dynamic()) {
+            UpdateChain &chain = updates.emplace_back();
+            if (toF32)
+              chain.ops.push_back(toF32);
+            chain.ops.append(
+                {inv.getDefiningOp(), operand.get().getDefiningOp(), op});
+          }
         }
         continue;
       }
@@ -441,7 +460,10 @@ private:
     Value ok = tsr::EqualOp::create(
         b, loc, boolOf(scalar), tsr::MulOp::create(b, loc, total, zero), zero);
 
-    // Carried state keeps its old value on a skipped step.
+    // The updates run after the decision, each followed by the selects of
+    // its results: carried state keeps its old value on a skipped step, and
+    // an update's outputs are transient (with the select written in place of
+    // the old value, the step holds one parameter's new state at a time).
     llvm::StringMap<Value> argByName;
     for (BlockArgument arg : func.getArguments())
       if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
@@ -449,16 +471,16 @@ private:
         argByName[name.getValue()] = arg;
     SmallVector<Value> results(ret.getOperands());
     DenseMap<Type, Value> okByShape; // ok broadcast to each result shape
-    for (unsigned r = 0; r < results.size(); ++r) {
+    auto keepOnSkip = [&](unsigned r) -> LogicalResult {
       auto role = func.getResultAttrOfType<StringAttr>(r, tsr::kRoleAttrName);
       auto name = func.getResultAttrOfType<StringAttr>(r, tsr::kNameAttrName);
       if (!role || !name ||
           (role.getValue() != "param" && role.getValue() != "opt_state"))
-        continue;
+        return success();
       Value old = argByName.lookup(name.getValue());
       if (!old || old == results[r] ||
           llvm::is_contained(kStateNames, name.getValue()))
-        continue;
+        return success();
       if (old.getType() != results[r].getType())
         return func.emitError("tsr-mixed-precision: result '")
                << name.getValue() << "' and its argument differ in type";
@@ -469,7 +491,21 @@ private:
                    ? ok
                    : tsr::BroadcastOp::create(b, loc, boolOf(type), ok);
       results[r] = tsr::SelectOp::create(b, loc, cond, results[r], old);
+      return success();
+    };
+    DenseSet<unsigned> selected;
+    for (UpdateChain &chain : updates) {
+      for (Operation *op : chain.ops)
+        op->moveBefore(ret);
+      for (OpResult result : chain.ops.back()->getResults())
+        for (unsigned r = 0; r < results.size(); ++r)
+          if (results[r] == result && selected.insert(r).second &&
+              failed(keepOnSkip(r)))
+            return failure();
     }
+    for (unsigned r = 0; r < results.size(); ++r)
+      if (!selected.contains(r) && failed(keepOnSkip(r)))
+        return failure();
 
     Value one = splatF32(b, loc, {}, 1.0);
     Value good = tsr::AddOp::create(b, loc, state[1], one);
@@ -521,6 +557,12 @@ private:
   Value scaleValue;
   Value state[3];
   SmallVector<Value> finiteTerms;
+  /// Dynamic scaling: each update with the ops that feed it its gradient
+  /// (the convert to f32, the broadcast 1/S, the unscale), in program order.
+  struct UpdateChain {
+    SmallVector<Operation *, 4> ops;
+  };
+  SmallVector<UpdateChain> updates;
 };
 
 } // namespace

@@ -226,11 +226,13 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     the backward with seed * S and unscales each gradient by 1/S (one
     `tsr.div`); right before each update it sums the f32 gradient
     (`tsr.reduce_sum` over all axes: finite iff every element is, since
-    f16 values cannot overflow an f32 sum and inf - inf is NaN). In front
-    of the return, `ok = (sum of sums) * 0 == 0`; every param and
-    opt_state result becomes `tsr.select ok, new, old` (a skipped step
-    leaves parameters and optimizer state, AdamW's step count included,
-    bit-identical), and
+    f16 values cannot overflow an f32 sum and inf - inf is NaN; each sum
+    reads its own f32 convert of the gradient). After the last sum,
+    `ok = (sum of sums) * 0 == 0`; the updates (with their converts and
+    unscales) move after it, each followed by the selects of its results:
+    every param and opt_state result becomes `tsr.select ok, new, old` (a
+    skipped step leaves parameters and optimizer state, AdamW's step count
+    included, bit-identical; the update's outputs are transient), and
     ```
     clean:   good' = good + 1; good' == window ? (S' = 2S, good' = 0) : S' = S
     skipped: S' = max(S / 2, min), good' = 0, skipped' = skipped + 1

@@ -26,28 +26,39 @@
 // CHECK-NEXT: %[[S0:.*]] = tsr.select %[[UNSET]], %[[INIT]], %[[LS]] : tensor<i1>, tensor<f32>
 // CHECK-NEXT: %[[SEED:.*]] = tsr.mul %{{.*}}, %[[S0]] : tensor<f32>
 // CHECK-NEXT: tsr.cross_entropy_grad %{{.*}}, %{{.*}}, %[[SEED]] {{.*}}: tensor<6x8xf16>, tensor<6xi64>, tensor<f32>
-// ...and once before the first update, for the unscale and the state update.
-// CHECK: %[[G:.*]] = tsr.convert %{{.*}} : tensor<8x4xf16> -> tensor<8x4xf32>
-// CHECK-NEXT: %[[T0:.*]] = tsr.reduce_sum %[[G]] {axes = array<i64: 0, 1>} : tensor<8x4xf32> -> tensor<f32>
+// ...and once before the first update, for the unscale and the state
+// update. Each gradient's f32 sum reads its own convert (the update's
+// convert moves after the decision and must not live until then).
+// CHECK: %[[G0:.*]] = tsr.gather_grad {{.*}} -> tensor<8x4xf16>
+// CHECK: %[[GS:.*]] = tsr.convert %[[G0]] : tensor<8x4xf16> -> tensor<8x4xf32>
+// CHECK-NEXT: %[[T0:.*]] = tsr.reduce_sum %[[GS]] {axes = array<i64: 0, 1>} : tensor<8x4xf32> -> tensor<f32>
 // CHECK-NEXT: %[[ZERO1:.*]] = tsr.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[UNSET1:.*]] = tsr.equal %[[LS]], %[[ZERO1]] : tensor<f32> -> tensor<i1>
 // CHECK-NEXT: %[[INIT1:.*]] = tsr.constant dense<1.024000e+03> : tensor<f32>
 // CHECK-NEXT: %[[S:.*]] = tsr.select %[[UNSET1]], %[[INIT1]], %[[LS]] : tensor<i1>, tensor<f32>
 // CHECK-NEXT: %[[ONE:.*]] = tsr.constant dense<1.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[INV:.*]] = tsr.div %[[ONE]], %[[S]] : tensor<f32>
-// CHECK-NEXT: %[[INVB:.*]] = tsr.broadcast %[[INV]] : tensor<f32> -> tensor<8x4xf32>
-// CHECK-NEXT: %[[GU:.*]] = tsr.mul %[[G]], %[[INVB]] : tensor<8x4xf32>
-// CHECK-NEXT: %[[NW:[a-z_0-9]+]], %[[NM:[a-z_0-9]+]], %{{.*}} = tsr.adamw_update %[[W]], %[[GU]], %[[M]]
-// CHECK: tsr.reduce_sum %{{.*}} {axes = array<i64: 0>} : tensor<4xf32> -> tensor<f32>
-// CHECK: tsr.reduce_sum %{{.*}} {axes = array<i64: 0, 1>} : tensor<8x4xf32> -> tensor<f32>
-// CHECK: %[[SUM:.*]] = tsr.add
+// CHECK-NEXT: tsr.convert %{{.*}} : tensor<4xf16> -> tensor<4xf32>
+// CHECK-NEXT: tsr.reduce_sum %{{.*}} {axes = array<i64: 0>} : tensor<4xf32> -> tensor<f32>
+// CHECK-NEXT: tsr.convert %{{.*}} : tensor<8x4xf16> -> tensor<8x4xf32>
+// CHECK-NEXT: tsr.reduce_sum %{{.*}} {axes = array<i64: 0, 1>} : tensor<8x4xf32> -> tensor<f32>
+// CHECK-NEXT: %[[SUM:.*]] = tsr.add
 // CHECK-NEXT: %[[TOTAL:.*]] = tsr.add %[[SUM]]
 // CHECK-NEXT: %[[Z:.*]] = tsr.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[NAN:.*]] = tsr.mul %[[TOTAL]], %[[Z]] : tensor<f32>
 // CHECK-NEXT: %[[OK:.*]] = tsr.equal %[[NAN]], %[[Z]] : tensor<f32> -> tensor<i1>
+// Then each update, right after the decision, and its selects.
+// CHECK-NEXT: %[[G:.*]] = tsr.convert %[[G0]] : tensor<8x4xf16> -> tensor<8x4xf32>
+// CHECK-NEXT: %[[INVB:.*]] = tsr.broadcast %[[INV]] : tensor<f32> -> tensor<8x4xf32>
+// CHECK-NEXT: %[[GU:.*]] = tsr.mul %[[G]], %[[INVB]] : tensor<8x4xf32>
+// CHECK-NEXT: %[[NW:[a-z_0-9]+]], %[[NM:[a-z_0-9]+]], %{{.*}} = tsr.adamw_update %[[W]], %[[GU]], %[[M]]
 // CHECK-NEXT: %[[OKB:.*]] = tsr.broadcast %[[OK]] : tensor<i1> -> tensor<8x4xi1>
 // CHECK-NEXT: %[[W1:.*]] = tsr.select %[[OKB]], %[[NW]], %[[W]] : tensor<8x4xi1>, tensor<8x4xf32>
-// CHECK: %[[M1:.*]] = tsr.select %[[OKB]], %[[NM]], %[[M]] : tensor<8x4xi1>, tensor<8x4xf32>
+// CHECK-NEXT: %[[M1:.*]] = tsr.select %[[OKB]], %[[NM]], %[[M]] : tensor<8x4xi1>, tensor<8x4xf32>
+// CHECK-NEXT: tsr.select %[[OKB]]
+// CHECK-NEXT: tsr.convert %{{.*}} : tensor<4xf16> -> tensor<4xf32>
+// CHECK: tsr.adamw_update
+// CHECK: tsr.adamw_update
 // CHECK: %[[STEP1:.*]] = tsr.select %[[OK]], %{{.*}}, %[[STEP]] : tensor<i1>, tensor<f32>
 // CHECK: %[[GOOD1:.*]] = tsr.add %[[GOOD]], %{{.*}} : tensor<f32>
 // CHECK-NEXT: %[[WIN:.*]] = tsr.constant dense<4.000000e+00> : tensor<f32>
