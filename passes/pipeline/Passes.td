@@ -59,9 +59,10 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
     so the step's gradient collectives and the optimizer's input keep the
     types they have without pipelining: a bf16 pipeline plan all-reduces
     its gradients over dp in bf16, the same bytes as the M = 1 bf16 plan.
-    (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, which its bf16
-    mode turns on, all-reduces the f32 sum instead: twice the bytes, one
-    rounding fewer; here the dp reduction adds in f32 per combine and
+    (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, which its
+    `arguments.py` turns on for bf16, all-reduces the f32 sum instead:
+    twice the bytes, one rounding fewer; its newer `--grad-reduce-in-bf16`
+    is the choice made here. The dp reduction adds in f32 per combine and
     rounds each partial sum to bf16, exactly as the non-pipelined plan.)
     f32 values (the loss) are accumulated as they are.
 

@@ -338,10 +338,11 @@ static cl::opt<std::string> explainJson(
     cl::value_desc("FILE"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> planSpace(
     "plan-space",
-    cl::desc("runnable (default): search only plans this build of Tessera "
-             "can compile and run (Plan::validate); all: every plan the cost "
-             "model scores, e.g. pipelining with bf16 or ZeRO, for planning "
-             "a cluster"),
+    cl::desc(
+        "runnable (default): search only plans this build of Tessera "
+        "can compile and run (Plan::validate); all: every plan the cost "
+        "model scores, including those Plan::validate rejects, for planning "
+        "a cluster"),
     cl::init("runnable"), cl::cat(category));
 static cl::opt<bool> planOnly(
     "plan-only",
