@@ -56,11 +56,6 @@ llvm::Error Plan::validate() const {
     return fail("--precision fp16 with --zero is not supported yet (the "
                 "loss-scale unscale sits between the gradient reduction and "
                 "the update)");
-  if (precision != "fp32" && pipelined())
-    return fail("--precision " + precision +
-                " with pipeline parallelism (--pp or --micro-batches) is not "
-                "supported yet (the micro-batch gradient accumulators are "
-                "f32)");
   if (zero < 0 || zero > 3)
     return fail("--zero must be 0, 1, 2 or 3, got " + llvm::Twine(zero));
   if (zero > 0 && pipelined())

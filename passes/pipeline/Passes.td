@@ -47,6 +47,25 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
     `@train_step` stays as a declaration carrying the arguments' and
     results' attributes (the artifact's manifest).
 
+    **Accumulators are f32** (the runtime adds micro-batch results into f32
+    buffers only). Under `tsr-mixed-precision` a gradient is bf16/f16, so
+    the function that makes it widens each micro-batch's contribution with
+    a `tsr.convert` to f32 and returns that as its `tsrt.acc` result:
+    the sum over the M micro-batches is formed in f32 and rounded once, as
+    in Megatron-LM's fp32 `main_grad` accumulation (Narayanan et al., 2021).
+    `@apply_c` receives the f32 accumulator and narrows it back to the
+    gradient's own type (`tsr.convert`) before the remaining all-reduce
+    (over dp and any other non-`mb` axis) and the ops that read the sum,
+    so the step's gradient collectives and the optimizer's input keep the
+    types they have without pipelining: a bf16 pipeline plan all-reduces
+    its gradients over dp in bf16, the same bytes as the M = 1 bf16 plan.
+    (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, which its
+    `arguments.py` turns on for bf16, all-reduces the f32 sum instead:
+    twice the bytes, one rounding fewer; its newer `--grad-reduce-in-bf16`
+    is the choice made here. The dp reduction adds in f32 per combine and
+    rounds each partial sum to bf16, exactly as the non-pipelined plan.)
+    f32 values (the loss) are accumulated as they are.
+
     Errors: a pipeline of more chunks than layers, bad `stages`, a
     parameter used by more than one chunk (tied weights), a value that
     would travel backwards in its phase.
@@ -71,6 +90,10 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
     }
     func.func @apply_1(%w: ... {tsrt.arg = 7 : i64},
                        %dw: ... {tsrt.acc = 3 : i64}) -> (... {tsrt.result = 2 : i64})
+    // bf16: @backward_1 returns %g = tsr.convert %dw : ...xbf16 -> ...xf32
+    // as tsrt.acc = 3; @apply_1 takes the f32 sum and narrows it:
+    //   %s = tsr.convert %acc : tensor<64x64xf32> -> tensor<64x64xbf16>
+    //   %r = shard.all_reduce %s on @grid grid_axes = [0] : ...xbf16
     tsrt.pipeline_schedule {kind = "1f1b", stages = 2, micro_batches = 2, ...}
     ```
 

@@ -65,6 +65,20 @@ struct StepAnalysis {
   int64_t numUnits = 0;
 };
 
+/// The type micro-batch values of `type` are accumulated in: f32 for a float
+/// narrower than f32 (bf16, f16; Megatron-LM's fp32 `main_grad`), else
+/// `type` itself. The runtime adds the micro-batches' results into f32
+/// buffers only.
+Type accumulatorType(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked)
+    return type;
+  auto element = dyn_cast<FloatType>(ranked.getElementType());
+  if (!element || element.getWidth() >= 32)
+    return type;
+  return ranked.clone(Float32Type::get(type.getContext()));
+}
+
 bool isMicroValue(const StepAnalysis &a, Value v) {
   Operation *d = v.getDefiningOp();
   return d && a.micro.contains(d);
@@ -334,18 +348,25 @@ struct Splitter {
       result = clone->getResult(cast<OpResult>(v).getResultNumber());
     } else if (a.accIndex.count(d)) {
       // Only reached from apply functions.
+      // A low-precision sum arrives as its f32 accumulator and is narrowed
+      // back to its own type before the rest of the reduction, so the
+      // collectives over the other axes (dp) and the ops that read the sum
+      // see the types they see without pipelining.
       auto ar = cast<shard::AllReduceOp>(d);
-      Value acc = addArg(fn, ar.getInput().getType(),
-                         i64Attr("tsrt.acc", a.accIndex[d]));
+      Type type = ar.getInput().getType();
+      Value acc =
+          addArg(fn, accumulatorType(type), i64Attr("tsrt.acc", a.accIndex[d]));
       SmallVector<int16_t> axes;
       for (int16_t axis : ar.getGridAxes())
         if (axis != a.mbAxis && a.gridShape[axis] > 1)
           axes.push_back(axis);
       result = acc;
+      if (acc.getType() != type)
+        result = tsr::ConvertOp::create(b, ar.getLoc(), type, acc);
       if (!axes.empty())
         result = shard::AllReduceOp::create(
                      b, ar.getLoc(), ar.getResult().getType(), ar.getGrid(),
-                     axes, acc, ar.getReduction())
+                     axes, result, ar.getReduction())
                      .getResult();
     } else if (phase == Phase::Backward && a.phase[d] == Phase::Forward) {
       result = addArg(fn, v.getType(), i64Attr("tsrt.saved", savedIndex(c, v)));
@@ -396,10 +417,16 @@ struct Splitter {
               it != channels.end())
             tsrt::SendOp::create(b, op.getLoc(), fn.map.lookup(r), to,
                                  it->second);
+      // Each contribution to a sum over micro-batches is returned in its
+      // accumulator type (a bf16/f16 gradient widened to f32 here, once per
+      // micro-batch, so the sum over micro-batches rounds only once).
       for (Value r : op.getResults())
         for (Operation *user : r.getUsers())
           if (a.accIndex.count(user)) {
-            fn.results.push_back(fn.map.lookup(r));
+            Value v = fn.map.lookup(r);
+            if (Type type = accumulatorType(v.getType()); type != v.getType())
+              v = tsr::ConvertOp::create(b, op.getLoc(), type, v);
+            fn.results.push_back(v);
             fn.resultAttrs.push_back(
                 b.getDictionaryAttr({i64Attr("tsrt.acc", a.accIndex[user])}));
           }

@@ -55,14 +55,25 @@
 
     e2e.py precision --build DIR --config NAME --optimizer sgd|adamw
                      [--dp N --tp M] [--traffic] [--rtol 2e-2]
-                     [--precision-type bf16|fp16]
+                     [--precision-type bf16|fp16] [--loss-scale S]
+                     [--pp P --micro-batches M --schedules KIND]
+                     [--sp megatron] [--recompute selective|full]
         A bf16 run (--precision bf16: bf16 forward/backward and gradient
         all-reduce, fp32 master weights and optimizer state) on the dp x tp
-        grid vs the fp32 serial run: every step's loss within rtol. With
+        grid vs the fp32 serial run: every step's loss within rtol. --pp P
+        (or --micro-batches M alone) makes it a pipeline plan of M
+        micro-batches (default 4) with one --schedules kind (default 1f1b;
+        interleaved with 2 virtual stages), whose micro-batch gradients are
+        accumulated in f32; --sp megatron, --recompute and --loss-scale
+        (fp16) are passed to the low-precision run's tessera-partition. With
         --traffic, also an fp32 run on the same grid: every step's
         "bytes_sent" of the bf16 run must be exactly the fp32 run's with
         the gradient all-reduce halved, i.e. L + (fp32 - L) / 2 where L is
         the f32 loss all-reduce, 2(dp-1)/dp * 4 bytes (dp > 1, tp = 1).
+        A pipeline plan's rank 0 (stage 0, which does not hold the loss)
+        sends its bf16 activations and gradient all-reduces: exactly half
+        the fp32 plan's bytes (the gradient all-reduce stays bf16 though
+        the micro-batch accumulation is f32).
         --precision-type fp16 does the same with --precision fp16 (static
         loss scale 1024); its --traffic also runs bf16 on the same grid:
         fp16's bytes_sent must equal bf16's exactly.
@@ -482,8 +493,15 @@ def main():
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--rtol", type=float)
     p.add_argument("--grid", default="2x1x1", help="pipeline: PPxDPxTP")
-    p.add_argument("--micro-batches", default="1,4,8")
-    p.add_argument("--schedules", default="gpipe,1f1b,interleaved")
+    p.add_argument("--micro-batches", default=None,
+                   help="pipeline: the list (default 1,4,8); precision: M")
+    p.add_argument("--schedules", default=None,
+                   help="pipeline: the list (default gpipe,1f1b,"
+                        "interleaved); precision: one kind (default 1f1b)")
+    p.add_argument("--recompute", choices=["selective", "full"], default=None,
+                   help="precision: recomputation of the low-precision run")
+    p.add_argument("--loss-scale", default=None,
+                   help="precision: --loss-scale of the fp16 run")
     p.add_argument("--pp", type=int, default=1, help="recompute: stages")
     p.add_argument("--zero", type=int, default=0,
                    help="parallel: ZeRO stage of the parallel run")
@@ -548,8 +566,10 @@ def main():
             pp, dp, tp = (int(x) for x in args.grid.split("x"))
             ok = True
             runs = 0
-            for m in (int(x) for x in args.micro_batches.split(",")):
-                for schedule in args.schedules.split(","):
+            for m in (int(x) for x in
+                      (args.micro_batches or "1,4,8").split(",")):
+                for schedule in (args.schedules
+                                 or "gpipe,1f1b,interleaved").split(","):
                     extra = ["--pp", str(pp), "--micro-batches", str(m),
                              "--schedule", schedule]
                     if schedule == "interleaved":
@@ -665,14 +685,41 @@ def check_precision(args, work):
                                   if args.sp != "megatron" else [])
         grid += f" sp {args.sp}" + (f" x{args.sp_size}"
                                     if args.sp != "megatron" else "")
+    # The plan's shape (pipeline, sp), shared by the fp32 traffic run.
+    pipe = []
+    if args.pp > 1 or args.micro_batches:
+        m = int(args.micro_batches or 4)
+        schedule = args.schedules or "1f1b"
+        pipe = ["--pp", str(args.pp), "--micro-batches", str(m),
+                "--schedule", schedule]
+        if schedule == "interleaved":
+            pipe += ["--virtual-stages", "2"]
+        grid += f" x pp{args.pp} ({schedule}, M={m})"
+    shape = sp + pipe
+    extra = []
+    if args.recompute:
+        extra += ["--recompute", args.recompute]
+        grid += f" recompute {args.recompute}"
+    if args.loss_scale:
+        extra += ["--loss-scale", args.loss_scale]
+        grid += f" loss scale {args.loss_scale}"
     serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
     bf16_m, _ = tessera(args, work, args.dp, args.tp, low,
-                        ["--precision", low] + sp)
+                        ["--precision", low] + shape + extra, args.pp)
     print(f"losses: {low} {grid} vs fp32 serial (rtol {rtol})")
     ok = check_losses(bf16_m, serial_m, rtol)
     if not args.traffic:
         return ok
-    fp32_m, _ = tessera(args, work, args.dp, args.tp, "fp32")
+    fp32_m, _ = tessera(args, work, args.dp, args.tp, "fp32", shape, args.pp)
+    if pipe:
+        full, half = bytes_sent(fp32_m), bytes_sent(bf16_m)
+        want = [b / 2 for b in full]
+        good = len(half) == STEPS and all(
+            abs(h - w) <= 1e-9 * w for h, w in zip(half, want))
+        print(f"bytes_sent of rank 0 (stage 0) per step: fp32 {full}, {low} "
+              f"{half}; expected fp32 / 2 = {want} "
+              f"{'ok' if good else 'MISMATCH'}")
+        return ok and good
     n = args.dp
     loss = 2 * (n - 1) / n * 4
     full, half = bytes_sent(fp32_m), bytes_sent(bf16_m)
