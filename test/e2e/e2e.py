@@ -69,7 +69,8 @@
         loss scale 1024); its --traffic also runs bf16 on the same grid:
         fp16's bytes_sent must equal bf16's exactly. With --zero Z the
         low-precision run uses ZeRO-Z and must also match the same run
-        without ZeRO within 1e-5 (losses and final weights).
+        without ZeRO within 1e-5, and the fp32 serial run within rtol
+        (losses and final weights).
 
     e2e.py cuda --build DIR --config NAME --optimizer sgd|adamw
                 [--precision-type bf16] [--rtol R]
@@ -673,7 +674,7 @@ def check_precision(args, work):
         grid += f" sp {args.sp}" + (f" x{args.sp_size}"
                                     if args.sp != "megatron" else "")
     zero = ["--zero", str(args.zero)] if args.zero else []
-    serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
+    serial_m, serial_w = tessera(args, work, 1, 1, "fp32-serial")
     bf16_m, bf16_w = tessera(args, work, args.dp, args.tp, low,
                              ["--precision", low] + sp + zero)
     print(f"losses: {low} {grid}{' ZeRO-%d' % args.zero if zero else ''} "
@@ -686,6 +687,10 @@ def check_precision(args, work):
                                    ["--precision", low] + sp)
         print(f"{low} {grid} ZeRO-{args.zero} vs without ZeRO:")
         ok = check_run(args, bf16_m, bf16_w, plain_m, plain_w, 1e-5,
+                       f"{low} ZeRO-{args.zero} (reference: {low} without "
+                       "ZeRO)") and ok
+        print(f"{low} {grid} ZeRO-{args.zero} vs fp32 serial:")
+        ok = check_run(args, bf16_m, bf16_w, serial_m, serial_w, rtol,
                        f"{low} ZeRO-{args.zero}") and ok
     if not args.traffic:
         return ok
