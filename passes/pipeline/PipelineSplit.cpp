@@ -53,9 +53,9 @@ struct StepAnalysis {
   func::FuncOp func;
   int16_t mbAxis = -1;
   SmallVector<int64_t> gridShape;
-  DenseSet<Operation *> constant;       ///< rematerialised where used
-  DenseSet<Operation *> micro;          ///< run once per micro-batch
-  DenseMap<Operation *, Phase> phase;   ///< of micro ops
+  DenseSet<Operation *> constant;     ///< rematerialised where used
+  DenseSet<Operation *> micro;        ///< run once per micro-batch
+  DenseMap<Operation *, Phase> phase; ///< of micro ops
   /// Micro ops that autodiff did not tag and that read only step arguments,
   /// constants and each other: ops later passes made from parameters
   /// (ZeRO-3's all-gathers). They belong to the phase and chunk of their
@@ -232,9 +232,8 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
         continue;
       int64_t d = a.chunk.lookup(user);
       if (c != kReplicated && d != c) {
-        InFlightDiagnostic diag =
-            op->emitOpError("is read in pipeline chunks ")
-            << c << " and " << d;
+        InFlightDiagnostic diag = op->emitOpError("is read in pipeline chunks ")
+                                  << c << " and " << d;
         for (Value v : op->getOperands())
           if (auto arg = dyn_cast<BlockArgument>(v))
             if (auto name = tsr::getArgName(a.func, arg.getArgNumber()))

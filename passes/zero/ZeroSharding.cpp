@@ -310,10 +310,12 @@ struct ZeroShardingPass
       u = d->getOperand(0);
     }
     Operation *d = v.getDefiningOp();
-    if (!d || !d->hasTrait<OpTrait::Elementwise>() ||
-        d->getNumResults() != 1 || !d->hasOneUse())
+    if (!d || !d->hasTrait<OpTrait::Elementwise>() || d->getNumResults() != 1 ||
+        !d->hasOneUse())
       return failure();
-    auto shape = [](Value x) { return cast<ShapedType>(x.getType()).getShape(); };
+    auto shape = [](Value x) {
+      return cast<ShapedType>(x.getType()).getShape();
+    };
     for (Value operand : d->getOperands())
       if (shape(operand) == shape(v) &&
           succeeded(findGradChain(operand, grid, p, depth + 1))) {
@@ -380,9 +382,9 @@ struct ZeroShardingPass
       b.setInsertionPoint(atEnd && p.gather.empty() ? firstUpdate : ar);
       Value grad = ar.getInput();
       if (!others.empty())
-        grad = shard::AllReduceOp::create(b, loc, grad.getType(), gridName,
-                                          others, grad,
-                                          shard::ReductionKind::Sum);
+        grad =
+            shard::AllReduceOp::create(b, loc, grad.getType(), gridName, others,
+                                       grad, shard::ReductionKind::Sum);
       if (!p.gather.empty()) {
         ar.getResult().replaceAllUsesWith(grad);
         ar.erase();
@@ -398,12 +400,12 @@ struct ZeroShardingPass
       SmallVector<OpOperand *> wholeUses;
       for (OpOperand &use : grad.getUses())
         wholeUses.push_back(&use);
-      Value view = reshapeTo(b, loc, grad,
-                             viewType(full, p, grid.dp, /*shard=*/false));
+      Value view =
+          reshapeTo(b, loc, grad, viewType(full, p, grid.dp, /*shard=*/false));
       auto rs = shard::ReduceScatterOp::create(
           b, loc, viewType(full, p, grid.dp, /*shard=*/true),
-          FlatSymbolRefAttr::get(grid.gridName),
-          b.getDenseI16ArrayAttr(dpAxes), view,
+          FlatSymbolRefAttr::get(grid.gridName), b.getDenseI16ArrayAttr(dpAxes),
+          view,
           shard::ReductionKindAttr::get(b.getContext(),
                                         shard::ReductionKind::Sum),
           b.getIntegerAttr(b.getIndexType(), p.dim + p.sub));
@@ -427,9 +429,8 @@ struct ZeroShardingPass
           if (operand.get() == prev)
             continue;
           auto type = cast<RankedTensorType>(operand.get().getType());
-          Value v = reshapeTo(
-              b, loc, operand.get(),
-              viewType(type, p, grid.dp, /*shard=*/false));
+          Value v = reshapeTo(b, loc, operand.get(),
+                              viewType(type, p, grid.dp, /*shard=*/false));
           v = shard::AllSliceOp::create(
               b, loc, viewType(type, p, grid.dp, /*shard=*/true), gridName,
               dpAxes, v, APInt(64, p.dim + p.sub));
