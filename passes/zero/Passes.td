@@ -96,6 +96,19 @@ def ZeroSharding
       (moved after the reduce-scatter when needed), and their other
       operands are cut to the shard by `shard.all_slice` over dp (local,
       no traffic).
+    - a `tsr.convert`, or an elementwise op whose other operand is
+      uniform (made from rank-0 values only, e.g. the broadcast 1/S),
+      among the data movement (mixed precision with SP converts and
+      unscales the sequence shard before the all-gather): it moves after
+      the reduce-scatter, a uniform operand made again at the shard's
+      shape, and the movement and the reduce-scatter carry the reduced
+      (bf16/fp16) type.
+
+    A gradient with no dp collective on that path that a backward op
+    (`tsr.bwd`) made is one the partition computed whole on every dp rank
+    (it gathered the op's inputs over dp, e.g. an LM head's weight
+    gradient under Megatron-SP when that is cheaper): it is sliced over dp
+    (`shard.all_slice`, local) right before the update.
 
     Pipelines (`tsr-sharding-annotate{pp=P micro-batches=M}`, run before
     `tsr-pipeline-split`): the gradient's all-reduce is over dp and the

@@ -226,19 +226,26 @@ struct ZeroShardingPass
       return update->emitError("parameter '")
              << p.name.getValue() << "': " << msg;
     };
-    if (failed(findGradChain(update.getGradOperand().get(), grid, p)))
-      return fail("its gradient is not a shard.all_reduce over the dp axis "
-                  "(run tsr-zero-sharding after tsr-sharding-partition)");
-    if (p.gradReduce.getReduction() != shard::ReductionKind::Sum)
-      return fail("its gradient all-reduce is not a sum");
-    if (!p.gradReduce->hasOneUse())
-      return fail("its gradient all-reduce has uses other than the update");
-    Value whole = p.gather.empty() ? p.gradReduce.getResult()
-                                   : p.gather.back()->getResult(0);
-    if (cast<ShapedType>(whole.getType()).getShape() !=
-        cast<ShapedType>(param.getType()).getShape())
-      return fail("its dp-reduced gradient, made whole over the other grid "
-                  "axes, does not have the parameter's local shape");
+    if (failed(findGradChain(update.getGradOperand().get(), grid, p))) {
+      if (!computedWhole(update.getGradOperand().get(), grid))
+        return fail("its gradient is not a shard.all_reduce over the dp axis "
+                    "(run tsr-zero-sharding after tsr-sharding-partition)");
+      p.gradReduce = nullptr; // replicated over dp: sliced at the update
+      p.gather.clear();
+      p.elementwise.clear();
+    }
+    if (p.gradReduce) {
+      if (p.gradReduce.getReduction() != shard::ReductionKind::Sum)
+        return fail("its gradient all-reduce is not a sum");
+      if (!p.gradReduce->hasOneUse())
+        return fail("its gradient all-reduce has uses other than the update");
+      Value whole = p.gather.empty() ? p.gradReduce.getResult()
+                                     : p.gather.back()->getResult(0);
+      if (cast<ShapedType>(whole.getType()).getShape() !=
+          cast<ShapedType>(param.getType()).getShape())
+        return fail("its dp-reduced gradient, made whole over the other grid "
+                    "axes, does not have the parameter's local shape");
+    }
     for (Value state : update.getOptimizerState()) {
       if (!hasRole(func, state, "opt_state"))
         return fail("its optimizer state is not a function argument with "
@@ -278,6 +285,69 @@ struct ZeroShardingPass
     return p;
   }
 
+  /// A value every element of which is the same scalar: made by an op from
+  /// rank-0 operands only (e.g. fp16's broadcast 1/S). It equals its own
+  /// shards, so an elementwise op with it may move across the dp
+  /// reduction and the movement over other axes.
+  static bool isUniform(Value v) {
+    Operation *d = v.getDefiningOp();
+    return d && d->getNumResults() == 1 && d->getNumOperands() > 0 &&
+           llvm::all_of(d->getOperandTypes(), [](Type t) {
+             auto ranked = dyn_cast<RankedTensorType>(t);
+             return ranked && ranked.getRank() == 0;
+           });
+  }
+
+  /// An elementwise op that may sit among the data movement between the dp
+  /// all-reduce and the update and move after the reduce-scatter: a
+  /// `tsr.convert` (the sum over dp is then taken in its input type, as
+  /// without ZeRO) or an elementwise op whose other operands are uniform
+  /// (fp16's unscale by 1/S, which commutes with the sum).
+  static bool isElementwiseStep(Operation *d) {
+    if (isa<tsr::ConvertOp>(d))
+      return true;
+    if (!d->hasTrait<OpTrait::Elementwise>() || d->getNumResults() != 1 ||
+        d->getNumOperands() != 2)
+      return false;
+    return isUniform(d->getOperand(0)) != isUniform(d->getOperand(1));
+  }
+
+  /// The operand of a chain op that carries the gradient.
+  static Value chainOperand(Operation *d) {
+    if (d->getNumOperands() == 2 && isUniform(d->getOperand(0)))
+      return d->getOperand(1);
+    return d->getOperand(0);
+  }
+
+  /// Whether `v` is a gradient that backward computed whole on every dp
+  /// rank (the partition gathered its inputs over dp instead of reducing
+  /// it, e.g. an LM head's weight gradient from activations all-gathered
+  /// over dp and tp): a backward op (`tsr.bwd`), reached through the chain
+  /// ops findGradChain accepts without any collective over dp.
+  static bool computedWhole(Value v, const GridInfo &grid) {
+    for (int depth = 0; depth < 16; ++depth) {
+      Operation *d = v.getDefiningOp();
+      if (!d)
+        return false;
+      if (tsr::isBackward(d))
+        return true;
+      if (auto ag = dyn_cast<shard::AllGatherOp>(d);
+          ag && !llvm::is_contained(ag.getGridAxes(), grid.dpAxis)) {
+        v = ag.getInput();
+        continue;
+      }
+      if (auto ar = dyn_cast<shard::AllReduceOp>(d);
+          ar && !llvm::is_contained(ar.getGridAxes(), grid.dpAxis)) {
+        v = ar.getInput();
+        continue;
+      }
+      if (!isa<tsr::ReshapeOp>(d) && !isElementwiseStep(d))
+        return false;
+      v = chainOperand(d);
+    }
+    return false;
+  }
+
   /// Finds the chain from the dp all-reduce to `v` (the update's gradient
   /// operand, or an elementwise op's operand on the way): single-use
   /// elementwise ops nearest the update (following an operand of the same
@@ -297,9 +367,13 @@ struct ZeroShardingPass
         p.gradReduce = ar;
         p.gather.assign(gather.rbegin(), gather.rend());
         p.elementwise.clear();
+        // Elementwise ops after the last movement are the elementwise
+        // segment's.
+        while (!p.gather.empty() && isElementwiseStep(p.gather.back()))
+          p.elementwise.insert(p.elementwise.begin(), p.gather.pop_back_val());
         return success();
       }
-      bool moves = isa<tsr::ReshapeOp>(d);
+      bool moves = isa<tsr::ReshapeOp>(d) || isElementwiseStep(d);
       if (auto ag = dyn_cast<shard::AllGatherOp>(d))
         moves = !overDp(ag.getGridAxes());
       if (auto ar = dyn_cast<shard::AllReduceOp>(d))
@@ -307,7 +381,7 @@ struct ZeroShardingPass
       if (!moves || !d->hasOneUse())
         break;
       gather.push_back(d);
-      u = d->getOperand(0);
+      u = chainOperand(d);
     }
     Operation *d = v.getDefiningOp();
     if (!d || !d->hasTrait<OpTrait::Elementwise>() || d->getNumResults() != 1 ||
@@ -364,6 +438,20 @@ struct ZeroShardingPass
     for (ZeroParam &p : params) {
       auto full = cast<RankedTensorType>(p.param.getType());
       RankedTensorType local = shardType(full, p.dim, grid.dp);
+      if (!p.gradReduce) {
+        // Replicated over dp already: each rank takes its slice (local).
+        OpOperand &grad = p.update.getGradOperand();
+        auto type = cast<RankedTensorType>(grad.get().getType());
+        Location loc = p.update->getLoc();
+        b.setInsertionPoint(p.update);
+        Value v = reshapeTo(b, loc, grad.get(),
+                            viewType(type, p, grid.dp, /*shard=*/false));
+        v = shard::AllSliceOp::create(
+            b, loc, viewType(type, p, grid.dp, /*shard=*/true), gridName,
+            dpAxes, v, APInt(64, p.dim + p.sub));
+        grad.set(reshapeTo(b, loc, v, type.clone(local.getShape())));
+        continue;
+      }
       // All-reduce over dp -> reduce-scatter over dp (after an all-reduce
       // over the other axes, if the original had any). With data movement
       // between them (p.gather), the all-reduce keeps only the other axes
@@ -385,9 +473,24 @@ struct ZeroShardingPass
         grad =
             shard::AllReduceOp::create(b, loc, grad.getType(), gridName, others,
                                        grad, shard::ReductionKind::Sum);
+      // A convert among the movement (mixed precision converts before an
+      // all-gather over sp) moves after the reduce-scatter: the movement
+      // carries the reduced type, and so does the reduce-scatter.
+      SmallVector<Operation *> converts;
       if (!p.gather.empty()) {
         ar.getResult().replaceAllUsesWith(grad);
         ar.erase();
+        for (Operation *op : p.gather) {
+          Value in = chainOperand(op);
+          if (isElementwiseStep(op)) {
+            op->getResult(0).replaceAllUsesWith(in);
+            converts.push_back(op);
+            continue;
+          }
+          auto type = cast<RankedTensorType>(op->getResult(0).getType());
+          op->getResult(0).setType(type.clone(
+              cast<RankedTensorType>(in.getType()).getElementType()));
+        }
         grad = whole->getResult(0);
         if (atEnd)
           b.setInsertionPoint(firstUpdate);
@@ -410,6 +513,28 @@ struct ZeroShardingPass
                                         shard::ReductionKind::Sum),
           b.getIntegerAttr(b.getIndexType(), p.dim + p.sub));
       Value sharded = reshapeTo(b, loc, rs.getResult(), local);
+      for (Operation *op : converts) {
+        op->moveAfter(sharded.getDefiningOp());
+        for (OpOperand &operand : op->getOpOperands()) {
+          if (operand.get() == chainOperand(op)) {
+            operand.set(sharded);
+            continue;
+          }
+          // A uniform operand: its maker again, at the shard's shape.
+          Operation *maker = operand.get().getDefiningOp();
+          b.setInsertionPoint(op);
+          Operation *clone = b.clone(*maker);
+          auto type = cast<RankedTensorType>(clone->getResult(0).getType());
+          clone->getResult(0).setType(type.clone(local.getShape()));
+          operand.set(clone->getResult(0));
+          if (maker->use_empty())
+            maker->erase();
+        }
+        auto type = cast<RankedTensorType>(op->getResult(0).getType());
+        retraceDpShards(op, type, p.dim, p.sub, grid);
+        op->getResult(0).setType(type.clone(local.getShape()));
+        sharded = op->getResult(0);
+      }
       if (p.gather.empty()) {
         ar.getResult().replaceAllUsesWith(sharded);
         ar.erase();

