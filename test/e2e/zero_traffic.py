@@ -2,7 +2,7 @@
 """Collective bytes per rank and step under ZeRO-0/1/2/3 vs the ring volumes.
 
     zero_traffic.py --build DIR [--config prenorm_gelu_causal] [--dp 2,4]
-                    [--steps 2]
+                    [--steps 2] [--pp-config pipeline] [--pp-dp 2]
 
 For every dp degree N and ZeRO stage, compiles the model with
 `tessera-partition --dp N --zero Z --optimizer sgd`, trains `--steps` steps on
@@ -33,8 +33,8 @@ Add/Sub (biases), Gemm's C, a LayerNormalization bias or Gather's table
 2(N-1)/N * B_p, the same as data parallelism (gathering them before backward
 would be wasted traffic).
 
-Pipelines (--pp-config, default the `pipeline` model, on pp 2 x dp N with M
-= 4 micro-batches, 1F1B): rank 0 is stage 0, and its bytes_sent also holds
+Pipelines (--pp-config, default the `pipeline` model, on pp 2 x dp N, N in
+--pp-dp (default 2), with M = 4 micro-batches, 1F1B): rank 0 is stage 0, and its bytes_sent also holds
 the stage's activation sends, so each stage Z is checked against the same
 pipeline without ZeRO. The gradients are accumulated over the micro-batches
 and reduced once per step, and ZeRO-3 gathers the stage's parameters per
@@ -138,7 +138,7 @@ def check_pipeline(args, work, partition, runner):
     model_path = os.path.join(ROOT, get_config(args.pp_config)["out"])
     params = parameters(onnx.load(model_path))
     m, ok = 4, True
-    for n in (int(x) for x in args.dp.split(",")):
+    for n in (int(x) for x in args.pp_dp.split(",")):
         f = (n - 1) / n
         base = None
         for zero in range(4):
@@ -186,6 +186,8 @@ def main():
     p.add_argument("--config", default="prenorm_gelu_causal")
     p.add_argument("--dp", default="2,4")
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--pp-dp", default="2",
+                   help="dp degrees of the pipelined runs (pp 2 x dp N)")
     p.add_argument("--pp-config", default="pipeline",
                    help="the model of the pipelined runs ('' to skip them)")
     args = p.parse_args()
