@@ -38,8 +38,11 @@ struct ZeroParam {
   /// movement that makes the gradient whole over the other grid axes
   /// (`tsr.reshape`, `shard.all_gather` / sum `shard.all_reduce` over
   /// non-dp axes; e.g. a sequence-sharded parameter's gradient under
-  /// sequence parallelism), then elementwise ops (mixed precision's
-  /// `tsr.convert`, fp16's 1/S unscale). Each has one use, the next.
+  /// sequence parallelism; converts and uniform scalings may sit among
+  /// it, see isElementwiseStep), then elementwise ops (mixed precision's
+  /// `tsr.convert`, fp16's 1/S unscale). Each has one use, the next. With
+  /// no dp all-reduce (gradReduce null) the gradient was computed whole on
+  /// every dp rank (computedWhole).
   SmallVector<Operation *, 2> gather, elementwise;
   SmallVector<BlockArgument> optState; ///< AdamW's exp_avg, exp_avg_sq
   /// The ZeRO dimension (-1: the parameter stays replicated), the local
@@ -473,10 +476,11 @@ struct ZeroShardingPass
         grad =
             shard::AllReduceOp::create(b, loc, grad.getType(), gridName, others,
                                        grad, shard::ReductionKind::Sum);
-      // A convert among the movement (mixed precision converts before an
-      // all-gather over sp) moves after the reduce-scatter: the movement
-      // carries the reduced type, and so does the reduce-scatter.
-      SmallVector<Operation *> converts;
+      // Elementwise steps among the movement (mixed precision converts and
+      // unscales before an all-gather over sp) move after the
+      // reduce-scatter: the movement carries the reduced type, and so
+      // does the reduce-scatter.
+      SmallVector<Operation *> steps;
       if (!p.gather.empty()) {
         ar.getResult().replaceAllUsesWith(grad);
         ar.erase();
@@ -484,7 +488,7 @@ struct ZeroShardingPass
           Value in = chainOperand(op);
           if (isElementwiseStep(op)) {
             op->getResult(0).replaceAllUsesWith(in);
-            converts.push_back(op);
+            steps.push_back(op);
             continue;
           }
           auto type = cast<RankedTensorType>(op->getResult(0).getType());
@@ -513,7 +517,7 @@ struct ZeroShardingPass
                                         shard::ReductionKind::Sum),
           b.getIntegerAttr(b.getIndexType(), p.dim + p.sub));
       Value sharded = reshapeTo(b, loc, rs.getResult(), local);
-      for (Operation *op : converts) {
+      for (Operation *op : steps) {
         op->moveAfter(sharded.getDefiningOp());
         for (OpOperand &operand : op->getOpOperands()) {
           if (operand.get() == chainOperand(op)) {
