@@ -52,15 +52,8 @@ llvm::Error Plan::validate() const {
                   "exact), got " +
                   shortDouble(s));
   }
-  if (precision == "fp16" && zero > 0)
-    return fail("--precision fp16 with --zero is not supported yet (the "
-                "loss-scale unscale sits between the gradient reduction and "
-                "the update)");
   if (zero < 0 || zero > 3)
     return fail("--zero must be 0, 1, 2 or 3, got " + llvm::Twine(zero));
-  if (zero > 0 && pipelined())
-    return fail("--zero with pipeline parallelism (--pp or --micro-batches) "
-                "is not supported yet");
   if (sp != "none" && sp != "megatron" && sp != "ulysses" && sp != "ring")
     return fail("--sp must be none, megatron, ulysses or ring, got '" + sp +
                 "'");
@@ -75,11 +68,6 @@ llvm::Error Plan::validate() const {
                 llvm::Twine(spSize));
   if (sp == "none" && spSize != 1)
     return fail("--sp-size needs --sp ulysses or ring");
-  if (sp != "none" && zero > 0)
-    return fail("--zero with --sp is not supported yet (tsr-zero-sharding "
-                "needs every gradient as one all-reduce over dp; a "
-                "sequence-sharded parameter's gradient, e.g. the position "
-                "embedding's, is all-gathered over the sequence axis)");
   if (sp != "none" && pipelined())
     return fail("--sp with pipeline parallelism (--pp or --micro-batches) is "
                 "not supported yet");

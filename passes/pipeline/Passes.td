@@ -30,8 +30,18 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
        partition), unless `stages` gives the first layer of every chunk.
        Backward ops go to the chunk of the forward op they differentiate
        (`tsr.bwd = i` -> `tsr.fwd = i`, tagged by autodiff); the apply ops to
-       the chunk whose accumulations they read; ops that read none (e.g.
-       AdamW's `step + 1`) are replicated into every chunk.
+       the chunk whose accumulations they read; an apply op that reads none
+       but whose results feed only one chunk's apply ops (e.g. ZeRO's
+       `shard.all_slice` of a parameter before its update) to that chunk,
+       so a stage reads only the parameters it updates; the others (e.g.
+       AdamW's `step + 1`) are replicated into every chunk. Untagged
+       per-micro-batch ops that read only step arguments, constants and
+       each other (values made from parameters by later passes, e.g.
+       ZeRO-3's `shard.all_gather`s) are not layers: each goes to the chunk
+       of its readers, in the forward phase if a forward op reads it (the
+       backward then reads it from the activation set), else in the
+       backward phase, so ZeRO-3 gathers a stage's parameters once per
+       micro-batch in `@forward_c` and again in `@backward_c`.
     3. **Functions.** Chunk c gets `@forward_c`, `@backward_c` and `@apply_c`
        (contract in `tsrt.pipeline_schedule`'s description). A value made in
        chunk a and used in chunk b travels once per micro-batch by
@@ -67,7 +77,8 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
     f32 values (the loss) are accumulated as they are.
 
     Errors: a pipeline of more chunks than layers, bad `stages`, a
-    parameter used by more than one chunk (tied weights), a value that
+    parameter (or a value made from parameters only) used by more than one
+    chunk (tied weights), a value that
     would travel backwards in its phase.
 
     Before (P = 2, M = 2, schematic):

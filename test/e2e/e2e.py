@@ -38,13 +38,15 @@
     e2e.py pipeline --build DIR --config NAME --optimizer sgd|adamw
                     --grid PPxDPxTP --micro-batches 1,4,8
                     --schedules gpipe,1f1b,interleaved [--rtol 1e-5]
-                    [--rank-order AXES]
+                    [--rank-order AXES] [--zero 1|2|3]
         One serial run, then one run per (micro-batches, schedule) on a
         pp*dp*tp grid (interleaved with 2 virtual stages per stage, only for
         micro-batch counts that are a multiple of pp, as Megatron-LM
         requires); each must match the serial run like `parallel`, and its
         ranks must follow the rank order (--rank-order, default Megatron-LM's
         pp, dp, tp): the manifest's, and each rank's stage in the trace.
+        --zero compiles every pipelined run with that ZeRO stage (sharded
+        over dp inside each stage).
 
     e2e.py recompute --build DIR --config NAME --optimizer sgd|adamw
                      --dp N --tp M [--pp P] [--modes selective,full]
@@ -76,7 +78,10 @@
         the micro-batch accumulation is f32).
         --precision-type fp16 does the same with --precision fp16 (static
         loss scale 1024); its --traffic also runs bf16 on the same grid:
-        fp16's bytes_sent must equal bf16's exactly.
+        fp16's bytes_sent must equal bf16's exactly. With --zero Z the
+        low-precision run uses ZeRO-Z and must also match the same run
+        without ZeRO within 1e-5 (losses and final weights), and with fp16
+        also the fp32 serial run's final weights within rtol.
 
     e2e.py cuda --build DIR --config NAME --optimizer sgd|adamw
                 [--precision-type bf16] [--rtol R]
@@ -580,6 +585,9 @@ def main():
                     if args.rank_order:
                         extra += ["--rank-order", args.rank_order]
                     tag = f"pp{pp}xdp{dp}xtp{tp}.m{m}.{schedule}"
+                    if args.zero:
+                        extra += ["--zero", str(args.zero)]
+                        tag += f".z{args.zero}"
                     par_m, par_w = tessera(args, work, dp, tp, tag, extra, pp,
                                            trace=True)
                     print(f"{tag} vs serial:")
@@ -703,11 +711,30 @@ def check_precision(args, work):
     if args.loss_scale:
         extra += ["--loss-scale", args.loss_scale]
         grid += f" loss scale {args.loss_scale}"
-    serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
-    bf16_m, _ = tessera(args, work, args.dp, args.tp, low,
-                        ["--precision", low] + shape + extra, args.pp)
-    print(f"losses: {low} {grid} vs fp32 serial (rtol {rtol})")
+    zero = ["--zero", str(args.zero)] if args.zero else []
+    serial_m, serial_w = tessera(args, work, 1, 1, "fp32-serial")
+    bf16_m, bf16_w = tessera(args, work, args.dp, args.tp, low,
+                             ["--precision", low] + shape + extra + zero,
+                             args.pp)
+    print(f"losses: {low} {grid}{' ZeRO-%d' % args.zero if zero else ''} "
+          f"vs fp32 serial (rtol {rtol})")
     ok = check_losses(bf16_m, serial_m, rtol)
+    if zero:
+        # ZeRO reduce-scatters the same low-precision gradient and unscales
+        # the shard: the same arithmetic as the run without it.
+        plain_m, plain_w = tessera(args, work, args.dp, args.tp, low + "-z0",
+                                   ["--precision", low] + shape + extra,
+                                   args.pp)
+        print(f"{low} {grid} ZeRO-{args.zero} vs without ZeRO:")
+        ok = check_run(args, bf16_m, bf16_w, plain_m, plain_w, 1e-5,
+                       f"{low} ZeRO-{args.zero} (reference: {low} without "
+                       "ZeRO)") and ok
+        if low == "fp16":
+            # fp16's weights stay within rtol of fp32's too (bf16's do not,
+            # with or without ZeRO: 7e-2 on a LayerNorm bias after 8 steps).
+            print(f"{low} {grid} ZeRO-{args.zero} vs fp32 serial:")
+            ok = check_run(args, bf16_m, bf16_w, serial_m, serial_w, rtol,
+                           f"{low} ZeRO-{args.zero}") and ok
     if not args.traffic:
         return ok
     fp32_m, _ = tessera(args, work, args.dp, args.tp, "fp32", shape, args.pp)
