@@ -85,9 +85,6 @@ llvm::Error Plan::validate() const {
                 "needs every gradient as one all-reduce over dp; a "
                 "sequence-sharded parameter's gradient, e.g. the position "
                 "embedding's, is all-gathered over the sequence axis)");
-  if (sp != "none" && pipelined())
-    return fail("--sp with pipeline parallelism (--pp or --micro-batches) is "
-                "not supported yet");
   if (!rankOrder.empty()) {
     std::vector<std::string> axes = rankAxisNames();
     std::string list;
