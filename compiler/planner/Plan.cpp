@@ -68,9 +68,6 @@ llvm::Error Plan::validate() const {
                 llvm::Twine(spSize));
   if (sp == "none" && spSize != 1)
     return fail("--sp-size needs --sp ulysses or ring");
-  if (sp != "none" && pipelined())
-    return fail("--sp with pipeline parallelism (--pp or --micro-batches) is "
-                "not supported yet");
   if (!rankOrder.empty()) {
     std::vector<std::string> axes = rankAxisNames();
     std::string list;

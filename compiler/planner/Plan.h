@@ -117,8 +117,8 @@ struct Plan {
   std::map<std::string, std::string> shardings;
 
   bool pipelined() const { return pp > 1 || microBatches > 1; }
-  /// The grid: axis names and sizes in the IR's axis order (dp, tp, [pp,
-  /// mb], [sp]); gridOf (common/plan/Grid.h) is the one derivation, which
+  /// The grid: axis names and sizes in the IR's axis order (dp, tp, [sp],
+  /// [pp, mb]); gridOf (common/plan/Grid.h) is the one derivation, which
   /// tsr-sharding-annotate shares.
   GridSpec grid() const { return gridOf(dp, tp, pp, microBatches, sp, spSize); }
   /// grid().names and grid().shape.
@@ -136,7 +136,7 @@ struct Plan {
   /// fastest; mpirun/srun place consecutive ranks on one node, so the
   /// fastest axes' groups stay inside a node. Empty means
   /// defaultRankOrder(); axes of size 1 may be left out. Independent of the
-  /// IR's axis order (dp, tp, [pp, mb], [sp]), which layouts and collectives
+  /// IR's axis order (dp, tp, [sp], [pp, mb]), which layouts and collectives
   /// refer to.
   std::vector<std::string> rankOrder;
   /// Megatron-LM's order restricted to the plan's rank axes: pp, dp, sp, tp

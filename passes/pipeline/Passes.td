@@ -29,7 +29,13 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
        P·V contiguous chunks minimising the most expensive chunk (linear
        partition), unless `stages` gives the first layer of every chunk.
        Backward ops go to the chunk of the forward op they differentiate
-       (`tsr.bwd = i` -> `tsr.fwd = i`, tagged by autodiff); the apply ops to
+       (`tsr.bwd = i` -> `tsr.fwd = i`, tagged by autodiff); untagged
+       backward ops (collectives the partitioner inserted) follow their
+       gradient operands' chunk, except that one whose results are larger
+       than its operands (an all-gather) runs in its users' chunk when they
+       share one earlier chunk, so a boundary carries the smaller tensor
+       (Megatron-SP's gather in front of a row-parallel matmul's gradient);
+       the apply ops go to
        the chunk whose accumulations they read; an apply op that reads none
        but whose results feed only one chunk's apply ops (e.g. ZeRO's
        `shard.all_slice` of a parameter before its update) to that chunk,

@@ -260,6 +260,49 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
     }
     a.chunk[op] = c == kReplicated ? last : c;
   }
+  // An untagged backward op whose results are larger than its micro-batch
+  // operands (an all-gather the partitioner put in front of a gradient's
+  // consumer, e.g. Megatron-SP's gather before a row-parallel matmul's
+  // backward) moves to its users' chunk when they all share one earlier
+  // chunk: the stage boundary then carries the smaller operand, which often
+  // crosses anyway, instead of the gathered result. Users first (reverse
+  // order), so that a chain of such ops moves together.
+  auto bytes = [](Value v) -> int64_t {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.hasStaticShape()
+               ? t.getNumElements() * t.getElementTypeBitWidth() / 8
+               : 0;
+  };
+  for (Operation &op : llvm::reverse(body)) {
+    if (!a.micro.contains(&op) || a.phase[&op] != Phase::Backward ||
+        (tsr::getBackwardId(&op) &&
+         chunkOfForwardId.count(tsr::getBackwardId(&op).getInt())))
+      continue;
+    int64_t users = INT64_MAX;
+    bool oneChunk = !op.use_empty();
+    for (Operation *user : op.getUsers()) {
+      if (!a.micro.contains(user) ||
+          (users != INT64_MAX && a.chunk[user] != users)) {
+        oneChunk = false;
+        break;
+      }
+      users = a.chunk[user];
+    }
+    if (!oneChunk || users >= a.chunk[&op])
+      continue;
+    int64_t in = 0, out = 0;
+    bool movable = true;
+    for (Value v : op.getOperands())
+      if (Operation *d = v.getDefiningOp(); d && a.micro.contains(d)) {
+        in += bytes(v);
+        // A forward value may only travel to later chunks.
+        movable &= a.phase[d] == Phase::Backward || a.chunk[d] <= users;
+      }
+    for (Value v : op.getResults())
+      out += bytes(v);
+    if (movable && out > in)
+      a.chunk[&op] = users;
+  }
   // Apply ops: the chunk whose accumulations they read.
   SmallVector<Operation *> applyOps;
   for (Operation &op : body.without_terminator()) {

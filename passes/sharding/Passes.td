@@ -201,7 +201,10 @@ def ShardingPartition
       same axes (Megatron-SP's row-parallel outputs), `shard.all_to_all`
       where one piece is gathered and another sliced over the same axes
       (Ulysses' sequence <-> head switch); a gather of a `tsr.reshape` is a
-      reshape of its input's gather, so every view shares one all-gather;
+      reshape of its input's gather, so every view shares one all-gather
+      (also when the target keeps some of the view's splits and only drops
+      axes: a pipelined backward's [B·S, D] read of a Megatron-SP
+      activation split over mb and tp reuses the forward's gather over tp);
     - `tsr.sharding_constraint` becomes the reshard of its input to its
       layout, and the op is removed (none remains after partition).
     Splat constants are re-splatted at the local shape; other split

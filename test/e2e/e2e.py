@@ -39,6 +39,7 @@
                     --grid PPxDPxTP --micro-batches 1,4,8
                     --schedules gpipe,1f1b,interleaved [--rtol 1e-5]
                     [--rank-order AXES] [--zero 1|2|3]
+                    [--sp megatron|ulysses|ring [--sp-size K]] [--traffic]
         One serial run, then one run per (micro-batches, schedule) on a
         pp*dp*tp grid (interleaved with 2 virtual stages per stage, only for
         micro-batch counts that are a multiple of pp, as Megatron-LM
@@ -47,6 +48,16 @@
         pp, dp, tp): the manifest's, and each rank's stage in the trace.
         --zero compiles every pipelined run with that ZeRO stage (sharded
         over dp inside each stage).
+        --sp adds sequence parallelism to every pipeline run (ulysses and
+        ring on an sp axis of --sp-size ranks, pp*dp*tp*K ranks; megatron
+        over tp). --traffic also runs the same dp x tp (x sp) grid without
+        pp and checks every pipeline run's collective bytes per step
+        exactly (check_pipeline_traffic): the sum over all ranks of each
+        non-send kind equals the run without pp's (every collective runs on
+        the one stage that holds its layer, split over micro-batches), and
+        the sends add, per stage boundary, M forward activations and M
+        activation gradients of [B/dp/M, S/s, D] fp32 from every rank of a
+        stage (s = --sp-size, tp for megatron, else 1).
 
     e2e.py recompute --build DIR --config NAME --optimizer sgd|adamw
                      --dp N --tp M [--pp P] [--modes selective,full]
@@ -466,6 +477,70 @@ def check_sp_traffic(args, work, sp_metrics):
     return ok
 
 
+def sp_flags(args):
+    """The --sp flags of the parallel runs (none without --sp)."""
+    if not args.sp:
+        return []
+    return ["--sp", args.sp] + (["--sp-size", str(args.sp_size)]
+                                if args.sp != "megatron" else [])
+
+
+def sp_ranks(args):
+    """Ranks of the sp axis (1 without one: megatron shards over tp)."""
+    return args.sp_size if args.sp in ("ulysses", "ring") else 1
+
+
+def check_pipeline_traffic(args, pipe_m, base_m, pp, dp, tp, m, v):
+    """A pipeline run's collective bytes per step vs the same grid without
+    pp (`base_m`, rank 0's metrics; that run is SPMD, so every rank moves
+    the same bytes). `pipe_m` holds every rank's bytes per kind
+    ("bytes_<kind>_per_rank"). For every kind but send, the sum over the
+    pipeline run's ranks must equal the run without pp's sum over its
+    ranks: each collective runs once on the ranks of the stage that holds
+    its layer (activation collectives once per micro-batch on 1/M of the
+    batch, gradient reductions once per step on the accumulated sum). The
+    sends must add exactly the stage boundaries' traffic: pp*v - 1
+    boundaries between consecutive chunks, each crossed by M forward
+    activations and M activation gradients of [B/dp/M, S/s, D] fp32 per
+    rank of a stage (dp*tp*sp ranks; s: the sequence split of the residual
+    stream between layers, --sp-size for ulysses and ring, tp for megatron,
+    else 1)."""
+    cfg = get_config(args.config)
+    B, S, D = cfg["batch"], cfg["seq"], cfg["d_model"]
+    sp = sp_ranks(args)
+    stage_ranks = dp * tp * sp
+    seq_split = sp if sp > 1 else (tp if args.sp == "megatron" else 1)
+    act = (B // dp // m) * (S // seq_split) * D * 4
+    boundary = 2 * m * stage_ranks * act
+    pipeline_sends = (pp * v - 1) * boundary
+    ok = True
+    kinds = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+             "send")
+    with open(pipe_m) as f:
+        pipe = [json.loads(line) for line in f]
+    with open(base_m) as f:
+        base = [json.loads(line) for line in f]
+    for step, (p, b) in enumerate(zip(pipe, base)):
+        for kind in kinds:
+            got = sum(p[f"bytes_{kind}_per_rank"])
+            want = stage_ranks * b[f"bytes_{kind}"]
+            if kind == "send":
+                want += pipeline_sends
+            good = abs(got - want) <= 1e-9 * max(want, 1.0)
+            if step == 0 or not good:
+                extra = (f" = {stage_ranks} x {b['bytes_' + kind]:.0f} without "
+                         f"pp + {pp * v - 1} boundaries x 2 x M={m} x "
+                         f"{stage_ranks} ranks x {act} activation bytes"
+                         if kind == "send" else
+                         f" = {stage_ranks} ranks x {b['bytes_' + kind]:.0f} "
+                         f"without pp")
+                print(f"   step {step} {kind}: sum over ranks {got:.0f}, "
+                      f"expected {want:.0f}{extra}: "
+                      f"{'ok' if good else 'MISMATCH'}")
+            ok = ok and good
+    return ok
+
+
 def vocab_flags(args):
     return ["--vocab-parallel", args.vocab_parallel] if args.vocab_parallel \
         else []
@@ -511,7 +586,8 @@ def main():
     p.add_argument("--zero", type=int, default=0,
                    help="parallel: ZeRO stage of the parallel run")
     p.add_argument("--sp", choices=["megatron", "ulysses", "ring"],
-                   default=None, help="parallel: sequence parallelism")
+                   default=None,
+                   help="parallel, pipeline: sequence parallelism")
     p.add_argument("--sp-size", type=int, default=1)
     p.add_argument("--rank-order", default=None,
                    help="parallel, pipeline: tessera-partition --rank-order "
@@ -524,7 +600,9 @@ def main():
     p.add_argument("--modes", default="selective,full",
                    help="recompute: the --recompute modes to check")
     p.add_argument("--traffic", action="store_true",
-                   help="precision: check bytes_sent against the fp32 run")
+                   help="precision: check bytes_sent against the fp32 run; "
+                        "parallel with --sp: the sp volumes; pipeline: "
+                        "the bytes against the grid without pp")
     p.add_argument("--devices", type=int, default=4,
                    help="auto: ranks the plan search plans for")
     p.add_argument("--cluster", default=None,
@@ -571,6 +649,9 @@ def main():
             pp, dp, tp = (int(x) for x in args.grid.split("x"))
             ok = True
             runs = 0
+            if args.traffic:
+                base_m, _ = tessera(args, work, dp, tp, "no-pp",
+                                    sp_flags(args))
             for m in (int(x) for x in
                       (args.micro_batches or "1,4,8").split(",")):
                 for schedule in (args.schedules
@@ -584,10 +665,13 @@ def main():
                         extra += ["--virtual-stages", "2"]
                     if args.rank_order:
                         extra += ["--rank-order", args.rank_order]
+                    extra += sp_flags(args)
                     tag = f"pp{pp}xdp{dp}xtp{tp}.m{m}.{schedule}"
                     if args.zero:
                         extra += ["--zero", str(args.zero)]
                         tag += f".z{args.zero}"
+                    if args.sp:
+                        tag += f".sp-{args.sp}{sp_ranks(args)}"
                     par_m, par_w = tessera(args, work, dp, tp, tag, extra, pp,
                                            trace=True)
                     print(f"{tag} vs serial:")
@@ -597,6 +681,12 @@ def main():
                         os.path.join(work, f"{tag}.tsr"),
                         os.path.join(work, f"{tag}.trace.json"),
                         order_list(args)) and ok
+                    if args.traffic:
+                        v = 2 if schedule == "interleaved" else 1
+                        print(f"{tag} collective bytes per step vs the same "
+                              f"grid without pp:")
+                        ok = check_pipeline_traffic(args, par_m, base_m, pp,
+                                                    dp, tp, m, v) and ok
                     runs += 1
             print(f"{runs} pipeline runs compared")
         else:
