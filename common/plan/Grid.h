@@ -6,11 +6,13 @@
 // axis order the IR's layouts and collectives refer to is stated once:
 //
 //   dp, tp                 always (axis 0 and 1);
-//   pp, mb                 when pipelined (pp > 1 or micro-batches > 1);
-//                          `mb` is a virtual axis over the micro-batches of
-//                          one step, not ranks;
 //   sp                     with sequence parallelism over its own axis
-//                          (ulysses, ring); megatron uses tp.
+//                          (ulysses, ring); megatron uses tp;
+//   pp, mb                 when pipelined (pp > 1 or micro-batches > 1),
+//                          last: `mb` is a virtual axis over the
+//                          micro-batches of one step, not ranks, and the
+//                          runtime's manifest requires it to be the last
+//                          grid axis (the rank grid is the axes before it).
 //
 // Header-only and MLIR-free: passes, the planner and tools include it.
 //
@@ -59,19 +61,19 @@ inline bool spHasOwnAxis(llvm::StringRef sp) {
 
 /// The grid of the degrees dp, tp, pp, microBatches and of sequence
 /// parallelism `sp` ("none", "megatron", "ulysses", "ring") with `spSize`
-/// ranks: [dp, tp], then [pp, mb] when pp > 1 or microBatches > 1, then
-/// [sp] for ulysses and ring. Degrees are not checked (Plan::validate and
-/// the pass check them).
+/// ranks: [dp, tp], then [sp] for ulysses and ring, then [pp, mb] when
+/// pp > 1 or microBatches > 1 (the virtual `mb` axis always last). Degrees
+/// are not checked (Plan::validate and the pass check them).
 inline GridSpec gridOf(int64_t dp, int64_t tp, int64_t pp, int64_t microBatches,
                        llvm::StringRef sp, int64_t spSize) {
   GridSpec grid{{"dp", "tp"}, {dp, tp}};
-  if (pp > 1 || microBatches > 1) {
-    grid.names.insert(grid.names.end(), {"pp", "mb"});
-    grid.shape.insert(grid.shape.end(), {pp, microBatches});
-  }
   if (spHasOwnAxis(sp)) {
     grid.names.push_back("sp");
     grid.shape.push_back(spSize);
+  }
+  if (pp > 1 || microBatches > 1) {
+    grid.names.insert(grid.names.end(), {"pp", "mb"});
+    grid.shape.insert(grid.shape.end(), {pp, microBatches});
   }
   return grid;
 }

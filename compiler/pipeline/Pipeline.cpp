@@ -71,8 +71,9 @@ pipeline::partitionStages(const planner::Plan &plan) {
     mp.precision = plan.precision;
     // fp16's static scale; -1 leaves it unset, as the pass requires for
     // bf16, and selects dynamic scaling for fp16.
-    mp.lossScale =
-        plan.precision == "fp16" && plan.lossScale ? *plan.lossScale : -1.0;
+    mp.lossScale = plan.precision == "fp16" && !plan.dynamicLossScale()
+                       ? plan.effectiveLossScale()
+                       : -1.0;
     if (plan.dynamicLossScale()) {
       mp.initialLossScale = plan.effectiveInitialLossScale();
       mp.lossScaleWindow = plan.lossScaleWindow;

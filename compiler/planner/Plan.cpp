@@ -71,24 +71,17 @@ llvm::Error Plan::validate() const {
   if (!isPowerOfTwo(minLossScale))
     return fail("--min-loss-scale must be a power of two > 0, got " +
                 shortDouble(minLossScale));
+  if (dynamicFlags && (zero > 0 || pipelined()))
+    return fail("fp16 dynamic loss scaling (--initial-loss-scale, "
+                "--loss-scale-window, --min-loss-scale) is not supported with "
+                "--zero or pipeline parallelism yet; those plans use a static "
+                "--loss-scale (default 1024)");
   if (dynamicLossScale() && minLossScale > effectiveInitialLossScale())
     return fail("--min-loss-scale (" + shortDouble(minLossScale) +
                 ") must not exceed --initial-loss-scale (" +
                 shortDouble(effectiveInitialLossScale()) + ")");
-  if (precision == "fp16" && zero > 0)
-    return fail("--precision fp16 with --zero is not supported yet (the "
-                "loss-scale unscale sits between the gradient reduction and "
-                "the update)");
-  if (precision != "fp32" && pipelined())
-    return fail("--precision " + precision +
-                " with pipeline parallelism (--pp or --micro-batches) is not "
-                "supported yet (the micro-batch gradient accumulators are "
-                "f32)");
   if (zero < 0 || zero > 3)
     return fail("--zero must be 0, 1, 2 or 3, got " + llvm::Twine(zero));
-  if (zero > 0 && pipelined())
-    return fail("--zero with pipeline parallelism (--pp or --micro-batches) "
-                "is not supported yet");
   if (sp != "none" && sp != "megatron" && sp != "ulysses" && sp != "ring")
     return fail("--sp must be none, megatron, ulysses or ring, got '" + sp +
                 "'");
@@ -103,14 +96,6 @@ llvm::Error Plan::validate() const {
                 llvm::Twine(spSize));
   if (sp == "none" && spSize != 1)
     return fail("--sp-size needs --sp ulysses or ring");
-  if (sp != "none" && zero > 0)
-    return fail("--zero with --sp is not supported yet (tsr-zero-sharding "
-                "needs every gradient as one all-reduce over dp; a "
-                "sequence-sharded parameter's gradient, e.g. the position "
-                "embedding's, is all-gathered over the sequence axis)");
-  if (sp != "none" && pipelined())
-    return fail("--sp with pipeline parallelism (--pp or --micro-batches) is "
-                "not supported yet");
   if (!rankOrder.empty()) {
     std::vector<std::string> axes = rankAxisNames();
     std::string list;
@@ -173,8 +158,8 @@ llvm::json::Object Plan::toJSON() const {
   if (sp != "none")
     out["sequence_parallel"] = llvm::json::Object{
         {"kind", sp}, {"size", sp == "megatron" ? tp : spSize}};
-  if (precision == "fp16" && lossScale)
-    out["loss_scale"] = *lossScale;
+  if (precision == "fp16" && !dynamicLossScale())
+    out["loss_scale"] = effectiveLossScale();
   if (dynamicLossScale())
     out["dynamic_loss_scale"] =
         llvm::json::Object{{"initial", effectiveInitialLossScale()},

@@ -88,12 +88,20 @@ struct Plan {
   int64_t lossScaleWindow = 1000;
   double minLossScale = 1;
   static constexpr double kDefaultInitialLossScale = 1024;
-  /// True for fp16 plans without a static --loss-scale.
-  bool dynamicLossScale() const { return precision == "fp16" && !lossScale; }
-  /// The static S of fp16 plans with --loss-scale, 1 otherwise (dynamic
-  /// plans have no single scale: see initialLossScale).
+  /// True for fp16 plans without a static --loss-scale, except ZeRO and
+  /// pipeline plans (dynamic scaling is not implemented there yet: they
+  /// keep the static kDefaultLossScale).
+  bool dynamicLossScale() const {
+    return precision == "fp16" && !lossScale && zero == 0 && !pipelined();
+  }
+  static constexpr double kDefaultLossScale = 1024;
+  /// The static S of fp16 plans (--loss-scale, or kDefaultLossScale for
+  /// ZeRO and pipeline plans), 1 otherwise (dynamic plans have no single
+  /// scale: see initialLossScale).
   double effectiveLossScale() const {
-    return precision == "fp16" && lossScale ? *lossScale : 1.0;
+    if (precision != "fp16" || dynamicLossScale())
+      return 1.0;
+    return lossScale.value_or(kDefaultLossScale);
   }
   /// The dynamic scale's initial value (initialLossScale or the default).
   double effectiveInitialLossScale() const {
@@ -137,8 +145,8 @@ struct Plan {
   std::map<std::string, std::string> shardings;
 
   bool pipelined() const { return pp > 1 || microBatches > 1; }
-  /// The grid: axis names and sizes in the IR's axis order (dp, tp, [pp,
-  /// mb], [sp]); gridOf (common/plan/Grid.h) is the one derivation, which
+  /// The grid: axis names and sizes in the IR's axis order (dp, tp, [sp],
+  /// [pp, mb]); gridOf (common/plan/Grid.h) is the one derivation, which
   /// tsr-sharding-annotate shares.
   GridSpec grid() const { return gridOf(dp, tp, pp, microBatches, sp, spSize); }
   /// grid().names and grid().shape.
@@ -156,7 +164,7 @@ struct Plan {
   /// fastest; mpirun/srun place consecutive ranks on one node, so the
   /// fastest axes' groups stay inside a node. Empty means
   /// defaultRankOrder(); axes of size 1 may be left out. Independent of the
-  /// IR's axis order (dp, tp, [pp, mb], [sp]), which layouts and collectives
+  /// IR's axis order (dp, tp, [sp], [pp, mb]), which layouts and collectives
   /// refer to.
   std::vector<std::string> rankOrder;
   /// Megatron-LM's order restricted to the plan's rank axes: pp, dp, sp, tp

@@ -29,9 +29,25 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
        P·V contiguous chunks minimising the most expensive chunk (linear
        partition), unless `stages` gives the first layer of every chunk.
        Backward ops go to the chunk of the forward op they differentiate
-       (`tsr.bwd = i` -> `tsr.fwd = i`, tagged by autodiff); the apply ops to
-       the chunk whose accumulations they read; ops that read none (e.g.
-       AdamW's `step + 1`) are replicated into every chunk.
+       (`tsr.bwd = i` -> `tsr.fwd = i`, tagged by autodiff); untagged
+       backward ops (collectives the partitioner inserted) follow their
+       gradient operands' chunk, except that one whose results are larger
+       than its operands (an all-gather) runs in its users' chunk when they
+       share one earlier chunk, so a boundary carries the smaller tensor
+       (Megatron-SP's gather in front of a row-parallel matmul's gradient);
+       the apply ops go to
+       the chunk whose accumulations they read; an apply op that reads none
+       but whose results feed only one chunk's apply ops (e.g. ZeRO's
+       `shard.all_slice` of a parameter before its update) to that chunk,
+       so a stage reads only the parameters it updates; the others (e.g.
+       AdamW's `step + 1`) are replicated into every chunk. Untagged
+       per-micro-batch ops that read only step arguments, constants and
+       each other (values made from parameters by later passes, e.g.
+       ZeRO-3's `shard.all_gather`s) are not layers: each goes to the chunk
+       of its readers, in the forward phase if a forward op reads it (the
+       backward then reads it from the activation set), else in the
+       backward phase, so ZeRO-3 gathers a stage's parameters once per
+       micro-batch in `@forward_c` and again in `@backward_c`.
     3. **Functions.** Chunk c gets `@forward_c`, `@backward_c` and `@apply_c`
        (contract in `tsrt.pipeline_schedule`'s description). A value made in
        chunk a and used in chunk b travels once per micro-batch by
@@ -47,8 +63,28 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
     `@train_step` stays as a declaration carrying the arguments' and
     results' attributes (the artifact's manifest).
 
+    **Accumulators are f32** (the runtime adds micro-batch results into f32
+    buffers only). Under `tsr-mixed-precision` a gradient is bf16/f16, so
+    the function that makes it widens each micro-batch's contribution with
+    a `tsr.convert` to f32 and returns that as its `tsrt.acc` result:
+    the sum over the M micro-batches is formed in f32 and rounded once, as
+    in Megatron-LM's fp32 `main_grad` accumulation (Narayanan et al., 2021).
+    `@apply_c` receives the f32 accumulator and narrows it back to the
+    gradient's own type (`tsr.convert`) before the remaining all-reduce
+    (over dp and any other non-`mb` axis) and the ops that read the sum,
+    so the step's gradient collectives and the optimizer's input keep the
+    types they have without pipelining: a bf16 pipeline plan all-reduces
+    its gradients over dp in bf16, the same bytes as the M = 1 bf16 plan.
+    (Megatron-LM's `--accumulate-allreduce-grads-in-fp32`, which its
+    `arguments.py` turns on for bf16, all-reduces the f32 sum instead:
+    twice the bytes, one rounding fewer; its newer `--grad-reduce-in-bf16`
+    is the choice made here. The dp reduction adds in f32 per combine and
+    rounds each partial sum to bf16, exactly as the non-pipelined plan.)
+    f32 values (the loss) are accumulated as they are.
+
     Errors: a pipeline of more chunks than layers, bad `stages`, a
-    parameter used by more than one chunk (tied weights), a value that
+    parameter (or a value made from parameters only) used by more than one
+    chunk (tied weights), a value that
     would travel backwards in its phase.
 
     Before (P = 2, M = 2, schematic):
@@ -71,6 +107,10 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
     }
     func.func @apply_1(%w: ... {tsrt.arg = 7 : i64},
                        %dw: ... {tsrt.acc = 3 : i64}) -> (... {tsrt.result = 2 : i64})
+    // bf16: @backward_1 returns %g = tsr.convert %dw : ...xbf16 -> ...xf32
+    // as tsrt.acc = 3; @apply_1 takes the f32 sum and narrows it:
+    //   %s = tsr.convert %acc : tensor<64x64xf32> -> tensor<64x64xbf16>
+    //   %r = shard.all_reduce %s on @grid grid_axes = [0] : ...xbf16
     tsrt.pipeline_schedule {kind = "1f1b", stages = 2, micro_batches = 2, ...}
     ```
 

@@ -53,9 +53,14 @@ struct StepAnalysis {
   func::FuncOp func;
   int16_t mbAxis = -1;
   SmallVector<int64_t> gridShape;
-  DenseSet<Operation *> constant;       ///< rematerialised where used
-  DenseSet<Operation *> micro;          ///< run once per micro-batch
-  DenseMap<Operation *, Phase> phase;   ///< of micro ops
+  DenseSet<Operation *> constant;     ///< rematerialised where used
+  DenseSet<Operation *> micro;        ///< run once per micro-batch
+  DenseMap<Operation *, Phase> phase; ///< of micro ops
+  /// Micro ops that autodiff did not tag and that read only step arguments,
+  /// constants and each other: ops later passes made from parameters
+  /// (ZeRO-3's all-gathers). They belong to the phase and chunk of their
+  /// readers, not to the layer where they happen to sit.
+  llvm::SetVector<Operation *> fromParams;
   SmallVector<shard::AllReduceOp> accs; ///< all-reduces over mb
   DenseMap<Operation *, int64_t> accIndex;
   SmallVector<Operation *> forwardOps;  ///< micro forward ops, in order
@@ -64,6 +69,20 @@ struct StepAnalysis {
   SmallVector<int64_t> unitOf; ///< per forward op
   int64_t numUnits = 0;
 };
+
+/// The type micro-batch values of `type` are accumulated in: f32 for a float
+/// narrower than f32 (bf16, f16; Megatron-LM's fp32 `main_grad`), else
+/// `type` itself. The runtime adds the micro-batches' results into f32
+/// buffers only.
+Type accumulatorType(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked)
+    return type;
+  auto element = dyn_cast<FloatType>(ranked.getElementType());
+  if (!element || element.getWidth() >= 32)
+    return type;
+  return ranked.clone(Float32Type::get(type.getContext()));
+}
 
 bool isMicroValue(const StepAnalysis &a, Value v) {
   Operation *d = v.getDefiningOp();
@@ -116,6 +135,14 @@ LogicalResult classify(StepAnalysis &a) {
   // Phases, and apply ops must not read micro values except through an
   // accumulation.
   for (Operation &op : body) {
+    if (a.micro.contains(&op) && !tsr::getForwardId(&op) &&
+        !tsr::isBackward(&op) && llvm::all_of(op.getOperands(), [&](Value v) {
+          Operation *d = v.getDefiningOp();
+          return !d || a.constant.contains(d) || a.fromParams.contains(d);
+        })) {
+      a.fromParams.insert(&op);
+      continue;
+    }
     if (a.micro.contains(&op)) {
       bool backward = tsr::isBackward(&op);
       for (Value v : op.getOperands())
@@ -135,6 +162,15 @@ LogicalResult classify(StepAnalysis &a) {
                               "summed over micro-batches first");
   }
 
+  // A value made from parameters is forward when a forward op reads it
+  // (backward then reads it from the activation set), else backward.
+  for (Operation *op : llvm::reverse(a.fromParams)) {
+    bool forward = llvm::any_of(op->getUsers(), [&](Operation *user) {
+      return a.micro.contains(user) && a.phase.lookup(user) == Phase::Forward;
+    });
+    a.phase[op] = forward ? Phase::Forward : Phase::Backward;
+  }
+
   // Layers: cut after forward op i when exactly one forward value made at or
   // before i is read by a forward op after i.
   a.numUnits = training::assignLayers(a.forwardOps, a.unitOf);
@@ -143,14 +179,24 @@ LogicalResult classify(StepAnalysis &a) {
   for (auto [i, op] : llvm::enumerate(a.forwardOps)) {
     if (auto cost = dyn_cast<tsr::CostOpInterface>(op))
       a.unitCost[a.unitOf[i]] += 3.0 * cost.getFlops();
-    for (Value v : op->getOperands())
-      if (isa<BlockArgument>(v) && counted.insert(v).second)
-        if (auto role =
-                tsr::getArgRole(a.func, cast<BlockArgument>(v).getArgNumber());
-            role && role.getValue() == "param")
-          a.unitCost[a.unitOf[i]] +=
-              kOptimizerFlopsPerParam *
-              cast<RankedTensorType>(v.getType()).getNumElements();
+    // The parameters it reads, directly or through values made from them.
+    SmallVector<Value> reads(op->getOperands());
+    while (!reads.empty()) {
+      Value v = reads.pop_back_val();
+      if (Operation *d = v.getDefiningOp()) {
+        if (a.fromParams.contains(d))
+          reads.append(d->operand_begin(), d->operand_end());
+        continue;
+      }
+      if (!counted.insert(v).second)
+        continue;
+      if (auto role =
+              tsr::getArgRole(a.func, cast<BlockArgument>(v).getArgNumber());
+          role && role.getValue() == "param")
+        a.unitCost[a.unitOf[i]] +=
+            kOptimizerFlopsPerParam *
+            cast<RankedTensorType>(v.getType()).getNumElements();
+    }
   }
   return success();
 }
@@ -171,7 +217,8 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
   int64_t last = static_cast<int64_t>(firstUnit.size()) - 1;
   Block &body = a.func.front();
   for (Operation &op : body) {
-    if (!a.micro.contains(&op) || a.phase[&op] != Phase::Backward)
+    if (!a.micro.contains(&op) || a.phase[&op] != Phase::Backward ||
+        a.fromParams.contains(&op))
       continue;
     if (auto id = tsr::getBackwardId(&op);
         id && chunkOfForwardId.count(id.getInt())) {
@@ -182,7 +229,8 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
     // gradient operands, else their forward operands.
     int64_t c = INT64_MAX, f = -1;
     for (Value v : op.getOperands())
-      if (Operation *d = v.getDefiningOp(); d && a.micro.contains(d)) {
+      if (Operation *d = v.getDefiningOp();
+          d && a.micro.contains(d) && !a.fromParams.contains(d)) {
         if (a.phase[d] == Phase::Backward)
           c = std::min(c, a.chunk[d]);
         else
@@ -190,7 +238,73 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
       }
     a.chunk[&op] = c != INT64_MAX ? c : (f >= 0 ? f : last);
   }
+  // Values made from parameters: the chunk of their readers.
+  for (Operation *op : llvm::reverse(a.fromParams)) {
+    int64_t c = kReplicated;
+    for (Operation *user : op->getUsers()) {
+      if (!a.micro.contains(user))
+        continue;
+      int64_t d = a.chunk.lookup(user);
+      if (c != kReplicated && d != c) {
+        InFlightDiagnostic diag = op->emitOpError("is read in pipeline chunks ")
+                                  << c << " and " << d;
+        for (Value v : op->getOperands())
+          if (auto arg = dyn_cast<BlockArgument>(v))
+            if (auto name = tsr::getArgName(a.func, arg.getArgNumber()))
+              diag << " (parameter '" << name.getValue() << "')";
+        diag << "; a parameter shared by several chunks (tied weights) is "
+                "not supported with pipeline parallelism";
+        return diag;
+      }
+      c = d;
+    }
+    a.chunk[op] = c == kReplicated ? last : c;
+  }
+  // An untagged backward op whose results are larger than its micro-batch
+  // operands (an all-gather the partitioner put in front of a gradient's
+  // consumer, e.g. Megatron-SP's gather before a row-parallel matmul's
+  // backward) moves to its users' chunk when they all share one earlier
+  // chunk: the stage boundary then carries the smaller operand, which often
+  // crosses anyway, instead of the gathered result. Users first (reverse
+  // order), so that a chain of such ops moves together.
+  auto bytes = [](Value v) -> int64_t {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.hasStaticShape()
+               ? t.getNumElements() * t.getElementTypeBitWidth() / 8
+               : 0;
+  };
+  for (Operation &op : llvm::reverse(body)) {
+    if (!a.micro.contains(&op) || a.phase[&op] != Phase::Backward ||
+        (tsr::getBackwardId(&op) &&
+         chunkOfForwardId.count(tsr::getBackwardId(&op).getInt())))
+      continue;
+    int64_t users = INT64_MAX;
+    bool oneChunk = !op.use_empty();
+    for (Operation *user : op.getUsers()) {
+      if (!a.micro.contains(user) ||
+          (users != INT64_MAX && a.chunk[user] != users)) {
+        oneChunk = false;
+        break;
+      }
+      users = a.chunk[user];
+    }
+    if (!oneChunk || users >= a.chunk[&op])
+      continue;
+    int64_t in = 0, out = 0;
+    bool movable = true;
+    for (Value v : op.getOperands())
+      if (Operation *d = v.getDefiningOp(); d && a.micro.contains(d)) {
+        in += bytes(v);
+        // A forward value may only travel to later chunks.
+        movable &= a.phase[d] == Phase::Backward || a.chunk[d] <= users;
+      }
+    for (Value v : op.getResults())
+      out += bytes(v);
+    if (movable && out > in)
+      a.chunk[&op] = users;
+  }
   // Apply ops: the chunk whose accumulations they read.
+  SmallVector<Operation *> applyOps;
   for (Operation &op : body.without_terminator()) {
     if (a.micro.contains(&op) || a.constant.contains(&op))
       continue;
@@ -222,6 +336,27 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
         if (failed(join(a.chunk[d], v)))
           return failure();
     a.chunk[&op] = c;
+    applyOps.push_back(&op);
+  }
+  // An apply op that reads no accumulation but feeds only one chunk's apply
+  // ops (e.g. ZeRO's slice of a parameter before its update) belongs to
+  // that chunk: a stage must not read a parameter it does not update.
+  for (Operation *op : llvm::reverse(applyOps)) {
+    if (a.chunk[op] != kReplicated)
+      continue;
+    int64_t c = kReplicated;
+    bool one = true;
+    for (Operation *user : op->getUsers()) {
+      auto it = a.chunk.find(user);
+      if (it == a.chunk.end() || it->second == kReplicated ||
+          (c != kReplicated && it->second != c)) {
+        one = false;
+        break;
+      }
+      c = it->second;
+    }
+    if (one && c != kReplicated)
+      a.chunk[op] = c;
   }
   // A parameter's micro-batch uses must all be in one chunk.
   for (BlockArgument arg : a.func.getArguments()) {
@@ -334,18 +469,25 @@ struct Splitter {
       result = clone->getResult(cast<OpResult>(v).getResultNumber());
     } else if (a.accIndex.count(d)) {
       // Only reached from apply functions.
+      // A low-precision sum arrives as its f32 accumulator and is narrowed
+      // back to its own type before the rest of the reduction, so the
+      // collectives over the other axes (dp) and the ops that read the sum
+      // see the types they see without pipelining.
       auto ar = cast<shard::AllReduceOp>(d);
-      Value acc = addArg(fn, ar.getInput().getType(),
-                         i64Attr("tsrt.acc", a.accIndex[d]));
+      Type type = ar.getInput().getType();
+      Value acc =
+          addArg(fn, accumulatorType(type), i64Attr("tsrt.acc", a.accIndex[d]));
       SmallVector<int16_t> axes;
       for (int16_t axis : ar.getGridAxes())
         if (axis != a.mbAxis && a.gridShape[axis] > 1)
           axes.push_back(axis);
       result = acc;
+      if (acc.getType() != type)
+        result = tsr::ConvertOp::create(b, ar.getLoc(), type, acc);
       if (!axes.empty())
         result = shard::AllReduceOp::create(
                      b, ar.getLoc(), ar.getResult().getType(), ar.getGrid(),
-                     axes, acc, ar.getReduction())
+                     axes, result, ar.getReduction())
                      .getResult();
     } else if (phase == Phase::Backward && a.phase[d] == Phase::Forward) {
       result = addArg(fn, v.getType(), i64Attr("tsrt.saved", savedIndex(c, v)));
@@ -396,10 +538,16 @@ struct Splitter {
               it != channels.end())
             tsrt::SendOp::create(b, op.getLoc(), fn.map.lookup(r), to,
                                  it->second);
+      // Each contribution to a sum over micro-batches is returned in its
+      // accumulator type (a bf16/f16 gradient widened to f32 here, once per
+      // micro-batch, so the sum over micro-batches rounds only once).
       for (Value r : op.getResults())
         for (Operation *user : r.getUsers())
           if (a.accIndex.count(user)) {
-            fn.results.push_back(fn.map.lookup(r));
+            Value v = fn.map.lookup(r);
+            if (Type type = accumulatorType(v.getType()); type != v.getType())
+              v = tsr::ConvertOp::create(b, op.getLoc(), type, v);
+            fn.results.push_back(v);
             fn.resultAttrs.push_back(
                 b.getDictionaryAttr({i64Attr("tsrt.acc", a.accIndex[user])}));
           }

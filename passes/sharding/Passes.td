@@ -141,7 +141,11 @@ def ShardingPropagate
     `tsr.sharding_constraint` results: a parameter's split is never given
     up for an activation's), then the most split proposal (ties: results,
     then operands in order), so parameter and activation splits are kept
-    rather than replicated; factors that need replication stay whole. A
+    rather than replicated; factors that need replication stay whole. An
+    elementwise one-operand op on a step argument (`tsr-mixed-precision`'s
+    bf16/f16 copy of a parameter, which the forward and backward read
+    instead of it) gives its result the argument's layout and firmness, so
+    the parameter's split still wins at the ops that read the copy. A
     dimension takes a proposal when it is unknown, or when the proposal
     splits it more ways over axes its other dimensions do not use (splits
     only grow, so the fixpoint exists). Dimensions still unknown at the end
@@ -197,7 +201,10 @@ def ShardingPartition
       same axes (Megatron-SP's row-parallel outputs), `shard.all_to_all`
       where one piece is gathered and another sliced over the same axes
       (Ulysses' sequence <-> head switch); a gather of a `tsr.reshape` is a
-      reshape of its input's gather, so every view shares one all-gather;
+      reshape of its input's gather, so every view shares one all-gather
+      (also when the target keeps some of the view's splits and only drops
+      axes: a pipelined backward's [B·S, D] read of a Megatron-SP
+      activation split over mb and tp reuses the forward's gather over tp);
     - `tsr.sharding_constraint` becomes the reshard of its input to its
       layout, and the op is removed (none remains after partition).
     Splat constants are re-splatted at the local shape; other split

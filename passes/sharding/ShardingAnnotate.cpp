@@ -37,7 +37,7 @@ using tsr::ShardingRuleOpInterface;
 
 namespace {
 
-constexpr int16_t kDpAxis = 0, kTpAxis = 1, kMbAxis = 3;
+constexpr int16_t kDpAxis = 0, kTpAxis = 1;
 
 /// A forward linear layer: a matmul with a rank-2 parameter weight.
 struct Linear {
@@ -251,13 +251,15 @@ struct ShardingAnnotatePass
       module.emitError("sp-size must be positive");
       return signalPassFailure();
     }
-    // The grid: dp, tp, [pp, mb], [sp] (common/plan/Grid.h, as Plan::grid()).
+    // The grid: dp, tp, [sp], [pp, mb] (common/plan/Grid.h, as Plan::grid()).
     planner::GridSpec spec =
         planner::gridOf(dp, tp, pp, microBatches, sp, spSize);
     SmallVector<int64_t> shape(spec.shape.begin(), spec.shape.end());
     SmallVector<StringRef> names(spec.names.begin(), spec.names.end());
     std::optional<size_t> spIndex = spec.axisIndex("sp");
     spAxis = spIndex ? static_cast<int16_t>(*spIndex) : -1;
+    std::optional<size_t> mbIndex = spec.axisIndex("mb");
+    mbAxis = mbIndex ? static_cast<int16_t>(*mbIndex) : -1;
     OpBuilder b(ctx);
     auto existing = module.lookupSymbol<shard::GridOp>("grid");
     if (existing) {
@@ -395,8 +397,8 @@ struct ShardingAnnotatePass
       SmallVector<int16_t> axes;
       if (dp > 1)
         axes.push_back(kDpAxis);
-      if (this->pp > 1 || microBatches > 1)
-        axes.push_back(kMbAxis);
+      if (mbAxis >= 0)
+        axes.push_back(mbAxis);
       if (!axes.empty())
         args[i][0] = DimFactors{SubFactor{batch, {axes.begin(), axes.end()}}};
     }
@@ -884,6 +886,9 @@ struct ShardingAnnotatePass
     v.replaceAllUsesExcept(c.getResult(), c);
   }
 
+  /// Grid axis indices of `sp` and `mb` (gridOf's order: dp, tp, [sp],
+  /// [pp, mb]), -1 where the grid has none.
   int16_t spAxis = -1;
+  int16_t mbAxis = -1;
 };
 } // namespace

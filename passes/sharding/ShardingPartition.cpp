@@ -44,6 +44,10 @@ struct Partitioner {
   /// are keyed by Value: erasing an op mid-rewrite would let a new op be
   /// allocated at its address and inherit its stale entries.
   SmallVector<Operation *> dead;
+  /// Views that reshardViewInput bypassed: erased when the rewrite ends if
+  /// nothing else reads them (tsr-pipeline-split rejects a dead op that
+  /// reads a per-micro-batch value).
+  SmallVector<Operation *> bypassed;
 
   Value reshape(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
     auto type = cast<RankedTensorType>(v.getType());
@@ -109,6 +113,13 @@ struct Partitioner {
           return r;
         }
       }
+    // The same when `to` keeps some of `from`'s splits and only drops axes
+    // (a pipelined step's backward reads the flattened [B·S, D] view split
+    // over the micro-batch axis but no longer over tp): the input is
+    // resharded without those axes, the all-gather every view of it shares.
+    if (FailureOr<Value> r = reshardViewInput(v, global, from, to, key, loc);
+        succeeded(r))
+      return *r;
     OpBuilder b(func.getContext());
     if (Operation *def = v.getDefiningOp())
       b.setInsertionPointAfter(def);
@@ -226,6 +237,76 @@ struct Partitioner {
     cur = reshape(b, loc, cur, localType(global, to, grid).getShape());
     cache[{v, key}] = cur;
     return cur;
+  }
+
+  /// `s` with the grid axes `drop` removed from every sub-factor,
+  /// canonical.
+  TensorSharding withoutAxes(const TensorSharding &s,
+                             ArrayRef<int16_t> drop) const {
+    TensorSharding out = s;
+    for (auto &d : out.dims)
+      if (d)
+        for (SubFactor &f : *d)
+          llvm::erase_if(
+              f.axes, [&](int16_t a) { return llvm::is_contained(drop, a); });
+    out.canonicalize(grid);
+    return out;
+  }
+
+  /// reshard's second view rule: when `v` is a tsr.reshape of `u` and `to`
+  /// is `from` without some axes G (nothing partial), `v` in `to` is the
+  /// reshape of `u` resharded to its own layout without G. Failure (nothing
+  /// emitted) when the rule does not apply.
+  FailureOr<Value> reshardViewInput(Value v, RankedTensorType global,
+                                    const TensorSharding &from,
+                                    const TensorSharding &to, Attribute key,
+                                    Location loc) {
+    auto view = v.getDefiningOp<tsr::ReshapeOp>();
+    if (!view || !from.partial.empty() || !to.partial.empty() ||
+        !from.isComplete() || !to.isComplete())
+      return failure();
+    Axes drop;
+    for (const auto &d : from.dims)
+      for (const SubFactor &f : *d)
+        for (int16_t a : f.axes)
+          if (!llvm::is_contained(drop, a) &&
+              llvm::none_of(to.dims, [&](const auto &t) {
+                return llvm::any_of(*t, [&](const SubFactor &g) {
+                  return llvm::is_contained(g.axes, a);
+                });
+              }))
+            drop.push_back(a);
+    TensorSharding want = to;
+    want.canonicalize(grid);
+    if (drop.empty() || withoutAxes(from, drop) != want)
+      return failure();
+    Value u = view.getInput();
+    auto su = sharding.find(u);
+    if (su == sharding.end() || !su->second.partial.empty() ||
+        !su->second.isComplete() || !globalType.count(u))
+      return failure();
+    RankedTensorType ut = globalType[u];
+    TensorSharding tu = withoutAxes(su->second, drop);
+    // The local view must keep its element count (the layouts correspond).
+    if (localType(ut, tu, grid).getNumElements() !=
+        localType(global, to, grid).getNumElements())
+      return failure();
+    FailureOr<Value> part = reshard(u, ut, su->second, tu, loc);
+    if (failed(part))
+      return failure();
+    OpBuilder b(view);
+    b.setInsertionPointAfter(view);
+    Value r = reshape(b, loc, *part, localType(global, to, grid).getShape());
+    // The new view belongs to the bypassed one's phase (tsr-pipeline-split
+    // places a backward op by its tsr.bwd; untagged, a view of a forward
+    // value would count as forward).
+    if (Operation *def = r.getDefiningOp(); def && def != view)
+      if (Attribute bwd = view->getAttr(tsr::kBackwardAttrName))
+        def->setAttr(tsr::kBackwardAttrName, bwd);
+    cache[{v, key}] = r;
+    if (!llvm::is_contained(bypassed, view.getOperation()))
+      bypassed.push_back(view);
+    return r;
   }
 
   Value allReduce(OpBuilder &b, Location loc, Value v, ArrayRef<int16_t> axes) {
@@ -440,6 +521,10 @@ struct Partitioner {
     for (Operation *op : llvm::reverse(dead))
       op->erase();
     dead.clear();
+    for (Operation *op : llvm::reverse(bypassed))
+      if (op->use_empty())
+        op->erase();
+    bypassed.clear();
     return success();
   }
 

@@ -69,6 +69,18 @@ struct ShardingPropagatePass
       for (Value r : op->getResults())
         state[r] = TensorSharding::unknown(
             cast<RankedTensorType>(r.getType()).getRank());
+      // An elementwise copy of an argument (tsr-mixed-precision's bf16
+      // copy of a parameter, the one value its readers see) is laid out as
+      // the argument and as firmly, so that a parameter's split still wins
+      // over an activation's constraint (Megatron-SP's sequence split) at
+      // the ops that read the copy.
+      if (op->hasTrait<OpTrait::Elementwise>() && op->getNumOperands() == 1 &&
+          op->getNumResults() == 1)
+        if (auto arg = dyn_cast<BlockArgument>(op->getOperand(0));
+            arg &&
+            cast<RankedTensorType>(arg.getType()).getShape() ==
+                cast<RankedTensorType>(op->getResult(0).getType()).getShape())
+          state[op->getResult(0)] = state[arg];
       // A constraint's result is given, like an argument's.
       if (auto c = dyn_cast<tsr::ShardingConstraintOp>(op)) {
         TensorSharding t =

@@ -73,10 +73,65 @@ def ZeroSharding
     sub-factor divisible by D) stays dp-replicated with its plain all-reduce and unsharded optimizer state;
     its name is listed in the function attribute `tsr.zero_replicated`
     (printed by `tessera-partition --explain`). The scalar AdamW `step` stays
-    replicated. Frozen parameters are not touched. Under mixed precision the
-    gradient reaches the update through a `tsr.convert` of the all-reduced
-    (bf16) gradient: the bf16 gradient is reduce-scattered and the convert
-    applies to the shard (moved after the reduce-scatter when needed).
+    replicated. Frozen parameters are not touched.
+
+    Between the dp all-reduce and the update the gradient may pass through
+    (each op used once, by the next):
+    - data movement over other grid axes, which makes the gradient whole:
+      `tsr.reshape`, `shard.all_gather` over non-dp axes, sum
+      `shard.all_reduce` over non-dp axes. Under sequence parallelism a
+      sequence-sharded parameter (e.g. a learned position embedding) has
+      its gradient all-reduced over dp on its sequence shard and then
+      all-gathered over sp (ring, Ulysses) or tp (Megatron-SP). A sum over
+      dp commutes with that movement, so the all-reduce loses the dp axis
+      (it is erased if no axis is left) and the reduce-scatter over dp
+      follows the movement, on the whole gradient. The reduce-scatter then
+      moves (N−1)/N·B, B the parameter's whole bytes, where the plain
+      all-reduce moved 2(N−1)/N·B/K on the 1/K sequence shard.
+    - elementwise ops (the `Elementwise` trait) nearest the update: mixed
+      precision's `tsr.convert` of the reduced bf16/fp16 gradient to f32
+      and fp16's 1/S unscale (`tsr.mul` by a broadcast scalar). The
+      low-precision gradient is reduce-scattered (the same bytes as
+      without ZeRO: half of fp32's), the elementwise ops run on the shard
+      (moved after the reduce-scatter when needed), and their other
+      operands are cut to the shard by `shard.all_slice` over dp (local,
+      no traffic).
+    - a `tsr.convert`, or an elementwise op whose other operand is
+      uniform (made from rank-0 values only, e.g. the broadcast 1/S),
+      among the data movement (mixed precision with SP converts and
+      unscales the sequence shard before the all-gather): it moves after
+      the reduce-scatter, a uniform operand made again at the shard's
+      shape, and the movement and the reduce-scatter carry the reduced
+      (bf16/fp16) type.
+
+    A gradient with no dp collective on that path that a backward op
+    (`tsr.bwd`) made is one the partition computed whole on every dp rank
+    (it gathered the op's inputs over dp, e.g. an LM head's weight
+    gradient under Megatron-SP when that is cheaper): it is sliced over dp
+    (`shard.all_slice`, local) right before the update.
+
+    Pipelines (`tsr-sharding-annotate{pp=P micro-batches=M}`, run before
+    `tsr-pipeline-split`): the gradient's all-reduce is over dp and the
+    micro-batch axis mb; it is split into the mb accumulation (an all-reduce
+    over mb, summed by the runtime across micro-batches) and the
+    reduce-scatter over dp, which runs once per step in the stage's apply
+    function. Each stage thus shards over dp the optimizer state (and, with
+    stage 3, the parameters) of the parameters it holds, as Megatron-LM's
+    distributed optimizer does. ZeRO-2's gradients are accumulated whole
+    over the micro-batches and reduce-scattered once per step (as in
+    Megatron-LM; reduce-scattering each micro-batch's gradient would move
+    M times the bytes), so under a pipeline it saves no gradient memory
+    over ZeRO-1. ZeRO-3's all-gathers read only the parameter: the split
+    puts each in the chunk and phase of its readers, so a stage gathers
+    its parameters per micro-batch, before each forward and (for
+    parameters backward reads) before each backward, and frees them after.
+    Keeping them gathered across the step's micro-batches (torchtitan's
+    FSDP + PP with `reshard_after_forward=False`) would cut the traffic by
+    M but hold every whole parameter of the stage for the whole step,
+    which is ZeRO-2's parameter memory; `--zero 2` is that choice here.
+    DeepSpeed's pipeline engine does not support ZeRO-3 (nor ZeRO-2) at all.
+    Per rank and step a stage's ZeRO-3 traffic is M·(N−1)/N·B per
+    all-gather of a parameter of B bytes plus one reduce-scatter.
 
     Ring volumes per rank and step (B = a parameter's local bytes, N = D):
     all-reduce 2(N−1)/N·B; stages 1 and 2: reduce-scatter (N−1)/N·B +

@@ -34,9 +34,16 @@ struct ZeroParam {
   BlockArgument param;
   StringAttr name;
   shard::AllReduceOp gradReduce; ///< the dp all-reduce of the gradient
-  /// Mixed precision: the tsr.convert from the reduced (e.g. bf16) gradient
-  /// to the update's element type, or null.
-  tsr::ConvertOp gradConvert;
+  /// Between the dp all-reduce and the update, in order: first the data
+  /// movement that makes the gradient whole over the other grid axes
+  /// (`tsr.reshape`, `shard.all_gather` / sum `shard.all_reduce` over
+  /// non-dp axes; e.g. a sequence-sharded parameter's gradient under
+  /// sequence parallelism; converts and uniform scalings may sit among
+  /// it, see isElementwiseStep), then elementwise ops (mixed precision's
+  /// `tsr.convert`, fp16's 1/S unscale). Each has one use, the next. With
+  /// no dp all-reduce (gradReduce null) the gradient was computed whole on
+  /// every dp rank (computedWhole).
+  SmallVector<Operation *, 2> gather, elementwise;
   SmallVector<BlockArgument> optState; ///< AdamW's exp_avg, exp_avg_sq
   /// The ZeRO dimension (-1: the parameter stays replicated), the local
   /// sizes of its sub-factors (one entry for a plain dimension) and the
@@ -222,23 +229,26 @@ struct ZeroShardingPass
       return update->emitError("parameter '")
              << p.name.getValue() << "': " << msg;
     };
-    Value grad = update.getGradOperand().get();
-    // Mixed precision reduces the gradient in the compute type, then
-    // converts it for the update.
-    p.gradConvert = grad.getDefiningOp<tsr::ConvertOp>();
-    if (p.gradConvert && p.gradConvert->hasOneUse())
-      grad = p.gradConvert.getInput();
-    else
-      p.gradConvert = nullptr;
-    p.gradReduce = grad.getDefiningOp<shard::AllReduceOp>();
-    if (!p.gradReduce ||
-        !llvm::is_contained(p.gradReduce.getGridAxes(), grid.dpAxis))
-      return fail("its gradient is not a shard.all_reduce over the dp axis "
-                  "(run tsr-zero-sharding after tsr-sharding-partition)");
-    if (p.gradReduce.getReduction() != shard::ReductionKind::Sum)
-      return fail("its gradient all-reduce is not a sum");
-    if (!p.gradReduce->hasOneUse())
-      return fail("its gradient all-reduce has uses other than the update");
+    if (failed(findGradChain(update.getGradOperand().get(), grid, p))) {
+      if (!computedWhole(update.getGradOperand().get(), grid))
+        return fail("its gradient is not a shard.all_reduce over the dp axis "
+                    "(run tsr-zero-sharding after tsr-sharding-partition)");
+      p.gradReduce = nullptr; // replicated over dp: sliced at the update
+      p.gather.clear();
+      p.elementwise.clear();
+    }
+    if (p.gradReduce) {
+      if (p.gradReduce.getReduction() != shard::ReductionKind::Sum)
+        return fail("its gradient all-reduce is not a sum");
+      if (!p.gradReduce->hasOneUse())
+        return fail("its gradient all-reduce has uses other than the update");
+      Value whole = p.gather.empty() ? p.gradReduce.getResult()
+                                     : p.gather.back()->getResult(0);
+      if (cast<ShapedType>(whole.getType()).getShape() !=
+          cast<ShapedType>(param.getType()).getShape())
+        return fail("its dp-reduced gradient, made whole over the other grid "
+                    "axes, does not have the parameter's local shape");
+    }
     for (Value state : update.getOptimizerState()) {
       if (!hasRole(func, state, "opt_state"))
         return fail("its optimizer state is not a function argument with "
@@ -278,9 +288,123 @@ struct ZeroShardingPass
     return p;
   }
 
+  /// A value every element of which is the same scalar: made by an op from
+  /// rank-0 operands only (e.g. fp16's broadcast 1/S). It equals its own
+  /// shards, so an elementwise op with it may move across the dp
+  /// reduction and the movement over other axes.
+  static bool isUniform(Value v) {
+    Operation *d = v.getDefiningOp();
+    return d && d->getNumResults() == 1 && d->getNumOperands() > 0 &&
+           llvm::all_of(d->getOperandTypes(), [](Type t) {
+             auto ranked = dyn_cast<RankedTensorType>(t);
+             return ranked && ranked.getRank() == 0;
+           });
+  }
+
+  /// An elementwise op that may sit among the data movement between the dp
+  /// all-reduce and the update and move after the reduce-scatter: a
+  /// `tsr.convert` (the sum over dp is then taken in its input type, as
+  /// without ZeRO) or an elementwise op whose other operands are uniform
+  /// (fp16's unscale by 1/S, which commutes with the sum).
+  static bool isElementwiseStep(Operation *d) {
+    if (isa<tsr::ConvertOp>(d))
+      return true;
+    if (!d->hasTrait<OpTrait::Elementwise>() || d->getNumResults() != 1 ||
+        d->getNumOperands() != 2)
+      return false;
+    return isUniform(d->getOperand(0)) != isUniform(d->getOperand(1));
+  }
+
+  /// The operand of a chain op that carries the gradient.
+  static Value chainOperand(Operation *d) {
+    if (d->getNumOperands() == 2 && isUniform(d->getOperand(0)))
+      return d->getOperand(1);
+    return d->getOperand(0);
+  }
+
+  /// Whether `v` is a gradient that backward computed whole on every dp
+  /// rank (the partition gathered its inputs over dp instead of reducing
+  /// it, e.g. an LM head's weight gradient from activations all-gathered
+  /// over dp and tp): a backward op (`tsr.bwd`), reached through the chain
+  /// ops findGradChain accepts without any collective over dp.
+  static bool computedWhole(Value v, const GridInfo &grid) {
+    for (int depth = 0; depth < 16; ++depth) {
+      Operation *d = v.getDefiningOp();
+      if (!d)
+        return false;
+      if (tsr::isBackward(d))
+        return true;
+      if (auto ag = dyn_cast<shard::AllGatherOp>(d);
+          ag && !llvm::is_contained(ag.getGridAxes(), grid.dpAxis)) {
+        v = ag.getInput();
+        continue;
+      }
+      if (auto ar = dyn_cast<shard::AllReduceOp>(d);
+          ar && !llvm::is_contained(ar.getGridAxes(), grid.dpAxis)) {
+        v = ar.getInput();
+        continue;
+      }
+      if (!isa<tsr::ReshapeOp>(d) && !isElementwiseStep(d))
+        return false;
+      v = chainOperand(d);
+    }
+    return false;
+  }
+
+  /// Finds the chain from the dp all-reduce to `v` (the update's gradient
+  /// operand, or an elementwise op's operand on the way): single-use
+  /// elementwise ops nearest the update (following an operand of the same
+  /// shape whose own walk succeeds), then single-use data movement over
+  /// non-dp axes. Fills p.gradReduce, p.gather and p.elementwise.
+  static LogicalResult findGradChain(Value v, const GridInfo &grid,
+                                     ZeroParam &p, int depth = 0) {
+    if (depth > 8)
+      return failure();
+    auto overDp = [&](ArrayRef<int16_t> axes) {
+      return llvm::is_contained(axes, grid.dpAxis);
+    };
+    SmallVector<Operation *> gather;
+    for (Value u = v; Operation *d = u.getDefiningOp();) {
+      if (auto ar = dyn_cast<shard::AllReduceOp>(d);
+          ar && overDp(ar.getGridAxes())) {
+        p.gradReduce = ar;
+        p.gather.assign(gather.rbegin(), gather.rend());
+        p.elementwise.clear();
+        // Elementwise ops after the last movement are the elementwise
+        // segment's.
+        while (!p.gather.empty() && isElementwiseStep(p.gather.back()))
+          p.elementwise.insert(p.elementwise.begin(), p.gather.pop_back_val());
+        return success();
+      }
+      bool moves = isa<tsr::ReshapeOp>(d) || isElementwiseStep(d);
+      if (auto ag = dyn_cast<shard::AllGatherOp>(d))
+        moves = !overDp(ag.getGridAxes());
+      if (auto ar = dyn_cast<shard::AllReduceOp>(d))
+        moves = ar.getReduction() == shard::ReductionKind::Sum;
+      if (!moves || !d->hasOneUse())
+        break;
+      gather.push_back(d);
+      u = chainOperand(d);
+    }
+    Operation *d = v.getDefiningOp();
+    if (!d || !d->hasTrait<OpTrait::Elementwise>() || d->getNumResults() != 1 ||
+        !d->hasOneUse())
+      return failure();
+    auto shape = [](Value x) {
+      return cast<ShapedType>(x.getType()).getShape();
+    };
+    for (Value operand : d->getOperands())
+      if (shape(operand) == shape(v) &&
+          succeeded(findGradChain(operand, grid, p, depth + 1))) {
+        p.elementwise.push_back(d);
+        return success();
+      }
+    return failure();
+  }
+
   LogicalResult runOnFunction(FunctionOpInterface func, const GridInfo &grid) {
     Block &body = func.getFunctionBody().front();
-    SmallVector<ZeroParam> params;
+    std::vector<ZeroParam> params;
     SmallVector<Attribute> replicated;
     // The end of backward: where ZeRO-1 puts its reduce-scatters.
     Operation *firstUpdate = nullptr;
@@ -317,41 +441,134 @@ struct ZeroShardingPass
     for (ZeroParam &p : params) {
       auto full = cast<RankedTensorType>(p.param.getType());
       RankedTensorType local = shardType(full, p.dim, grid.dp);
+      if (!p.gradReduce) {
+        // Replicated over dp already: each rank takes its slice (local).
+        OpOperand &grad = p.update.getGradOperand();
+        auto type = cast<RankedTensorType>(grad.get().getType());
+        Location loc = p.update->getLoc();
+        b.setInsertionPoint(p.update);
+        Value v = reshapeTo(b, loc, grad.get(),
+                            viewType(type, p, grid.dp, /*shard=*/false));
+        v = shard::AllSliceOp::create(
+            b, loc, viewType(type, p, grid.dp, /*shard=*/true), gridName,
+            dpAxes, v, APInt(64, p.dim + p.sub));
+        grad.set(reshapeTo(b, loc, v, type.clone(local.getShape())));
+        continue;
+      }
       // All-reduce over dp -> reduce-scatter over dp (after an all-reduce
-      // over the other axes, if the original had any).
+      // over the other axes, if the original had any). With data movement
+      // between them (p.gather), the all-reduce keeps only the other axes
+      // and the reduce-scatter follows the movement: a sum over dp
+      // commutes with gathers and reshapes over the other axes.
       shard::AllReduceOp ar = p.gradReduce;
-      auto reduced = cast<RankedTensorType>(ar.getType());
-      full = full.clone(reduced.getElementType());
-      local = local.clone(reduced.getElementType());
-      bool atEnd = stage == 1 && ar->isBeforeInBlock(firstUpdate);
-      b.setInsertionPoint(atEnd ? firstUpdate : ar.getOperation());
-      Value grad = ar.getInput();
+      Location loc = ar.getLoc();
       SmallVector<int16_t> others;
       for (int16_t a : ar.getGridAxes())
         if (a != grid.dpAxis)
           others.push_back(a);
+      Operation *whole = p.gather.empty() ? ar.getOperation() : p.gather.back();
+      bool atEnd = stage == 1 && whole->isBeforeInBlock(firstUpdate);
+      // Without movement the other axes' all-reduce goes where the
+      // reduce-scatter goes; with it, where the dp all-reduce was.
+      b.setInsertionPoint(atEnd && p.gather.empty() ? firstUpdate : ar);
+      Value grad = ar.getInput();
       if (!others.empty())
         grad =
-            shard::AllReduceOp::create(b, ar.getLoc(), grad.getType(), gridName,
-                                       others, grad, shard::ReductionKind::Sum);
-      grad = reshapeTo(b, ar.getLoc(), grad,
-                       viewType(full, p, grid.dp, /*shard=*/false));
+            shard::AllReduceOp::create(b, loc, grad.getType(), gridName, others,
+                                       grad, shard::ReductionKind::Sum);
+      // Elementwise steps among the movement (mixed precision converts and
+      // unscales before an all-gather over sp) move after the
+      // reduce-scatter: the movement carries the reduced type, and so
+      // does the reduce-scatter.
+      SmallVector<Operation *> steps;
+      if (!p.gather.empty()) {
+        ar.getResult().replaceAllUsesWith(grad);
+        ar.erase();
+        for (Operation *op : p.gather) {
+          Value in = chainOperand(op);
+          if (isElementwiseStep(op)) {
+            op->getResult(0).replaceAllUsesWith(in);
+            steps.push_back(op);
+            continue;
+          }
+          auto type = cast<RankedTensorType>(op->getResult(0).getType());
+          op->getResult(0).setType(type.clone(
+              cast<RankedTensorType>(in.getType()).getElementType()));
+        }
+        grad = whole->getResult(0);
+        if (atEnd)
+          b.setInsertionPoint(firstUpdate);
+        else
+          b.setInsertionPointAfter(whole);
+      }
+      auto reduced = cast<RankedTensorType>(grad.getType());
+      full = full.clone(reduced.getElementType());
+      local = local.clone(reduced.getElementType());
+      SmallVector<OpOperand *> wholeUses;
+      for (OpOperand &use : grad.getUses())
+        wholeUses.push_back(&use);
+      Value view =
+          reshapeTo(b, loc, grad, viewType(full, p, grid.dp, /*shard=*/false));
       auto rs = shard::ReduceScatterOp::create(
-          b, ar.getLoc(), viewType(full, p, grid.dp, /*shard=*/true),
-          ar.getGridAttr(), b.getDenseI16ArrayAttr(dpAxes), grad,
+          b, loc, viewType(full, p, grid.dp, /*shard=*/true),
+          FlatSymbolRefAttr::get(grid.gridName), b.getDenseI16ArrayAttr(dpAxes),
+          view,
           shard::ReductionKindAttr::get(b.getContext(),
                                         shard::ReductionKind::Sum),
           b.getIntegerAttr(b.getIndexType(), p.dim + p.sub));
-      Value sharded = reshapeTo(b, ar.getLoc(), rs.getResult(), local);
-      ar.getResult().replaceAllUsesWith(sharded);
-      ar.erase();
-      if (tsr::ConvertOp conv = p.gradConvert) {
-        auto type = cast<RankedTensorType>(conv.getType());
-        retraceDpShards(conv, type, p.dim, p.sub, grid);
-        conv.getResult().setType(type.clone(local.getShape()));
-        Operation *def = sharded.getDefiningOp();
-        if (conv->isBeforeInBlock(def))
-          conv->moveAfter(def);
+      Value sharded = reshapeTo(b, loc, rs.getResult(), local);
+      for (Operation *op : steps) {
+        op->moveAfter(sharded.getDefiningOp());
+        for (OpOperand &operand : op->getOpOperands()) {
+          if (operand.get() == chainOperand(op)) {
+            operand.set(sharded);
+            continue;
+          }
+          // A uniform operand: its maker again, at the shard's shape.
+          Operation *maker = operand.get().getDefiningOp();
+          b.setInsertionPoint(op);
+          Operation *clone = b.clone(*maker);
+          auto type = cast<RankedTensorType>(clone->getResult(0).getType());
+          clone->getResult(0).setType(type.clone(local.getShape()));
+          operand.set(clone->getResult(0));
+          if (maker->use_empty())
+            maker->erase();
+        }
+        auto type = cast<RankedTensorType>(op->getResult(0).getType());
+        retraceDpShards(op, type, p.dim, p.sub, grid);
+        op->getResult(0).setType(type.clone(local.getShape()));
+        sharded = op->getResult(0);
+      }
+      if (p.gather.empty()) {
+        ar.getResult().replaceAllUsesWith(sharded);
+        ar.erase();
+      } else {
+        for (OpOperand *use : wholeUses)
+          use->set(sharded);
+      }
+      // The elementwise ops (e.g. mixed precision's convert and fp16's
+      // unscale) run on the shard; their other operands are sliced to it.
+      Value prev = sharded;
+      for (Operation *op : p.elementwise) {
+        Operation *def = prev.getDefiningOp();
+        if (op->isBeforeInBlock(def))
+          op->moveAfter(def);
+        b.setInsertionPoint(op);
+        for (OpOperand &operand : op->getOpOperands()) {
+          if (operand.get() == prev)
+            continue;
+          auto type = cast<RankedTensorType>(operand.get().getType());
+          Value v = reshapeTo(b, loc, operand.get(),
+                              viewType(type, p, grid.dp, /*shard=*/false));
+          v = shard::AllSliceOp::create(
+              b, loc, viewType(type, p, grid.dp, /*shard=*/true), gridName,
+              dpAxes, v, APInt(64, p.dim + p.sub));
+          operand.set(reshapeTo(b, loc, v, type.clone(local.getShape())));
+        }
+        auto type = cast<RankedTensorType>(op->getResult(0).getType());
+        retraceDpShards(op, type, p.dim, p.sub, grid);
+        op->getResult(0).setType(type.clone(local.getShape()));
+        prev = op->getResult(0);
       }
     }
 

@@ -36,6 +36,11 @@ std::string tessera::runtime::formatMetricsJson(const StepMetrics &m) {
       for (int64_t v : kv.second)
         j.value(v);
     });
+  for (const auto &kv : m.numLists)
+    j.attributeArray(kv.first, [&] {
+      for (double v : kv.second)
+        j.value(std::isfinite(v) ? json::Value(v) : json::Value(nullptr));
+    });
   j.objectEnd();
   os.flush();
   return s;

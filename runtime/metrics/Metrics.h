@@ -4,7 +4,8 @@
 // `--metrics FILE` writes one JSON object per step and line:
 //   {"step": 12, "loss": 3.1234, "step_time_s": 0.5, "tokens_per_s": 1234.0,
 //    <extra numeric fields, e.g. "bytes_sent">,
-//    <extra integer-list fields, e.g. "peak_activation_sets": [2, 1]>}
+//    <extra integer-list fields, e.g. "peak_activation_sets": [2, 1]>,
+//    <extra number-list fields, e.g. "bytes_send_per_rank": [512.0, 0.0]>}
 // The file is opened once; each record is flushed as it is written.
 //
 //===----------------------------------------------------------------------===//
@@ -37,6 +38,10 @@ struct StepMetrics {
   /// Extra integer-array fields in order, written after `extra`, e.g.
   /// {"peak_activation_sets", {2, 1}}. Same naming rule.
   std::vector<std::pair<std::string, std::vector<int64_t>>> intLists;
+  /// Extra number-array fields in order, written after `intLists`, e.g.
+  /// {"bytes_send_per_rank", {512, 0}}; non-finite entries are written as
+  /// null. Same naming rule.
+  std::vector<std::pair<std::string, std::vector<double>>> numLists;
 };
 
 /// The JSON object for `m` (no trailing newline). Non-finite numbers are

@@ -38,13 +38,26 @@
     e2e.py pipeline --build DIR --config NAME --optimizer sgd|adamw
                     --grid PPxDPxTP --micro-batches 1,4,8
                     --schedules gpipe,1f1b,interleaved [--rtol 1e-5]
-                    [--rank-order AXES]
+                    [--rank-order AXES] [--zero 1|2|3]
+                    [--sp megatron|ulysses|ring [--sp-size K]] [--traffic]
         One serial run, then one run per (micro-batches, schedule) on a
         pp*dp*tp grid (interleaved with 2 virtual stages per stage, only for
         micro-batch counts that are a multiple of pp, as Megatron-LM
         requires); each must match the serial run like `parallel`, and its
         ranks must follow the rank order (--rank-order, default Megatron-LM's
         pp, dp, tp): the manifest's, and each rank's stage in the trace.
+        --zero compiles every pipelined run with that ZeRO stage (sharded
+        over dp inside each stage).
+        --sp adds sequence parallelism to every pipeline run (ulysses and
+        ring on an sp axis of --sp-size ranks, pp*dp*tp*K ranks; megatron
+        over tp). --traffic also runs the same dp x tp (x sp) grid without
+        pp and checks every pipeline run's collective bytes per step
+        exactly (check_pipeline_traffic): the sum over all ranks of each
+        non-send kind equals the run without pp's (every collective runs on
+        the one stage that holds its layer, split over micro-batches), and
+        the sends add, per stage boundary, M forward activations and M
+        activation gradients of [B/dp/M, S/s, D] fp32 from every rank of a
+        stage (s = --sp-size, tp for megatron, else 1).
 
     e2e.py recompute --build DIR --config NAME --optimizer sgd|adamw
                      --dp N --tp M [--pp P] [--modes selective,full]
@@ -55,17 +68,31 @@
 
     e2e.py precision --build DIR --config NAME --optimizer sgd|adamw
                      [--dp N --tp M] [--traffic] [--rtol 2e-2]
-                     [--precision-type bf16|fp16]
+                     [--precision-type bf16|fp16] [--loss-scale S]
+                     [--pp P --micro-batches M --schedules KIND]
+                     [--sp megatron] [--recompute selective|full]
         A bf16 run (--precision bf16: bf16 forward/backward and gradient
         all-reduce, fp32 master weights and optimizer state) on the dp x tp
-        grid vs the fp32 serial run: every step's loss within rtol. With
+        grid vs the fp32 serial run: every step's loss within rtol. --pp P
+        (or --micro-batches M alone) makes it a pipeline plan of M
+        micro-batches (default 4) with one --schedules kind (default 1f1b;
+        interleaved with 2 virtual stages), whose micro-batch gradients are
+        accumulated in f32; --sp megatron, --recompute and --loss-scale
+        (fp16) are passed to the low-precision run's tessera-partition. With
         --traffic, also an fp32 run on the same grid: every step's
         "bytes_sent" of the bf16 run must be exactly the fp32 run's with
         the gradient all-reduce halved, i.e. L + (fp32 - L) / 2 where L is
         the f32 loss all-reduce, 2(dp-1)/dp * 4 bytes (dp > 1, tp = 1).
+        A pipeline plan's rank 0 (stage 0, which does not hold the loss)
+        sends its bf16 activations and gradient all-reduces: exactly half
+        the fp32 plan's bytes (the gradient all-reduce stays bf16 though
+        the micro-batch accumulation is f32).
         --precision-type fp16 does the same with --precision fp16 (static
         loss scale 1024); its --traffic also runs bf16 on the same grid:
-        fp16's bytes_sent must equal bf16's exactly.
+        fp16's bytes_sent must equal bf16's exactly. With --zero Z the
+        low-precision run uses ZeRO-Z and must also match the same run
+        without ZeRO within 1e-5 (losses and final weights), and with fp16
+        also the fp32 serial run's final weights within rtol.
 
     e2e.py loss-scale --build DIR --config NAME --optimizer sgd|adamw
                       [--dp N --tp M] [--sp KIND --sp-size K]
@@ -468,6 +495,70 @@ def check_sp_traffic(args, work, sp_metrics):
     return ok
 
 
+def sp_flags(args):
+    """The --sp flags of the parallel runs (none without --sp)."""
+    if not args.sp:
+        return []
+    return ["--sp", args.sp] + (["--sp-size", str(args.sp_size)]
+                                if args.sp != "megatron" else [])
+
+
+def sp_ranks(args):
+    """Ranks of the sp axis (1 without one: megatron shards over tp)."""
+    return args.sp_size if args.sp in ("ulysses", "ring") else 1
+
+
+def check_pipeline_traffic(args, pipe_m, base_m, pp, dp, tp, m, v):
+    """A pipeline run's collective bytes per step vs the same grid without
+    pp (`base_m`, rank 0's metrics; that run is SPMD, so every rank moves
+    the same bytes). `pipe_m` holds every rank's bytes per kind
+    ("bytes_<kind>_per_rank"). For every kind but send, the sum over the
+    pipeline run's ranks must equal the run without pp's sum over its
+    ranks: each collective runs once on the ranks of the stage that holds
+    its layer (activation collectives once per micro-batch on 1/M of the
+    batch, gradient reductions once per step on the accumulated sum). The
+    sends must add exactly the stage boundaries' traffic: pp*v - 1
+    boundaries between consecutive chunks, each crossed by M forward
+    activations and M activation gradients of [B/dp/M, S/s, D] fp32 per
+    rank of a stage (dp*tp*sp ranks; s: the sequence split of the residual
+    stream between layers, --sp-size for ulysses and ring, tp for megatron,
+    else 1)."""
+    cfg = get_config(args.config)
+    B, S, D = cfg["batch"], cfg["seq"], cfg["d_model"]
+    sp = sp_ranks(args)
+    stage_ranks = dp * tp * sp
+    seq_split = sp if sp > 1 else (tp if args.sp == "megatron" else 1)
+    act = (B // dp // m) * (S // seq_split) * D * 4
+    boundary = 2 * m * stage_ranks * act
+    pipeline_sends = (pp * v - 1) * boundary
+    ok = True
+    kinds = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+             "send")
+    with open(pipe_m) as f:
+        pipe = [json.loads(line) for line in f]
+    with open(base_m) as f:
+        base = [json.loads(line) for line in f]
+    for step, (p, b) in enumerate(zip(pipe, base)):
+        for kind in kinds:
+            got = sum(p[f"bytes_{kind}_per_rank"])
+            want = stage_ranks * b[f"bytes_{kind}"]
+            if kind == "send":
+                want += pipeline_sends
+            good = abs(got - want) <= 1e-9 * max(want, 1.0)
+            if step == 0 or not good:
+                extra = (f" = {stage_ranks} x {b['bytes_' + kind]:.0f} without "
+                         f"pp + {pp * v - 1} boundaries x 2 x M={m} x "
+                         f"{stage_ranks} ranks x {act} activation bytes"
+                         if kind == "send" else
+                         f" = {stage_ranks} ranks x {b['bytes_' + kind]:.0f} "
+                         f"without pp")
+                print(f"   step {step} {kind}: sum over ranks {got:.0f}, "
+                      f"expected {want:.0f}{extra}: "
+                      f"{'ok' if good else 'MISMATCH'}")
+            ok = ok and good
+    return ok
+
+
 def vocab_flags(args):
     return ["--vocab-parallel", args.vocab_parallel] if args.vocab_parallel \
         else []
@@ -500,13 +591,21 @@ def main():
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--rtol", type=float)
     p.add_argument("--grid", default="2x1x1", help="pipeline: PPxDPxTP")
-    p.add_argument("--micro-batches", default="1,4,8")
-    p.add_argument("--schedules", default="gpipe,1f1b,interleaved")
+    p.add_argument("--micro-batches", default=None,
+                   help="pipeline: the list (default 1,4,8); precision: M")
+    p.add_argument("--schedules", default=None,
+                   help="pipeline: the list (default gpipe,1f1b,"
+                        "interleaved); precision: one kind (default 1f1b)")
+    p.add_argument("--recompute", choices=["selective", "full"], default=None,
+                   help="precision: recomputation of the low-precision run")
+    p.add_argument("--loss-scale", default=None,
+                   help="precision: --loss-scale of the fp16 run")
     p.add_argument("--pp", type=int, default=1, help="recompute: stages")
     p.add_argument("--zero", type=int, default=0,
                    help="parallel: ZeRO stage of the parallel run")
     p.add_argument("--sp", choices=["megatron", "ulysses", "ring"],
-                   default=None, help="parallel: sequence parallelism")
+                   default=None,
+                   help="parallel, pipeline: sequence parallelism")
     p.add_argument("--sp-size", type=int, default=1)
     p.add_argument("--rank-order", default=None,
                    help="parallel, pipeline: tessera-partition --rank-order "
@@ -519,7 +618,9 @@ def main():
     p.add_argument("--modes", default="selective,full",
                    help="recompute: the --recompute modes to check")
     p.add_argument("--traffic", action="store_true",
-                   help="precision: check bytes_sent against the fp32 run")
+                   help="precision: check bytes_sent against the fp32 run; "
+                        "parallel with --sp: the sp volumes; pipeline: "
+                        "the bytes against the grid without pp")
     p.add_argument("--devices", type=int, default=4,
                    help="auto: ranks the plan search plans for")
     p.add_argument("--cluster", default=None,
@@ -528,9 +629,6 @@ def main():
     p.add_argument("--precision-type", choices=["bf16", "fp16"],
                    default=None,
                    help="precision: the low-precision type to check")
-    p.add_argument("--loss-scale", default=None,
-                   help="precision: a static fp16 --loss-scale (default: "
-                        "dynamic loss scaling)")
     p.add_argument("--initial-loss-scale", default=str(2 ** 32),
                    help="loss-scale: the overflowing initial scale")
     p.add_argument("--steps-total", type=int, default=30,
@@ -580,8 +678,13 @@ def main():
             pp, dp, tp = (int(x) for x in args.grid.split("x"))
             ok = True
             runs = 0
-            for m in (int(x) for x in args.micro_batches.split(",")):
-                for schedule in args.schedules.split(","):
+            if args.traffic:
+                base_m, _ = tessera(args, work, dp, tp, "no-pp",
+                                    sp_flags(args))
+            for m in (int(x) for x in
+                      (args.micro_batches or "1,4,8").split(",")):
+                for schedule in (args.schedules
+                                 or "gpipe,1f1b,interleaved").split(","):
                     extra = ["--pp", str(pp), "--micro-batches", str(m),
                              "--schedule", schedule]
                     if schedule == "interleaved":
@@ -591,7 +694,13 @@ def main():
                         extra += ["--virtual-stages", "2"]
                     if args.rank_order:
                         extra += ["--rank-order", args.rank_order]
+                    extra += sp_flags(args)
                     tag = f"pp{pp}xdp{dp}xtp{tp}.m{m}.{schedule}"
+                    if args.zero:
+                        extra += ["--zero", str(args.zero)]
+                        tag += f".z{args.zero}"
+                    if args.sp:
+                        tag += f".sp-{args.sp}{sp_ranks(args)}"
                     par_m, par_w = tessera(args, work, dp, tp, tag, extra, pp,
                                            trace=True)
                     print(f"{tag} vs serial:")
@@ -601,6 +710,12 @@ def main():
                         os.path.join(work, f"{tag}.tsr"),
                         os.path.join(work, f"{tag}.trace.json"),
                         order_list(args)) and ok
+                    if args.traffic:
+                        v = 2 if schedule == "interleaved" else 1
+                        print(f"{tag} collective bytes per step vs the same "
+                              f"grid without pp:")
+                        ok = check_pipeline_traffic(args, par_m, base_m, pp,
+                                                    dp, tp, m, v) and ok
                     runs += 1
             print(f"{runs} pipeline runs compared")
         else:
@@ -697,17 +812,60 @@ def check_precision(args, work):
                                   if args.sp != "megatron" else [])
         grid += f" sp {args.sp}" + (f" x{args.sp_size}"
                                     if args.sp != "megatron" else "")
+    # The plan's shape (pipeline, sp), shared by the fp32 traffic run.
+    pipe = []
+    if args.pp > 1 or args.micro_batches:
+        m = int(args.micro_batches or 4)
+        schedule = args.schedules or "1f1b"
+        pipe = ["--pp", str(args.pp), "--micro-batches", str(m),
+                "--schedule", schedule]
+        if schedule == "interleaved":
+            pipe += ["--virtual-stages", "2"]
+        grid += f" x pp{args.pp} ({schedule}, M={m})"
+    shape = sp + pipe
+    extra = []
+    if args.recompute:
+        extra += ["--recompute", args.recompute]
+        grid += f" recompute {args.recompute}"
     if args.loss_scale:
-        sp += ["--loss-scale", args.loss_scale]
-        grid += f" static loss scale {args.loss_scale}"
-    serial_m, _ = tessera(args, work, 1, 1, "fp32-serial")
-    bf16_m, _ = tessera(args, work, args.dp, args.tp, low,
-                        ["--precision", low] + sp)
-    print(f"losses: {low} {grid} vs fp32 serial (rtol {rtol})")
+        extra += ["--loss-scale", args.loss_scale]
+        grid += f" loss scale {args.loss_scale}"
+    zero = ["--zero", str(args.zero)] if args.zero else []
+    serial_m, serial_w = tessera(args, work, 1, 1, "fp32-serial")
+    bf16_m, bf16_w = tessera(args, work, args.dp, args.tp, low,
+                             ["--precision", low] + shape + extra + zero,
+                             args.pp)
+    print(f"losses: {low} {grid}{' ZeRO-%d' % args.zero if zero else ''} "
+          f"vs fp32 serial (rtol {rtol})")
     ok = check_losses(bf16_m, serial_m, rtol)
+    if zero:
+        # ZeRO reduce-scatters the same low-precision gradient and unscales
+        # the shard: the same arithmetic as the run without it.
+        plain_m, plain_w = tessera(args, work, args.dp, args.tp, low + "-z0",
+                                   ["--precision", low] + shape + extra,
+                                   args.pp)
+        print(f"{low} {grid} ZeRO-{args.zero} vs without ZeRO:")
+        ok = check_run(args, bf16_m, bf16_w, plain_m, plain_w, 1e-5,
+                       f"{low} ZeRO-{args.zero} (reference: {low} without "
+                       "ZeRO)") and ok
+        if low == "fp16":
+            # fp16's weights stay within rtol of fp32's too (bf16's do not,
+            # with or without ZeRO: 7e-2 on a LayerNorm bias after 8 steps).
+            print(f"{low} {grid} ZeRO-{args.zero} vs fp32 serial:")
+            ok = check_run(args, bf16_m, bf16_w, serial_m, serial_w, rtol,
+                           f"{low} ZeRO-{args.zero}") and ok
     if not args.traffic:
         return ok
-    fp32_m, _ = tessera(args, work, args.dp, args.tp, "fp32")
+    fp32_m, _ = tessera(args, work, args.dp, args.tp, "fp32", shape, args.pp)
+    if pipe:
+        full, half = bytes_sent(fp32_m), bytes_sent(bf16_m)
+        want = [b / 2 for b in full]
+        good = len(half) == STEPS and all(
+            abs(h - w) <= 1e-9 * w for h, w in zip(half, want))
+        print(f"bytes_sent of rank 0 (stage 0) per step: fp32 {full}, {low} "
+              f"{half}; expected fp32 / 2 = {want} "
+              f"{'ok' if good else 'MISMATCH'}")
+        return ok and good
     n = args.dp
     loss = 2 * (n - 1) / n * 4
     full, half = bytes_sent(fp32_m), bytes_sent(bf16_m)

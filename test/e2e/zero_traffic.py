@@ -2,7 +2,7 @@
 """Collective bytes per rank and step under ZeRO-0/1/2/3 vs the ring volumes.
 
     zero_traffic.py --build DIR [--config prenorm_gelu_causal] [--dp 2,4]
-                    [--steps 2]
+                    [--steps 2] [--pp-config pipeline] [--pp-dp 2]
 
 For every dp degree N and ZeRO stage, compiles the model with
 `tessera-partition --dp N --zero Z --optimizer sgd`, trains `--steps` steps on
@@ -33,12 +33,28 @@ Add/Sub (biases), Gemm's C, a LayerNormalization bias or Gather's table
 2(N-1)/N * B_p, the same as data parallelism (gathering them before backward
 would be wasted traffic).
 
+Pipelines (--pp-config, default the `pipeline` model, on pp 2 x dp N, N in
+--pp-dp (default 2), with M = 4 micro-batches, 1F1B): rank 0 is stage 0, and its bytes_sent also holds
+the stage's activation sends, so each stage Z is checked against the same
+pipeline without ZeRO. The gradients are accumulated over the micro-batches
+and reduced once per step, and ZeRO-3 gathers the stage's parameters per
+micro-batch, so over the stage's parameters S (those its chunk functions
+read, from the pipeline-split IR; their sizes and r_p from the ONNX file):
+
+    ZeRO-1, ZeRO-2:  equal to stage 0 (reduce-scatter + all-gather once)
+    ZeRO-3:          stage 0 + (N-1)/N * sum_{p in S} B_p * (M(1 + r_p) - 1)
+                     (M forward gathers, M backward ones where r_p = 1, one
+                      reduce-scatter, instead of one all-reduce)
+
 Exit status 0 when every step of every run matches within 1e-9 relative.
 """
 
 import argparse
+import glob
 import json
 import os
+import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -98,6 +114,66 @@ def expected_bytes(params, n, zero):
     return loss + sum(f * b * (3 if r else 2) for b, r in params.values())
 
 
+def manifest(plan):
+    with open(plan, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return json.loads(header["__metadata__"]["tessera.manifest"])
+
+
+def stage_params(plan, dump_dir, stage):
+    """Names of the parameters chunk `stage`'s functions read (V = 1)."""
+    [ir] = glob.glob(os.path.join(dump_dir, "*-pipeline-split.mlir"))
+    text = open(ir).read()
+    args = set()
+    for fn in ("forward", "backward", "apply"):
+        m = re.search(r"func\.func @%s_%d\((.*)" % (fn, stage), text)
+        args |= {int(i) for i in re.findall(r"tsrt\.arg = (\d+)", m.group(1))}
+    return {a["name"] for a in manifest(plan)["arguments"]
+            if a["index"] in args and a["role"] == "param"}
+
+
+def check_pipeline(args, work, partition, runner):
+    """pp 2 x dp N, M micro-batches: rank 0's (stage 0's) bytes per step."""
+    model_path = os.path.join(ROOT, get_config(args.pp_config)["out"])
+    params = parameters(onnx.load(model_path))
+    m, ok = 4, True
+    for n in (int(x) for x in args.pp_dp.split(",")):
+        f = (n - 1) / n
+        base = None
+        for zero in range(4):
+            tag = f"pp2xdp{n}.m{m}.z{zero}"
+            plan = os.path.join(work, tag + ".tsr")
+            metrics = os.path.join(work, tag + ".jsonl")
+            dump = os.path.join(work, tag + ".ir")
+            run([partition, model_path, "-o", plan, "--pp", "2", "--dp",
+                 str(n), "--micro-batches", str(m), "--zero", str(zero),
+                 "--optimizer", "sgd", "--dump-ir-after-each", dump])
+            run(["mpirun", "-np", str(2 * n), runner, plan, "--data", CORPUS,
+                 "--steps", str(args.steps), "--metrics", metrics])
+            with open(metrics) as fh:
+                got = [json.loads(line)["bytes_sent"] for line in fh]
+            if zero == 0:
+                base = got
+                print(f"{tag}: bytes_sent per rank per step {got} (stage 0's "
+                      "reference)")
+                continue
+            names = stage_params(plan, dump, 0)
+            extra = 0.0
+            if zero == 3:
+                extra = sum(f * b * (m * (2 if r else 1) - 1)
+                            for name, (b, r) in params.items()
+                            if name in names)
+            want = [b + extra for b in base]
+            good = len(got) == args.steps and all(
+                abs(g - w) <= 1e-9 * w for g, w in zip(got, want))
+            ok = ok and good
+            print(f"{tag}: bytes_sent per rank per step {got}, expected "
+                  f"{want} (stage 0: {len(names)} parameters) "
+                  f"{'ok' if good else 'MISMATCH'}")
+    return ok
+
+
 def run(cmd):
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, env=env(), stdout=subprocess.DEVNULL)
@@ -110,6 +186,10 @@ def main():
     p.add_argument("--config", default="prenorm_gelu_causal")
     p.add_argument("--dp", default="2,4")
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--pp-dp", default="2",
+                   help="dp degrees of the pipelined runs (pp 2 x dp N)")
+    p.add_argument("--pp-config", default="pipeline",
+                   help="the model of the pipelined runs ('' to skip them)")
     args = p.parse_args()
 
     model_path = os.path.join(ROOT, get_config(args.config)["out"])
@@ -142,6 +222,8 @@ def main():
                 print(f"{tag}: bytes_sent per rank per step {got}, expected "
                       f"{want:.1f} ({want / base:.4f} x data parallel) "
                       f"{'ok' if good else 'MISMATCH'}")
+        if args.pp_config:
+            ok = check_pipeline(args, work, partition, runner) and ok
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

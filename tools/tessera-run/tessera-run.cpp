@@ -22,7 +22,10 @@
 // axes (e.g. dp=1 x tp=2 x pp=2 with mb=4 needs 4 ranks); each rank runs its
 // stage's share of the schedule (see runtime/executor/Executor.h). Metrics
 // records then also hold "peak_activation_sets": one integer per rank, in
-// world-rank order.
+// world-rank order, and "bytes_<kind>_per_rank" for each collective kind
+// (all_reduce, all_gather, reduce_scatter, all_to_all, send): every rank's
+// bytes of that kind in the step, ring model, world-rank order (the stages
+// of a pipeline differ, so rank 0's "bytes_<kind>" is not every rank's).
 //
 // --trace FILE writes, on rank 0 after the last step, every rank's timeline
 // as Chrome trace JSON (viewable in Perfetto or chrome://tracing):
@@ -237,7 +240,9 @@ static cl::opt<std::string> metricsPath(
              "(the largest score block an attention kernel allocated, "
              "rank 0; plans with attention), and for pipeline plans "
              "\"peak_activation_sets\" (per rank, world-rank order: the most "
-             "micro-batch activation sets held at once), and \"peak_bytes\" "
+             "micro-batch activation sets held at once) and "
+             "\"bytes_<kind>_per_rank\" (per rank, world-rank order: that "
+             "rank's bytes of each kind above), and \"peak_bytes\" "
              "(per rank, world-rank order: the bytes the rank held at its "
              "peak during the step, measured: persistent state + constants "
              "+ arena high-water mark + peak heap bytes allocated in the "
@@ -936,6 +941,7 @@ void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
                       exec::Executor &executor, int64_t s, double loss,
                       double seconds, double tokensPerS, bool gatherPeaks,
                       const std::vector<int64_t> &peaks,
+                      const std::vector<double> &rankBytes,
                       const std::vector<int64_t> &lastMemory,
                       const LossScaleState &before,
                       const LossScaleState &after) {
@@ -962,6 +968,18 @@ void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
   for (int r = 0; r < world.size(); ++r)
     peakBytes.push_back(lastMemory[kMemFields * r + kMemFields - 1]);
   rec.intLists.emplace_back("peak_bytes", peakBytes);
+  // Pipeline plans: every rank's bytes per collective kind.
+  if (!rankBytes.empty())
+    for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
+      std::vector<double> perRank;
+      for (int r = 0; r < world.size(); ++r)
+        perRank.push_back(rankBytes[mpi::kNumCollectiveKinds * r + k]);
+      rec.numLists.emplace_back(
+          std::string("bytes_") +
+              mpi::collectiveKindName(static_cast<mpi::CollectiveKind>(k)) +
+              "_per_rank",
+          std::move(perRank));
+    }
   if (after.scale && before.skippedSteps && after.skippedSteps) {
     rec.extra.emplace_back("loss_scale", *after.scale);
     rec.extra.emplace_back("skipped",
@@ -1026,6 +1044,23 @@ TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
         abortAll(world, "step " + std::to_string(s) +
                             ": MPI_Gather of peak_activation_sets failed");
     }
+    // Pipeline plans: every rank's bytes per collective kind (the stages
+    // run different programs, so they send different amounts).
+    std::vector<double> rankBytes;
+    if (gatherPeaks) {
+      double mine[mpi::kNumCollectiveKinds];
+      for (int k = 0; k < mpi::kNumCollectiveKinds; ++k)
+        mine[k] =
+            executor.traffic().stepBytes(static_cast<mpi::CollectiveKind>(k));
+      rankBytes.assign(isRoot ? mpi::kNumCollectiveKinds * world.size() : 0,
+                       0.0);
+      mpi::watchdog::Guard guard("gather of bytes per rank", world.size());
+      if (MPI_Gather(mine, mpi::kNumCollectiveKinds, MPI_DOUBLE,
+                     rankBytes.data(), mpi::kNumCollectiveKinds, MPI_DOUBLE, 0,
+                     world.handle()) != MPI_SUCCESS)
+        abortAll(world, "step " + std::to_string(s) +
+                            ": MPI_Gather of bytes per rank failed");
+    }
     // Every rank's measured memory (see exec::MemoryUse).
     const exec::MemoryUse &use = executor.lastStepMemory();
     int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
@@ -1047,7 +1082,7 @@ TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
     }
     if (metrics)
       writeStepMetrics(world, *metrics, executor, s, *loss, seconds, tokensPerS,
-                       gatherPeaks, peaks, lastMemory, scaleBefore,
+                       gatherPeaks, peaks, rankBytes, lastMemory, scaleBefore,
                        readLossScale(world, executor, backend));
   }
   return result;

@@ -95,3 +95,24 @@ module attributes {tsr.grid_axes = ["tp"]} {
     return %u : tensor<8x4xf32>
   }
 }
+
+// -----
+// An elementwise copy of an argument (tsr-mixed-precision's bf16 copy of a
+// parameter) is laid out as the argument and as firmly: at a column-parallel
+// matmul reading a row-split (Megatron-SP sequence-split) constrained
+// activation, the weight copy keeps its column split over tp and the
+// activation is gathered, as with the f32 weight itself.
+module attributes {tsr.grid_axes = ["tp"]} {
+  shard.grid @grid(shape = 2)
+  // CHECK-LABEL: func.func @argument_copy
+  func.func @argument_copy(%x: tensor<4x8xbf16> {tsr.sharding = #tsr.sharding<@grid, [[], []]>},
+                           %v: tensor<8x6xf32> {tsr.sharding = #tsr.sharding<@grid, [[], [0]]>}) -> tensor<4x6xbf16> {
+    // CHECK: tsr.sharding_constraint {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]
+    %xs = tsr.sharding_constraint %x {sharding = #tsr.sharding<@grid, [[0], []]>} : tensor<4x8xbf16>
+    // CHECK: tsr.convert {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0]]>]
+    %vb = tsr.convert %v : tensor<8x6xf32> -> tensor<8x6xbf16>
+    // CHECK: tsr.matmul {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0]]>]
+    %b = tsr.matmul %xs, %vb : tensor<4x8xbf16>, tensor<8x6xbf16> -> tensor<4x6xbf16>
+    return %b : tensor<4x6xbf16>
+  }
+}

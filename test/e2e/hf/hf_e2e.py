@@ -17,6 +17,8 @@ prints every number it compares and exits 0 on a match, 1 on a mismatch.
 
     hf_e2e.py parallel --build DIR --family F --exporter E
                        --optimizer sgd|adamw --dp N --tp M [--rtol 1e-5]
+                       [--pp P --micro-batches M [--schedule S]]
+                       [--sp KIND [--sp-size K]]
         N*M-rank run vs the serial run: every step's loss within rtol
         relative and, after the last step, every parameter (--save-weights)
         within rtol relative L2. The attention key bias is left out of the
@@ -25,6 +27,12 @@ prints every number it compares and exits 0 on a match, 1 on a mismatch.
         values are rounding noise that differs between any two summation
         orders (AdamW amplifies it to ~lr per step); the loss does not
         depend on it. Which tensors were left out is printed.
+        Pipeline and sequence parallelism: --pp P --micro-batches M
+        [--schedule gpipe|1f1b|interleaved [--virtual-stages V]] and
+        --sp megatron|ulysses|ring [--sp-size K] are passed to the
+        parallel run's tessera-partition (N*M*P*K ranks; K counts only for
+        ulysses and ring, megatron shards the sequence over tp). A model
+        that ties its embedding and LM head (GPT-2) cannot be pipelined.
 
     hf_e2e.py oracle --build DIR --family F --exporter E [--rtol 1e-5]
         onnxruntime computes the logits of step 0's batch from the ONNX
@@ -111,13 +119,16 @@ def partition_cmd(args, plan, optimizer, dp=1, tp=1, lr=None):
             "--optimizer", optimizer, "--lr", str(lr or LR[optimizer])]
 
 
-def tessera(args, work, tag, optimizer, dp=1, tp=1, steps=STEPS, lr=None):
-    """Compiles and trains; returns (metrics.jsonl, weights.safetensors)."""
+def tessera(args, work, tag, optimizer, dp=1, tp=1, steps=STEPS, lr=None,
+            extra=(), ranks=None):
+    """Compiles and trains; returns (metrics.jsonl, weights.safetensors).
+    `extra` is passed to tessera-partition; `ranks` (default dp * tp) to
+    mpirun."""
     plan = os.path.join(work, f"{tag}.tsr")
     metrics = os.path.join(work, f"{tag}.jsonl")
     weights = os.path.join(work, f"{tag}.safetensors")
-    run(partition_cmd(args, plan, optimizer, dp, tp, lr))
-    run(["mpirun", "-np", str(dp * tp),
+    run(partition_cmd(args, plan, optimizer, dp, tp, lr) + list(extra))
+    run(["mpirun", "-np", str(ranks or dp * tp),
          os.path.join(args.build, "tools", "tessera-run", "tessera-run"),
          plan, "--data", CORPUS, "--steps", str(steps), "--metrics", metrics,
          "--save-weights", weights])
@@ -227,10 +238,25 @@ def cmd_torch(args, work):
 def cmd_parallel(args, work):
     rtol = args.rtol or 1e-5
     ser_m, ser_w = tessera(args, work, "serial", args.optimizer, lr=args.lr)
+    extra, ranks, what = [], args.dp * args.tp, f"dp{args.dp} x tp{args.tp}"
+    if args.pp > 1 or args.micro_batches > 1:
+        extra += ["--pp", str(args.pp), "--micro-batches",
+                  str(args.micro_batches), "--schedule", args.schedule]
+        if args.schedule == "interleaved":
+            extra += ["--virtual-stages", str(args.virtual_stages)]
+        ranks *= args.pp
+        what = (f"pp{args.pp} x {what}, M={args.micro_batches} "
+                f"{args.schedule}")
+    if args.sp:
+        extra += ["--sp", args.sp]
+        what += f" + sp {args.sp}"
+        if args.sp != "megatron":
+            extra += ["--sp-size", str(args.sp_size)]
+            ranks *= args.sp_size
+            what += f" x{args.sp_size}"
     par_m, par_w = tessera(args, work, "parallel", args.optimizer, args.dp,
-                           args.tp, lr=args.lr)
-    what = (f"dp{args.dp} x tp{args.tp}, {args.optimizer} lr "
-            f"{args.lr or LR[args.optimizer]}")
+                           args.tp, lr=args.lr, extra=extra, ranks=ranks)
+    what += f", {args.optimizer} lr {args.lr or LR[args.optimizer]}"
     ok = check_losses(compare.load_losses(par_m), compare.load_losses(ser_m),
                       rtol, f"{what} vs serial")
     parts, initial = zero_gradient_parts(args, work)
@@ -348,6 +374,13 @@ def main():
         if name == "parallel":
             p.add_argument("--dp", type=int, default=1)
             p.add_argument("--tp", type=int, default=1)
+            p.add_argument("--pp", type=int, default=1)
+            p.add_argument("--micro-batches", type=int, default=1)
+            p.add_argument("--schedule", default="1f1b",
+                           choices=("gpipe", "1f1b", "interleaved"))
+            p.add_argument("--virtual-stages", type=int, default=2)
+            p.add_argument("--sp", choices=("megatron", "ulysses", "ring"))
+            p.add_argument("--sp-size", type=int, default=2)
     args = ap.parse_args()
     if not os.path.exists(model_path(args)):
         print(f"hf_e2e: no model {model_path(args)}", file=sys.stderr)

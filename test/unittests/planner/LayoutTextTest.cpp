@@ -153,6 +153,12 @@ TEST(Grid, AxesFollowTheDegrees) {
   EXPECT_EQ(g.axisIndex("pp"), std::nullopt);
   EXPECT_EQ(g.axisSize("sp"), 4);
   EXPECT_EQ(g.axisSize("pp"), 1);
+  // With a pipeline, sp comes before pp and the virtual mb axis stays last
+  // (the runtime's manifest requires mb_axis to be the last grid axis).
+  EXPECT_EQ(gridOf(1, 1, 2, 4, "ring", 2),
+            (GridSpec{{"dp", "tp", "sp", "pp", "mb"}, {1, 1, 2, 2, 4}}));
+  EXPECT_EQ(gridOf(2, 2, 2, 1, "ulysses", 2),
+            (GridSpec{{"dp", "tp", "sp", "pp", "mb"}, {2, 2, 2, 2, 1}}));
 }
 
 } // namespace

@@ -135,6 +135,30 @@ TEST(Plan, JSONRoundTripOfPipelineRingAndFp16) {
   EXPECT_EQ(back.grid(), megatron.grid());
 }
 
+TEST(Plan, SequenceParallelPipelineKeepsTheMicroBatchAxisLast) {
+  // Ring (or Ulysses) sp x pp validates, and the manifest's mb_axis is the
+  // last grid axis with pp_axis right before it: the runtime loads only
+  // such grids (runtime/executor/Plan.h).
+  Plan p;
+  p.pp = 2;
+  p.microBatches = 4;
+  p.sp = "ring";
+  p.spSize = 2;
+  llvm::Error valid = p.validate();
+  EXPECT_FALSE(static_cast<bool>(valid)) << llvm::toString(std::move(valid));
+  llvm::json::Object json = p.toJSON();
+  const llvm::json::Object *pipeline = json.getObject("pipeline");
+  ASSERT_TRUE(pipeline);
+  EXPECT_EQ(pipeline->getInteger("mb_axis"), 4);
+  EXPECT_EQ(pipeline->getInteger("pp_axis"), 3);
+  EXPECT_EQ(p.rankAxisNames(),
+            (std::vector<std::string>{"dp", "tp", "sp", "pp"}));
+  EXPECT_EQ(p.numRanks(), 4);
+  Plan back = roundTrip(p);
+  EXPECT_EQ(back.grid(), p.grid());
+  EXPECT_EQ(back.sp, "ring");
+}
+
 TEST(Plan, FromJSONReadsAnArtifactManifest) {
   // The manifest tessera-partition wrote for postnorm_relu_op13.onnx --dp 2
   // --tp 2 --zero 1 --precision bf16 --bucket-mb 2 --rank-order tp,dp

@@ -28,7 +28,11 @@ TEST(Metrics, JsonLines) {
     m.stepTimeS = 0.25;
     m.tokensPerS = 4096;
     m.extra = {{"bytes_sent", 1.5e6}};
+    m.intLists = {{"peak_bytes", {7, 8}}};
+    m.numLists = {{"bytes_send_per_rank", {512.5, 0, INFINITY}}};
     ASSERT_NO_ERR((*w)->write(m));
+    m.intLists.clear();
+    m.numLists.clear();
     m.step = 2;
     m.loss = NAN;
     m.extra.clear();
@@ -48,6 +52,19 @@ TEST(Metrics, JsonLines) {
   EXPECT_EQ(o->getNumber("step_time_s"), 0.25);
   EXPECT_EQ(o->getNumber("tokens_per_s"), 4096.0);
   EXPECT_EQ(o->getNumber("bytes_sent"), 1.5e6);
+  const llvm::json::Array *peaks = o->getArray("peak_bytes");
+  ASSERT_TRUE(peaks);
+  ASSERT_EQ(peaks->size(), 2u);
+  EXPECT_EQ((*peaks)[1].getAsInteger(), 8);
+  // Number lists follow, in order; a non-finite entry is null.
+  const llvm::json::Array *sends = o->getArray("bytes_send_per_rank");
+  ASSERT_TRUE(sends);
+  ASSERT_EQ(sends->size(), 3u);
+  EXPECT_EQ((*sends)[0].getAsNumber(), 512.5);
+  EXPECT_EQ((*sends)[1].getAsNumber(), 0.0);
+  EXPECT_TRUE((*sends)[2].getAsNull().has_value());
+  EXPECT_LT(lines[0].find("\"peak_bytes\""),
+            lines[0].find("\"bytes_send_per_rank\""));
   auto v2 = llvm::json::parse(lines[1]);
   ASSERT_TRUE(bool(v2));
   EXPECT_TRUE(v2->getAsObject()->get("loss")->getAsNull().has_value());
