@@ -135,10 +135,27 @@ LogicalResult classify(StepAnalysis &a) {
   // Phases, and apply ops must not read micro values except through an
   // accumulation.
   for (Operation &op : body) {
+    // Made from parameters: reads only step arguments, constants and
+    // values made from parameters, at least one of them a trainable
+    // parameter or made from one (values made only from frozen buffers or
+    // tokens, e.g. LLaMA's rotary tables, stay in the layers that read
+    // them).
+    auto isParam = [&](Value v) {
+      auto arg = dyn_cast<BlockArgument>(v);
+      auto role = arg ? tsr::getArgRole(a.func, arg.getArgNumber()) : nullptr;
+      return role && role.getValue() == "param";
+    };
     if (a.micro.contains(&op) && !tsr::getForwardId(&op) &&
-        !tsr::isBackward(&op) && llvm::all_of(op.getOperands(), [&](Value v) {
+        !tsr::isBackward(&op) &&
+        llvm::all_of(op.getOperands(),
+                     [&](Value v) {
+                       Operation *d = v.getDefiningOp();
+                       return !d || a.constant.contains(d) ||
+                              a.fromParams.contains(d);
+                     }) &&
+        llvm::any_of(op.getOperands(), [&](Value v) {
           Operation *d = v.getDefiningOp();
-          return !d || a.constant.contains(d) || a.fromParams.contains(d);
+          return isParam(v) || (d && a.fromParams.contains(d));
         })) {
       a.fromParams.insert(&op);
       continue;
