@@ -100,6 +100,25 @@ ExtractedGraph sharding::buildSearchGraph(FunctionOpInterface func) {
       fromLabels.insert(arg);
   }
   for (auto [i, op] : llvm::enumerate(step.forward)) {
+    // An elementwise copy of a parameter in another element type (the bf16
+    // or fp16 weight that mixed precision computes with) is the parameter
+    // as far as the layout goes: it is laid out as the parameter is stored
+    // (tsr-sharding-propagate gives it the argument's layout), so the search
+    // sees the parameter itself, used as stored, rather than an op whose
+    // whole result could be sliced for free.
+    if (op->hasTrait<OpTrait::Elementwise>() && op->getNumOperands() == 1 &&
+        op->getNumResults() == 1 &&
+        op->getOperand(0).getType() != op->getResult(0).getType())
+      if (auto arg = dyn_cast<BlockArgument>(op->getOperand(0))) {
+        auto role = tsr::getArgRole(func, arg.getArgNumber());
+        auto from = dyn_cast<RankedTensorType>(arg.getType());
+        auto to = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+        if (role && role.getValue() == "param" && from && to &&
+            from.getShape() == to.getShape()) {
+          out.tensorOf[op->getResult(0)] = tensorFor(arg);
+          continue;
+        }
+      }
     if (llvm::any_of(op->getOperands(),
                      [&](Value v) { return fromLabels.contains(v); })) {
       for (Value r : op->getResults())
