@@ -8,6 +8,12 @@
 # parameters and gradients, K = 8 for AdamW's two fp32 moments), the
 # predicted peak of the static memory plan (tsr-plan-memory) and the peak
 # tessera-run measured (largest over ranks and steps), with their difference.
+# Then pipeline rows (docs/passes/PipelineMemory.md): the example GPT at
+# pp 2, M = 4 under GPipe, 1F1B and interleaved 1F1B (V = 2), per stage: the
+# most activation sets the schedule holds, the predicted peak with sends
+# released at the end of their action ("early") and held as late as the
+# schedule forces ("late", the prediction --memory-per-device checks), and
+# the measured peak of the stage's ranks.
 #   bench/memory_table.sh [BUILD]      (2 steps per run)
 set -euo pipefail
 BUILD=${1:-build}
@@ -32,4 +38,18 @@ for model in "$ROOT/examples/gpt/gpt.onnx" "$OUT/large.onnx"; do
     /usr/bin/python3 "$ROOT/bench/memory_table.py" "$zero" "$OUT/explain.txt" \
       "$OUT/metrics.jsonl"
   done
+done
+
+model="$ROOT/examples/gpt/gpt.onnx"
+echo "gpt.onnx, pp2, 4 micro-batches, AdamW fp32 (MiB per rank)"
+printf '%11s %5s %4s %10s %10s %10s\n' schedule stage sets early late measured
+for schedule in gpipe 1f1b interleaved; do
+  extra=()
+  [ "$schedule" = interleaved ] && extra=(--virtual-stages 2)
+  "$PARTITION" "$model" -o "$OUT/plan.tsr" --pp 2 --micro-batches 4 \
+    --schedule "$schedule" "${extra[@]}" --optimizer adamw
+  mpirun -np 2 "$RUN" "$OUT/plan.tsr" --data "$ROOT/examples/data/corpus.u16" \
+    --steps 2 --log-every 0 --metrics "$OUT/metrics.jsonl"
+  /usr/bin/python3 "$ROOT/bench/memory_table.py" --pipeline "$schedule" \
+    "$OUT/plan.tsr" "$OUT/metrics.jsonl"
 done
