@@ -8,7 +8,7 @@
 # parameters and gradients, K = 8 for AdamW's two fp32 moments), the
 # predicted peak of the static memory plan (tsr-plan-memory) and the peak
 # tessera-run measured (largest over ranks and steps), with their difference.
-# Then pipeline rows (docs/passes/PipelineMemory.md): the example GPT at
+# Then pipeline rows (docs/PipelineMemory.md): the example GPT at
 # pp 2, M = 4 under GPipe, 1F1B and interleaved 1F1B (V = 2), per stage: the
 # most activation sets the schedule holds, the predicted peak with sends
 # released at the end of their action ("early") and held as late as the

@@ -157,7 +157,7 @@ FailureOr<FunctionProfile> profileOf(ModuleOp program, const StepRoles &roles,
 
 /// The heap of one stage over one step, in the order
 /// runtime/executor/PipelineExecutor.cpp (Executor::stepPipeline) allocates
-/// and frees. See docs/passes/PipelineMemory.md.
+/// and frees. See docs/PipelineMemory.md.
 struct StagePrediction {
   int64_t parameters = 0, optimizerState = 0, otherArguments = 0;
   int64_t constants = 0;
@@ -179,7 +179,7 @@ struct StagePrediction {
 /// Predicts every stage of the pipeline plan `program`; failure when the
 /// functions carry no heap profile.
 /// When a pending send's buffer is released (see
-/// docs/passes/PipelineMemory.md).
+/// docs/PipelineMemory.md).
 enum class SendRelease {
   /// At the end of the action that issues it: the transfer completed while
   /// the action ran (buffered/eager transports, or a receiver that was

@@ -13,7 +13,7 @@
 // runtime keeps values on the heap) are predicted per stage by composing
 // each chunk function's heap profile (tsr-plan-memory) along the stage's
 // schedule, as runtime/executor/PipelineExecutor.cpp runs it
-// (docs/passes/PipelineMemory.md):
+// (docs/PipelineMemory.md):
 //   {"planned": true, "pipeline": true, "peak_bytes_per_rank": N (the
 //    largest stage's), "peak_stage": s, "breakdown": {...of stage s},
 //    "stages": [{"stage", "peak_bytes", "activation_sets_at_peak",

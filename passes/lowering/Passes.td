@@ -95,7 +95,7 @@ def PlanMemory
     the executor holds results across runs), so their functions get no
     arena and no offsets but a heap profile, which the artifact composes
     along each stage's schedule into the stage's peak
-    (compiler/artifact/Memory.cpp, docs/passes/PipelineMemory.md):
+    (compiler/artifact/Memory.cpp, docs/PipelineMemory.md):
     `tsrt.heap_profile = {peak, sent, constants}` (`peak`: the most bytes
     the run allocates at one instruction: results from their definition to
     their release, returned ones to the end, receive buffers from the start
