@@ -66,7 +66,8 @@ struct FunctionProfile {
   /// Point-to-point transfers: (channel, bytes only the pending send holds
   /// after the run) per send, the channel per receive.
   SmallVector<std::pair<int64_t, int64_t>> sends;
-  SmallVector<int64_t> recvs;
+  /// Its sends and receives in program order (schedule::sendReleases).
+  std::vector<tsrt::schedule::CommEvent> comms;
 };
 
 /// The step's argument and result roles (`tsrt.role` of @train_step, which
@@ -148,8 +149,11 @@ FailureOr<FunctionProfile> profileOf(ModuleOp program, const StepRoles &roles,
       bool extra = !returned.contains(v) && counted.insert(v).second;
       f.sends.push_back({static_cast<int64_t>(send.getChannel()),
                          extra ? allocBytes(v.getType()) : 0});
+      f.comms.push_back({true, static_cast<int64_t>(send.getChunk()),
+                         static_cast<int64_t>(send.getChannel())});
     } else if (auto recv = dyn_cast<tsrt::RecvOp>(op)) {
-      f.recvs.push_back(static_cast<int64_t>(recv.getChannel()));
+      f.comms.push_back({false, static_cast<int64_t>(recv.getChunk()),
+                         static_cast<int64_t>(recv.getChannel())});
     }
   });
   return f;
@@ -178,23 +182,8 @@ struct StagePrediction {
 
 /// Predicts every stage of the pipeline plan `program`; failure when the
 /// functions carry no heap profile.
-/// When a pending send's buffer is released (see
-/// docs/PipelineMemory.md).
-enum class SendRelease {
-  /// At the end of the action that issues it: the transfer completed while
-  /// the action ran (buffered/eager transports, or a receiver that was
-  /// already waiting). The fewest bytes.
-  Issuing,
-  /// At the end of the first later action that receives a message the
-  /// receiving rank sent after it started the receiving action (so it has
-  /// posted, and completed, the receive), else when the step's sends are
-  /// completed: the latest a rendezvous transport can hold it.
-  Causal
-};
-
 static FailureOr<std::vector<StagePrediction>>
-predictPipeline(ModuleOp program, tsrt::PipelineScheduleOp op,
-                SendRelease policy) {
+predictPipeline(ModuleOp program, tsrt::PipelineScheduleOp op) {
   namespace schedule = tessera::tsrt::schedule;
   int64_t stages = static_cast<int64_t>(op.getStages());
   int64_t chunks = static_cast<int64_t>(op.getForward().size());
@@ -228,44 +217,17 @@ predictPipeline(ModuleOp program, tsrt::PipelineScheduleOp op,
     actions.push_back(std::move(*parsed));
   }
   std::vector<int64_t> maxSets = schedule::peakInFlight(actions);
-  // Where each message is sent and received: (micro-batch, channel) ->
-  // (stage, action index).
-  std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> sentAt,
-      receivedAt;
-  for (int64_t s = 0; s < stages; ++s)
-    for (auto [k, a] : llvm::enumerate(actions[s])) {
+  for (const schedule::StageActions &stage : actions)
+    for (const schedule::Action &a : stage)
       if (a.chunk < 0 || a.chunk >= chunks)
         return failure();
-      const FunctionProfile &f =
-          a.phase == schedule::Phase::Forward ? fwd[a.chunk] : bwd[a.chunk];
-      for (auto [channel, bytes] : f.sends)
-        sentAt[{a.microBatch, channel}] = {s, static_cast<int64_t>(k)};
-      for (int64_t channel : f.recvs)
-        receivedAt[{a.microBatch, channel}] = {s, static_cast<int64_t>(k)};
-    }
-  // The action after which a send of stage `s` at action `k` is released.
-  auto releaseAfter = [&](int64_t s, int64_t k, int64_t microBatch,
-                          int64_t channel) -> int64_t {
-    int64_t n = static_cast<int64_t>(actions[s].size());
-    if (policy == SendRelease::Issuing)
-      return k;
-    auto recv = receivedAt.find({microBatch, channel});
-    if (recv == receivedAt.end())
-      return n;
-    auto [q, j] = recv->second;
-    for (int64_t later = k + 1; later < n; ++later) {
-      const schedule::Action &a = actions[s][later];
-      const FunctionProfile &f =
-          a.phase == schedule::Phase::Forward ? fwd[a.chunk] : bwd[a.chunk];
-      for (int64_t ch : f.recvs) {
-        auto from = sentAt.find({a.microBatch, ch});
-        if (from != sentAt.end() && from->second.first == q &&
-            from->second.second >= j)
-          return later;
-      }
-    }
-    return n;
-  };
+  // The executor waits for each send at a fixed action of its stage and
+  // frees its buffer there (schedule::sendReleases).
+  std::vector<schedule::ChunkComms> comms(chunks);
+  for (int64_t c = 0; c < chunks; ++c)
+    comms[c] = {fwd[c].comms, bwd[c].comms};
+  std::vector<std::vector<std::vector<int64_t>>> releases =
+      schedule::sendReleases(actions, comms);
 
   std::vector<StagePrediction> out(stages);
   for (int64_t s = 0; s < stages; ++s) {
@@ -337,11 +299,9 @@ predictPipeline(ModuleOp program, tsrt::PipelineScheduleOp op,
       for (const FunctionProfile::Result &r : f.results)
         (r.kind == 's' ? saved : results) += r.bytes;
       now.function = 0;
-      for (auto [channel, bytes] : f.sends) {
-        pending.push_back(
-            {releaseAfter(s, static_cast<int64_t>(k), a.microBatch, channel),
-             bytes});
-        now.sends += bytes;
+      for (auto [i, send] : llvm::enumerate(f.sends)) {
+        pending.push_back({releases[s][k][i], send.second});
+        now.sends += send.second;
       }
       auto key = std::make_pair(a.chunk, a.microBatch);
       if (forward) {
@@ -359,7 +319,8 @@ predictPipeline(ModuleOp program, tsrt::PipelineScheduleOp op,
           mark(results);
         }
       mark(results);
-      // The results are dropped; completed sends are released.
+      // The results are dropped; the sends due here are waited for and
+      // released.
       for (auto &[after, bytes] : pending)
         if (after == static_cast<int64_t>(k)) {
           now.sends -= bytes;
@@ -392,11 +353,8 @@ static json::Object stageBreakdown(const StagePrediction &p) {
 
 static json::Object pipelineReport(ModuleOp program,
                                    tsrt::PipelineScheduleOp op) {
-  FailureOr<std::vector<StagePrediction>> stages =
-      predictPipeline(program, op, SendRelease::Causal);
-  FailureOr<std::vector<StagePrediction>> early =
-      predictPipeline(program, op, SendRelease::Issuing);
-  if (failed(stages) || failed(early))
+  FailureOr<std::vector<StagePrediction>> stages = predictPipeline(program, op);
+  if (failed(stages))
     return json::Object{{"planned", false},
                         {"reason", "the pipeline's functions have no heap "
                                    "profile (tsr-plan-memory did not run)"}};
@@ -405,13 +363,11 @@ static json::Object pipelineReport(ModuleOp program,
   for (auto [s, p] : llvm::enumerate(*stages)) {
     if (p.peak() > (*stages)[worst].peak())
       worst = s;
-    perStage.push_back(
-        json::Object{{"stage", static_cast<int64_t>(s)},
-                     {"peak_bytes", p.peak()},
-                     {"peak_bytes_sends_early", (*early)[s].peak()},
-                     {"activation_sets_at_peak", p.setsAtPeak},
-                     {"max_activation_sets", p.maxSets},
-                     {"breakdown", stageBreakdown(p)}});
+    perStage.push_back(json::Object{{"stage", static_cast<int64_t>(s)},
+                                    {"peak_bytes", p.peak()},
+                                    {"activation_sets_at_peak", p.setsAtPeak},
+                                    {"max_activation_sets", p.maxSets},
+                                    {"breakdown", stageBreakdown(p)}});
   }
   const StagePrediction &w = (*stages)[worst];
   return json::Object{{"planned", true},

@@ -45,8 +45,6 @@ def main():
         sizes = dict(zip(grid["axes"], grid["shape"]))
         order = grid["rank_order"]
         stage_peaks = {s["stage"]: s["peak_bytes"] for s in memory["stages"]}
-        stage_lows = {s["stage"]: s["peak_bytes_sends_early"]
-                      for s in memory["stages"]}
         for s in memory["stages"]:
             print(f"predicted {s['peak_bytes']} bytes per rank of stage "
                   f"{s['stage']}: {s['breakdown']}")
@@ -69,21 +67,13 @@ def main():
             for rank, m in enumerate(measured):
                 if stage_peaks is not None:
                     predicted = stage_peaks[stage_of(rank)]
-                    low = stage_lows[stage_of(rank)]
-                    if low <= m <= predicted:
-                        # Inside the send-release band: as close as the
-                        # transport's timing allows.
-                        print(f"step {rec['step']} rank {rank}: measured {m} "
-                              f"in [{low}, {predicted}] (sends released "
-                              f"early .. causally) ok")
-                        continue
-                    predicted = low if m < low else predicted
                 rel = abs(m - predicted) / predicted
                 verdict = "ok" if rel <= tolerance else "FAIL"
                 if rel > tolerance:
                     ok = False
                 print(f"step {rec['step']} rank {rank}: measured {m} "
-                      f"({100 * rel:.3f}% off) {verdict}")
+                      f"predicted {predicted} ({100 * rel:.3f}% off) "
+                      f"{verdict}")
     print("memory prediction matches" if ok else "FAIL: prediction differs")
     return 0 if ok else 1
 
