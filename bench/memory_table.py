@@ -46,12 +46,14 @@ def pipeline_rows(schedule, plan_path, metrics_path):
     for st in manifest["memory"]["stages"]:
         mine = [m for step in measured for r, m in enumerate(step)
                 if stage_of(r) == st["stage"]]
-        lo, hi, worst = st["peak_bytes_sends_early"], st["peak_bytes"], max(mine)
-        where = ("in band" if lo <= worst <= hi else
-                 f"{100 * (worst - hi) / hi:+.3f}%" if worst > hi else
-                 f"{100 * (worst - lo) / lo:+.3f}%")
-        print(f"{schedule:>11} {st['stage']:5} {st['max_activation_sets']:4} "
-              f"{mib(lo)} {mib(hi)} {mib(worst)}  {where}")
+        predicted = st["peak_bytes"]
+        off = [m for m in mine if m != predicted]
+        verdict = ("exact" if not off else
+                   f"{100 * (max(off, key=lambda m: abs(m - predicted)) - predicted) / predicted:+.3f}%")
+        schedule_name, grid_name = (schedule.split() + [""])[:2]
+        print(f"{schedule_name:>11} {grid_name:>8} {st['stage']:5} "
+              f"{st['max_activation_sets']:4} {mib(predicted)} "
+              f"{mib(max(mine))}  {verdict}")
 
 
 if sys.argv[1] == "--pipeline":

@@ -9,12 +9,13 @@
 # predicted peak of the static memory plan (tsr-plan-memory) and the peak
 # tessera-run measured (largest over ranks and steps), with their difference.
 # Then pipeline rows (docs/PipelineMemory.md): the example GPT at
-# pp 2, M = 4 under GPipe, 1F1B and interleaved 1F1B (V = 2), per stage: the
-# most activation sets the schedule holds, the predicted peak with sends
-# released at the end of their action ("early") and held as late as the
-# schedule forces ("late", the prediction --memory-per-device checks), and
-# the measured peak of the stage's ranks.
+# pp 2 and pp 2 x dp 2, M = 4, AdamW, under GPipe, 1F1B and interleaved 1F1B
+# (V = 2), per stage: the most activation sets the schedule holds, the
+# predicted peak (the one --memory-per-device checks) and the measured peak
+# of the stage's ranks, "exact" when every rank and step matches to the
+# byte (else the largest relative difference).
 #   bench/memory_table.sh [BUILD]      (2 steps per run)
+#   PIPELINE_ONLY=1 bench/memory_table.sh [BUILD]   (the pipeline rows only)
 set -euo pipefail
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +26,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
 PARTITION="$ROOT/$BUILD/tools/tessera-partition/tessera-partition"
 RUN="$ROOT/$BUILD/tools/tessera-run/tessera-run"
 
+if [ -z "${PIPELINE_ONLY:-}" ]; then
 /usr/bin/python3 "$ROOT/examples/gpt/export.py" --config bench_memory_large \
   -o "$OUT/large.onnx" > /dev/null
 for model in "$ROOT/examples/gpt/gpt.onnx" "$OUT/large.onnx"; do
@@ -40,16 +42,23 @@ for model in "$ROOT/examples/gpt/gpt.onnx" "$OUT/large.onnx"; do
   done
 done
 
+fi
+
 model="$ROOT/examples/gpt/gpt.onnx"
-echo "gpt.onnx, pp2, 4 micro-batches, AdamW fp32 (MiB per rank)"
-printf '%11s %5s %4s %10s %10s %10s\n' schedule stage sets early late measured
-for schedule in gpipe 1f1b interleaved; do
-  extra=()
-  [ "$schedule" = interleaved ] && extra=(--virtual-stages 2)
-  "$PARTITION" "$model" -o "$OUT/plan.tsr" --pp 2 --micro-batches 4 \
-    --schedule "$schedule" "${extra[@]}" --optimizer adamw
-  mpirun -np 2 "$RUN" "$OUT/plan.tsr" --data "$ROOT/examples/data/corpus.u16" \
-    --steps 2 --log-every 0 --metrics "$OUT/metrics.jsonl"
-  /usr/bin/python3 "$ROOT/bench/memory_table.py" --pipeline "$schedule" \
-    "$OUT/plan.tsr" "$OUT/metrics.jsonl"
+echo "gpt.onnx, 4 micro-batches, AdamW fp32 (MiB per rank; exact: bytes)"
+printf '%11s %8s %5s %4s %10s %10s\n' schedule grid stage sets predicted measured
+for grid in pp2 pp2xdp2; do
+  for schedule in gpipe 1f1b interleaved; do
+    extra=()
+    [ "$schedule" = interleaved ] && extra=(--virtual-stages 2)
+    np=2
+    if [ "$grid" = pp2xdp2 ]; then extra+=(--dp 2); np=4; fi
+    "$PARTITION" "$model" -o "$OUT/plan.tsr" --pp 2 --micro-batches 4 \
+      --schedule "$schedule" "${extra[@]}" --optimizer adamw
+    mpirun -np "$np" "$RUN" "$OUT/plan.tsr" \
+      --data "$ROOT/examples/data/corpus.u16" \
+      --steps 2 --log-every 0 --metrics "$OUT/metrics.jsonl"
+    /usr/bin/python3 "$ROOT/bench/memory_table.py" --pipeline \
+      "$schedule $grid" "$OUT/plan.tsr" "$OUT/metrics.jsonl"
+  done
 done
