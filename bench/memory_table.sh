@@ -13,7 +13,8 @@
 # (V = 2), per stage: the most activation sets the schedule holds, the
 # predicted peak (the one --memory-per-device checks) and the measured peak
 # of the stage's ranks, "exact" when every rank and step matches to the
-# byte (else the largest relative difference).
+# byte (else the largest relative difference); then pp 2 x dp 2 with
+# ZeRO-1, ZeRO-3, bf16 and bf16 + ZeRO-1.
 #   bench/memory_table.sh [BUILD]      (2 steps per run)
 #   PIPELINE_ONLY=1 bench/memory_table.sh [BUILD]   (the pipeline rows only)
 set -euo pipefail
@@ -61,4 +62,18 @@ for grid in pp2 pp2xdp2; do
     /usr/bin/python3 "$ROOT/bench/memory_table.py" --pipeline \
       "$schedule $grid" "$OUT/plan.tsr" "$OUT/metrics.jsonl"
   done
+done
+# pp 2 x dp 2 with ZeRO and with bf16 (issue 23).
+for variant in "1f1b zero1:--schedule 1f1b --zero 1" \
+  "gpipe zero3:--schedule gpipe --zero 3" \
+  "gpipe bf16:--schedule gpipe --precision bf16" \
+  "1f1b bf16+z1:--schedule 1f1b --precision bf16 --zero 1"; do
+  name=${variant%%:*}
+  read -r -a flags <<< "${variant#*:}"
+  "$PARTITION" "$model" -o "$OUT/plan.tsr" --pp 2 --dp 2 --micro-batches 4 \
+    --optimizer adamw "${flags[@]}"
+  mpirun -np 4 "$RUN" "$OUT/plan.tsr" --data "$ROOT/examples/data/corpus.u16" \
+    --steps 2 --log-every 0 --metrics "$OUT/metrics.jsonl"
+  /usr/bin/python3 "$ROOT/bench/memory_table.py" --pipeline "$name" \
+    "$OUT/plan.tsr" "$OUT/metrics.jsonl"
 done
