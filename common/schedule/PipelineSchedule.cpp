@@ -457,6 +457,56 @@ tessera::tsrt::schedule::peakInFlight(ArrayRef<StageActions> actions) {
   return peaks;
 }
 
+std::vector<std::vector<std::vector<int64_t>>>
+tessera::tsrt::schedule::sendReleases(ArrayRef<StageActions> actions,
+                                      ArrayRef<ChunkComms> comms) {
+  auto eventsOf = [&](const Action &a) -> ArrayRef<CommEvent> {
+    if (a.chunk < 0 || a.chunk >= static_cast<int64_t>(comms.size()))
+      return {};
+    return a.phase == Phase::Forward ? comms[a.chunk].forward
+                                     : comms[a.chunk].backward;
+  };
+  // Where each message is sent and received: (micro-batch, channel) ->
+  // (stage, action index).
+  using Where = std::pair<int64_t, int64_t>;
+  std::map<std::pair<int64_t, int64_t>, Where> sentAt, receivedAt;
+  for (auto [s, stage] : llvm::enumerate(actions))
+    for (auto [k, a] : llvm::enumerate(stage))
+      for (const CommEvent &e : eventsOf(a))
+        (e.isSend ? sentAt : receivedAt)[{a.microBatch, e.channel}] = {
+            static_cast<int64_t>(s), static_cast<int64_t>(k)};
+
+  std::vector<std::vector<std::vector<int64_t>>> out(actions.size());
+  for (auto [s, stage] : llvm::enumerate(actions)) {
+    int64_t n = static_cast<int64_t>(stage.size());
+    out[s].resize(stage.size());
+    for (auto [k, a] : llvm::enumerate(stage))
+      for (const CommEvent &e : eventsOf(a)) {
+        if (!e.isSend)
+          continue;
+        int64_t release = n;
+        auto recv = receivedAt.find({a.microBatch, e.channel});
+        if (recv != receivedAt.end()) {
+          auto [q, j] = recv->second;
+          for (int64_t later = static_cast<int64_t>(k) + 1;
+               later < n && release == n; ++later)
+            for (const CommEvent &r : eventsOf(stage[later])) {
+              if (r.isSend)
+                continue;
+              auto from = sentAt.find({stage[later].microBatch, r.channel});
+              if (from != sentAt.end() && from->second.first == q &&
+                  from->second.second >= j) {
+                release = later;
+                break;
+              }
+            }
+        }
+        out[s][k].push_back(release);
+      }
+  }
+  return out;
+}
+
 double tessera::tsrt::schedule::bubbleFraction(const Shape &shape) {
   double p = shape.stages, vm = shape.virtualStages * shape.microBatches;
   return (p - 1) / (vm + p - 1);

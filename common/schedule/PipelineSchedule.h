@@ -107,6 +107,23 @@ struct ChunkComms {
   std::vector<CommEvent> forward, backward;
 };
 
+/// When each send's buffer is released: for the i-th send (program order) of
+/// stage s's action k, releases[s][k][i] is the index of the action of stage
+/// s at whose end the sender waits for that send (MPI_Wait) and frees its
+/// buffer, or actions[s].size() for "before the applies" (all remaining
+/// sends are completed then). The point is the end of the first later action
+/// of s that receives a message the receiving stage q sent at or after the
+/// action j in which q receives ours. q posts every receive of an action
+/// before running it, so by then the matching receive is posted and the
+/// wait cannot deadlock; and it is the latest the sender could see the send
+/// complete by itself (docs/PipelineMemory.md). Every send's release is thus
+/// a fixed point of the sender's own action list, the same in every run, and
+/// the memory plan predicts it exactly. Requires a schedule that passes
+/// verify; a message without a receiver is released before the applies.
+std::vector<std::vector<std::vector<int64_t>>>
+sendReleases(llvm::ArrayRef<StageActions> actions,
+             llvm::ArrayRef<ChunkComms> comms);
+
 /// Proves that the schedule can run (the checks of `tsrt.pipeline_schedule`):
 ///   1. each stage runs F and B of exactly its chunks for every micro-batch,
 ///      each once, F(c, m) before B(c, m), and only its own chunks;

@@ -9,8 +9,18 @@
 //    "breakdown": {"parameters", "optimizer_state", "other_arguments",
 //                  "constants", "arena", "batch", "updated_state",
 //                  "workspace"}}
-// (all bytes; the breakdown sums to the peak). Pipeline plans are not
-// planned: {"planned": false, "reason": "..."}.
+// (all bytes; the breakdown sums to the peak). Pipeline plans (whose
+// runtime keeps values on the heap) are predicted per stage by composing
+// each chunk function's heap profile (tsr-plan-memory) along the stage's
+// schedule, as runtime/executor/PipelineExecutor.cpp runs it
+// (docs/PipelineMemory.md):
+//   {"planned": true, "pipeline": true, "peak_bytes_per_rank": N (the
+//    largest stage's), "peak_stage": s, "breakdown": {...of stage s},
+//    "stages": [{"stage", "peak_bytes", "activation_sets_at_peak",
+//                "max_activation_sets", "breakdown": {"parameters",
+//                "optimizer_state", "other_arguments", "constants", "batch",
+//                "activation_stash", "accumulators", "updated_state",
+//                "function", "sends"}}, ...]}.
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,15 +54,15 @@ lowerToRuntimeProgram(mlir::ModuleOp partitioned, const planner::Plan &plan);
 /// memory report. Failure: the lowering failed (diagnostics
 /// emitted).
 mlir::FailureOr<llvm::json::Object> predictMemory(mlir::ModuleOp partitioned,
-                                                 const planner::Plan &plan);
+                                                  const planner::Plan &plan);
 
-/// The predicted peak bytes per rank of `report`, or nullopt when the plan
-/// was not memory-planned (pipeline plans).
+/// The predicted peak bytes per rank of `report` (pipeline plans: of the
+/// stage that needs most), or nullopt when the plan was not memory-planned.
 std::optional<int64_t> predictedPeak(const llvm::json::Object &report);
 
 /// Compiles a clone of `imported` (the module after ONNX import) for `plan`
 /// and predicts its peak bytes per rank. Failure: the plan does not compile
-/// (its diagnostics are dropped) or is not memory-planned.
+/// (its diagnostics are dropped).
 mlir::FailureOr<int64_t> predictPeakBytes(mlir::ModuleOp imported,
                                           const planner::Plan &plan);
 
@@ -67,8 +77,8 @@ struct MemoryAlternative {
 /// Generic variations of `plan` that lower memory per rank: higher ZeRO
 /// stages (when dp > 1), 2x and 4x tensor parallelism, more
 /// recomputation, 2x pipeline stages. Each is recompiled from `imported`
-/// and re-predicted (predictPeakBytes); variations that do not compile or
-/// are not memory-planned (pipeline plans) carry a note instead of a peak.
+/// and re-predicted (predictPeakBytes; pipeline variations too); variations
+/// that do not compile carry a note instead of a peak.
 std::vector<MemoryAlternative> memoryAlternatives(mlir::ModuleOp imported,
                                                   const planner::Plan &plan);
 

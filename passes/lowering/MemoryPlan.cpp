@@ -206,8 +206,9 @@ struct Storage {
 /// run()).
 class FunctionMemoryPlanner {
 public:
-  explicit FunctionMemoryPlanner(FunctionOpInterface func)
-      : func(func), b(func.getContext()) {}
+  /// `heapOnly`: a function of a pipeline plan (see runHeapOnly).
+  FunctionMemoryPlanner(FunctionOpInterface func, bool heapOnly)
+      : func(func), b(func.getContext()), heapOnly(heapOnly) {}
 
   LogicalResult run() {
     if (func.isExternal() || !func.getFunctionBody().hasOneBlock())
@@ -218,6 +219,8 @@ public:
     if (!ret)
       return func.emitOpError("has no func.return");
     end = static_cast<int64_t>(insts.size());
+    if (heapOnly)
+      return runHeapOnly();
     markReturned();
     computeReleases();
     placeCarriedInPlace();
@@ -228,6 +231,75 @@ public:
   }
 
 private:
+  /// A function of a pipeline plan: the runtime keeps its values on the heap
+  /// (no arena: a value sent with MPI_Isend must outlive the run, and the
+  /// executor keeps results across runs in the activation stash and the
+  /// accumulators). Writes the function's heap profile, which
+  /// compiler/artifact/Memory.cpp composes along each stage's schedule:
+  ///   tsrt.heap_profile = {peak, sent, constants}: `peak`, the most bytes
+  ///     the run itself allocates at one instruction (results from their
+  ///     definition to their release, returned ones to the end; receive
+  ///     buffers from the start of the run, as the MPI path posts every
+  ///     receive first; sent values to the end, as the pending MPI_Isend
+  ///     holds them; the kernels' workspaces); `sent`, the bytes only the
+  ///     pending sends hold after the run; `constants`, the constants'
+  ///     bytes;
+  ///   tsrt.result_bytes = array<i64: ...>, one per result: the bytes of the
+  ///     storage the run allocated for it (0 for an argument, a constant, or
+  ///     a storage an earlier result already counts).
+  LogicalResult runHeapOnly() {
+    computeReleases();
+    llvm::DenseSet<Value> returnedRoots;
+    for (Value v : ret.getOperands())
+      returnedRoots.insert(root.lookup(v));
+    llvm::DenseSet<Value> sentRoots;
+    for (Operation *op : insts)
+      if (isa<tsrt::SendOp>(op))
+        for (Value v : op->getOperands())
+          sentRoots.insert(root.lookup(v));
+    SmallVector<int64_t> heapAt(end + 1, 0);
+    int64_t constants = 0, sent = 0;
+    for (auto &[v, s] : storage) {
+      if (s.owner == Owner::Constant) {
+        constants += s.bytes;
+        continue;
+      }
+      if (s.owner != Owner::Result)
+        continue;
+      int64_t from = isa<tsrt::RecvOp>(insts[s.def]) ? 0 : s.def;
+      bool returned = returnedRoots.contains(v);
+      bool isSent = sentRoots.contains(v);
+      int64_t to = returned || isSent ? end : s.release;
+      for (int64_t i = from; i <= to; ++i)
+        heapAt[i] += s.bytes;
+      if (isSent && !returned)
+        sent += s.bytes;
+    }
+    for (auto [i, op] : llvm::enumerate(insts))
+      heapAt[i] += widenedWorkspaceBytes(op) + attentionWorkspaceBytes(op) +
+                   vocabScratchBytes(op);
+    int64_t peak = 0;
+    for (int64_t bytes : heapAt)
+      peak = std::max(peak, bytes);
+
+    SmallVector<int64_t> resultBytes;
+    llvm::DenseSet<Value> counted;
+    for (Value v : ret.getOperands()) {
+      Value r = root.lookup(v);
+      const Storage &s = storage[r];
+      bool fresh = s.owner == Owner::Result && counted.insert(r).second;
+      resultBytes.push_back(fresh ? s.bytes : 0);
+    }
+    NamedAttribute entries[] = {
+        b.getNamedAttr("constants", b.getI64IntegerAttr(constants)),
+        b.getNamedAttr("peak", b.getI64IntegerAttr(peak)),
+        b.getNamedAttr("sent", b.getI64IntegerAttr(sent)),
+    };
+    func->setAttr("tsrt.heap_profile", b.getDictionaryAttr(entries));
+    func->setAttr("tsrt.result_bytes", b.getDenseI64ArrayAttr(resultBytes));
+    return success();
+  }
+
   /// Storage classes of the arguments (and their roles).
   LogicalResult collectArguments() {
     for (BlockArgument arg : func.getArguments()) {
@@ -501,22 +573,22 @@ private:
   /// "After the step": the number of instructions.
   int64_t end = 0;
   Prediction pred;
+  bool heapOnly = false;
 };
-
-LogicalResult planFunction(FunctionOpInterface func) {
-  return FunctionMemoryPlanner(func).run();
-}
 
 struct PlanMemoryPass : public lowering::impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
     FunctionOpInterface func = getOperation();
-    // Pipeline plans keep the heap path (see Passes.td). Whether the program
-    // is one is a fact of the enclosing module (its tsrt.pipeline_schedule,
-    // which no function pass creates or changes).
-    if (auto module = func->getParentOfType<ModuleOp>();
-        module && !module.getOps<tsrt::PipelineScheduleOp>().empty())
-      return;
-    if (failed(planFunction(func)))
+    // Pipeline plans keep the heap path and get a heap profile per function
+    // (see Passes.td). Whether the program is one is a fact of the enclosing
+    // module (its tsrt.pipeline_schedule, which no function pass creates or
+    // changes).
+    auto module = func->getParentOfType<ModuleOp>();
+    bool pipeline =
+        module && !module.getOps<tsrt::PipelineScheduleOp>().empty();
+    if (pipeline && func.isExternal())
+      return; // a declaration the schedule does not run
+    if (failed(FunctionMemoryPlanner(func, pipeline).run()))
       return signalPassFailure();
   }
 };

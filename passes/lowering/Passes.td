@@ -90,9 +90,21 @@ def PlanMemory
     the prediction of `@train_step` into the manifest's "memory" object.
 
     Pipeline plans (a module with a `tsrt.pipeline_schedule`: several
-    functions per chunk and an activation stash kept across them) are not
-    planned: the pass leaves them unchanged and the runtime allocates their
-    values on the heap as before.
+    functions per chunk and an activation stash kept across them) keep their
+    values on the heap (a value passed to MPI_Isend must outlive the run, and
+    the executor holds results across runs), so their functions get no
+    arena and no offsets but a heap profile, which the artifact composes
+    along each stage's schedule into the stage's peak
+    (compiler/artifact/Memory.cpp, docs/PipelineMemory.md):
+    `tsrt.heap_profile = {peak, sent, constants}` (`peak`: the most bytes
+    the run allocates at one instruction: results from their definition to
+    their release, returned ones to the end, receive buffers from the start
+    of the run since the MPI path posts every receive first, sent values to
+    the end since the pending send holds them, and the kernels' workspaces;
+    `sent`: bytes only pending sends hold after the run; `constants`) and
+    `tsrt.result_bytes = array<i64: ...>` (per result, the bytes of the
+    storage the run allocated for it; 0 for an argument, a constant or a
+    storage an earlier result already counts).
 
     Before:
     ```mlir

@@ -224,6 +224,10 @@ private:
   /// chunks of this stage; empty contexts elsewhere.
   std::vector<ExecContext> fnCtx;
   std::vector<int64_t> myChunks; ///< this stage's chunks, ascending
+  /// sendRelease[k][i]: the action of this stage after which the i-th send
+  /// of its action k is waited for and freed (schedule::sendReleases; the
+  /// number of actions: before the applies).
+  std::vector<std::vector<int64_t>> sendRelease;
   int64_t lastPeakSets = 0, lastPeakBytes = 0;
 
   // Tracing.

@@ -27,6 +27,22 @@ static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
+/// Every chunk's sends and receives in program order, forward and backward
+/// apart.
+static std::vector<schedule::ChunkComms> chunkComms(const Pipeline &p) {
+  std::vector<schedule::ChunkComms> comms(p.chunks.size());
+  for (auto [c, chunk] : llvm::enumerate(p.chunks))
+    for (auto [prog, events] :
+         {std::pair{&chunk.forward.program, &comms[c].forward},
+          std::pair{&chunk.backward.program, &comms[c].backward}})
+      for (const Instruction &inst : prog->instructions())
+        if (inst.kind == Instruction::Kind::Send ||
+            inst.kind == Instruction::Kind::Recv)
+          events->push_back({inst.kind == Instruction::Kind::Send,
+                             inst.peerChunk, inst.channel});
+  return comms;
+}
+
 /// checkPipelineMessageOrder over the sends and receives every stage
 /// issues: its actions in schedule order, each program's in instruction
 /// order.
@@ -75,6 +91,7 @@ llvm::Error Executor::initPipeline() {
   p2p->comm = *pp;
   p2p->stages = p.shape.stages;
   p2p->microBatches = p.shape.microBatches;
+  sendRelease = schedule::sendReleases(p.actions, chunkComms(p))[myStage];
   if (Communication *c = backend->communication(); c && c->pointToPoint()) {
     // NCCL matches transfers by order (no tags): the schedule must issue
     // them in the same order on both ends of every stage pair.
@@ -187,7 +204,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
   };
 
   std::vector<Tensor> args;
-  for (const schedule::Action &a : p.actions[myStage]) {
+  for (auto [k, a] : llvm::enumerate(p.actions[myStage])) {
     bool forward = a.phase == schedule::Phase::Forward;
     std::string name =
         llvm::formatv("{0}{1}.{2}", forward ? "F" : "B", a.chunk, a.microBatch)
@@ -211,11 +228,22 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
       return stepError(name, std::move(err));
     ExecContext &fc = fnCtx[3 * a.chunk + (forward ? 0 : 1)];
     fc.microBatch = a.microBatch;
+    size_t sendsBefore = p2p->pending.size();
     llvm::Expected<std::vector<Tensor>> results =
         f.program.run(fc, std::move(args));
     args = {};
     if (!results)
       return stepError(name, results.takeError());
+    // The sends it posted (MPI path; device transports post none) are held
+    // until their fixed release point.
+    const std::vector<int64_t> &due = sendRelease[k];
+    size_t posted = p2p->pending.size() - sendsBefore;
+    if (posted && posted != due.size())
+      return stepError(
+          name, fail(llvm::formatv("posted {0} sends, its program has {1}",
+                                   posted, due.size())));
+    for (size_t i = 0; i < posted; ++i)
+      p2p->pending[sendsBefore + i].releaseAfter = due[i];
 
     if (forward) {
       std::vector<Tensor> set(chunk.numSaved);
@@ -242,10 +270,12 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
             return stepError(name, std::move(err));
     }
     results->clear();
-    // Free the buffers of the sends that have completed.
+    // Wait for the sends due after this action and free their buffers
+    // (never earlier, so the peak does not depend on the receiver's timing;
+    // their receives are posted by now: schedule::sendReleases).
     llvm::Error released = [&] {
       OpTimer timer(&stats, "pipeline.complete_sends");
-      return p2p->releaseCompleted();
+      return p2p->waitReleasedAfter(static_cast<int64_t>(k));
     }();
     if (released)
       return stepError(name, std::move(released));

@@ -89,6 +89,27 @@ std::vector<int64_t> Manifest::rankShape() const {
   return shape;
 }
 
+int64_t Manifest::predictedPeakBytesOfRank(int64_t rank) const {
+  if (predictedPeakBytesPerStage.empty() || ppAxis < 0)
+    return predictedPeakBytes;
+  // World ranks are row-major over the rank axes in rankOrder.
+  std::vector<std::string> axes = rankAxes();
+  std::vector<int64_t> shape = rankShape();
+  std::vector<int64_t> order = rankOrderIndices();
+  std::string pp = gridAxes[ppAxis];
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    int64_t size = shape[*it];
+    if (axes[*it] == pp) {
+      int64_t stage = rank % size;
+      return stage < int64_t(predictedPeakBytesPerStage.size())
+                 ? predictedPeakBytesPerStage[stage]
+                 : predictedPeakBytes;
+    }
+    rank /= size;
+  }
+  return predictedPeakBytes;
+}
+
 std::vector<int64_t> Manifest::rankOrderIndices() const {
   std::vector<std::string> axes = rankAxes();
   std::vector<int64_t> order;
@@ -217,6 +238,20 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
                  "integer \"peak_bytes_per_rank\"");
     if (memory->getBoolean("planned").value_or(false))
       m.predictedPeakBytes = *peak;
+    if (const json::Array *stages = memory->getArray("stages"))
+      for (const json::Value &v : *stages) {
+        const json::Object *stage = v.getAsObject();
+        std::optional<int64_t> index =
+            stage ? stage->getInteger("stage") : std::nullopt;
+        std::optional<int64_t> bytes =
+            stage ? stage->getInteger("peak_bytes") : std::nullopt;
+        if (!index || !bytes ||
+            *index != int64_t(m.predictedPeakBytesPerStage.size()) ||
+            *bytes < 0)
+          return err("\"memory\": \"stages\" must list {\"stage\": s, "
+                     "\"peak_bytes\": N >= 0} for s = 0, 1, ... in order");
+        m.predictedPeakBytesPerStage.push_back(*bytes);
+      }
   }
 
   const json::Array *args = root->getArray("arguments");

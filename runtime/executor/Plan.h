@@ -130,9 +130,13 @@ struct Manifest {
   int64_t seqLen = 0;
   llvm::json::Object optimizer;
   /// The compiler's predicted peak bytes per rank ("memory":
-  /// {"planned": true, "peak_bytes_per_rank": N, ...}), or -1 when the plan
-  /// has no prediction (pipeline plans, older artifacts).
+  /// {"planned": true, "peak_bytes_per_rank": N, ...}; pipeline plans: of
+  /// the stage that needs most), or -1 when the plan has no prediction
+  /// (older artifacts).
   int64_t predictedPeakBytes = -1;
+  /// Pipeline plans: the prediction of each stage ("memory": {"stages":
+  /// [{"stage": s, "peak_bytes": N}, ...]}); empty otherwise.
+  std::vector<int64_t> predictedPeakBytesPerStage;
   std::vector<ArgumentSpec> arguments; ///< arguments[i].index == i
   std::vector<ResultSpec> results;     ///< results[i].index == i
 
@@ -142,6 +146,9 @@ struct Manifest {
   /// (the whole grid for non-pipeline plans). mpi::Grid is made of these.
   std::vector<std::string> rankAxes() const;
   std::vector<int64_t> rankShape() const;
+  /// The predicted peak bytes of world rank `rank`: its stage's for a
+  /// pipeline plan, else predictedPeakBytes (-1: none).
+  int64_t predictedPeakBytesOfRank(int64_t rank) const;
   /// rankOrder as indices into rankAxes() (what mpi::Grid::create takes).
   std::vector<int64_t> rankOrderIndices() const;
   /// M for pipeline plans, else 1.

@@ -15,6 +15,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -169,58 +170,48 @@ PointToPoint::~PointToPoint() {
   }
 }
 
-llvm::Error PointToPoint::waitAll() {
-  if (pending.empty())
+/// MPI_Waitall on the sends of `pending` that `due` selects; removes them
+/// (releasing their buffers) when all completed.
+static llvm::Error
+waitSends(std::vector<PointToPoint::PendingSend> &pending,
+          llvm::function_ref<bool(const PointToPoint::PendingSend &)> due) {
+  std::vector<size_t> chosen;
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (due(pending[i]))
+      chosen.push_back(i);
+  if (chosen.empty())
     return llvm::Error::success();
   std::vector<MPI_Request> requests;
-  for (const PendingSend &p : pending)
-    requests.push_back(p.request);
+  for (size_t i : chosen)
+    requests.push_back(pending[i].request);
   std::vector<MPI_Status> statuses(requests.size());
   mpi::watchdog::Guard guard("wait for sends", 0);
   int rc = MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
                        statuses.data());
+  for (size_t n = 0; n < chosen.size(); ++n)
+    pending[chosen[n]].request = requests[n];
   if (rc != MPI_SUCCESS) {
-    for (size_t i = 0; i < pending.size(); ++i) {
-      pending[i].request = requests[i];
-      if (rc == MPI_ERR_IN_STATUS && statuses[i].MPI_ERROR != MPI_SUCCESS &&
-          statuses[i].MPI_ERROR != MPI_ERR_PENDING)
-        return mpi::failure(statuses[i].MPI_ERROR, pending[i].what);
-    }
-    return mpi::failure(rc, "MPI_Waitall on " + llvm::Twine(pending.size()) +
-                                " sends (first: " + pending[0].what + ")");
+    for (size_t n = 0; n < chosen.size(); ++n)
+      if (rc == MPI_ERR_IN_STATUS && statuses[n].MPI_ERROR != MPI_SUCCESS &&
+          statuses[n].MPI_ERROR != MPI_ERR_PENDING)
+        return mpi::failure(statuses[n].MPI_ERROR, pending[chosen[n]].what);
+    return mpi::failure(rc, "MPI_Waitall on " + llvm::Twine(chosen.size()) +
+                                " sends (first: " + pending[chosen[0]].what +
+                                ")");
   }
-  pending.clear();
+  llvm::erase_if(pending, [&](const PointToPoint::PendingSend &p) {
+    return p.request == MPI_REQUEST_NULL && due(p);
+  });
   return llvm::Error::success();
 }
 
-llvm::Error PointToPoint::releaseCompleted() {
-  if (pending.empty())
-    return llvm::Error::success();
-  std::vector<MPI_Request> requests;
-  for (const PendingSend &p : pending)
-    requests.push_back(p.request);
-  std::vector<int> done(requests.size());
-  std::vector<MPI_Status> statuses(requests.size());
-  int count = 0;
-  int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(),
-                        &count, done.data(), statuses.data());
-  if (rc != MPI_SUCCESS) {
-    for (int i = 0; i < count && i < static_cast<int>(done.size()); ++i)
-      if (statuses[i].MPI_ERROR != MPI_SUCCESS)
-        return mpi::failure(statuses[i].MPI_ERROR, pending[done[i]].what);
-    return mpi::failure(rc, "MPI_Testsome on pending sends");
-  }
-  if (count == MPI_UNDEFINED || count == 0)
-    return llvm::Error::success();
-  std::vector<bool> completed(requests.size(), false);
-  for (int i = 0; i < count; ++i)
-    completed[done[i]] = true;
-  std::vector<PendingSend> still;
-  for (size_t i = 0; i < pending.size(); ++i)
-    if (!completed[i])
-      still.push_back(std::move(pending[i]));
-  pending = std::move(still);
-  return llvm::Error::success();
+llvm::Error PointToPoint::waitAll() {
+  return waitSends(pending, [](const PendingSend &) { return true; });
+}
+
+llvm::Error PointToPoint::waitReleasedAfter(int64_t action) {
+  return waitSends(
+      pending, [&](const PendingSend &p) { return p.releaseAfter == action; });
 }
 
 //===----------------------------------------------------------------------===//

@@ -83,12 +83,15 @@ struct PointToPoint {
   mpi::Communicator comm;
   int64_t stages = 1;       ///< P
   int64_t microBatches = 1; ///< M
-  /// A posted MPI_Isend: `data` keeps the buffer alive until it completes;
-  /// `what` names the op and peer for errors.
+  /// A posted MPI_Isend: `data` keeps the buffer alive until it is waited
+  /// for at the end of the sender's action `releaseAfter` (the executor sets
+  /// it after the run that posted it; schedule::sendReleases); `what` names
+  /// the op and peer for errors.
   struct PendingSend {
     MPI_Request request = MPI_REQUEST_NULL;
     Tensor data;
     std::string what;
+    int64_t releaseAfter = -1;
   };
   std::vector<PendingSend> pending;
   /// Seconds spent blocked in MPI_Wait for receives so far (MPI_Wtime); the
@@ -107,8 +110,11 @@ struct PointToPoint {
   /// Completes every pending send (MPI_Waitall) and releases the buffers.
   /// Errors name the op and peer of the first failed send.
   llvm::Error waitAll();
-  /// Releases the sends that have completed (MPI_Testsome); never blocks.
-  llvm::Error releaseCompleted();
+  /// Completes (MPI_Waitall) the pending sends whose `releaseAfter` is
+  /// `action` and releases their buffers; the others stay pending even if
+  /// they have completed, so that a buffer's lifetime does not depend on
+  /// the receiver's timing. Errors as waitAll.
+  llvm::Error waitReleasedAfter(int64_t action);
 };
 
 /// One program's arena: `bytes` bytes, 64-byte aligned, allocated once and

@@ -312,7 +312,8 @@ static cl::opt<std::string> memoryPerDevice(
              "e.g. 80GB, 512MiB, 1.5GB (kB/MB/GB/TB = powers of 1000, "
              "KiB/MiB/GiB/TiB = powers of 1024); the error lists which "
              "alternatives (more ZeRO, TP, PP, recomputation) would fit. "
-             "Pipeline plans are not memory-planned and not checked"),
+             "Pipeline plans are checked per stage (the stage that needs "
+             "most is named)"),
     cl::value_desc("SIZE"), cl::init(""), cl::cat(category));
 
 static cl::opt<std::string> clusterSpec(
@@ -838,8 +839,11 @@ static int failOverMemory(const llvm::json::Object &memory, int64_t peak,
   std::string msg;
   llvm::raw_string_ostream os(msg);
   os << "the predicted peak memory per rank is "
-     << runtime::formatByteSize(peak) << ", "
-     << runtime::formatByteSize(peak - memoryLimit)
+     << runtime::formatByteSize(peak);
+  if (std::optional<int64_t> stage = memory.getInteger("peak_stage"))
+    os << " (on pipeline stage " << *stage << ", i.e. pp rank " << *stage
+       << ")";
+  os << ", " << runtime::formatByteSize(peak - memoryLimit)
      << " more than --memory-per-device " << memoryPerDevice << " = "
      << runtime::formatByteSize(memoryLimit) << "; nothing was written\n";
   artifact::explainMemory(memory, os);
@@ -882,9 +886,6 @@ explainAndCheckMemory(ModuleOp module, const planner::Plan &plan,
   if (explain && stepCost)
     explainStepCost(*stepCost, *cluster, plan, llvm::outs());
   std::optional<int64_t> peak = artifact::predictedPeak(*memory);
-  if (memoryLimit && !peak)
-    llvm::errs() << "tessera-partition: warning: --memory-per-device is not "
-                    "checked: pipeline plans are not memory-planned\n";
   if (memoryLimit && peak && *peak > *memoryLimit)
     return failOverMemory(*memory, *peak, *memoryLimit, imported, plan);
   return std::nullopt;

@@ -808,7 +808,7 @@ std::string checkMemoryPerDevice(const exec::Manifest &m, bool isRoot) {
            memoryPerDevice.getValue();
   if (predicted < 0 && isRoot)
     llvm::errs() << "tessera-run: warning: " << planPath
-                 << " has no memory prediction (pipeline plan); "
+                 << " has no memory prediction (an older artifact); "
                     "--memory-per-device is not checked\n";
   return "";
 }
@@ -1092,11 +1092,11 @@ TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
 /// against the plan's prediction.
 void printMemoryReport(const mpi::Communicator &world, const exec::Manifest &m,
                        const std::vector<int64_t> &lastMemory) {
-  int64_t predicted = m.predictedPeakBytes;
   llvm::outs() << "memory per rank, last step (bytes; measured = persistent "
                   "+ constants + arena high-water + step heap peak):\n";
   for (int r = 0; r < world.size(); ++r) {
     const int64_t *f = &lastMemory[5 * r];
+    int64_t predicted = m.predictedPeakBytesOfRank(r);
     llvm::outs() << llvm::formatv(
         "  rank {0}: measured {1} = {2} + {3} + {4} + {5}", r, f[4], f[0], f[1],
         f[2], f[3]);
@@ -1107,9 +1107,8 @@ void printMemoryReport(const mpi::Communicator &world, const exec::Manifest &m,
                                         static_cast<double>(predicted));
     llvm::outs() << "\n";
   }
-  if (predicted < 0)
-    llvm::outs() << "  (no prediction: pipeline plans are not "
-                    "memory-planned)\n";
+  if (m.predictedPeakBytes < 0)
+    llvm::outs() << "  (no prediction: the artifact has no memory plan)\n";
   llvm::outs().flush();
 }
 

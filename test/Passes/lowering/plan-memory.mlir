@@ -77,3 +77,60 @@ func.func @carried(%w: tensor<256xf32> {tsrt.role = "param"}, %t: tensor<256xf32
   %x = tsrt.kernel "exp"(%w) {attrs = {}} : (tensor<256xf32>) -> tensor<256xf32>
   return %l, %n : tensor<f32>, tensor<256xf32>
 }
+
+// -----
+
+// A pipeline plan (a module with tsrt.pipeline_schedule) keeps its values on
+// the heap: no offsets and no arena, but each function's heap profile.
+// @forward_0: %a (returned, 1024 B) and %b (sent, held by the pending send
+// to the end of the run: 1024 B, `sent`) -> peak 2048. @backward_0: the
+// receive buffer is allocated before the first instruction and released
+// after the mul; peak 2048 = the buffer + %d, then %d + %e. @backward_1
+// sends an argument (no bytes of its own); @apply_1 returns an accumulator
+// and an argument, which it did not allocate (result_bytes 0).
+
+// CHECK-LABEL: func.func @forward_0
+// CHECK-SAME: tsrt.heap_profile = {constants = 0 : i64, peak = 2048 : i64, sent = 1024 : i64}, tsrt.result_bytes = array<i64: 1024>
+// CHECK-NOT: tsrt.offsets
+// CHECK-LABEL: func.func @backward_0
+// CHECK-SAME: tsrt.heap_profile = {constants = 1024 : i64, peak = 2048 : i64, sent = 0 : i64}, tsrt.result_bytes = array<i64: 1024>
+// CHECK-LABEL: func.func @apply_0
+// CHECK-SAME: tsrt.heap_profile = {constants = 0 : i64, peak = 1024 : i64, sent = 0 : i64}, tsrt.result_bytes = array<i64: 1024>
+// CHECK-LABEL: func.func @forward_1
+// CHECK-SAME: tsrt.heap_profile = {constants = 0 : i64, peak = 2048 : i64, sent = 0 : i64}, tsrt.result_bytes = array<i64: 64>
+// CHECK-LABEL: func.func @backward_1
+// CHECK-SAME: tsrt.heap_profile = {constants = 0 : i64, peak = 0 : i64, sent = 0 : i64}, tsrt.result_bytes = array<i64>
+// CHECK-LABEL: func.func @apply_1
+// CHECK-SAME: tsrt.heap_profile = {constants = 0 : i64, peak = 0 : i64, sent = 0 : i64}, tsrt.result_bytes = array<i64: 0, 0>
+// CHECK-NOT: tsrt.arena_bytes
+  func.func @forward_0(%x: tensor<256xf32> {tsrt.arg = 0 : i64}) -> (tensor<256xf32> {tsrt.saved = 0 : i64}) {
+    %a = tsrt.kernel "exp"(%x) {attrs = {}} : (tensor<256xf32>) -> tensor<256xf32>
+    %b = tsrt.kernel "exp"(%a) {attrs = {}} : (tensor<256xf32>) -> tensor<256xf32>
+    tsrt.send %b to chunk 1 channel 0 : tensor<256xf32>
+    return %a : tensor<256xf32>
+  }
+  func.func @backward_0(%a: tensor<256xf32> {tsrt.saved = 0 : i64}) -> (tensor<256xf32> {tsrt.acc = 0 : i64}) {
+    %g = tsrt.recv from chunk 1 channel 1 : tensor<256xf32>
+    %k = tsrt.constant dense<1.0> : tensor<256xf32>
+    %d = tsrt.kernel "mul"(%g, %a) {attrs = {}} : (tensor<256xf32>, tensor<256xf32>) -> tensor<256xf32>
+    %e = tsrt.kernel "add"(%d, %k) {attrs = {}} : (tensor<256xf32>, tensor<256xf32>) -> tensor<256xf32>
+    return %e : tensor<256xf32>
+  }
+  func.func @apply_0(%x: tensor<256xf32> {tsrt.arg = 0 : i64}, %g: tensor<256xf32> {tsrt.acc = 0 : i64}) -> (tensor<256xf32> {tsrt.result = 1 : i64}) {
+    %n = tsrt.kernel "sub"(%x, %g) {attrs = {}} : (tensor<256xf32>, tensor<256xf32>) -> tensor<256xf32>
+    return %n : tensor<256xf32>
+  }
+  func.func @forward_1(%y: tensor<256xf32> {tsrt.arg = 1 : i64}) -> (tensor<f32> {tsrt.acc = 1 : i64}) {
+    %r = tsrt.recv from chunk 0 channel 0 : tensor<256xf32>
+    %m = tsrt.kernel "mul"(%r, %y) {attrs = {}} : (tensor<256xf32>, tensor<256xf32>) -> tensor<256xf32>
+    %l = tsrt.kernel "reduce_sum"(%m) {attrs = {axes = [0]}} : (tensor<256xf32>) -> tensor<f32>
+    return %l : tensor<f32>
+  }
+  func.func @backward_1(%y: tensor<256xf32> {tsrt.arg = 1 : i64}) -> () {
+    tsrt.send %y to chunk 0 channel 1 : tensor<256xf32>
+    return
+  }
+  func.func @apply_1(%y: tensor<256xf32> {tsrt.arg = 1 : i64}, %l: tensor<f32> {tsrt.acc = 1 : i64}) -> (tensor<f32> {tsrt.result = 0 : i64}, tensor<256xf32> {tsrt.result = 2 : i64}) {
+    return %l, %y : tensor<f32>, tensor<256xf32>
+  }
+  tsrt.pipeline_schedule {kind = "gpipe", stages = 2 : i64, virtual_stages = 1 : i64, micro_batches = 2 : i64, forward = [@forward_0, @forward_1], backward = [@backward_0, @backward_1], apply = [@apply_0, @apply_1], actions = ["F0.0 F0.1 B0.0 B0.1", "F1.0 F1.1 B1.0 B1.1"]}

@@ -9,6 +9,10 @@ compiler's prediction); every record of METRICS.jsonl (tessera-run
 --metrics) holds "peak_bytes": [one measured peak per rank]. Exits 1 when any
 rank's measured peak differs from the prediction by more than the relative
 tolerance (default 1%), or when either number is missing.
+
+Pipeline plans predict per stage ("stages": [{"stage", "peak_bytes"}, ...]):
+each rank is compared with the prediction of its stage, its coordinate on
+the "pp" axis (ranks are laid out row-major over grid.rank_order).
 """
 import json
 import struct
@@ -35,6 +39,22 @@ def main():
         print(f"FAIL: {plan} has no memory prediction: {memory}")
         return 1
     predicted = memory["peak_bytes_per_rank"]
+    stage_peaks = None
+    if memory.get("stages"):
+        grid = manifest(plan)["grid"]
+        sizes = dict(zip(grid["axes"], grid["shape"]))
+        order = grid["rank_order"]
+        stage_peaks = {s["stage"]: s["peak_bytes"] for s in memory["stages"]}
+        for s in memory["stages"]:
+            print(f"predicted {s['peak_bytes']} bytes per rank of stage "
+                  f"{s['stage']}: {s['breakdown']}")
+
+        def stage_of(rank):
+            coords = {}
+            for axis in reversed(order):
+                coords[axis] = rank % sizes[axis]
+                rank //= sizes[axis]
+            return coords["pp"]
     print(f"predicted {predicted} bytes per rank: {memory['breakdown']}")
     ok = True
     with open(metrics) as f:
@@ -45,12 +65,15 @@ def main():
                 print(f"FAIL: step {rec['step']} has no peak_bytes")
                 return 1
             for rank, m in enumerate(measured):
+                if stage_peaks is not None:
+                    predicted = stage_peaks[stage_of(rank)]
                 rel = abs(m - predicted) / predicted
                 verdict = "ok" if rel <= tolerance else "FAIL"
                 if rel > tolerance:
                     ok = False
                 print(f"step {rec['step']} rank {rank}: measured {m} "
-                      f"({100 * rel:.3f}% off) {verdict}")
+                      f"predicted {predicted} ({100 * rel:.3f}% off) "
+                      f"{verdict}")
     print("memory prediction matches" if ok else "FAIL: prediction differs")
     return 0 if ok else 1
 

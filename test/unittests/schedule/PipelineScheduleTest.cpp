@@ -2,9 +2,13 @@
 
 #include "common/schedule/PipelineSchedule.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <gtest/gtest.h>
 
 #include <initializer_list>
+#include <set>
+#include <tuple>
 
 using namespace tessera::tsrt::schedule;
 
@@ -166,6 +170,107 @@ TEST(PipelineSchedule, InterleavedVerifiesForAllSmallShapes) {
           EXPECT_EQ(peaks[r], inFlightBound(Kind::Interleaved, shape, r))
               << "P = " << p << " V = " << v << " M = " << m << " stage " << r;
       }
+}
+
+// Send releases (sendReleases): the end of the first later action of the
+// sender that receives a message the receiver sent once it had started the
+// action receiving ours. GPipe, P = 2, M = 2 (linearComms): F0.0's and
+// F0.1's activations are freed after B0.0, whose gradient stage 1 sent in
+// B1.0 (after F1.0 and F1.1 received them); stage 1's gradients are never
+// answered, so they wait until before the applies (index 4).
+TEST(PipelineSchedule, SendReleasesGPipeAnd1F1B) {
+  using Releases = std::vector<std::vector<std::vector<int64_t>>>;
+  Shape shape{2, 1, 2};
+  EXPECT_EQ(sendReleases(mustBuild(Kind::GPipe, shape), linearComms(2)),
+            (Releases{{{2}, {2}, {}, {}}, {{}, {}, {4}, {4}}}));
+  // 1F1B: stage 0 runs F0.0 F0.1 B0.0 B0.1 and stage 1 F1.0 B1.0 F1.1 B1.1;
+  // F0.1's activation is received in F1.1, after B1.0 sent B0.0's gradient,
+  // so it is freed only after B0.1.
+  EXPECT_EQ(sendReleases(mustBuild(Kind::OneFOneB, shape), linearComms(2)),
+            (Releases{{{2}, {3}, {}, {}}, {{}, {4}, {}, {4}}}));
+}
+
+// The release rule cannot deadlock with rendezvous sends: all stages run
+// together, a recv blocks until its message is sent, and at the end of
+// action k a stage blocks until the receiver of every send due there has
+// posted its receive (started the receiving action); all remaining sends
+// likewise before the applies. Every schedule finishes.
+TEST(PipelineSchedule, SendReleasesCannotDeadlock) {
+  auto runs = [](const std::vector<StageActions> &actions,
+                 const std::vector<ChunkComms> &comms) {
+    auto releases = sendReleases(actions, comms);
+    size_t stages = actions.size();
+    std::set<std::pair<int64_t, int64_t>> sent, posted;
+    // Per stage: next action, next event in it, sends not yet released
+    // (release point, micro-batch, channel).
+    std::vector<size_t> pc(stages, 0), event(stages, 0);
+    std::vector<std::vector<std::tuple<int64_t, int64_t, int64_t>>> pending(
+        stages);
+    auto events = [&](const Action &a) -> const std::vector<CommEvent> & {
+      return a.phase == Phase::Forward ? comms[a.chunk].forward
+                                       : comms[a.chunk].backward;
+    };
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (size_t s = 0; s < stages; ++s) {
+        while (pc[s] <= actions[s].size()) {
+          int64_t k = static_cast<int64_t>(pc[s]);
+          bool done = pc[s] == actions[s].size();
+          if (!done && event[s] == 0)
+            for (const CommEvent &e : events(actions[s][k]))
+              if (!e.isSend)
+                posted.insert({actions[s][k].microBatch, e.channel});
+          const std::vector<CommEvent> &evs =
+              done ? std::vector<CommEvent>{} : events(actions[s][k]);
+          bool blocked = false;
+          for (; event[s] < evs.size(); ++event[s]) {
+            const CommEvent &e = evs[event[s]];
+            std::pair<int64_t, int64_t> msg{actions[s][k].microBatch,
+                                            e.channel};
+            if (e.isSend) {
+              int64_t i = 0;
+              for (size_t j = 0; j < event[s]; ++j)
+                i += evs[j].isSend;
+              sent.insert(msg);
+              pending[s].push_back({releases[s][k][i], msg.first, e.channel});
+            } else if (!sent.count(msg)) {
+              blocked = true;
+              break;
+            }
+          }
+          if (blocked)
+            break;
+          bool waiting = false;
+          for (auto &[at, mb, ch] : pending[s])
+            if ((at == k || done) && !posted.count({mb, ch}))
+              waiting = true;
+          if (waiting)
+            break;
+          llvm::erase_if(pending[s], [&](const auto &p) {
+            return std::get<0>(p) == k || done;
+          });
+          ++pc[s];
+          event[s] = 0;
+          progress = true;
+        }
+      }
+    }
+    for (size_t s = 0; s < stages; ++s)
+      if (pc[s] <= actions[s].size())
+        return false;
+    return true;
+  };
+  for (Kind kind : {Kind::GPipe, Kind::OneFOneB})
+    for (int64_t p = 1; p <= 4; ++p)
+      for (int64_t m = 1; m <= 8; ++m)
+        EXPECT_TRUE(runs(mustBuild(kind, {p, 1, m}), linearComms(p)))
+            << kindName(kind) << " P = " << p << " M = " << m;
+  for (int64_t p = 2; p <= 4; ++p)
+    for (int64_t v = 2; v <= 3; ++v)
+      for (int64_t m = p; m <= 8; m += p)
+        EXPECT_TRUE(
+            runs(mustBuild(Kind::Interleaved, {p, v, m}), linearComms(p * v)))
+            << "interleaved P = " << p << " V = " << v << " M = " << m;
 }
 
 // The point of 1F1B: stage r never keeps more than min(P − r, M) activation
