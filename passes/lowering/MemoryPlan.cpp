@@ -82,6 +82,10 @@ int64_t inPlaceOperand(Operation *op, unsigned result) {
     return 0; // (param, grad) -> param'
   if (kernel.getKernel() == "adamw_update" && result < 3)
     return result == 0 ? 0 : result + 1; // (p, g, m, v, step) -> p', m', v'
+  // Elementwise (cond, a, b) -> r reads element i of each before writing
+  // r[i]: dynamic loss scaling's select(ok, new, old) may take old's place.
+  if (kernel.getKernel() == "select" && result == 0)
+    return 2;
   return -1;
 }
 
