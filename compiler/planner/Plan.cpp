@@ -71,11 +71,11 @@ llvm::Error Plan::validate() const {
   if (!isPowerOfTwo(minLossScale))
     return fail("--min-loss-scale must be a power of two > 0, got " +
                 shortDouble(minLossScale));
-  if (dynamicFlags && (zero > 0 || pipelined()))
+  if (dynamicFlags && (zero > 0 || (pipelined() && virtualStages > 1)))
     return fail("fp16 dynamic loss scaling (--initial-loss-scale, "
                 "--loss-scale-window, --min-loss-scale) is not supported with "
-                "--zero or pipeline parallelism yet; those plans use a static "
-                "--loss-scale (default 1024)");
+                "--zero or the interleaved schedule yet; those plans use a "
+                "static --loss-scale (default 1024)");
   if (dynamicLossScale() && minLossScale > effectiveInitialLossScale())
     return fail("--min-loss-scale (" + shortDouble(minLossScale) +
                 ") must not exceed --initial-loss-scale (" +

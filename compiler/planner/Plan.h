@@ -89,15 +89,18 @@ struct Plan {
   double minLossScale = 1;
   static constexpr double kDefaultInitialLossScale = 1024;
   /// True for fp16 plans without a static --loss-scale, except ZeRO and
-  /// pipeline plans (dynamic scaling is not implemented there yet: they
-  /// keep the static kDefaultLossScale).
+  /// interleaved pipeline plans (dynamic scaling is not implemented there
+  /// yet: they keep the static kDefaultLossScale). Under gpipe/1f1b each
+  /// stage sums its gradients' found-inf terms and tsr-pipeline-split
+  /// all-reduces that scalar over pp.
   bool dynamicLossScale() const {
-    return precision == "fp16" && !lossScale && zero == 0 && !pipelined();
+    return precision == "fp16" && !lossScale && zero == 0 &&
+           !(pipelined() && virtualStages > 1);
   }
   static constexpr double kDefaultLossScale = 1024;
   /// The static S of fp16 plans (--loss-scale, or kDefaultLossScale for
-  /// ZeRO and pipeline plans), 1 otherwise (dynamic plans have no single
-  /// scale: see initialLossScale).
+  /// ZeRO and interleaved pipeline plans), 1 otherwise (dynamic plans have no
+  /// single scale: see initialLossScale).
   double effectiveLossScale() const {
     if (precision != "fp16" || dynamicLossScale())
       return 1.0;

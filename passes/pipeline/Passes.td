@@ -40,7 +40,16 @@ def PipelineSplit : Pass<"tsr-pipeline-split", "::mlir::ModuleOp"> {
        but whose results feed only one chunk's apply ops (e.g. ZeRO's
        `shard.all_slice` of a parameter before its update) to that chunk,
        so a stage reads only the parameters it updates; the others (e.g.
-       AdamW's `step + 1`) are replicated into every chunk. Untagged
+       AdamW's `step + 1`) are replicated into every chunk. An apply op
+       that sums values of several chunks linearly (every operand in one
+       linear group of its sharding rule, each operand owned by one chunk
+       or itself such a sum: fp16 dynamic loss scaling's found-inf
+       `tsr.add` chain) is split instead: each `@apply_c` computes it on
+       its own chunk's terms with zeros for the others' (its partial),
+       and its value is the partial's `shard.all_reduce` over pp where
+       another op reads it, so every stage sees the whole sum (one chunk
+       per stage only: tessera-partition keeps the static loss scale with
+       the interleaved schedule). Untagged
        per-micro-batch ops that read only step arguments, constants and
        each other (values made from parameters by later passes, e.g.
        ZeRO-3's `shard.all_gather`s) are not layers: each goes to the chunk

@@ -65,6 +65,13 @@ struct StepAnalysis {
   DenseMap<Operation *, int64_t> accIndex;
   SmallVector<Operation *> forwardOps;  ///< micro forward ops, in order
   DenseMap<Operation *, int64_t> chunk; ///< every micro and apply op
+  /// Apply ops that sum values of several chunks, linearly (their sharding
+  /// rule's linear group holds every operand): fp16 dynamic loss scaling's
+  /// sum of the gradients' sums. Each chunk computes the sum of its own
+  /// terms (its partial) and the value is their shard.all_reduce over pp
+  /// where a non-summing op reads it, so every stage sees the whole sum.
+  DenseSet<Operation *> crossSum;
+  int16_t ppAxis = -1;
   SmallVector<double> unitCost;
   SmallVector<int64_t> unitOf; ///< per forward op
   int64_t numUnits = 0;
@@ -218,6 +225,42 @@ LogicalResult classify(StepAnalysis &a) {
   return success();
 }
 
+/// True when apply op `op` (whose operands' chunks are known) sums values of
+/// several pipeline chunks linearly: a single result, every operand in one
+/// linear group of its sharding rule (partial sums pass through it, as
+/// through tsr.add), and every operand owned by one chunk or itself such a
+/// sum, at least two chunks among them (so no replicated term would be
+/// counted once per stage). Only for one chunk per stage: with interleaved
+/// schedules a stage's chunks would have to be summed before the pp
+/// all-reduce.
+bool isCrossChunkSum(const StepAnalysis &a, Operation &op) {
+  if (op.getNumResults() != 1 || op.getNumOperands() < 2 ||
+      a.gridShape[a.ppAxis] < 2)
+    return false;
+  auto rule = dyn_cast<tsr::ShardingRuleOpInterface>(op);
+  if (!rule)
+    return false;
+  tsr::ShardingRule r = rule.getShardingRule();
+  if (!llvm::any_of(r.linearGroups, [&](ArrayRef<unsigned> group) {
+        return group.size() == op.getNumOperands();
+      }))
+    return false;
+  llvm::SmallDenseSet<int64_t> chunks;
+  for (Value v : op.getOperands()) {
+    Operation *d = v.getDefiningOp();
+    if (!d || !a.chunk.count(d))
+      return false;
+    if (a.crossSum.contains(d)) {
+      chunks.insert(kReplicated);
+      continue;
+    }
+    if (a.chunk.lookup(d) == kReplicated)
+      return false;
+    chunks.insert(a.chunk.lookup(d));
+  }
+  return chunks.size() >= 2;
+}
+
 /// Step 2: chunks of every micro and apply op.
 LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
   auto chunkOfUnit = [&](int64_t u) {
@@ -348,6 +391,12 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
       a.chunk[&op] = a.chunk[ar.getInput().getDefiningOp()];
       continue;
     }
+    if (isCrossChunkSum(a, op)) {
+      a.crossSum.insert(&op);
+      a.chunk[&op] = kReplicated;
+      applyOps.push_back(&op);
+      continue;
+    }
     for (Value v : op.getOperands())
       if (Operation *d = v.getDefiningOp(); d && a.chunk.count(d))
         if (failed(join(a.chunk[d], v)))
@@ -359,7 +408,7 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
   // ops (e.g. ZeRO's slice of a parameter before its update) belongs to
   // that chunk: a stage must not read a parameter it does not update.
   for (Operation *op : llvm::reverse(applyOps)) {
-    if (a.chunk[op] != kReplicated)
+    if (a.chunk[op] != kReplicated || a.crossSum.contains(op))
       continue;
     int64_t c = kReplicated;
     bool one = true;
@@ -506,6 +555,16 @@ struct Splitter {
                      b, ar.getLoc(), ar.getResult().getType(), ar.getGrid(),
                      axes, result, ar.getReduction())
                      .getResult();
+    } else if (a.crossSum.contains(d)) {
+      // Only reached from apply functions, by an op that is not itself a
+      // cross-chunk sum: the whole sum, one scalar all-reduce over pp.
+      b.setInsertionPointToEnd(fn.block);
+      shard::AllReduceOp acc = a.accs.front();
+      result = shard::AllReduceOp::create(
+                   b, d->getLoc(), v.getType(), acc.getGrid(),
+                   ArrayRef<int16_t>{a.ppAxis}, partials.lookup(v),
+                   shard::ReductionKind::Sum)
+                   .getResult();
     } else if (phase == Phase::Backward && a.phase[d] == Phase::Forward) {
       result = addArg(fn, v.getType(), i64Attr("tsrt.saved", savedIndex(c, v)));
     } else {
@@ -587,7 +646,36 @@ struct Splitter {
                           std::to_string(c));
   }
 
+  /// Chunk `c`'s partial of the cross-chunk sum `op`: `op` on chunk c's
+  /// terms and the partials of the sums it reads, zeros for the terms of
+  /// other chunks.
+  DenseMap<Value, Value> partials;
+  void buildPartial(Fn &fn, Operation &op, int64_t c) {
+    IRMapping map;
+    for (Value v : op.getOperands()) {
+      Operation *d = v.getDefiningOp();
+      Value local;
+      if (a.crossSum.contains(d)) {
+        local = partials.lookup(v);
+      } else if (a.chunk[d] == c) {
+        local = lookup(fn, v, c, std::nullopt);
+      } else {
+        b.setInsertionPointToEnd(fn.block);
+        auto type = cast<ShapedType>(v.getType());
+        local = tsr::ConstantOp::create(
+            b, op.getLoc(), type,
+            cast<ElementsAttr>(DenseElementsAttr::get(
+                type, b.getZeroAttr(type.getElementType()))));
+      }
+      map.map(v, local);
+    }
+    b.setInsertionPointToEnd(fn.block);
+    Operation *clone = b.clone(op, map);
+    partials[op.getResult(0)] = clone->getResult(0);
+  }
+
   func::FuncOp buildApply(int64_t c, func::ReturnOp ret) {
+    partials.clear();
     Fn fn{new Block(), {}, {}, {}, {}};
     b.setInsertionPointToEnd(fn.block);
     for (Operation &op : a.func.front().without_terminator()) {
@@ -596,6 +684,10 @@ struct Splitter {
         continue;
       if (a.chunk[&op] != c && a.chunk[&op] != kReplicated)
         continue;
+      if (a.crossSum.contains(&op)) {
+        buildPartial(fn, op, c);
+        continue;
+      }
       for (Value v : op.getOperands())
         (void)lookup(fn, v, c, std::nullopt);
       b.setInsertionPointToEnd(fn.block);
@@ -658,6 +750,7 @@ struct PipelineSplitPass
     StepAnalysis a;
     a.func = func;
     a.mbAxis = mbAxis;
+    a.ppAxis = ppAxis;
     a.gridShape.assign(grid.getShape().begin(), grid.getShape().end());
     sched::Shape shape{a.gridShape[ppAxis], virtualStages, a.gridShape[mbAxis]};
     if (llvm::Error err = sched::checkShape(*kind, shape))

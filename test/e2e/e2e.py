@@ -918,6 +918,14 @@ def check_loss_scale(args, work):
         if args.sp != "megatron":
             sp += ["--sp-size", str(args.sp_size)]
             ranks *= args.sp_size
+    # A pipeline (--pp P [--micro-batches M --schedules KIND]): each stage
+    # sums its own gradients' found-inf terms and the pp all-reduce makes
+    # the skip decision the same on every stage.
+    if args.pp > 1 or args.micro_batches:
+        sp += ["--pp", str(args.pp), "--micro-batches",
+               str(args.micro_batches or 4), "--schedule",
+               args.schedules or "1f1b"]
+        ranks *= args.pp
     plan = os.path.join(work, "ls.tsr")
     run([os.path.join(args.build, "tools", "tessera-partition",
                       "tessera-partition"),
