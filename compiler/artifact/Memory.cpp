@@ -265,8 +265,9 @@ predictPipeline(ModuleOp program, tsrt::PipelineScheduleOp op) {
         pred.otherArguments += bytes;
     }
 
-    // The step's heap above its start, part by part.
-    StagePrediction now;
+    // The step's heap above its start, part by part (the persistent parts
+    // above stay as they are); `pred` becomes `now` at the heap's peak.
+    StagePrediction now = pred;
     now.batch = batch;
     int64_t peak = -1;
     std::map<std::pair<int64_t, int64_t>, int64_t> stash;
@@ -276,13 +277,7 @@ predictPipeline(ModuleOp program, tsrt::PipelineScheduleOp op) {
       now.setsAtPeak = static_cast<int64_t>(stash.size());
       if (now.heapPeak() > peak) {
         peak = now.heapPeak();
-        pred.batch = now.batch;
-        pred.stash = now.stash;
-        pred.accumulators = now.accumulators;
-        pred.updatedState = now.updatedState;
-        pred.function = now.function;
-        pred.sends = now.sends;
-        pred.setsAtPeak = now.setsAtPeak;
+        pred = now;
       }
       now.function = 0;
     };
