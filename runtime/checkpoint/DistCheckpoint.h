@@ -174,10 +174,9 @@ std::string tmpDirPath(llvm::StringRef root, int64_t step, uint64_t token);
 /// tmpDir/rank_RRRRR.safetensors with the shards `rank` writes, fsynced.
 /// `localValue(spec)` returns the rank's local HOST tensor of that tensor
 /// (local shape and dtype checked) or null. Errors name the file and tensor.
-llvm::Error
-writeRankShards(llvm::StringRef tmpDir, const ShardPlan &plan, int64_t rank,
-                llvm::function_ref<const Tensor *(const TensorSpec &)>
-                    localValue);
+llvm::Error writeRankShards(
+    llvm::StringRef tmpDir, const ShardPlan &plan, int64_t rank,
+    llvm::function_ref<const Tensor *(const TensorSpec &)> localValue);
 
 /// What the index records besides the tensors.
 struct CheckpointInfo {
@@ -203,7 +202,8 @@ llvm::json::Object buildIndex(const ShardPlan &plan,
 /// keepLast (0: keep all). Errors name the path.
 llvm::Error finalizeCheckpoint(llvm::StringRef root, llvm::StringRef tmpDir,
                                const ShardPlan &plan,
-                               const CheckpointInfo &info, int64_t keepLast = 0);
+                               const CheckpointInfo &info,
+                               int64_t keepLast = 0);
 
 /// Removes all but the `keepLast` (> 0) newest ROOT/iter_NNNNNNN folders,
 /// never the one ROOT/latest names, and the .tmp folders of steps older than
@@ -238,7 +238,7 @@ struct TensorInfo {
   std::string name;
   std::string role;
   DType dtype = DType::F32;
-  std::string dtypeName; ///< safetensors name: "F32", "BF16", ...
+  std::string dtypeName;      ///< safetensors name: "F32", "BF16", ...
   std::vector<int64_t> shape; ///< global
   std::vector<ShardInfo> shards;
   /// Global size in bytes.
@@ -301,8 +301,7 @@ public:
 
 private:
   CheckpointReader() = default;
-  llvm::Expected<const SafeTensorsHeader *>
-  header(llvm::StringRef file) const;
+  llvm::Expected<const SafeTensorsHeader *> header(llvm::StringRef file) const;
   llvm::Expected<Tensor> readShard(const TensorInfo &info,
                                    const ShardInfo &shard) const;
 

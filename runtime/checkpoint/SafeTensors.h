@@ -91,7 +91,7 @@ struct SafeTensorsEntry {
 /// A parsed, validated header (offsets inside the data section, sizes
 /// matching dtype and shape, no overlaps), without the data.
 struct SafeTensorsHeader {
-  std::string source; ///< the path it was read from
+  std::string source;                    ///< the path it was read from
   std::vector<SafeTensorsEntry> entries; ///< data-offset order
   std::map<std::string, std::string> metadata;
   uint64_t dataOffset = 0; ///< file offset of the data section (8 + N)
