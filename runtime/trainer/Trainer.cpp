@@ -449,7 +449,7 @@ std::string Trainer::checkOptions(bool timeoutOk) const {
   if (!timeoutOk)
     return "--collective-timeout-s must be a number of seconds >= 0 (0: no "
            "watchdog)";
-  return "";
+  return checkCheckpointOptions();
 }
 
 /// The static memory plan's prediction against --memory-per-device; ""
@@ -543,6 +543,8 @@ std::string Trainer::openJob(bool timeoutOk) {
       error = "cannot write '" + *out + "': directory '" + dir.str() +
               "' does not exist";
   }
+  if (error.empty())
+    error = prepareCheckpoints();
   return error;
 }
 
@@ -610,6 +612,9 @@ int Trainer::run(const mpi::Communicator &comm) {
       error = take(opened.takeError());
     }
   }
+  // --load: the checkpoint's state replaces the initial one.
+  if (error.empty() && !opts.loadDir.empty())
+    error = loadCheckpoint();
   // After the executor exists: agree on `error`, and on a failure release
   // the executor and grid before MPI is finalized.
   auto allOk = [&] {
@@ -623,7 +628,16 @@ int Trainer::run(const mpi::Communicator &comm) {
     return exitAfterFailure();
 
   train();
-  if (opts.memoryReport && isRoot && opts.steps > 0)
+  // --save: the state after the last step (unless just saved).
+  if (!failed && !opts.saveDir.empty() && opts.steps > startStep &&
+      lastSaved != opts.steps)
+    saveCheckpoint(opts.steps);
+  if (failed) {
+    executor.reset();
+    grid.reset();
+    return exitAfterFailure();
+  }
+  if (opts.memoryReport && isRoot && opts.steps > startStep)
     printMemoryReport(*world, m, lastMemory);
 
   // Every rank's traced tensors (tessera-check).
@@ -675,15 +689,18 @@ int Trainer::run(const mpi::Communicator &comm) {
 // The step loop
 //===----------------------------------------------------------------------===//
 
-/// Runs --steps training steps: logs progress and writes --metrics on rank
-/// 0. A failing step aborts every rank.
+/// Runs steps startStep .. --steps - 1 (global step numbers: --steps is the
+/// total, as Megatron-LM's --train-iters): logs progress and writes
+/// --metrics on rank 0. A failing step aborts every rank; an agreed
+/// checkpoint failure sets `failed` and returns.
 void Trainer::train() {
   const exec::Manifest &m = plan->manifest();
   bool isRoot = world->rank() == 0;
   const double tokensPerStep =
       static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
-  firstProfiled = opts.steps > 1 ? 1 : 0;
-  for (int64_t s = 0; s < opts.steps; ++s) {
+  // Steps are numbered globally: a resumed run continues at startStep.
+  firstProfiled = opts.steps - startStep > 1 ? startStep + 1 : startStep;
+  for (int64_t s = startStep; s < opts.steps; ++s) {
     stepExtras.clear();
     if (!opts.profilePath.empty() && s == firstProfiled)
       executor->setProfiling(true);
@@ -773,6 +790,8 @@ void Trainer::train() {
     }
     // Hook: a checkpoint after the step (every rank).
     maybeCheckpoint(s + 1);
+    if (failed)
+      return;
   }
 }
 
@@ -785,10 +804,6 @@ void Trainer::setStepHypers(int64_t step) { (void)step; }
 /// (collective); adds its values (e.g. "eval_loss") to stepExtras for the
 /// step's metrics record. Nothing yet.
 void Trainer::maybeEvaluate(int64_t stepsDone) { (void)stepsDone; }
-
-/// After `stepsDone` steps, on every rank: a checkpoint every N steps
-/// (collective). Nothing yet.
-void Trainer::maybeCheckpoint(int64_t stepsDone) { (void)stepsDone; }
 
 //===----------------------------------------------------------------------===//
 // Metrics

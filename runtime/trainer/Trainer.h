@@ -40,6 +40,7 @@
 #ifndef TESSERA_RUNTIME_TRAINER_TRAINER_H
 #define TESSERA_RUNTIME_TRAINER_TRAINER_H
 
+#include "runtime/checkpoint/DistCheckpoint.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
 #include "runtime/data/TokenDataset.h"
 #include "runtime/executor/Backend.h"
@@ -83,6 +84,17 @@ struct TrainerOptions {
   // --- Final weights and state ---------------------------------------------
   std::string saveWeights; ///< --save-weights FILE.safetensors (rank 0)
   std::string saveState;   ///< --save-state FILE (FILE.rank<R>.safetensors)
+
+  // --- Checkpoints (Megatron-LM's flags; TrainerCheckpoint.cpp) ----------
+  /// --save DIR: distributed checkpoints (DistCheckpoint.h) under DIR,
+  /// every saveInterval steps and after the last step.
+  std::string saveDir;
+  int64_t saveInterval = 0; ///< --save-interval N (0: only after the last)
+  int64_t keepLast = 0;     ///< --keep-last K (0: keep every checkpoint)
+  /// --load DIR: resume from DIR's `latest` or an iter_* folder.
+  std::string loadDir;
+  /// --no-load-optim: load params and frozen tensors only.
+  bool noLoadOptim = false;
 };
 
 /// One training job on every rank of the world communicator (see the file
@@ -111,6 +123,15 @@ private:
   void setStepHypers(int64_t step);
   void maybeEvaluate(int64_t stepsDone);
   void maybeCheckpoint(int64_t stepsDone);
+
+  // Checkpoints (TrainerCheckpoint.cpp). Collective; "" or this rank's
+  // error, agreed by the caller.
+  std::string checkCheckpointOptions() const;
+  std::string prepareCheckpoints();
+  std::string loadCheckpoint();
+  /// Saves the state after `stepsDone` steps; on an agreed error sets
+  /// `failed` (the error is printed).
+  void saveCheckpoint(int64_t stepsDone);
 
   /// fp16 dynamic loss scaling: the state carried between steps.
   struct LossScaleState {
@@ -148,6 +169,17 @@ private:
   /// Extra values for the current step's metrics record, filled by the
   /// hooks (e.g. "eval_loss"); cleared before each step.
   std::vector<std::pair<std::string, double>> stepExtras;
+
+  /// The first step to run: 0, or the step a --load checkpoint recorded.
+  int64_t startStep = 0;
+  /// Set when a collective phase (a checkpoint save) failed on some rank
+  /// and every rank agreed (the error is printed): the loop stops and run()
+  /// returns 1.
+  bool failed = false;
+  /// --save: who writes which shard (the same on every rank), and the step
+  /// of the last checkpoint this run saved (-1: none).
+  std::optional<ckpt::ShardPlan> shardPlan;
+  int64_t lastSaved = -1;
 };
 
 /// Every rank passes its own error (empty if none). Returns true when no

@@ -5,6 +5,8 @@
 //     [--trace FILE.json] [--profile FILE.json] [--memory-per-device SIZE]
 //     [--memory-report] [--backend cpu|cuda] [--collectives nccl|mpi]
 //     [--cuda-graph] [--dump-tensors DIR] [--save-state FILE]
+//     [--save DIR [--save-interval N] [--keep-last K]]
+//     [--load DIR [--no-load-optim]]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -87,6 +89,9 @@
 // prints one line naming the lost rank (or the timeout) and the operation's
 // sequence number, and exits with status 1, even under a launcher that does
 // not end the job itself.
+//
+// --save / --load: distributed checkpoints, resume and resharding (see
+// runtime/trainer/TrainerCheckpoint.cpp and docs/Checkpoint.md).
 //
 // The training job itself (the step loop, metrics, reports, checkpoints)
 // is runtime/trainer/Trainer.h: main fills a TrainerOptions from the flags
@@ -214,7 +219,10 @@ static cl::opt<std::string> dataPath(
     cl::value_desc("tokens.u16"), cl::cat(category));
 
 static cl::opt<int64_t>
-    numSteps("steps", cl::desc("Number of training steps to run (>= 0)"),
+    numSteps("steps",
+             cl::desc("Number of training steps (>= 0); with --load the "
+                      "total, counting the checkpoint's steps (Megatron-LM's "
+                      "--train-iters)"),
              cl::value_desc("K"), cl::init(1), cl::cat(category));
 
 static cl::opt<std::string> metricsPath(
@@ -272,6 +280,52 @@ static cl::opt<std::string> saveWeights(
              "global shape, ONNX names, f32, to this safetensors file "
              "(rank 0; written to FILE.tmp then renamed)"),
     cl::value_desc("weights.safetensors"), cl::cat(category));
+
+static cl::opt<std::string> saveDir(
+    "save",
+    cl::desc("Write distributed checkpoints under DIR (Megatron-LM's "
+             "--save): every --save-interval steps and after the last step, "
+             "each rank's shards of the params, frozen tensors and optimizer "
+             "state (fp32 masters; AdamW's exp_avg, exp_avg_sq, step; fp16 "
+             "loss scaling's state) go to DIR/iter_NNNNNNN/"
+             "rank_RRRRR.safetensors with one index.json (global shapes, "
+             "dtypes, each shard's slices and file, the step, consumed "
+             "samples, the plan; docs/Checkpoint.md), written to a .tmp "
+             "folder that is renamed when complete, after which DIR/latest "
+             "names it. A rank killed during a save leaves the previous "
+             "checkpoint and latest intact. Errors: DIR cannot be created "
+             "or written"),
+    cl::value_desc("DIR"), cl::init(""), cl::cat(category));
+static cl::opt<int64_t> saveInterval(
+    "save-interval",
+    cl::desc("With --save: a checkpoint after every N-th step (global step "
+             "numbers); 0 (the default): only after the last step"),
+    cl::value_desc("N"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t> keepLast(
+    "keep-last",
+    cl::desc("With --save: keep only the K newest checkpoints (never the "
+             "one latest names); 0 (the default) keeps all"),
+    cl::value_desc("K"), cl::init(0), cl::cat(category));
+static cl::opt<std::string> loadDir(
+    "load",
+    cl::desc("Resume from a checkpoint (Megatron-LM's --load): DIR's "
+             "`latest`, or DIR itself when it is an iter_NNNNNNN folder. "
+             "The run continues at the checkpoint's step (the step counter "
+             "and data position; --steps is the total), with its params, "
+             "frozen tensors and optimizer state; each rank reads only the "
+             "slices it needs, so a checkpoint saved under any plan (dp, tp, "
+             "pp, sp, ZeRO, precision) loads under any other. Errors, before "
+             "any step, naming the tensor: a tensor the model needs missing "
+             "from the checkpoint, a param the model lacks, a shape or dtype "
+             "mismatch; a missing or corrupt checkpoint names the file"),
+    cl::value_desc("DIR"), cl::init(""), cl::cat(category));
+static cl::opt<bool> noLoadOptim(
+    "no-load-optim",
+    cl::desc("With --load: load the params and frozen tensors only; the "
+             "optimizer state starts at zeros (AdamW's step count too) "
+             "while the step counter and data position continue from the "
+             "checkpoint, as Megatron-LM's --no-load-optim"),
+    cl::init(false), cl::cat(category));
 
 static cl::opt<int64_t> logEvery(
     "log-every",
@@ -479,6 +533,12 @@ TrainerOptions optionsFromFlags() {
   // Final weights and state.
   o.saveWeights = saveWeights;
   o.saveState = saveState;
+  // Checkpoints.
+  o.saveDir = saveDir;
+  o.saveInterval = saveInterval;
+  o.keepLast = keepLast;
+  o.loadDir = loadDir;
+  o.noLoadOptim = noLoadOptim;
   return o;
 }
 
