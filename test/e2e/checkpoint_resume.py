@@ -4,12 +4,14 @@
 All runs train the `pipeline` GPT config (4 layers, B = 16, S = 8) with
 AdamW on examples/data/corpus.u16 (DESIGN.md's sampling order).
 
-    checkpoint_resume.py resume --build DIR --plan serial|dp2xtp2|pp2xdp2|zero3dp4
+    checkpoint_resume.py resume --build DIR --plan serial|dp2xtp2|pp2xdp2|zero3dp4|fp16dp2
         8 steps straight vs 4 steps + --save, a new mpirun, --load + 4 steps
         on the same plan: the losses of steps 0-7, the final weights
         (--save-weights) and every rank's final params and optimizer state
         (--save-state, AdamW's exp_avg, exp_avg_sq, step) are identical bit
-        for bit (pp2xdp2: 1F1B with 4 micro-batches; zero3dp4: ZeRO-3).
+        for bit (pp2xdp2: 1F1B with 4 micro-batches; zero3dp4: ZeRO-3;
+        fp16dp2: fp16 dynamic loss scaling skipping every other step, whose
+        per-step loss_scale and skipped must match too).
 
     checkpoint_resume.py reshard --build DIR
         Saved after step 4 of an 8-step pp2 x dp2 x tp2 ZeRO-1 run (8 ranks,
@@ -67,6 +69,12 @@ PLANS = {
     "tp4": (4, ["--tp", "4"]),
     "pp4": (4, ["--pp", "4", "--micro-batches", "4", "--schedule", "1f1b"]),
     "bf16": (1, ["--precision", "bf16"]),
+    # fp16 dynamic loss scaling that skips every other step from the start
+    # (overflow halves the scale, a clean step doubles it: window 1).
+    "fp16dp2": (2, ["--dp", "2", "--precision", "fp16",
+                    "--initial-loss-scale", "262144",
+                    "--loss-scale-window", "1"]),
+    "dp2": (2, ["--dp", "2"]),
 }
 
 
@@ -163,12 +171,35 @@ def check_resume(r, plan):
     ok &= sorted(b1) == list(range(HALF)) and sorted(b2) == list(range(HALF, STEPS))
     ok &= check_losses_exact(b1, a, range(HALF), "steps 0-3")
     ok &= check_losses_exact(b2, a, range(HALF, STEPS), "steps 4-7 (resumed)")
+    ok &= check_loss_scale(straight, first, second)
     ok &= same_bytes(r.path("second.safetensors"),
                      r.path("straight.safetensors"), "final weights")
     for rank in range(np_):
         ok &= same_bytes(r.path(f"second.state.rank{rank}.safetensors"),
                          r.path(f"straight.state.rank{rank}.safetensors"),
                          f"rank {rank}'s params and optimizer state")
+    return ok
+
+
+def records(path):
+    with open(path) as f:
+        return {r["step"]: r for r in map(json.loads, f)}
+
+
+def check_loss_scale(straight, first, second):
+    """fp16 dynamic loss scaling: every step's loss_scale and skipped of the
+    two halves equal the straight run's (the state resumed bit for bit)."""
+    a = records(straight)
+    if "loss_scale" not in a[0]:
+        return True
+    ok = True
+    for half in (first, second):
+        for step, rec in records(half).items():
+            got = (rec.get("loss_scale"), rec.get("skipped"))
+            want = (a[step].get("loss_scale"), a[step].get("skipped"))
+            ok &= got == want
+            print(f"   step {step}: loss_scale, skipped {got} vs {want}"
+                  f"{'' if got == want else '  <-- FAIL'}")
     return ok
 
 
@@ -271,9 +302,9 @@ def main():
     p.add_argument("mode", choices=["resume", "reshard", "kill"])
     p.add_argument("--build", required=True)
     p.add_argument("--plan", choices=["serial", "dp2xtp2", "pp2xdp2",
-                                      "zero3dp4"], default="serial")
+                                      "zero3dp4", "fp16dp2"],
+                   default="serial")
     args = p.parse_args()
-    PLANS["dp2"] = (2, ["--dp", "2"])
     with tempfile.TemporaryDirectory(prefix="tessera-ckpt-") as work:
         r = Runner(args.build, work)
         if args.mode == "resume":
