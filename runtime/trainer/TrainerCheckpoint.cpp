@@ -237,6 +237,7 @@ std::string Trainer::loadCheckpoint() {
       return "--load: " + llvm::toString(std::move(err));
   }
   startStep = reader.step();
+  executor->setStepsRun(startStep);
   if (world->rank() == 0) {
     if (reader.consumedSamples() != startStep * m.globalBatch)
       llvm::errs() << "tessera-run: warning: " << where << " consumed "

@@ -15,7 +15,8 @@ AdamW on examples/data/corpus.u16 (DESIGN.md's sampling order).
 
     checkpoint_resume.py reshard --build DIR
         Saved after step 4 of an 8-step pp2 x dp2 x tp2 ZeRO-1 run (8 ranks,
-        1F1B), loaded under dp1, dp4 ZeRO-3, tp4 and pp4 (1F1B): each
+        1F1B), loaded under dp1, dp4 ZeRO-3, tp4, pp4 (1F1B) and ring
+        attention sp2 x dp2: each
         resumed run's losses of steps 4-7 and final weights match the
         unbroken run within 1e-5 (relative; the K third of in_proj_bias
         left out as in e2e.py: its AdamW update is rounding noise). Saved
@@ -75,6 +76,7 @@ PLANS = {
                     "--initial-loss-scale", "262144",
                     "--loss-scale-window", "1"]),
     "dp2": (2, ["--dp", "2"]),
+    "ring.sp2xdp2": (4, ["--dp", "2", "--sp", "ring", "--sp-size", "2"]),
 }
 
 
@@ -228,7 +230,7 @@ def check_reshard(r):
     print(f"   {save_plan} checkpoint: step {index['step']}, "
           f"{len(index['tensors'])} tensors, files {files}")
     ok &= index["step"] == HALF and index["consumed_samples"] == HALF * 16
-    for plan in ("serial", "zero3dp4", "tp4", "pp4"):
+    for plan in ("serial", "zero3dp4", "tp4", "pp4", "ring.sp2xdp2"):
         m = r.train(plan, f"from8.{plan}", STEPS,
                     ["--load", iter4,
                      "--save-weights", r.path(f"from8.{plan}.safetensors")])
