@@ -1,10 +1,22 @@
 //===- OnnxExport.h - a checkpoint's weights into an ONNX model -*- C++ -*-===//
 //
-// tessera-ckpt export: the input ONNX model with every initializer that the
-// checkpoint holds (roles "param" and "frozen": the trained weights, by
-// their ONNX names, global shapes) replaced by the checkpoint's values, so
-// the result runs in onnxruntime with the trained weights. Other
-// initializers, nodes, inputs and outputs are kept as they are.
+// tessera-ckpt export: the input ONNX model with the checkpoint's trained
+// weights (roles "param" and "frozen") as its initializers, so the result
+// runs in onnxruntime with the trained weights. Which initializer holds
+// which parameter is decided by the importer's own classification
+// (compiler/import/Initializers.h, run on IN), so the names and shapes are
+// those tessera-partition gave the parameters:
+//   - a parameter named as its initializer replaces it (a parameter
+//     trained as one slice is broadcast back to the initializer's shape);
+//   - an untied copy "NAME#k" becomes a new initializer, and the node input
+//     that reads it is renamed to it;
+//   - an alias parameter (the output of Identity(I)) becomes an initializer
+//     of that name and the Identity node is removed;
+//   - a tied initializer (the transpose of a parameter) gets the transpose
+//     of the trained parameter;
+//   - other checkpoint tensors (--trainable constants, float graph inputs
+//     of export_params=False models) go by name.
+// Other initializers, nodes, inputs and outputs are kept as they are.
 //
 // External data (onnx docs/ExternalData.md): when the input keeps any
 // initializer in external files, or with `externalData`, the output writes
@@ -16,9 +28,11 @@
 // Errors (one line each, naming the file and the initializer):
 //   - OUT is IN (or the same file through a link), or OUT's data file is a
 //     file IN reads external data from: refused, nothing is written;
-//   - an initializer whose data type is not FLOAT or whose dims differ from
-//     the checkpoint's global shape;
-//   - a trained tensor of the checkpoint that is not an initializer of IN;
+//   - an initializer whose data type is not FLOAT, a parameter whose shape
+//     in the model differs from the checkpoint's global shape, a parameter
+//     of the model that the checkpoint lacks;
+//   - a trained tensor of the checkpoint that is not an initializer (or
+//     float graph input) of IN;
 //   - unreadable or invalid IN, external data errors (ExternalData.h),
 //     checkpoint read errors, write errors.
 // OUT (and its data file) are written to a temporary name and renamed.
