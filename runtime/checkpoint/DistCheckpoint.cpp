@@ -495,6 +495,7 @@ json::Object ckpt::buildIndex(const ShardPlan &plan,
         json::Object{{"role", t.role},
                      {"dtype", safetensorsDType(t.dtype)},
                      {"shape", json::Array(t.layout.globalShape())},
+                     {"order", static_cast<int64_t>(ti)},
                      {"shards", std::move(shards)}};
   }
   root["tensors"] = std::move(tensors);
@@ -792,6 +793,12 @@ CheckpointReader::open(llvm::StringRef p) {
     if (!role || !dt || !shape || !shards)
       return bad("needs string \"role\", \"dtype\" and arrays \"shape\", "
                  "\"shards\"");
+    if (const json::Value *order = t->get("order")) {
+      std::optional<int64_t> o = order->getAsInteger();
+      if (!o || *o < 0)
+        return bad("\"order\" must be a non-negative integer");
+      info.order = *o;
+    }
     info.role = role->str();
     info.dtypeName = dt->str();
     std::optional<DType> dtype = parseDType(*dt);
@@ -886,6 +893,18 @@ const TensorInfo *CheckpointReader::find(llvm::StringRef name) const {
   auto it = llvm::partition_point(
       infos, [&](const TensorInfo &t) { return t.name < name; });
   return it != infos.end() && it->name == name ? &*it : nullptr;
+}
+
+std::vector<const TensorInfo *> CheckpointReader::tensorsInOrder() const {
+  std::vector<const TensorInfo *> out;
+  for (const TensorInfo &t : infos)
+    out.push_back(&t);
+  llvm::stable_sort(out, [](const TensorInfo *a, const TensorInfo *b) {
+    uint64_t oa = static_cast<uint64_t>(a->order),
+             ob = static_cast<uint64_t>(b->order); // -1: last
+    return oa < ob;
+  });
+  return out;
 }
 
 llvm::Error CheckpointReader::checkTensor(llvm::StringRef name, DType dtype,

@@ -17,6 +17,8 @@
 //    "consumed_samples": 32, "plan": {...}, "loss_scale": ... (optional),
 //    "tensors": {NAME: {"role": "param"|"frozen"|"opt_state",
 //                       "dtype": "F32", "shape": [global dims],
+//                       "order": i (position in the saving plan's list,
+//                                   e.g. manifest order; optional),
 //                       "shards": [{"file": "rank_00001.safetensors",
 //                                   "key": NAME,
 //                                   "ranges": [[[b, e], ...] per dim]}]}}}
@@ -241,6 +243,8 @@ struct TensorInfo {
   std::string dtypeName;      ///< safetensors name: "F32", "BF16", ...
   std::vector<int64_t> shape; ///< global
   std::vector<ShardInfo> shards;
+  /// "order" (the saving plan's position), or -1 when absent.
+  int64_t order = -1;
   /// Global size in bytes.
   int64_t bytes() const;
 };
@@ -276,6 +280,9 @@ public:
   /// Tensors sorted by name.
   const std::vector<TensorInfo> &tensors() const { return infos; }
   const TensorInfo *find(llvm::StringRef name) const;
+  /// Tensors in the saving plan's order ("order"; those without one last,
+  /// by name): e.g. the manifest order, which --save-weights also uses.
+  std::vector<const TensorInfo *> tensorsInOrder() const;
 
   /// Error unless the checkpoint has `name` with this dtype and global shape
   /// ("checkpoint 'DIR': tensor 'w' has shape [4, 8], the model needs
