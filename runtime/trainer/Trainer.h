@@ -27,7 +27,12 @@
 //   the step's metrics record (rank 0), then
 //   maybeCheckpoint(s + 1)    every rank: a checkpoint every N steps.
 // Each hook is its own member function so that each feature stays in one
-// place.
+// place. Steps are numbered globally: with --load the loop runs from the
+// checkpoint's step (startStep) up to --steps (the total), batch s being
+// the global samples s*B .. s*B+B-1, so hooks keyed on s (an LR schedule,
+// evaluation every N steps) continue where the saved run stopped.
+// Checkpoints (--save, --load, --no-load-optim) are TrainerCheckpoint.cpp:
+// the state is loaded after the executor is created, before any step.
 //
 // Errors: every error found before the first step (options, plan, data,
 // world size, ...) is agreed on by all ranks (allRanksOk): the lowest
