@@ -373,11 +373,13 @@ llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
     return llvm::Error::success(); // the results are freed here (recorded)
   };
   counter.beginStep();
-  if (steps == 0) {
+  if (!warmedUp) {
     // Warm-up, eagerly: cuBLASLt plans, scratch and status slots are made
-    // here, outside any capture.
+    // here, outside any capture (the first step this executor runs; a
+    // resumed run's counter does not start at 0).
     if (llvm::Error err = runOnce())
       return stepError(std::move(err));
+    warmedUp = true;
   } else {
     if (!captured) {
       if (llvm::Error err = backend->beginCapture())

@@ -160,8 +160,12 @@ public:
   const Plan &plan() const { return planRef; }
   /// This rank's grid coordinates (rank axes only).
   const std::vector<int64_t> &coords() const { return gridRef.coords(); }
-  /// Number of steps run so far.
+  /// Number of steps run so far (a resumed run's: counting the
+  /// checkpoint's steps, see setStepsRun): the global index of the next step.
   int64_t stepsRun() const { return steps; }
+  /// Sets the step counter, e.g. to a loaded checkpoint's step, so that
+  /// trace events and traced tensors carry global step numbers.
+  void setStepsRun(int64_t n) { steps = n; }
   /// This rank's pipeline stage (its pp coordinate); 0 for other plans.
   int64_t stage() const { return myStage; }
 
@@ -217,7 +221,7 @@ private:
   /// Where the state lives and the program runs (the plan's backend).
   Backend *backend = nullptr;
   /// --cuda-graph: capture requested / done; the batch and loss buffers.
-  bool captureSteps = false, captured = false;
+  bool captureSteps = false, captured = false, warmedUp = false;
   Tensor tokensBuffer, labelsBuffer, lossBuffer;
   ExecContext ctx;
   mpi::TrafficCounter counter;

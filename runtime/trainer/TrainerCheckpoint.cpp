@@ -32,6 +32,9 @@
 //       checkpoint, as Megatron-LM's --no-load-optim (which resets the
 //       iteration only with --finetune, which Tessera does not have).
 //
+// A save's ranks wait for the slowest writer in a collective under the
+// watchdog: --collective-timeout-s must exceed a save's duration.
+//
 // Test hook: TESSERA_TEST_KILL_IN_SAVE=R[:S] makes world rank R SIGKILL
 // itself in the save of step S (any save without :S) after writing its own
 // file, before the barrier that lets rank 0 finalize.
@@ -65,6 +68,18 @@ std::string take(llvm::Error err) {
 bool isState(exec::Role role) {
   return role == exec::Role::Param || role == exec::Role::Frozen ||
          role == exec::Role::OptState;
+}
+
+/// Whether some rank of `plan` holds argument `index` (pipeline plans: a
+/// stage reads it; an argument no stage reads keeps its initial value).
+bool heldByAnyRank(const exec::Plan &plan, int64_t index) {
+  const exec::Pipeline *pipe = plan.pipeline();
+  if (!pipe)
+    return true;
+  for (const std::vector<bool> &stage : pipe->stageArguments)
+    if (stage[index])
+      return true;
+  return false;
 }
 
 /// fp16 dynamic loss scaling's state (tsr-mixed-precision's names).
@@ -139,10 +154,7 @@ std::string Trainer::prepareCheckpoints() {
     if (!isState(a.role))
       continue;
     // An argument no stage reads is held by no rank: nothing to save.
-    bool heldSomewhere = !pipe;
-    for (size_t st = 0; pipe && st < pipe->stageArguments.size(); ++st)
-      heldSomewhere |= static_cast<bool>(pipe->stageArguments[st][a.index]);
-    if (!heldSomewhere)
+    if (!heldByAnyRank(*plan, a.index))
       continue;
     specs.push_back({a.name, exec::roleName(a.role), a.dtype, a.layout});
     argOfSpec.push_back(a.index);
@@ -190,7 +202,8 @@ std::string Trainer::loadCheckpoint() {
   for (const exec::ArgumentSpec &a : m.arguments) {
     if (!isState(a.role))
       continue;
-    if (a.role == exec::Role::OptState && opts.noLoadOptim)
+    if ((a.role == exec::Role::OptState && opts.noLoadOptim) ||
+        !heldByAnyRank(*plan, a.index))
       continue;
     if (!reader.find(a.name)) {
       // Loss scaling's state from a run without it: the initial state.
@@ -224,6 +237,7 @@ std::string Trainer::loadCheckpoint() {
       return "--load: " + llvm::toString(std::move(err));
   }
   startStep = reader.step();
+  executor->setStepsRun(startStep);
   if (world->rank() == 0) {
     if (reader.consumedSamples() != startStep * m.globalBatch)
       llvm::errs() << "tessera-run: warning: " << where << " consumed "
