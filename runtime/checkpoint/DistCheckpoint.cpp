@@ -644,9 +644,12 @@ llvm::Error ckpt::finalizeCheckpoint(llvm::StringRef root,
       return makeError("checkpoint: cannot move the previous '" + target +
                        "' aside: " + ec.message());
   }
-  if (std::error_code ec = fs::rename(tmpDir, target))
+  if (std::error_code ec = fs::rename(tmpDir, target)) {
+    if (!old.empty())
+      (void)fs::rename(old, target); // put the previous one back
     return makeError("checkpoint: cannot rename '" + tmpDir + "' to '" +
                      target + "': " + ec.message());
+  }
   if (llvm::Error err = syncPath(root, /*isDir=*/true))
     return err;
   std::string latestTmp = joinPath(root, "latest.tmp." + pid);
