@@ -644,9 +644,12 @@ llvm::Error ckpt::finalizeCheckpoint(llvm::StringRef root,
       return makeError("checkpoint: cannot move the previous '" + target +
                        "' aside: " + ec.message());
   }
-  if (std::error_code ec = fs::rename(tmpDir, target))
+  if (std::error_code ec = fs::rename(tmpDir, target)) {
+    if (!old.empty())
+      (void)fs::rename(old, target); // put the previous one back
     return makeError("checkpoint: cannot rename '" + tmpDir + "' to '" +
                      target + "': " + ec.message());
+  }
   if (llvm::Error err = syncPath(root, /*isDir=*/true))
     return err;
   std::string latestTmp = joinPath(root, "latest.tmp." + pid);
@@ -735,6 +738,48 @@ llvm::Expected<std::string> ckpt::resolveCheckpointDir(llvm::StringRef p) {
     return makeError("checkpoint '" + joinPath(p, "latest") + "' names '" +
                      *name + "', which has no index.json");
   return dir;
+}
+
+/// The first pair (i < j) of overlapping shards, if any. Shards written
+/// from layouts have, in every dim, sets that are identical or disjoint;
+/// then two shards overlap exactly when all their sets are identical, which
+/// a set of per-dim class tuples finds in O(S log S). Otherwise (another
+/// writer) every pair is compared.
+static std::optional<std::pair<size_t, size_t>>
+findOverlap(const std::vector<ShardInfo> &shards) {
+  if (shards.size() < 2)
+    return std::nullopt;
+  size_t rank = shards.front().ranges.size();
+  std::vector<std::vector<int64_t>> classOf(shards.size(),
+                                            std::vector<int64_t>(rank));
+  bool classesDisjoint = true;
+  for (size_t d = 0; d < rank && classesDisjoint; ++d) {
+    std::map<IntervalSet, int64_t> classes;
+    for (size_t i = 0; i < shards.size(); ++i)
+      classOf[i][d] = classes.try_emplace(shards[i].ranges[d], classes.size())
+                          .first->second;
+    std::vector<std::pair<int64_t, int64_t>> all;
+    for (const auto &[set, id] : classes)
+      all.insert(all.end(), set.begin(), set.end());
+    llvm::sort(all);
+    for (size_t k = 1; k < all.size(); ++k)
+      if (all[k].first < all[k - 1].second)
+        classesDisjoint = false;
+  }
+  if (classesDisjoint) {
+    std::map<std::vector<int64_t>, size_t> seen;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      auto [it, inserted] = seen.try_emplace(classOf[i], i);
+      if (!inserted && shapeNumel(rangesShape(shards[i].ranges)) > 0)
+        return std::make_pair(it->second, i);
+    }
+    return std::nullopt;
+  }
+  for (size_t j = 1; j < shards.size(); ++j)
+    for (size_t i = 0; i < j; ++i)
+      if (rangesIntersect(shards[i].ranges, shards[j].ranges))
+        return std::make_pair(i, j);
+  return std::nullopt;
 }
 
 llvm::Expected<std::unique_ptr<CheckpointReader>>
@@ -866,13 +911,14 @@ CheckpointReader::open(llvm::StringRef p) {
         }
         shard.ranges.push_back(std::move(ivs));
       }
-      for (auto [oi, other] : llvm::enumerate(info.shards))
-        if (rangesIntersect(other.ranges, shard.ranges))
-          return bad(llvm::formatv("shards {0} ({1}) and {2} ({3}) overlap", oi,
-                                   other.file, si, shard.file));
       covered += shapeNumel(rangesShape(shard.ranges));
       files.insert(shard.file);
       info.shards.push_back(std::move(shard));
+    }
+    if (std::optional<std::pair<size_t, size_t>> o = findOverlap(info.shards)) {
+      const ShardInfo &a = info.shards[o->first], &b = info.shards[o->second];
+      return bad(llvm::formatv("shards {0} ({1}) and {2} ({3}) overlap",
+                               o->first, a.file, o->second, b.file));
     }
     if (covered != shapeNumel(info.shape))
       return bad(llvm::formatv("the shards cover {0} of its {1} elements",

@@ -191,7 +191,8 @@ def make_fixture(root, corrupt=None):
         json.dump(index, f, indent=2)
 
 
-def make_model(out, external=False, bad_shape=False, drop_qkv=False):
+def make_model(out, external=False, bad_shape=False, drop_qkv=False,
+               location=None):
     """y = x @ w + b, z = x @ qkv: the fixture's params as initializers
     (plus an untrained initializer 'scale')."""
     import onnx
@@ -222,7 +223,7 @@ def make_model(out, external=False, bad_shape=False, drop_qkv=False):
     if external:
         onnx.save_model(model, out, save_as_external_data=True,
                         all_tensors_to_one_file=True,
-                        location=os.path.basename(out) + ".data",
+                        location=location or os.path.basename(out) + ".data",
                         size_threshold=0)
     else:
         onnx.save_model(model, out)
@@ -265,6 +266,7 @@ def main():
     o.add_argument("--external", action="store_true")
     o.add_argument("--bad-shape", action="store_true")
     o.add_argument("--drop-qkv", action="store_true")
+    o.add_argument("--location", help="external data file name")
     c = sub.add_parser("check-convert")
     c.add_argument("root")
     c.add_argument("file")
@@ -275,7 +277,7 @@ def main():
     if a.cmd == "make":
         make_fixture(a.root, a.corrupt)
     elif a.cmd == "model":
-        make_model(a.out, a.external, a.bad_shape, a.drop_qkv)
+        make_model(a.out, a.external, a.bad_shape, a.drop_qkv, a.location)
     elif a.cmd == "check-convert":
         check_convert(a.root, a.file)
     else:

@@ -410,6 +410,15 @@ TEST(DistCheckpoint, IndexErrors) {
         << s.openError();
   }
   {
+    Saved s; // the same piece twice (the per-dim class fast path)
+    s.setRows(1, 0, 2);
+    EXPECT_NE(
+        s.openError().find("tensor 'w': shards 0 (rank_00000.safetensors) "
+                           "and 1 (rank_00001.safetensors) overlap"),
+        std::string::npos)
+        << s.openError();
+  }
+  {
     Saved s; // a missing file
     fs::remove(s.it + "/rank_00001.safetensors");
     EXPECT_NE(s.openError().find("file 'rank_00001.safetensors' named by "

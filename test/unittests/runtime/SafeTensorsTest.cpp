@@ -9,6 +9,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <unistd.h>
+
 using namespace tessera::runtime;
 using namespace tessera::runtime::test;
 
@@ -225,4 +227,39 @@ TEST(SafeTensors, FailedWriteLeavesOldFile) {
       writeSafeTensors("/nonexistent/dir/x.safetensors", {{"a", &a}}, {}));
   EXPECT_NE(msg.find("/nonexistent/dir/x.safetensors"), std::string::npos);
   llvm::sys::fs::remove(path);
+}
+
+TEST(SafeTensors, HeaderOnlyAndSingleTensorReads) {
+  std::string path = tempPath("hdr");
+  Tensor a = randomF32({3, 5}, 6);
+  Tensor b = Tensor::fromVector<int64_t>({2}, {7, -8});
+  ASSERT_NO_ERR(writeSafeTensors(path, {{"a", &a}, {"b", &b}}, {{"k", "v"}}));
+  auto h = readSafeTensorsHeader(path);
+  ASSERT_NO_ERR(h.takeError());
+  ASSERT_EQ(h->entries.size(), 2u);
+  EXPECT_EQ(h->entries[0].name, "a");
+  EXPECT_EQ(h->entries[0].dtypeName, "F32");
+  EXPECT_EQ(h->entries[0].shape, (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(h->entries[1].begin, 60u);
+  EXPECT_EQ(h->dataOffset % 8, 0u);
+  EXPECT_EQ(h->fileSize, h->dataOffset + 60 + 16);
+  EXPECT_EQ(h->metadata.at("k"), "v");
+  auto rb = readSafeTensor(*h, "b");
+  ASSERT_NO_ERR(rb.takeError());
+  expectEqualBytes(*rb, b);
+  auto ra = readSafeTensor(*h, "a");
+  ASSERT_NO_ERR(ra.takeError());
+  expectEqualBytes(*ra, a);
+  std::string msg = errorMessage(readSafeTensor(*h, "zz").takeError());
+  EXPECT_NE(msg.find("no tensor 'zz'"), std::string::npos) << msg;
+  // A file truncated after the header was read: the read names the tensor.
+  ASSERT_EQ(::truncate(path.c_str(), h->dataOffset + 30), 0);
+  msg = errorMessage(readSafeTensor(*h, "b").takeError());
+  EXPECT_NE(msg.find("tensor 'b': cannot read"), std::string::npos) << msg;
+  // The header check of a truncated file fails like readSafeTensors.
+  msg = errorMessage(readSafeTensorsHeader(path).takeError());
+  EXPECT_NE(msg.find("outside the data section"), std::string::npos) << msg;
+  llvm::sys::fs::remove(path);
+  msg = errorMessage(readSafeTensorsHeader(path).takeError());
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
