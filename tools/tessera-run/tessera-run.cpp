@@ -218,11 +218,23 @@ static cl::opt<bool> cudaGraph(
 
 static cl::opt<std::string> dataPath(
     "data",
-    cl::desc("Token file: little-endian uint16 token ids, T tokens with "
-             "T > seq_len + 1. Step s uses global samples n = s*B + j "
-             "(0 <= j < B) starting at token (n*S) mod (T - S - 1); labels "
-             "are the inputs shifted by one"),
+    cl::desc("Token data: a plain file of little-endian token ids (uint16, "
+             "or --data-dtype uint32), or a Megatron-LM indexed dataset "
+             "PREFIX (PREFIX.bin + PREFIX.idx; PREFIX.bin also names it). "
+             "T tokens with T > seq_len + 1, all in [0, the model's "
+             "vocabulary) (checked before the first step). Step s uses "
+             "global samples n = s*B + j (0 <= j < B) starting at token "
+             "(n*S) mod (T - S - 1); labels are the inputs shifted by one. "
+             "An indexed dataset's token stream is its sequences "
+             "concatenated in order (docs/DataFormats.md)"),
     cl::value_desc("tokens.u16"), cl::cat(category));
+
+static cl::opt<std::string> dataDType(
+    "data-dtype",
+    cl::desc("Element type of a plain --data file: uint16 (default) or "
+             "uint32 (vocabularies over 65,536 ids). An indexed dataset "
+             "records its own; giving a different one is an error"),
+    cl::value_desc("uint16|uint32"), cl::cat(category));
 
 static cl::opt<int64_t>
     numSteps("steps", cl::desc("Number of training steps to run (>= 0)"),
@@ -858,11 +870,28 @@ std::string openJob(const mpi::Communicator &world, bool timeoutOk, Job &job) {
     error = checkMemoryPerDevice(job.plan->manifest(), isRoot);
 
   if (error.empty()) {
-    auto opened = TokenDataset::open(dataPath, job.plan->manifest().seqLen);
-    if (opened)
-      job.dataset = std::move(*opened);
-    else
-      error = llvm::toString(opened.takeError());
+    std::optional<TokenDType> dtype;
+    if (dataDType.getNumOccurrences()) {
+      llvm::Expected<TokenDType> parsed = parsePlainTokenDType(dataDType);
+      if (parsed)
+        dtype = *parsed;
+      else
+        error = llvm::toString(parsed.takeError());
+    }
+    if (error.empty()) {
+      auto opened =
+          TokenDataset::open(dataPath, job.plan->manifest().seqLen, dtype);
+      if (opened)
+        job.dataset = std::move(*opened);
+      else
+        error = llvm::toString(opened.takeError());
+    }
+    // Every id must index the model's vocabulary (older artifacts do not
+    // record it).
+    if (error.empty() && job.plan->manifest().vocabSize > 0)
+      if (llvm::Error err =
+              job.dataset->checkVocabulary(job.plan->manifest().vocabSize))
+        error = llvm::toString(std::move(err));
   }
 
   if (error.empty() && isRoot && !metricsPath.empty()) {
