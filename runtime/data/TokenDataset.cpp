@@ -267,35 +267,69 @@ int64_t TokenDataset::token(int64_t i) const {
   return 0;
 }
 
-int64_t TokenDataset::sequenceOf(int64_t i) const {
-  int64_t begin = 0;
-  for (int64_t k = 0; k < sequences; ++k) {
-    begin += static_cast<int32_t>(endian::read32le(lengths + 4 * k));
-    if (i < begin)
-      return k;
+/// The first index in [begin, end) whose little-endian id of type T lies
+/// outside [0, vocab), or end.
+template <typename T>
+static int64_t firstOutside(const unsigned char *bytes, int64_t begin,
+                            int64_t end, int64_t vocab) {
+  for (int64_t i = begin; i < end; ++i) {
+    int64_t id = static_cast<int64_t>(
+        endian::read<T, llvm::endianness::little>(bytes + sizeof(T) * i));
+    if (id < 0 || id >= vocab)
+      return i;
   }
-  return sequences;
+  return end;
 }
 
-llvm::Error TokenDataset::checkVocabulary(int64_t vocabSize) const {
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t id = token(i);
-    if (id >= 0 && id < vocabSize)
-      continue;
-    std::string where = "token " + std::to_string(i);
-    if (indexed) {
-      int64_t seq = sequenceOf(i);
-      int64_t begin = 0;
-      for (int64_t k = 0; k < seq; ++k)
-        begin += static_cast<int32_t>(endian::read32le(lengths + 4 * k));
-      where += " (sequence " + std::to_string(seq) + ", position " +
-               std::to_string(i - begin) + ")";
-    }
-    return dataError(binPath, where + " is " + std::to_string(id) +
-                                  ", outside the model's vocabulary [0, " +
-                                  std::to_string(vocabSize) + ")");
+llvm::Error TokenDataset::checkVocabulary(int64_t vocabSize, int64_t part,
+                                          int64_t parts) const {
+  if (parts < 1 || part < 0 || part >= parts)
+    parts = 1, part = 0;
+  auto bound = [&](int64_t k) {
+    return static_cast<int64_t>(static_cast<unsigned __int128>(count) * k /
+                                parts);
+  };
+  int64_t begin = bound(part), end = bound(part + 1), i = end;
+  switch (type) {
+  case TokenDType::U8:
+    i = firstOutside<uint8_t>(bytes, begin, end, vocabSize);
+    break;
+  case TokenDType::I8:
+    i = firstOutside<int8_t>(bytes, begin, end, vocabSize);
+    break;
+  case TokenDType::I16:
+    i = firstOutside<int16_t>(bytes, begin, end, vocabSize);
+    break;
+  case TokenDType::U16:
+    i = firstOutside<uint16_t>(bytes, begin, end, vocabSize);
+    break;
+  case TokenDType::I32:
+    i = firstOutside<int32_t>(bytes, begin, end, vocabSize);
+    break;
+  case TokenDType::U32:
+    i = firstOutside<uint32_t>(bytes, begin, end, vocabSize);
+    break;
+  case TokenDType::I64:
+    i = firstOutside<int64_t>(bytes, begin, end, vocabSize);
+    break;
   }
-  return llvm::Error::success();
+  if (i == end)
+    return llvm::Error::success();
+  std::string where = "token " + std::to_string(i);
+  if (indexed) {
+    int64_t seq = 0, seqBegin = 0;
+    for (; seq < sequences; ++seq) {
+      int64_t len = static_cast<int32_t>(endian::read32le(lengths + 4 * seq));
+      if (i < seqBegin + len)
+        break;
+      seqBegin += len;
+    }
+    where += " (sequence " + std::to_string(seq) + ", position " +
+             std::to_string(i - seqBegin) + ")";
+  }
+  return dataError(binPath, where + " is " + std::to_string(token(i)) +
+                                ", outside the model's vocabulary [0, " +
+                                std::to_string(vocabSize) + ")");
 }
 
 int64_t TokenDataset::sampleStart(int64_t step, int64_t globalBatch,

@@ -115,8 +115,11 @@ public:
 
   /// Checks that every id lies in [0, vocabSize). Error (one line): the
   /// file, the position of the first id outside (token index, and the
-  /// sequence for indexed datasets) and the id. Reads the whole file.
-  llvm::Error checkVocabulary(int64_t vocabSize) const;
+  /// sequence for indexed datasets) and the id. Reads ids [part*T/parts,
+  /// (part+1)*T/parts): ranks split the scan (the lowest failing part holds
+  /// the first bad id); the default reads the whole file.
+  llvm::Error checkVocabulary(int64_t vocabSize, int64_t part = 0,
+                              int64_t parts = 1) const;
 
   /// The batch of DP rank `dpRank` of `dpSize` at `step` (see the file
   /// comment). Errors: T <= S + 1, B not divisible by D, rank out of range,
@@ -132,8 +135,6 @@ public:
 private:
   llvm::Error openIndexed(llvm::StringRef prefix, llvm::StringRef idxPath,
                           std::optional<TokenDType> plainDType);
-  /// The sequence holding token i (indexed datasets), for diagnostics.
-  int64_t sequenceOf(int64_t i) const;
 
   std::string filePath, binPath;
   std::shared_ptr<llvm::MemoryBuffer> buffer, index;

@@ -887,10 +887,11 @@ std::string openJob(const mpi::Communicator &world, bool timeoutOk, Job &job) {
         error = llvm::toString(opened.takeError());
     }
     // Every id must index the model's vocabulary (older artifacts do not
-    // record it).
+    // record it). Each rank scans 1/world of the file; the lowest failing
+    // rank, which allRanksOk prints, holds the first bad id.
     if (error.empty() && job.plan->manifest().vocabSize > 0)
-      if (llvm::Error err =
-              job.dataset->checkVocabulary(job.plan->manifest().vocabSize))
+      if (llvm::Error err = job.dataset->checkVocabulary(
+              job.plan->manifest().vocabSize, world.rank(), world.size()))
         error = llvm::toString(std::move(err));
   }
 

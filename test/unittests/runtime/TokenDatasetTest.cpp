@@ -276,6 +276,18 @@ TEST(TokenDataset, MegatronIndexedSameBatchesAsPlain) {
               std::string::npos)
         << msg;
     EXPECT_FALSE(bool(ix->checkVocabulary(21)));
+    // Split over 3 parts ([0,5), [5,10), [10,16)): only the part holding
+    // token 7 fails; over 4 ([0,4), [4,8), ...) the second.
+    EXPECT_FALSE(bool(ix->checkVocabulary(12, 0, 3)));
+    msg = llvm::toString(ix->checkVocabulary(12, 1, 3));
+    EXPECT_NE(msg.find("token 7 "), std::string::npos) << msg;
+    msg = llvm::toString(ix->checkVocabulary(12, 2, 3));
+    EXPECT_NE(msg.find("token 10 "), std::string::npos) << msg;
+    EXPECT_FALSE(bool(ix->checkVocabulary(12, 0, 4)));
+    msg = llvm::toString(ix->checkVocabulary(12, 1, 4));
+    EXPECT_NE(msg.find("token 7 (sequence 2, position 4) is 12"),
+              std::string::npos)
+        << msg;
     // --data-dtype must agree with the index.
     msg = openError(prefix, TokenDType::U32);
     EXPECT_NE(msg.find("disagrees"), std::string::npos) << msg;
@@ -328,6 +340,15 @@ TEST(TokenDataset, MegatronIndexedErrors) {
   llvm::sys::fs::remove(prefix + ".bin");
   std::string msg = openError(prefix);
   EXPECT_NE(msg.find("'" + prefix + ".bin': cannot read"), std::string::npos)
+      << msg;
+  // Negative ids of a signed dtype are outside every vocabulary.
+  std::string negative = writeIndexed({{1, 2}, {3, -4, 5}}, 4);
+  auto neg = TokenDataset::open(negative);
+  ASSERT_TRUE(bool(neg)) << llvm::toString(neg.takeError());
+  EXPECT_EQ(neg->token(3), -4);
+  msg = llvm::toString(neg->checkVocabulary(100));
+  EXPECT_NE(msg.find("token 3 (sequence 1, position 1) is -4"),
+            std::string::npos)
       << msg;
   // The multimodal layout (a mode byte per sequence) is accepted.
   std::string modal = writeIndexed(docs, 8, [](Indexed &f) { f.idx += "abc"; });
