@@ -34,6 +34,7 @@ that does not load, ids that do not fit --dtype, no output requested.
 """
 
 import argparse
+import os
 import struct
 import sys
 
@@ -132,7 +133,10 @@ def read_documents(paths, lines):
 
 
 def train_bpe(texts, vocab_size):
-    """A byte-level BPE of at most `vocab_size` ids trained on `texts`."""
+    """A byte-level BPE of at most `vocab_size` ids trained on `texts`
+    (one thread unless RAYON_NUM_THREADS says otherwise, so the result is
+    the same on every run)."""
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, \
         trainers
     tok = Tokenizer(models.BPE())

@@ -78,9 +78,9 @@ struct TokenBatch {
 class TokenDataset {
 public:
   /// Opens `path`: the Megatron-LM indexed dataset PREFIX.bin + PREFIX.idx
-  /// when `path` is PREFIX with both PREFIX.idx and PREFIX.bin present, or
-  /// when `path` is PREFIX.bin with PREFIX.idx beside it; else the plain
-  /// token file `path` of ids of `plainDType` (null: uint16).
+  /// when PREFIX.idx exists for `path` = PREFIX, or for `path` = PREFIX.bin
+  /// (PREFIX.bin must then exist too); else the plain token file `path` of
+  /// ids of `plainDType` (null: uint16).
   /// Errors (one line, naming the file): a missing or unreadable file; a
   /// plain file whose size is not a multiple of the id size; an index with a
   /// bad magic, version or dtype code (floats included), that is truncated
