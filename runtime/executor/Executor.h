@@ -123,6 +123,18 @@ public:
   /// This rank's current value of argument `name` with `role`, or null
   /// (also for arguments of other pipeline stages).
   const Tensor *localValue(llvm::StringRef name, Role role = Role::Param) const;
+  /// Replaces this rank's value of argument `name` with `role` by `value`, a
+  /// HOST tensor of the argument's dtype and local shape (uploaded to the
+  /// plan's backend), e.g. a checkpoint's piece. Call between steps, before
+  /// --cuda-graph captures one. Errors name the argument: no such argument,
+  /// one this rank does not hold (another pipeline stage's), a dtype or
+  /// shape other than the manifest's local one, the upload.
+  llvm::Error setLocalValue(llvm::StringRef name, Role role,
+                            const Tensor &value);
+  /// This rank's coordinates on the manifest's full grid (Manifest::
+  /// gridAxes: the rank axes, then 0 for a pipeline plan's virtual mb
+  /// axis), the coordinates the arguments' layouts refer to.
+  std::vector<int64_t> layoutCoords() const;
 
   /// Assembles the global value of every param and frozen argument (manifest
   /// order, ONNX names, global shapes) on world rank `root` of the grid's
