@@ -20,6 +20,8 @@
         with PY, which has Hugging Face `tokenizers`: a byte-level BPE of at
         most 256 ids trained on that text, one document per line, EOD
         appended) into a plain uint16 file and a Megatron .bin/.idx pair;
+        - the saved tokenizer.json, reloaded with --tokenizer, gives the
+          same ids; a missing one is a one-line error;
         - the pair reads back, with Megatron-LM's _IndexReader layout, as
           the plain file's ids (one sequence per document, document indices
           0..N);
@@ -275,6 +277,17 @@ def cmd_megatron(args):
          tok_json, "-o", plain, "--megatron", prefix])
     with open(tok_json) as f:
         vocab = len(json.load(f)["model"]["vocab"])
+    # The saved tokenizer reloads (--tokenizer) and gives the same ids.
+    again = os.path.join(args.work, "again.u16")
+    run([args.python, os.path.join(ROOT, "tools", "tokenize_text.py"), text,
+         "--lines", "--append-eod", "--tokenizer", tok_json, "-o", again])
+    with open(plain, "rb") as f, open(again, "rb") as g:
+        if f.read() != g.read():
+            raise CheckFailed("--tokenizer tokenizer.json gives other ids")
+    p = run([args.python, os.path.join(ROOT, "tools", "tokenize_text.py"),
+             text, "--tokenizer", os.path.join(args.work, "missing.json"),
+             "-o", again], expect_fail=True)
+    check_one_line_error(p, "tokenize_text: error:", "missing.json")
     tokens = tessera_data.load_tokens(plain)
     dtype, lengths, pointers, docs, ids = read_megatron(prefix)
     n = lengths.size
