@@ -89,8 +89,24 @@ static func::FuncOp findTrainStep(ModuleOp module) {
   return module.lookupSymbol<func::FuncOp>("train_step");
 }
 
+int64_t artifact::vocabularyOf(ModuleOp imported) {
+  auto forward = imported.lookupSymbol<func::FuncOp>("forward");
+  if (!forward || forward.getNumResults() == 0)
+    return 0;
+  unsigned logits = 0;
+  for (unsigned i = 0; i < forward.getNumResults(); ++i)
+    if (auto name = tsr::getResultName(forward, i);
+        name && name.getValue() == "logits")
+      logits = i;
+  auto type = dyn_cast<RankedTensorType>(forward.getResultTypes()[logits]);
+  if (!type || type.getRank() < 2 || type.isDynamicDim(type.getRank() - 1))
+    return 0;
+  return type.getShape().back();
+}
+
 FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
-                                                const planner::Plan &plan) {
+                                                const planner::Plan &plan,
+                                                int64_t vocabSize) {
   func::FuncOp func = findTrainStep(partitioned);
   if (!func)
     return partitioned.emitError("no func.func @train_step to package");
@@ -148,6 +164,8 @@ FailureOr<json::Object> artifact::buildManifest(ModuleOp partitioned,
   manifest["function"] = "train_step";
   manifest["global_batch"] = globalBatch;
   manifest["seq_len"] = seqLen;
+  if (vocabSize > 0)
+    manifest["vocab_size"] = vocabSize;
   manifest["arguments"] = std::move(args);
   manifest["results"] = std::move(results);
   if (json::Object *vocab = manifest.getObject("vocab_parallel")) {
@@ -569,8 +587,9 @@ static FailureOr<runtime::Tensor> initTensor(func::FuncOp func, unsigned i,
 
 LogicalResult artifact::writeArtifact(ModuleOp partitioned,
                                       const planner::Plan &plan, StringRef path,
-                                      StringRef dumpDir, unsigned dumpIndex) {
-  auto manifest = buildManifest(partitioned, plan);
+                                      StringRef dumpDir, unsigned dumpIndex,
+                                      int64_t vocabSize) {
+  auto manifest = buildManifest(partitioned, plan, vocabSize);
   if (failed(manifest))
     return failure();
 

@@ -25,11 +25,21 @@
 
 namespace tessera::artifact {
 
+/// The model's vocabulary V of an imported module (before
+/// tsr-build-train-step): the last dimension of @forward's logits (the
+/// result named "logits", else the first, as tsr-build-train-step picks
+/// it), the class count of the loss, so every token id and label lies in
+/// [0, V). 0 when @forward or a ranked logits result is missing.
+int64_t vocabularyOf(mlir::ModuleOp imported);
+
 /// Builds the manifest from the partitioned module (func @train_step with
 /// `tsr.role`, `tsr.name`, `tsr.sharding` argument attributes). Emits a
 /// diagnostic and returns failure on an argument it cannot describe.
+/// `vocabSize` > 0 (vocabularyOf the imported model) is recorded as
+/// "vocab_size", which tessera-run checks the token data against.
 mlir::FailureOr<llvm::json::Object> buildManifest(mlir::ModuleOp partitioned,
-                                                  const planner::Plan &plan);
+                                                  const planner::Plan &plan,
+                                                  int64_t vocabSize = 0);
 
 /// Prints the plan for people (`tessera-partition --explain`): grid,
 /// optimizer, every parameter's global and local shape and layout, per-rank
@@ -45,7 +55,8 @@ mlir::LogicalResult writeArtifact(mlir::ModuleOp partitioned,
                                   const planner::Plan &plan,
                                   llvm::StringRef path,
                                   llvm::StringRef dumpDir = "",
-                                  unsigned dumpIndex = 0);
+                                  unsigned dumpIndex = 0,
+                                  int64_t vocabSize = 0);
 
 /// Layout JSON (see above) of a tensor with local type `localType` and
 /// sharding `sharding` (a #tsr.sharding, or null for replicated).

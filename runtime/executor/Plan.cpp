@@ -229,6 +229,12 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
   m.seqLen = root->getInteger("seq_len").value_or(0);
   if (m.globalBatch < 1 || m.seqLen < 1)
     return err("\"global_batch\" and \"seq_len\" must be positive integers");
+  if (const llvm::json::Value *vocab = root->get("vocab_size")) {
+    std::optional<int64_t> v = vocab->getAsInteger();
+    if (!v || *v < 1)
+      return err("\"vocab_size\" must be a positive integer");
+    m.vocabSize = *v;
+  }
   if (const json::Object *opt = root->getObject("optimizer"))
     m.optimizer = *opt;
   if (const json::Object *memory = root->getObject("memory")) {

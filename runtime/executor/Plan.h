@@ -128,6 +128,10 @@ struct Manifest {
   std::string function = "train_step";
   int64_t globalBatch = 0;
   int64_t seqLen = 0;
+  /// The model's vocabulary V ("vocab_size": the loss's class count):
+  /// token ids and labels must lie in [0, V); 0 when the artifact does not
+  /// record it (older artifacts).
+  int64_t vocabSize = 0;
   llvm::json::Object optimizer;
   /// The compiler's predicted peak bytes per rank ("memory":
   /// {"planned": true, "peak_bytes_per_rank": N, ...}; pipeline plans: of

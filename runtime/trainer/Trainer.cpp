@@ -520,11 +520,29 @@ std::string Trainer::openJob(bool timeoutOk) {
     error = checkMemoryPerDevice(plan->manifest());
 
   if (error.empty()) {
-    auto opened = TokenDataset::open(opts.dataPath, plan->manifest().seqLen);
-    if (opened)
-      dataset = std::move(*opened);
-    else
-      error = llvm::toString(opened.takeError());
+    std::optional<TokenDType> dtype;
+    if (!opts.dataDType.empty()) {
+      llvm::Expected<TokenDType> parsed = parsePlainTokenDType(opts.dataDType);
+      if (parsed)
+        dtype = *parsed;
+      else
+        error = llvm::toString(parsed.takeError());
+    }
+    if (error.empty()) {
+      auto opened =
+          TokenDataset::open(opts.dataPath, plan->manifest().seqLen, dtype);
+      if (opened)
+        dataset = std::move(*opened);
+      else
+        error = llvm::toString(opened.takeError());
+    }
+    // Every id must index the model's vocabulary (older artifacts do not
+    // record it). Each rank scans 1/world of the file; the lowest failing
+    // rank, which allRanksOk prints, holds the first bad id.
+    if (error.empty() && plan->manifest().vocabSize > 0)
+      if (llvm::Error err = dataset->checkVocabulary(
+              plan->manifest().vocabSize, world->rank(), world->size()))
+        error = llvm::toString(std::move(err));
   }
 
   if (error.empty() && isRoot && !opts.metricsPath.empty()) {

@@ -69,6 +69,7 @@ struct TrainerOptions {
   // --- The job -----------------------------------------------------------
   std::string planPath;            ///< PLAN.tsr (tessera-partition's artifact)
   std::string dataPath;            ///< token file (DESIGN.md's sampling order)
+  std::string dataDType;           ///< --data-dtype uint16|uint32 ("": uint16)
   int64_t steps = 1;               ///< --steps: training steps to run (>= 0)
   std::string backendName = "cpu"; ///< --backend cpu|cuda
   std::optional<std::string> collectives; ///< --collectives (unset: default)

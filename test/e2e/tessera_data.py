@@ -1,6 +1,8 @@
 """Python implementation of Tessera's training-data convention (DESIGN.md).
 
-The data file holds token ids as little-endian uint16; T = number of tokens.
+The data file holds token ids as little-endian uint16 (or uint32, or a
+Megatron-LM .bin/.idx pair whose sequences, concatenated, are the stream;
+docs/DataFormats.md); T = number of tokens.
 For step ``s`` and global sample ``j`` (0 <= j < B)::
 
     n     = s*B + j
@@ -20,9 +22,10 @@ import numpy as np
 import torch
 
 
-def load_tokens(path):
-    """Returns the file's tokens as a 1-D int64 numpy array."""
-    return np.fromfile(path, dtype="<u2").astype(np.int64)
+def load_tokens(path, dtype="<u2"):
+    """Returns the file's tokens (little-endian `dtype`, default uint16) as a
+    1-D int64 numpy array."""
+    return np.fromfile(path, dtype=dtype).astype(np.int64)
 
 
 def sample_starts(step, B, S, T, rank=0, ranks=1):

@@ -6,7 +6,7 @@ same seed, so the same initial weights as the ONNX initializers), trains it
 for K steps on the batches of DESIGN.md's data convention, and writes the
 loss of every step (computed before that step's update).
 
-    torch_reference.py --config NAME --data FILE --steps K
+    torch_reference.py --config NAME --data FILE [--data-dtype uint32] --steps K
         --optimizer sgd|adamw [--lr 1e-3] [--weight-decay X]
         [--beta1 0.9] [--beta2 0.999] [--eps 1e-8]
         --out FILE.json [--save-weights FILE.npz|FILE.safetensors]
@@ -113,6 +113,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True, choices=sorted(CONFIGS))
     ap.add_argument("--data", required=True, help="little-endian uint16 tokens")
+    ap.add_argument("--data-dtype", choices=["uint16", "uint32"],
+                    default="uint16", help="of --data (as tessera-run's)")
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], required=True)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -150,7 +152,8 @@ def main(argv=None):
             print(f"torch_reference: {args.onnx}: initializers == module "
                   f"weights", file=sys.stderr)
 
-    tokens = tessera_data.load_tokens(args.data)
+    tokens = tessera_data.load_tokens(
+        args.data, "<u4" if args.data_dtype == "uint32" else "<u2")
     log = None if args.quiet else (
         lambda s, l: print(f"step {s} loss {l:.6f}", file=sys.stderr))
     t0 = time.perf_counter()

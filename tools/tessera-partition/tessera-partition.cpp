@@ -967,6 +967,9 @@ int main(int argc, char **argv) {
   if (memoryLimit && emit == Emit::Plan)
     imported = cast<ModuleOp>((*module)->clone());
 
+  // The vocabulary the manifest records (tessera-run checks the data).
+  int64_t vocabSize = artifact::vocabularyOf(*module);
+
   std::vector<pipeline::Stage> stages = pipeline::partitionStages(plan);
   if (emit == Emit::Train)
     stages.resize(1);
@@ -990,7 +993,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (failed(artifact::writeArtifact(*module, plan, outputPath, dumpDir,
-                                     stages.size() + 1)))
+                                     stages.size() + 1, vocabSize)))
     return 1;
   return 0;
 }

@@ -212,11 +212,23 @@ static cl::opt<bool> cudaGraph(
 
 static cl::opt<std::string> dataPath(
     "data",
-    cl::desc("Token file: little-endian uint16 token ids, T tokens with "
-             "T > seq_len + 1. Step s uses global samples n = s*B + j "
-             "(0 <= j < B) starting at token (n*S) mod (T - S - 1); labels "
-             "are the inputs shifted by one"),
+    cl::desc("Token data: a plain file of little-endian token ids (uint16, "
+             "or --data-dtype uint32), or a Megatron-LM indexed dataset "
+             "PREFIX (PREFIX.bin + PREFIX.idx; PREFIX.bin also names it). "
+             "T tokens with T > seq_len + 1, all in [0, the model's "
+             "vocabulary) (checked before the first step). Step s uses "
+             "global samples n = s*B + j (0 <= j < B) starting at token "
+             "(n*S) mod (T - S - 1); labels are the inputs shifted by one. "
+             "An indexed dataset's token stream is its sequences "
+             "concatenated in order (docs/DataFormats.md)"),
     cl::value_desc("tokens.u16"), cl::cat(category));
+
+static cl::opt<std::string> dataDType(
+    "data-dtype",
+    cl::desc("Element type of a plain --data file: uint16 (default) or "
+             "uint32 (vocabularies over 65,536 ids). An indexed dataset "
+             "records its own; giving a different one is an error"),
+    cl::value_desc("uint16|uint32"), cl::cat(category));
 
 static cl::opt<int64_t>
     numSteps("steps",
@@ -514,6 +526,7 @@ TrainerOptions optionsFromFlags() {
   // The job.
   o.planPath = planPath;
   o.dataPath = dataPath;
+  o.dataDType = dataDType;
   o.steps = numSteps;
   o.backendName = backendName;
   if (collectivesName.getNumOccurrences())
