@@ -97,7 +97,7 @@ TEST_P(DropoutTest, LoadErrors) {
   EXPECT_EQ(loadError("dropout", f32Attr("ratio", 1.0) +
                                      ", seed = 1 : i64, op_id = 0 : i64",
                       {x, step}, {x}),
-            "attribute 'ratio' = 1 is outside [0, 1)");
+            "attribute 'ratio' = 1.00 is outside [0, 1)");
   EXPECT_EQ(loadError("dropout", attrs(1, 0), {x, TensorType{DType::F32, {1}}},
                       {x}),
             "step has type tensor<1xf32>, expected f32 0-D");
@@ -106,7 +106,7 @@ TEST_P(DropoutTest, LoadErrors) {
             "missing attribute 'op_id'");
   EXPECT_EQ(loadError("dropout", attrs(1, 0, "1, 4, 0"), {x, step}, {x}),
             "attribute 'layout': dimension 1 needs a sub-factor count >= 1");
-  EXPECT_EQ(loadError("dropout", attrs(1, 0, "1, 8, 1, 0, 1, 6, 0"),
+  EXPECT_EQ(loadError("dropout", attrs(1, 0, "1, 4, 1, 3, 1, 6, 0"),
                       {x, step}, {x}),
             "attribute 'layout': dimension 0 names a grid axis outside the 1 "
             "axes");
