@@ -45,8 +45,8 @@ TEST(Philox, RandomKnownAnswers) {
     Philox4x32 out = philox4x32({{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}},
                                 k.key[0], k.key[1]);
     for (int i = 0; i < 4; ++i)
-      EXPECT_EQ(out.v[i], k.out[i]) << "word " << i << " of counter "
-                                    << std::hex << k.ctr[0];
+      EXPECT_EQ(out.v[i], k.out[i])
+          << "word " << i << " of counter " << std::hex << k.ctr[0];
   }
 }
 
@@ -154,8 +154,7 @@ void expectRecomposes(DropoutAttrs a, std::vector<int64_t> gridShape,
       mb = coords.back();
       coords.pop_back();
     }
-    std::vector<DropoutFactor> f =
-        runtime::exec::dropoutFactors(a, coords, mb);
+    std::vector<DropoutFactor> f = runtime::exec::dropoutFactors(a, coords, mb);
     int64_t local = 1;
     for (const DropoutFactor &e : f)
       local *= e.localSize;
