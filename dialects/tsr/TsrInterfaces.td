@@ -178,4 +178,13 @@ def Tsr_SelectiveRecompute : NativeOpTrait<"SelectiveRecompute"> {
   let cppNamespace = "::tessera::tsr";
 }
 
+// The op is the identity on operand 0 in an inference (forward-only)
+// program: a training-time regulariser such as `tsr.dropout`. A pass that
+// builds an evaluation program replaces result 0 by operand 0 for every op
+// with this trait, without knowing the op. C++:
+// `op->hasTrait<tessera::tsr::IdentityInInference>()`.
+def Tsr_IdentityInInference : NativeOpTrait<"IdentityInInference"> {
+  let cppNamespace = "::tessera::tsr";
+}
+
 #endif // TESSERA_TSR_INTERFACES
