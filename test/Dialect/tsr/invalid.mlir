@@ -72,9 +72,9 @@ func.func @ce_shapes(%l: tensor<4x8xf32>, %y: tensor<5xi64>) {
 
 // -----
 
-func.func @adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>) {
+func.func @adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"}) {
   // expected-error @+1 {{betas must be in [0, 1)}}
-  %0:3 = tsr.adamw_update %p, %p, %p, %p, %t {lr = 1.0e-03 : f32, beta1 = 1.5 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<f32>
+  %0:3 = tsr.adamw_update %p, %p, %p, %p, %t, %hlr {beta1 = 1.5 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<f32>
   return
 }
 
