@@ -580,7 +580,8 @@ TEST(Executor, PlanFileRoundTrip) {
   const Manifest &m = (*plan)->manifest();
   EXPECT_EQ(m.gridDescription(), "dp=1 x tp=1");
   EXPECT_EQ(m.numRanks(), 1);
-  EXPECT_EQ(m.arguments.size(), 5u);
+  EXPECT_EQ(m.arguments.size(), 6u); // E, W1, W2, tokens, labels, lr
+  EXPECT_EQ(m.arguments[5].role, Role::Hyper);
   EXPECT_EQ(m.results[2].argument, 1); // W1
   // Constants and every kernel were resolved once; the collectives use three
   // distinct axis sets: {1}, {0}, {0, 1}.

@@ -619,7 +619,7 @@ TEST(PipelineErrors, BindingAttributesAreChecked) {
                          "{tsrt.arg = 9 : i64})\n      -> (tensor<@N@x6xf32>"),
                 pipelineManifest(c));
   EXPECT_NE(msg.find("@forward_1 (forward of chunk 1): argument #1: tsrt.arg "
-                     "= 9 but the manifest has 6 arguments"),
+                     "= 9 but the manifest has 7 arguments"),
             std::string::npos)
       << msg;
   msg = loadError(replaced("%W1: tensor<6x8xf32> {tsrt.arg = 2 : i64},\n"
