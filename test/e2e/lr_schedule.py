@@ -21,7 +21,8 @@ step by step:
     noise there).
 With --weight-decay-exclude, tessera-partition --weight-decay-exclude and
 weight decay 0.1 against torch parameter groups: biases and 1-D parameters
-with weight_decay 0 (Megatron-LM's default groups), the rest 0.1.
+with weight_decay 0 (Megatron-LM's default groups), the rest 0.1; as a
+control, the same run without --weight-decay-exclude must differ from them.
 `parallel`: a dp x tp plan with the schedule against the serial run with
 the same schedule: losses and weights within 1e-5 relative.
 Exits 0 on success, 1 on a mismatch.
@@ -201,6 +202,16 @@ def check_torch(args, work):
         print("  ", row)
     ok &= lok
     ok &= check_weights(w, ref_w, 1e-4, "tessera vs torch")
+    if args.weight_decay_exclude:
+        # Control: decaying every param (no --weight-decay-exclude) must
+        # NOT match the torch groups, or this check could not fail.
+        _, w_all = tessera(args, work, "decay-all",
+                           partition_extra=["--weight-decay", repr(wd)],
+                           run_extra=schedule_flags(args.schedule))
+        differs = not check_weights(w_all, ref_w, 1e-4,
+                                    "control: decay everything vs torch groups")
+        print(f"control differs from the torch groups: {differs}")
+        ok &= differs
     return ok
 
 
