@@ -80,6 +80,39 @@ func.func @adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>, %hlr: tensor<f32> {tsr
 
 // -----
 
+func.func @sgd_negative_weight_decay(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0, got -1.000000e-01}}
+  %0 = tsr.sgd_update %p, %p, %lr {weight_decay = -0.1 : f32} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @adamw_negative_weight_decay(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %0:3 = tsr.adamw_update %p, %p, %p, %p, %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = -1.0 : f32} : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+// The learning rate is an f32 0-D tensor (the "hyper" argument "lr").
+func.func @sgd_lr_not_scalar(%p: tensor<4xf32>, %lr: tensor<4xf32>) {
+  // expected-error @+1 {{operand #2 must be 0-D f32 tensor, but got 'tensor<4xf32>'}}
+  %0 = "tsr.sgd_update"(%p, %p, %lr) {weight_decay = 0.0 : f32} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @sgd_lr_attribute(%p: tensor<4xf32>) {
+  // expected-error @+1 {{expected 3 operands, but found 2}}
+  %0 = "tsr.sgd_update"(%p, %p) {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
 func.func @gather_grad_shape(%i: tensor<4xi64>, %g: tensor<4x3xf32>) {
   // expected-error @+1 {{does not match a gather}}
   %0 = tsr.gather_grad %i, %g : tensor<4xi64>, tensor<4x3xf32> -> tensor<10x5xf32>
