@@ -4,6 +4,7 @@
     lr_schedule.py torch --build DIR --schedule cosine|linear
                    [--weight-decay-exclude]
     lr_schedule.py parallel --build DIR --dp 2 --tp 2 [--schedule cosine]
+    lr_schedule.py resume --build DIR [--schedule cosine]
 
 `torch`: the serial tessera-run with Megatron-LM's flags (--lr,
 --lr-warmup-init, --lr-warmup-iters, --lr-decay-style, --lr-decay-iters,
@@ -25,6 +26,9 @@ with weight_decay 0 (Megatron-LM's default groups), the rest 0.1; as a
 control, the same run without --weight-decay-exclude must differ from them.
 `parallel`: a dp x tp plan with the schedule against the serial run with
 the same schedule: losses and weights within 1e-5 relative.
+`resume`: 8 steps straight vs 4 steps, --save, a new run with --load to 8,
+under the schedule: the resumed steps' lr and losses and the final weights
+bit for bit (the lr is recomputed from the global step, not checkpointed).
 Exits 0 on success, 1 on a mismatch.
 """
 
@@ -230,10 +234,39 @@ def check_parallel(args, work):
     return ok and lok and check_weights(pw, sw, 1e-5, "parallel vs serial")
 
 
+def check_resume(args, work):
+    flags = schedule_flags(args.schedule)
+    am, aw = tessera(args, work, "straight", run_extra=flags)
+    ckpt = os.path.join(work, "ckpt")
+    plan = os.path.join(work, "straight.tsr")
+    exe = os.path.join(args.build, "tools", "tessera-run", "tessera-run")
+    run(["mpirun", "-np", "1", exe, plan, "--data", CORPUS, "--steps", "4",
+         "--save", ckpt] + flags)
+    bm = os.path.join(work, "resumed.jsonl")
+    bw = os.path.join(work, "resumed.safetensors")
+    run(["mpirun", "-np", "1", exe, plan, "--data", CORPUS, "--steps",
+         str(STEPS), "--load", ckpt, "--metrics", bm, "--save-weights", bw]
+        + flags)
+    a_lr, b_lr = metric_lrs(am), metric_lrs(bm)
+    a_loss, b_loss = compare.load_losses(am), compare.load_losses(bm)
+    ok = sorted(b_lr) == list(range(4, STEPS))
+    for s in range(4, STEPS):
+        same = a_lr[s] == b_lr.get(s) and a_loss[s] == b_loss.get(s)
+        print(f"   step {s}: lr {a_lr[s]:.9g} vs {b_lr.get(s)}, loss "
+              f"{a_loss[s]!r} vs {b_loss.get(s)!r}: "
+              f"{'equal' if same else 'DIFFER'}")
+        ok &= same
+    wa, wb = compare.load_weights(aw), compare.load_weights(bw)
+    bitwise = sorted(wa) == sorted(wb) and all(
+        np.array_equal(wa[k], wb[k]) for k in wa)
+    print(f"weights bit for bit: {bitwise}")
+    return ok and bitwise
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["torch", "parallel"])
+    p.add_argument("mode", choices=["torch", "parallel", "resume"])
     p.add_argument("--build", required=True)
     p.add_argument("--schedule", choices=sorted(DECAY), default="cosine")
     p.add_argument("--weight-decay-exclude", action="store_true")
@@ -241,8 +274,8 @@ def main():
     p.add_argument("--tp", type=int, default=2)
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="tessera-lr-") as work:
-        ok = (check_torch if args.mode == "torch" else check_parallel)(args,
-                                                                       work)
+        ok = {"torch": check_torch, "parallel": check_parallel,
+              "resume": check_resume}[args.mode](args, work)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
