@@ -340,7 +340,8 @@ LogicalResult BuildTrainStepPass::classifyArguments(StepState &s) {
 }
 
 /// @train_step's arguments (params, frozen, optimizer state, inputs (tokens),
-/// labels, the learning rate) and results (loss, updated params, updated optimizer state).
+/// labels, the learning rate) and results (loss, updated params, updated
+/// optimizer state).
 void BuildTrainStepPass::planSignature(StepState &s) {
   MLIRContext *ctx = &getContext();
   Builder b(ctx);
@@ -502,8 +503,8 @@ void BuildTrainStepPass::appendOptimizer(OpBuilder &builder, StepState &s,
   for (auto [k, p] : llvm::enumerate(paramValues)) {
     Value g = grads[k];
     Location loc = s.forward.getArgument(s.params[k]).getLoc();
-    FloatAttr wd = excludeWeightDecay && isNoWeightDecay(s, k) ? noWdAttr
-                                                                : wdAttr;
+    FloatAttr wd =
+        excludeWeightDecay && isNoWeightDecay(s, k) ? noWdAttr : wdAttr;
     if (!adamw) {
       results.push_back(g ? tsr::SgdUpdateOp::create(builder, loc, p.getType(),
                                                      p, g, lrValue, wd)

@@ -284,7 +284,8 @@ private:
       if (!hasElement(arg.getType(), Float32Type::get(&getContext())))
         continue;
       auto role = tsr::getArgRole(func, arg.getArgNumber());
-      if (role && (role.getValue() == "opt_state" || role.getValue() == "hyper"))
+      if (role &&
+          (role.getValue() == "opt_state" || role.getValue() == "hyper"))
         continue;
       Operation *first = nullptr;
       for (Operation *op : ops)

@@ -424,11 +424,13 @@ llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
 llvm::Error Executor::setHyper(llvm::StringRef name, double value) {
   int64_t i = planRef.manifest().findArgument(name, Role::Hyper);
   if (i < 0)
-    return fail(planRef.source() + ": setHyper: the plan has no \"hyper\" "
-                "argument '" + name + "'");
+    return fail(planRef.source() +
+                ": setHyper: the plan has no \"hyper\" "
+                "argument '" +
+                name + "'");
   if (!std::isfinite(value))
-    return fail(llvm::formatv("setHyper: '{0}' = {1} is not finite", name,
-                              value));
+    return fail(
+        llvm::formatv("setHyper: '{0}' = {1} is not finite", name, value));
   if (state[i].isNull()) // another pipeline stage's
     return llvm::Error::success();
   Tensor host = Tensor::zeros(DType::F32, {});

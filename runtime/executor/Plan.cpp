@@ -317,9 +317,10 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
       return what("a \"hyper\" argument must be a replicated f32 scalar "
                   "(shape [])");
     if (spec.role == Role::Hyper && !m.optimizer.getNumber(spec.name))
-      return what("a \"hyper\" argument needs its initial value, \"optimizer\": "
-                  "{\"" +
-                  spec.name + "\": <number>}");
+      return what(
+          "a \"hyper\" argument needs its initial value, \"optimizer\": "
+          "{\"" +
+          spec.name + "\": <number>}");
     if ((spec.role == Role::Param || spec.role == Role::Frozen ||
          spec.role == Role::OptState || spec.role == Role::Hyper) &&
         m.findArgument(spec.name, spec.role) >= 0 &&

@@ -97,8 +97,7 @@ LrSchedule::create(const LrScheduleOptions &options) {
                               lrDecayStyleName(o.decayStyle), o.decayIters,
                               o.warmupIters));
   if (o.decayStyle == LrDecayStyle::WSD &&
-      (o.wsdDecayIters <= 0 ||
-       o.wsdDecayIters > o.decayIters - o.warmupIters))
+      (o.wsdDecayIters <= 0 || o.wsdDecayIters > o.decayIters - o.warmupIters))
     return fail(llvm::formatv("--lr-decay-style WSD needs --lr-wsd-decay-iters "
                               "in [1, --lr-decay-iters − --lr-warmup-iters = "
                               "{0}], got {1}",

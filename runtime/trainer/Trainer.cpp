@@ -837,8 +837,10 @@ void Trainer::train() {
 /// Before step `step` (0-based): sets this step's runtime hyper-parameters
 /// (manifest role "hyper", Executor::setHyper): the learning rate of the LR
 /// schedule, which depends on the global step only (so a resumed run gets
-/// the unbroken run's rates). The step's metrics record gets "lr" (the
-/// value set, before its f32 rounding), as Megatron-LM logs it.
+/// the unbroken run's rates). The step's metrics record gets "lr": the
+/// value this step used (before its f32 rounding), as torch's get_last_lr()
+/// before the step; Megatron-LM's log reads the param group after its
+/// scheduler has stepped, i.e. the next iteration's rate.
 void Trainer::setStepHypers(int64_t step) {
   if (!lrSchedule)
     return;

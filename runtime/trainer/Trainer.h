@@ -105,13 +105,13 @@ struct TrainerOptions {
   // --- Learning-rate schedule (Megatron-LM's flags; LrSchedule.h) ---------
   /// --lr: the peak; unset: the plan's compiled "optimizer" "lr".
   std::optional<double> lr;
-  double minLr = 0;         ///< --min-lr
-  double lrWarmupInit = 0;  ///< --lr-warmup-init
-  int64_t lrWarmupIters = 0; ///< --lr-warmup-iters
+  double minLr = 0;                      ///< --min-lr
+  double lrWarmupInit = 0;               ///< --lr-warmup-init
+  int64_t lrWarmupIters = 0;             ///< --lr-warmup-iters
   std::string lrDecayStyle = "constant"; ///< --lr-decay-style
   /// --lr-decay-iters; unset: --steps (Megatron: --train-iters).
   std::optional<int64_t> lrDecayIters;
-  int64_t lrWsdDecayIters = 0;                ///< --lr-wsd-decay-iters
+  int64_t lrWsdDecayIters = 0;                 ///< --lr-wsd-decay-iters
   std::string lrWsdDecayStyle = "exponential"; ///< --lr-wsd-decay-style
   /// Whether any schedule flag was given (a plan without the "hyper"
   /// argument "lr" then is an error).

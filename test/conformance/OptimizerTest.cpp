@@ -42,9 +42,8 @@ TEST_P(OptimizerTest, SgdMatchesTorch) {
   llvm::json::Object manifest{{"lr", 0.1}, {"weight_decay", 0.01}};
   tessera::runtime::exec::CompileOptions options;
   options.optimizer = &manifest;
-  std::vector<Tensor> r =
-      run("sgd_update", sgdAttrs(0.01), {p, g, lrOperand(0.1)}, {typeOf(p)},
-          options);
+  std::vector<Tensor> r = run("sgd_update", sgdAttrs(0.01),
+                              {p, g, lrOperand(0.1)}, {typeOf(p)}, options);
   ASSERT_EQ(r.size(), 1u);
   expectNear(r[0], {3},
              {0.4894999861717224, -0.9789999723434448, 1.968000054359436}, 2e-7,
@@ -79,8 +78,8 @@ TEST_P(OptimizerTest, AdamWMatchesTorchOverTwoSteps) {
   TensorType t = typeOf(p);
   std::vector<Tensor> s1 =
       run("adamw_update", attrs,
-          {p, g1, zeros, zeros, f32({}, {1.0f}), lrOperand(1e-2)},
-          {t, t, t}, options);
+          {p, g1, zeros, zeros, f32({}, {1.0f}), lrOperand(1e-2)}, {t, t, t},
+          options);
   ASSERT_EQ(s1.size(), 3u);
   expectNear(s1[0], {2, 3},
              {0.4895000159740448, -0.9890000224113464, 1.9880000352859497, 0.0,
@@ -159,8 +158,8 @@ TEST_P(OptimizerTest, LoadErrors) {
                       {p, TensorType{DType::F32, {4}}, s}, {p}),
             "operand #1 has type tensor<4xf32> but operand #0 has "
             "tensor<3xf32>; they must match");
-  EXPECT_EQ(loadError("sgd_update", sgdAttrs(0), {p, p, TensorType{DType::I64, {}}},
-                      {p}),
+  EXPECT_EQ(loadError("sgd_update", sgdAttrs(0),
+                      {p, p, TensorType{DType::I64, {}}}, {p}),
             "lr has unsupported type tensor<i64>");
   EXPECT_EQ(loadError("adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
                       {p, p, p, p, TensorType{DType::F32, {2}}, s}, {p, p, p}),

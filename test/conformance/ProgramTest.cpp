@@ -189,10 +189,10 @@ TEST_P(ProgramTest, BadArenaOffsetsAreLoadErrors) {
           return std::string(name) == "h" ? std::to_string(hOffset) : "";
         },
         false);
-    llvm::Expected<std::vector<Tensor>> r = tryRunProgram(
-        text, {randomF32({N, Din}, 1), randomF32({Din, H}, 2),
-               randomF32({H, V}, 3), i64({N}, {0, 1, 2, 3}), f32({}, {1.0f}),
-               f32({}, {0.1f})});
+    llvm::Expected<std::vector<Tensor>> r =
+        tryRunProgram(text, {randomF32({N, Din}, 1), randomF32({Din, H}, 2),
+                             randomF32({H, V}, 3), i64({N}, {0, 1, 2, 3}),
+                             f32({}, {1.0f}), f32({}, {0.1f})});
     return r ? std::string() : llvm::toString(r.takeError());
   };
   std::string msg = error("128", 0);

@@ -254,7 +254,9 @@ static cl::opt<std::string> metricsPath(
              "step), and for fp16 plans with dynamic loss scaling "
              "\"loss_scale\" (after the step: the scale the next step uses) "
              "and \"skipped\" (1 when a non-finite gradient skipped the "
-             "step's update, else 0)}"),
+             "step's update, else 0), and \"lr\" (the learning rate the "
+             "step used, from the LR schedule; plans with the \"hyper\" "
+             "argument lr)}"),
     cl::value_desc("metrics.jsonl"), cl::cat(category));
 
 static cl::opt<std::string> memoryPerDevice(
@@ -370,11 +372,11 @@ static cl::opt<int64_t> lrDecayIters(
     cl::desc("Step at which the decay reaches --min-lr (default: --steps); "
              "later steps use --min-lr"),
     cl::value_desc("N"), cl::cat(category));
-static cl::opt<int64_t> lrWsdDecayIters(
-    "lr-wsd-decay-iters",
-    cl::desc("WSD: the decay takes the last N steps before "
-             "--lr-decay-iters (required with WSD)"),
-    cl::value_desc("N"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t>
+    lrWsdDecayIters("lr-wsd-decay-iters",
+                    cl::desc("WSD: the decay takes the last N steps before "
+                             "--lr-decay-iters (required with WSD)"),
+                    cl::value_desc("N"), cl::init(0), cl::cat(category));
 static cl::opt<std::string> lrWsdDecayStyle(
     "lr-wsd-decay-style",
     cl::desc("WSD's decay: linear, cosine, exponential (the default, "
@@ -604,8 +606,7 @@ TrainerOptions optionsFromFlags() {
     o.lrDecayIters = lrDecayIters.getValue();
   o.lrWsdDecayIters = lrWsdDecayIters;
   o.lrWsdDecayStyle = lrWsdDecayStyle;
-  for (const cl::Option *flag :
-       std::initializer_list<const cl::Option *>{
+  for (const cl::Option *flag : std::initializer_list<const cl::Option *>{
            &lrFlag, &minLr, &lrWarmupInit, &lrWarmupIters, &lrDecayStyle,
            &lrDecayIters, &lrWsdDecayIters, &lrWsdDecayStyle})
     o.lrScheduleRequested |= flag->getNumOccurrences() > 0;

@@ -1878,11 +1878,10 @@ llvm::Error CudaBackend::bindAdamwUpdate(const KernelDesc &k,
   AdamwAttrs a = k.get<AdamwAttrs>();
   inst.fn = launchWith(inst, k.name(), false, 0,
                        [s, a](In in, Out out, cuda::DeviceStatus *, void *) {
-                         return cuda::adamwUpdate(*in[0], *in[1], *in[2],
-                                                  *in[3], *in[4], *in[5],
-                                                  a.beta1,
-                                                  a.beta2, a.eps, a.weightDecay,
-                                                  out[0], out[1], out[2], s);
+                         return cuda::adamwUpdate(
+                             *in[0], *in[1], *in[2], *in[3], *in[4], *in[5],
+                             a.beta1, a.beta2, a.eps, a.weightDecay, out[0],
+                             out[1], out[2], s);
                        });
   return llvm::Error::success();
 }

@@ -673,9 +673,9 @@ __global__ void sgdKernel(SgdArgs a, const float *lr, double weightDecay) {
 __global__ void adamwKernel(AdamWArgs a, const float *step, const float *lr,
                             double beta1, double beta2, double eps,
                             double weightDecay) {
-  AdamWCoeffs c = adamwCoeffs(static_cast<double>(*step),
-                              static_cast<double>(*lr), beta1, beta2, eps,
-                              weightDecay);
+  AdamWCoeffs c =
+      adamwCoeffs(static_cast<double>(*step), static_cast<double>(*lr), beta1,
+                  beta2, eps, weightDecay);
   int s = a.slot[blockIdx.x];
   int64_t begin = static_cast<int64_t>(a.chunk[blockIdx.x]) * kMultiTensorChunk;
   int64_t end = std::min(a.numel[s], begin + kMultiTensorChunk);
@@ -1158,10 +1158,10 @@ cudaError_t sgdUpdate(const Tensor &p, const Tensor &g, const Tensor &lr,
 }
 
 cudaError_t adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
-                        const Tensor &v, const Tensor &step,
-                        const Tensor &lr, double beta1, double beta2,
-                        double eps, double weightDecay, Tensor &pOut,
-                        Tensor &mOut, Tensor &vOut, cudaStream_t stream) {
+                        const Tensor &v, const Tensor &step, const Tensor &lr,
+                        double beta1, double beta2, double eps,
+                        double weightDecay, Tensor &pOut, Tensor &mOut,
+                        Tensor &vOut, cudaStream_t stream) {
   for (const Tensor *t : {&p, &g, &m, &v, &step, &lr})
     if (t->dtype() != DType::F32)
       return cudaErrorInvalidValue;
@@ -1169,9 +1169,8 @@ cudaError_t adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
                 in<float>(m),        in<float>(v),
                 outPtr<float>(pOut), outPtr<float>(mOut),
                 outPtr<float>(vOut), p.numel()};
-  return adamwUpdateMulti(&t, 1, in<float>(step), in<float>(lr), beta1,
-                          beta2, eps,
-                          weightDecay, stream);
+  return adamwUpdateMulti(&t, 1, in<float>(step), in<float>(lr), beta1, beta2,
+                          eps, weightDecay, stream);
 }
 
 } // namespace cuda

@@ -792,9 +792,9 @@ TEST_F(NNKernelsTest, SingleTensorOptimizersOutOfPlace) {
   Tensor rs = p.clone();
   cpu::sgdUpdate(p, g, double(0.1f), 0.0, rs);
   Tensor os = devEmpty(DType::F32, {3, 1000});
-  ASSERT_EQ(cuda::sgdUpdate(dp, dev(g), dev(Tensor::scalar(0.1f)), 0.0, os,
-                            nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      cuda::sgdUpdate(dp, dev(g), dev(Tensor::scalar(0.1f)), 0.0, os, nullptr),
+      cudaSuccess);
   expectEqualBytes(host(os), rs);
 }
 

@@ -490,8 +490,7 @@ TEST(Executor, SetHyperErrors) {
   ASSERT_FALSE(static_cast<bool>((*ex)->setHyper("lr", 0.25)));
   EXPECT_EQ((*ex)->localValue("lr", Role::Hyper)->data<float>()[0], 0.25f);
   std::string unknown = llvm::toString((*ex)->setHyper("momentum", 0.9));
-  EXPECT_NE(unknown.find("no \"hyper\" argument 'momentum'"),
-            std::string::npos)
+  EXPECT_NE(unknown.find("no \"hyper\" argument 'momentum'"), std::string::npos)
       << unknown;
   std::string nan = llvm::toString((*ex)->setHyper("lr", std::nan("")));
   EXPECT_NE(nan.find("is not finite"), std::string::npos) << nan;

@@ -157,14 +157,14 @@ TEST(KernelDesc, HyperParametersComeFromTheManifestWhenTheyRoundTheSame) {
   Decoder t;
   llvm::json::Object optimizer{{"beta1", 0.9}, {"weight_decay", 0.25}};
   t.options.optimizer = &optimizer;
-  llvm::Expected<KernelDesc> d = t.decode(
-      "adamw_update",
-      {t.b.getNamedAttr("beta1", t.b.getF32FloatAttr(0.9f)),
-       t.b.getNamedAttr("beta2", t.b.getF32FloatAttr(0.999f)),
-       t.b.getNamedAttr("eps", t.b.getF32FloatAttr(1e-8f)),
-       t.b.getNamedAttr("weight_decay", t.b.getF32FloatAttr(0.5f))},
-      {f32({3}), f32({3}), f32({3}), f32({3}), f32({}), f32({})},
-      {f32({3}), f32({3}), f32({3})});
+  llvm::Expected<KernelDesc> d =
+      t.decode("adamw_update",
+               {t.b.getNamedAttr("beta1", t.b.getF32FloatAttr(0.9f)),
+                t.b.getNamedAttr("beta2", t.b.getF32FloatAttr(0.999f)),
+                t.b.getNamedAttr("eps", t.b.getF32FloatAttr(1e-8f)),
+                t.b.getNamedAttr("weight_decay", t.b.getF32FloatAttr(0.5f))},
+               {f32({3}), f32({3}), f32({3}), f32({3}), f32({}), f32({})},
+               {f32({3}), f32({3}), f32({3})});
   ASSERT_TRUE(static_cast<bool>(d)) << llvm::toString(d.takeError());
   EXPECT_EQ(d->get<AdamwAttrs>().beta1, 0.9); // the manifest's double
   // 0.25 does not round to the attribute's 0.5: the attribute wins.

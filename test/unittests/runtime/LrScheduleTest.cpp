@@ -132,10 +132,10 @@ TEST(LrSchedule, WarmupStableDecay) {
     WsdDecayStyle style;
     double coeffAtHalf; // the coefficient at q = 0.5 (step 10)
   };
-  for (Case c : {Case{WsdDecayStyle::Linear, 0.5},
-                 Case{WsdDecayStyle::Cosine, 0.5},
-                 Case{WsdDecayStyle::Exponential, 2 * std::sqrt(0.5) - 1},
-                 Case{WsdDecayStyle::MinusSqrt, 1 - std::sqrt(0.5)}}) {
+  for (Case c :
+       {Case{WsdDecayStyle::Linear, 0.5}, Case{WsdDecayStyle::Cosine, 0.5},
+        Case{WsdDecayStyle::Exponential, 2 * std::sqrt(0.5) - 1},
+        Case{WsdDecayStyle::MinusSqrt, 1 - std::sqrt(0.5)}}) {
     o.wsdDecayStyle = c.style;
     LrSchedule s = make(o);
     std::string what(wsdDecayStyleName(c.style));
@@ -160,7 +160,8 @@ TEST(LrSchedule, StyleNamesRoundTrip) {
     ASSERT_TRUE(static_cast<bool>(style)) << llvm::toString(style.takeError());
     EXPECT_EQ(lrDecayStyleName(*style), name);
   }
-  for (llvm::StringRef name : {"linear", "cosine", "exponential", "minus_sqrt"}) {
+  for (llvm::StringRef name :
+       {"linear", "cosine", "exponential", "minus_sqrt"}) {
     llvm::Expected<WsdDecayStyle> style = parseWsdDecayStyle(name);
     ASSERT_TRUE(static_cast<bool>(style)) << llvm::toString(style.takeError());
     EXPECT_EQ(wsdDecayStyleName(*style), name);

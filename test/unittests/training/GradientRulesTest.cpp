@@ -880,8 +880,7 @@ TEST_F(TrainStep, AdamwFirstStepAndStateWiring) {
   ASSERT_TRUE(step);
   unsigned numParams = 8;
   // params, frozen, 2 states per param + step, tokens, labels, lr.
-  ASSERT_EQ(step.getNumArguments(),
-            numParams + 1 + 2 * numParams + 1 + 1 + 2);
+  ASSERT_EQ(step.getNumArguments(), numParams + 1 + 2 * numParams + 1 + 1 + 2);
   ASSERT_EQ(step.getNumResults(), 1 + numParams + 2 * numParams + 1);
 
   std::mt19937_64 rng(11);
