@@ -60,6 +60,7 @@ pipeline::partitionStages(const planner::Plan &plan) {
   train.optimizer = opt.name;
   train.lr = opt.lr;
   train.weightDecay = opt.effectiveWeightDecay();
+  train.excludeWeightDecay = opt.weightDecayExclude;
   train.beta1 = opt.beta1;
   train.beta2 = opt.beta2;
   train.eps = opt.eps;

@@ -139,6 +139,8 @@ llvm::json::Object Plan::toJSON() const {
   llvm::json::Object opt{{"name", optimizer.name},
                          {"lr", optimizer.lr},
                          {"weight_decay", optimizer.effectiveWeightDecay()}};
+  if (optimizer.weightDecayExclude)
+    opt["weight_decay_exclude"] = true;
   if (optimizer.name == "adamw") {
     opt["beta1"] = optimizer.beta1;
     opt["beta2"] = optimizer.beta2;
@@ -277,6 +279,12 @@ llvm::Expected<Plan> Plan::fromJSON(const llvm::json::Object &json) {
         {"eps", &plan.optimizer.eps}})
     if (llvm::Error err = getNumber(*opt, key, *field))
       return std::move(err);
+  if (const llvm::json::Value *v = opt->get("weight_decay_exclude")) {
+    std::optional<bool> b = v->getAsBoolean();
+    if (!b)
+      return fail("\"weight_decay_exclude\" must be a boolean");
+    plan.optimizer.weightDecayExclude = *b;
+  }
   if (llvm::Error err = getString(json, "recompute", plan.recompute))
     return std::move(err);
   if (llvm::Error err = getString(json, "precision", plan.precision))

@@ -34,6 +34,11 @@ struct OptimizerConfig {
   /// SGD 0), as in torch.optim.
   double weightDecay = -1;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  /// --weight-decay-exclude: no weight decay for biases and 1-D params
+  /// (Megatron-LM's default parameter groups); false decays every param, as
+  /// torch.optim does. Manifest: "weight_decay_exclude": true (absent when
+  /// false).
+  bool weightDecayExclude = false;
 
   double effectiveWeightDecay() const {
     return weightDecay >= 0 ? weightDecay : (name == "adamw" ? 0.01 : 0.0);

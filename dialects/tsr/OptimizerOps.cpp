@@ -12,15 +12,23 @@ static LogicalResult verifyFloatParam(Operation *op, Type type) {
   return success();
 }
 
+/// The learning rate is a runtime value (checked by the runtime's LR
+/// schedule); the weight decay is a compile-time attribute.
+static LogicalResult verifyWeightDecay(Operation *op, float wd) {
+  if (!(wd >= 0))
+    return op->emitOpError("weight_decay must be >= 0, got ") << wd;
+  return success();
+}
+
 LogicalResult SgdUpdateOp::verify() {
-  if (getLr().convertToFloat() < 0)
-    return emitOpError("learning rate must be >= 0");
+  if (failed(verifyWeightDecay(*this, getWeightDecay().convertToFloat())))
+    return failure();
   return verifyFloatParam(*this, getParam().getType());
 }
 
 LogicalResult AdamwUpdateOp::verify() {
-  if (getLr().convertToFloat() < 0)
-    return emitOpError("learning rate must be >= 0");
+  if (failed(verifyWeightDecay(*this, getWeightDecay().convertToFloat())))
+    return failure();
   for (float beta : {getBeta1().convertToFloat(), getBeta2().convertToFloat()})
     if (beta < 0 || beta >= 1)
       return emitOpError("betas must be in [0, 1), got ") << beta;
@@ -33,10 +41,12 @@ LogicalResult AdamwUpdateOp::verify() {
 
 OpOperand &SgdUpdateOp::getParamOperand() { return getParamMutable(); }
 OpOperand &SgdUpdateOp::getGradOperand() { return getGradMutable(); }
+OpOperand &SgdUpdateOp::getLearningRateOperand() { return getLrMutable(); }
 SmallVector<Value> SgdUpdateOp::getOptimizerState() { return {}; }
 
 OpOperand &AdamwUpdateOp::getParamOperand() { return getParamMutable(); }
 OpOperand &AdamwUpdateOp::getGradOperand() { return getGradMutable(); }
+OpOperand &AdamwUpdateOp::getLearningRateOperand() { return getLrMutable(); }
 SmallVector<Value> AdamwUpdateOp::getOptimizerState() {
   return {getExpAvg(), getExpAvgSq()};
 }

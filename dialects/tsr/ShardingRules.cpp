@@ -619,17 +619,22 @@ ShardingRule CrossEntropyGradOp::getShardingRule() {
 }
 
 //===----------------------------------------------------------------------===//
-// Optimizer updates: elementwise over the parameter; the step is a scalar.
+// Optimizer updates: elementwise over the parameter; the step and the
+// learning rate are replicated scalars.
 //===----------------------------------------------------------------------===//
 
 ShardingRule SgdUpdateOp::getShardingRule() {
-  return ShardingRule::elementwise(*this);
+  ShardingRule rule;
+  TensorFactors p = addFactors(rule, shapeOf(getParam()));
+  rule.operands = {p, p, {}};
+  rule.results = {p};
+  return rule;
 }
 
 ShardingRule AdamwUpdateOp::getShardingRule() {
   ShardingRule rule;
   TensorFactors p = addFactors(rule, shapeOf(getParam()));
-  rule.operands = {p, p, p, p, {}};
+  rule.operands = {p, p, p, p, {}, {}};
   rule.results = {p, p, p};
   return rule;
 }

@@ -145,8 +145,10 @@ def Tsr_OptimizerUpdateOpInterface
     shards the parameter, its gradient and its optimizer state over dp)
     see it. Contract: result 0 is the updated parameter and results 1... the
     updated optimizer state, in the order of getOptimizerState(); every
-    result has the parameter's type. Other operands (AdamW's step count)
-    are scalars the update only reads.
+    result has the parameter's type. Other operands are f32 0-D scalars the
+    update only reads: the learning rate (getLearningRateOperand(); a
+    runtime input, the "hyper" argument "lr", so LR schedules need no
+    recompilation) and AdamW's step count.
   }];
   let methods = [
     InterfaceMethod<[{
@@ -154,6 +156,9 @@ def Tsr_OptimizerUpdateOpInterface
       }], "::mlir::OpOperand &", "getParamOperand">,
     InterfaceMethod<"The gradient operand (the parameter's shape).",
       "::mlir::OpOperand &", "getGradOperand">,
+    InterfaceMethod<[{
+        The learning-rate operand: an f32 0-D tensor, replicated.
+      }], "::mlir::OpOperand &", "getLearningRateOperand">,
     InterfaceMethod<[{
         The optimizer-state operands, each the parameter's shape (AdamW:
         exp_avg, exp_avg_sq; SGD without momentum: none).

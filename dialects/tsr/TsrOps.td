@@ -42,6 +42,16 @@ def Tsr_StaticTensor : Type<
          CPred<"::llvm::cast<::mlir::RankedTensorType>($_self).hasStaticShape()">]>,
     "statically shaped tensor", "::mlir::RankedTensorType">;
 
+// An f32 0-D tensor (a runtime scalar such as the learning rate); buildable,
+// so assembly formats need not spell its type.
+def Tsr_F32Scalar : Type<
+    And<[AnyRankedTensor.predicate,
+         CPred<"::llvm::cast<::mlir::RankedTensorType>($_self).getRank() == 0">,
+         CPred<"::llvm::cast<::mlir::RankedTensorType>($_self)"
+               ".getElementType().isF32()">]>,
+    "0-D f32 tensor", "::mlir::RankedTensorType">,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
+
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//
@@ -952,17 +962,24 @@ def Tsr_SgdUpdateOp : Tsr_ContractOp<"sgd_update",
   let summary = "torch.optim.SGD step without momentum.";
   let description = [{
     `g' = grad + weight_decay·param; result = param − lr·g'`, exactly
-    torch.optim.SGD (momentum 0).
+    torch.optim.SGD (momentum 0). `lr` is this step's learning rate, an f32
+    0-D tensor read at run time (normally the @train_step argument with
+    `tsr.role = "hyper"`, `tsr.name = "lr"`, which the runtime sets before
+    every step from the LR schedule), so a schedule needs no recompilation;
+    its sharding is replicated. `weight_decay` (>= 0) is per parameter:
+    `tsr-build-train-step exclude-weight-decay=1` sets 0 for biases and 1-D
+    parameters (Megatron-LM's no-weight-decay group).
 
     ```mlir
-    %p1 = tsr.sgd_update %p, %g {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32}
+    %p1 = tsr.sgd_update %p, %g, %lr {weight_decay = 0.0 : f32}
         : tensor<64x64xf32>
     ```
   }];
   let arguments = (ins Tsr_StaticTensor:$param, Tsr_StaticTensor:$grad,
-                       F32Attr:$lr, F32Attr:$weight_decay);
+                       Tsr_F32Scalar:$lr, F32Attr:$weight_decay);
   let results = (outs Tsr_StaticTensor:$result);
-  let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
+  let assemblyFormat =
+      "$param `,` $grad `,` $lr attr-dict `:` type($result)";
 }
 
 def Tsr_AdamwUpdateOp : Tsr_ContractOp<"adamw_update",
@@ -974,24 +991,29 @@ def Tsr_AdamwUpdateOp : Tsr_ContractOp<"adamw_update",
     With t = `step` (f32 scalar, already incremented): p ← p·(1 − lr·wd);
     m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²; p ← p − lr/(1−β1^t) ·
     m / (sqrt(v)/sqrt(1−β2^t) + eps). Exactly torch.optim.AdamW
-    (amsgrad=False).
+    (amsgrad=False). `lr` is this step's learning rate, an f32 0-D tensor
+    read at run time (as for `tsr.sgd_update`: the "hyper" argument "lr",
+    replicated); `weight_decay` is per parameter (0 for Megatron-LM's
+    no-weight-decay group).
 
     ```mlir
-    %p1, %m1, %v1 = tsr.adamw_update %p, %g, %m, %v, %t
-        {lr = 1.0e-03 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32,
+    %p1, %m1, %v1 = tsr.adamw_update %p, %g, %m, %v, %t, %lr
+        {beta1 = 0.9 : f32, beta2 = 0.999 : f32,
          eps = 1.0e-08 : f32, weight_decay = 0.01 : f32}
         : tensor<64x64xf32>, tensor<f32>
     ```
   }];
   let arguments = (ins Tsr_StaticTensor:$param, Tsr_StaticTensor:$grad,
                        Tsr_StaticTensor:$exp_avg, Tsr_StaticTensor:$exp_avg_sq,
-                       0DTensorOf<[F32]>:$step, F32Attr:$lr, F32Attr:$beta1,
+                       0DTensorOf<[F32]>:$step, Tsr_F32Scalar:$lr,
+                       F32Attr:$beta1,
                        F32Attr:$beta2, F32Attr:$eps, F32Attr:$weight_decay);
   let results = (outs Tsr_StaticTensor:$new_param,
                       Tsr_StaticTensor:$new_exp_avg,
                       Tsr_StaticTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step attr-dict `:`
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step `,` $lr attr-dict
+    `:`
     type($param) `,` type($step)
   }];
 }

@@ -142,7 +142,7 @@ struct StepState {
   RankedTensorType scalarF32;
   // planSignature
   SmallVector<NewArg> args;
-  unsigned optStateBegin = 0, optStateEnd = 0, labelsArg = 0;
+  unsigned optStateBegin = 0, optStateEnd = 0, lrArg = 0, labelsArg = 0;
   SmallVector<Type> resultTypes;
   SmallVector<DictionaryAttr> resultAttrs;
   // createTrainStep, appendLoss
@@ -194,6 +194,16 @@ struct BuildTrainStepPass
   void appendOptimizer(OpBuilder &builder, StepState &s,
                        ArrayRef<Value> paramValues, ArrayRef<Value> grads);
   void cleanup(func::FuncOp trainStep);
+  /// Megatron-LM's no-weight-decay group (megatron/core/optimizer
+  /// _get_param_groups): biases (names ending in ".bias") and 1-D (or 0-D)
+  /// parameters such as LayerNorm weights.
+  static bool isNoWeightDecay(const StepState &s, unsigned k) {
+    func::FuncOp forward = s.forward;
+    Value p = forward.getArgument(s.params[k]);
+    auto name = cast<StringAttr>(forwardAttrs(forward, s.params[k]).get(kName));
+    return cast<RankedTensorType>(p.getType()).getRank() <= 1 ||
+           name.getValue().ends_with(".bias");
+  }
 };
 
 LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
@@ -341,14 +351,16 @@ LogicalResult BuildTrainStepPass::classifyArguments(StepState &s) {
 }
 
 /// @train_step's arguments (params, frozen, optimizer state, inputs (tokens),
-/// labels) and results (loss, updated params, updated optimizer state).
+/// labels, the learning rate) and results (loss, updated params, updated
+/// optimizer state).
 void BuildTrainStepPass::planSignature(StepState &s) {
   MLIRContext *ctx = &getContext();
   Builder b(ctx);
   func::FuncOp forward = s.forward;
   bool adamw = optimizer == "adamw";
 
-  // Arguments: params, frozen, optimizer state, inputs (tokens), labels.
+  // Arguments: params, frozen, optimizer state, inputs (tokens), labels,
+  // lr.
   SmallVector<NewArg> &args = s.args;
   for (unsigned i : s.params)
     args.push_back(
@@ -394,6 +406,16 @@ void BuildTrainStepPass::planSignature(StepState &s) {
     args.push_back({s.labelsType, attrs, -1});
   }
   s.labelsArg = args.size() - 1;
+  // The learning rate: a runtime input ("hyper", the last
+  // argument), so that LR schedules need
+  // no recompilation.
+  {
+    NamedAttrList attrs;
+    attrs.set(kRole, b.getStringAttr("hyper"));
+    attrs.set(kName, b.getStringAttr("lr"));
+    args.push_back({s.scalarF32, attrs, -1});
+    s.lrArg = args.size() - 1;
+  }
 
   // Results: loss, updated params, updated optimizer state.
   s.resultTypes = {s.scalarF32};
@@ -486,8 +508,9 @@ void BuildTrainStepPass::appendOptimizer(OpBuilder &builder, StepState &s,
   bool adamw = optimizer == "adamw";
   SmallVector<Value> results = {s.loss};
   SmallVector<Value> newOptState;
-  FloatAttr lrAttr = builder.getF32FloatAttr(lr);
+  Value lrValue = entry->getArgument(s.lrArg);
   FloatAttr wdAttr = builder.getF32FloatAttr(effectiveWeightDecay());
+  FloatAttr noWdAttr = builder.getF32FloatAttr(0.0);
   Value newStep;
   if (adamw) {
     Value step = entry->getArgument(s.optStateBegin + 2 * s.params.size());
@@ -497,9 +520,11 @@ void BuildTrainStepPass::appendOptimizer(OpBuilder &builder, StepState &s,
   for (auto [k, p] : llvm::enumerate(paramValues)) {
     Value g = grads[k];
     Location loc = s.forward.getArgument(s.params[k]).getLoc();
+    FloatAttr wd =
+        excludeWeightDecay && isNoWeightDecay(s, k) ? noWdAttr : wdAttr;
     if (!adamw) {
       results.push_back(g ? tsr::SgdUpdateOp::create(builder, loc, p.getType(),
-                                                     p, g, lrAttr, wdAttr)
+                                                     p, g, lrValue, wd)
                                 .getResult()
                           : p);
       continue;
@@ -514,8 +539,8 @@ void BuildTrainStepPass::appendOptimizer(OpBuilder &builder, StepState &s,
     }
     auto update = tsr::AdamwUpdateOp::create(
         builder, loc, p.getType(), p.getType(), p.getType(), p, g, m, v,
-        newStep, lrAttr, builder.getF32FloatAttr(beta1),
-        builder.getF32FloatAttr(beta2), builder.getF32FloatAttr(eps), wdAttr);
+        newStep, lrValue, builder.getF32FloatAttr(beta1),
+        builder.getF32FloatAttr(beta2), builder.getF32FloatAttr(eps), wd);
     results.push_back(update.getNewParam());
     newOptState.append({update.getNewExpAvg(), update.getNewExpAvgSq()});
   }

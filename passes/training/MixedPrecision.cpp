@@ -278,12 +278,14 @@ private:
       ops.push_back(&op);
 
     // 1. f32 arguments read by compute ops (params, frozen params, float
-    // inputs; optimizer state is read only by the updates).
+    // inputs; optimizer state and the "hyper" learning rate are read only by
+    // the updates and stay f32).
     for (BlockArgument arg : body.getArguments()) {
       if (!hasElement(arg.getType(), Float32Type::get(&getContext())))
         continue;
       auto role = tsr::getArgRole(func, arg.getArgNumber());
-      if (role && role.getValue() == "opt_state")
+      if (role &&
+          (role.getValue() == "opt_state" || role.getValue() == "hyper"))
         continue;
       Operation *first = nullptr;
       for (Operation *op : ops)

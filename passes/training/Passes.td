@@ -21,7 +21,11 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
       argument, the scalar `rng.step` that `tsr.dropout` reads, replicated
       and checkpointed like AdamW's step), the token ids (the first integer input,
       `tsr.role = "tokens"`; other inputs keep "input") and the `labels`
-      (i64, the tokens' shape, `tsr.role = "labels"`);
+      (i64, the tokens' shape, `tsr.role = "labels"`) and, last, the
+      learning rate (`tsr.role = "hyper"`, `tsr.name = "lr"`, `tensor<f32>`:
+      a runtime input the runtime sets before every step from its LR
+      schedule, initially the manifest's `optimizer.lr`; replicated, never
+      returned);
     - results: the loss (`tsr.role = "loss"`, `tensor<f32>`), the updated
       params (`tsr.role = "param"`, `tsr.name`) and the updated optimizer
       state (same names as the arguments; `step' = step + 1`,
@@ -36,6 +40,11 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
     values that depend on a trainable param are differentiated. Each param is
     updated by one `tsr.sgd_update` or `tsr.adamw_update` (torch.optim
     semantics; a param the loss does not depend on is returned unchanged).
+    Weight decay applies to every param (torch.optim's default) unless
+    `exclude-weight-decay=1`: then biases (names ending in ".bias") and
+    1-D params (LayerNorm/RMSNorm weights) get `weight_decay = 0`, as
+    Megatron-LM's default parameter groups (`--weight-decay-exclude` of
+    tessera-partition).
     The new function is cleaned up by folding, dead-code elimination and CSE.
 
     Before:
@@ -51,7 +60,8 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
     ```mlir
     func.func @train_step(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param", tsr.init = ...},
                           %tok: tensor<2x3xi64> {tsr.name = "tokens", tsr.role = "tokens"},
-                          %lab: tensor<2x3xi64> {tsr.name = "labels", tsr.role = "labels"})
+                          %lab: tensor<2x3xi64> {tsr.name = "labels", tsr.role = "labels"},
+                          %lr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
         -> (tensor<f32> {tsr.name = "loss", tsr.role = "loss"},
             tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"}) {
       %x = tsr.gather %w, %tok : ...
@@ -64,7 +74,7 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
       %dl2 = tsr.cross_entropy_grad %l2, %y, %dsum : ...
       %dx = tsr.reshape %dl2 : tensor<6x4xf32> -> tensor<2x3x4xf32>
       %dw = tsr.gather_grad %tok, %dx : ... -> tensor<8x4xf32>
-      %w1 = tsr.sgd_update %w, %dw {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+      %w1 = tsr.sgd_update %w, %dw, %lr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
       return %loss, %w1 : tensor<f32>, tensor<8x4xf32>
     }
     ```
@@ -79,7 +89,13 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
   let options = [
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
            "Optimizer: sgd or adamw (torch.optim semantics)">,
-    Option<"lr", "lr", "double", /*default=*/"1e-3", "Learning rate">,
+    Option<"lr", "lr", "double", /*default=*/"1e-3",
+           "Default (peak) learning rate, checked >= 0; the step reads the "
+           "learning rate from its \"hyper\" argument \"lr\" at run time">,
+    Option<"excludeWeightDecay", "exclude-weight-decay", "bool",
+           /*default=*/"false",
+           "No weight decay for biases and 1-D params (Megatron-LM); default: "
+           "decay every param (torch.optim)">,
     Option<"weightDecay", "weight-decay", "double", /*default=*/"-1.0",
            "Weight decay; negative means the optimizer's default (adamw "
            "0.01, sgd 0)">,
@@ -181,7 +197,7 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     %y = tsr.matmul %x, %w : tensor<8x64xf32>, tensor<64x64xf32> -> tensor<8x64xf32>
     ...
     %dw = tsr.matmul %x, %dy {transpose_lhs = true} : ... -> tensor<64x64xf32>
-    %w1 = tsr.sgd_update %w, %dw {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<64x64xf32>
+    %w1 = tsr.sgd_update %w, %dw, %lr {weight_decay = 0.0 : f32} : tensor<64x64xf32>
     ```
     After (`precision=bf16`):
     ```mlir
@@ -190,7 +206,7 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
     ...
     %dw = tsr.matmul %xb, %dy {transpose_lhs = true} : ... -> tensor<64x64xbf16>
     %dwf = tsr.convert %dw : tensor<64x64xbf16> -> tensor<64x64xf32>
-    %w1 = tsr.sgd_update %w, %dwf {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<64x64xf32>
+    %w1 = tsr.sgd_update %w, %dwf, %lr {weight_decay = 0.0 : f32} : tensor<64x64xf32>
     ```
     `precision=fp16` retypes to f16 exactly as bf16 does and adds static
     loss scaling (Micikevicius et al., 2018), since fp16's range is narrow

@@ -144,7 +144,7 @@ def ZeroSharding
     %g = shard.all_reduce %gl on @grid grid_axes = [0]
         : tensor<64x32xf32> -> tensor<64x32xf32>
     ...
-    %p1, %m1, %v1 = tsr.adamw_update %p, %g, %m, %v, %t {...}
+    %p1, %m1, %v1 = tsr.adamw_update %p, %g, %m, %v, %t, %lr {...}
         : tensor<64x32xf32>, tensor<f32>
     ```
     After `stage=1` (`%m`, `%v` are now tensor<32x32xf32> arguments):
@@ -153,7 +153,7 @@ def ZeroSharding
         : tensor<64x32xf32> -> tensor<32x32xf32>
     %ps = shard.all_slice %p on @grid grid_axes = [0] slice_axis = 0
         : tensor<64x32xf32> -> tensor<32x32xf32>
-    %p1s, %m1, %v1 = tsr.adamw_update %ps, %gs, %m, %v, %t {...}
+    %p1s, %m1, %v1 = tsr.adamw_update %ps, %gs, %m, %v, %t, %lr {...}
         : tensor<32x32xf32>, tensor<f32>
     %p1 = shard.all_gather %p1s on @grid grid_axes = [0] gather_axis = 0
         : tensor<32x32xf32> -> tensor<64x32xf32>

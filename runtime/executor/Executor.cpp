@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 
@@ -169,6 +170,19 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
           return fail(plan.source() + ": optimizer state '" + a.name +
                       "': " + llvm::toString(zeros.takeError()));
         ex->state[a.index] = std::move(*zeros);
+      }
+      break;
+    case Role::Hyper:
+      if (held) {
+        // The manifest's value until setHyper (Manifest::parse checked it).
+        Tensor host = Tensor::zeros(DType::F32, {});
+        host.data<float>()[0] =
+            static_cast<float>(*m.optimizer.getNumber(a.name));
+        llvm::Expected<Tensor> value = backend.upload(host);
+        if (!value)
+          return fail(plan.source() + ": '" + a.name +
+                      "': " + llvm::toString(value.takeError()));
+        ex->state[a.index] = std::move(*value);
       }
       break;
     case Role::Tokens:
@@ -406,6 +420,26 @@ llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
   record(TraceEvent::Kind::Step, -1, -1, start);
   ++steps;
   return static_cast<double>(loss->data<float>()[0]);
+}
+
+llvm::Error Executor::setHyper(llvm::StringRef name, double value) {
+  int64_t i = planRef.manifest().findArgument(name, Role::Hyper);
+  if (i < 0)
+    return fail(planRef.source() +
+                ": setHyper: the plan has no \"hyper\" "
+                "argument '" +
+                name + "'");
+  if (!std::isfinite(value))
+    return fail(
+        llvm::formatv("setHyper: '{0}' = {1} is not finite", name, value));
+  if (state[i].isNull()) // another pipeline stage's
+    return llvm::Error::success();
+  Tensor host = Tensor::zeros(DType::F32, {});
+  host.data<float>()[0] = static_cast<float>(value);
+  // In place: captured CUDA graphs keep the buffer's address.
+  if (llvm::Error err = backend->copyFromHost(host, state[i]))
+    return fail("setHyper: '" + name + "': " + llvm::toString(std::move(err)));
+  return llvm::Error::success();
 }
 
 const Tensor *Executor::localValue(llvm::StringRef name, Role role) const {

@@ -120,6 +120,13 @@ public:
   /// (@backward_1)"), then the op.
   llvm::Expected<double> step(const Tensor &tokens, const Tensor &labels);
 
+  /// Sets the "hyper" argument `name` (e.g. "lr", this step's learning
+  /// rate) to `value` (rounded to f32) for the steps that follow; until
+  /// then it is the manifest's "optimizer" value of that name. Not
+  /// collective: every rank must set the same value. Errors: the plan has
+  /// no such argument, the value is not finite, backend copy failures.
+  llvm::Error setHyper(llvm::StringRef name, double value);
+
   /// This rank's current value of argument `name` with `role`, or null
   /// (also for arguments of other pipeline stages).
   const Tensor *localValue(llvm::StringRef name, Role role = Role::Param) const;

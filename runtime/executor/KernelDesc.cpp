@@ -813,14 +813,23 @@ llvm::Error decodeCrossEntropy(KernelDesc &d, Types ins, Types outs,
   return llvm::Error::success();
 }
 
+/// An optimizer's runtime scalar (AdamW's step, the learning rate): f32,
+/// one element.
+llvm::Error expectScalarF32(const TensorType &t, llvm::StringRef what) {
+  RETURN_IF_ERROR(expectDType(t, {DType::F32}, what));
+  if (numelOf(t) != 1)
+    return fail(what + " must have one element, got " + typeStr(t));
+  return llvm::Error::success();
+}
+
 llvm::Error decodeSgdUpdate(KernelDesc &d, Types ins, Types outs,
                             AttrReader &attrs, const CompileOptions &options) {
-  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectCounts(ins, outs, 3, 1));
   RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "param"));
-  RETURN_IF_ERROR(expectSame(ins));
+  RETURN_IF_ERROR(expectSame(ins.take_front(2)));
+  RETURN_IF_ERROR(expectScalarF32(ins[2], "lr"));
   RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
   SgdAttrs a;
-  a.lr = hyperParameter(options, "lr", attrs.floating("lr"));
   a.weightDecay =
       hyperParameter(options, "weight_decay", attrs.floating("weight_decay"));
   RETURN_IF_ERROR(attrs.takeError());
@@ -831,16 +840,14 @@ llvm::Error decodeSgdUpdate(KernelDesc &d, Types ins, Types outs,
 llvm::Error decodeAdamwUpdate(KernelDesc &d, Types ins, Types outs,
                               AttrReader &attrs,
                               const CompileOptions &options) {
-  RETURN_IF_ERROR(expectCounts(ins, outs, 5, 3));
+  RETURN_IF_ERROR(expectCounts(ins, outs, 6, 3));
   RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "param"));
   RETURN_IF_ERROR(expectSame(ins.take_front(4)));
-  RETURN_IF_ERROR(expectDType(ins[4], {DType::F32}, "step"));
-  if (numelOf(ins[4]) != 1)
-    return fail("step must have one element, got " + typeStr(ins[4]));
+  RETURN_IF_ERROR(expectScalarF32(ins[4], "step"));
+  RETURN_IF_ERROR(expectScalarF32(ins[5], "lr"));
   for (size_t i = 0; i < 3; ++i)
     RETURN_IF_ERROR(expectResult(outs, i, ins[0]));
   AdamwAttrs a;
-  a.lr = hyperParameter(options, "lr", attrs.floating("lr"));
   a.beta1 = hyperParameter(options, "beta1", attrs.floating("beta1"));
   a.beta2 = hyperParameter(options, "beta2", attrs.floating("beta2"));
   a.eps = hyperParameter(options, "eps", attrs.floating("eps"));

@@ -183,15 +183,17 @@ struct CrossEntropyAttrs {
   int64_t scratchPerRow = 0;
 };
 
-/// sgd_update: `lr`, `weight_decay` (hyperParameter-resolved).
+/// sgd_update (param, grad, lr): `weight_decay` (hyperParameter-resolved).
+/// The learning rate is operand 2, an f32 scalar read at run time.
 struct SgdAttrs {
-  double lr = 0, weightDecay = 0;
+  double weightDecay = 0;
 };
 
-/// adamw_update: `lr`, `beta1`, `beta2`, `eps`, `weight_decay`
-/// (hyperParameter-resolved).
+/// adamw_update (param, grad, exp_avg, exp_avg_sq, step, lr): `beta1`,
+/// `beta2`, `eps`, `weight_decay` (hyperParameter-resolved). The learning
+/// rate is operand 5, an f32 scalar read at run time.
 struct AdamwAttrs {
-  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
+  double beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
 };
 
 /// dropout (tsr.dropout, common/random/Philox.h): operands (x, step) where

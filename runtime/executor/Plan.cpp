@@ -35,6 +35,8 @@ const char *exec::roleName(Role role) {
     return "frozen";
   case Role::OptState:
     return "opt_state";
+  case Role::Hyper:
+    return "hyper";
   case Role::Tokens:
     return "tokens";
   case Role::Labels:
@@ -46,8 +48,8 @@ const char *exec::roleName(Role role) {
 }
 
 static std::optional<Role> parseRole(llvm::StringRef s) {
-  for (Role r : {Role::Param, Role::Frozen, Role::OptState, Role::Tokens,
-                 Role::Labels, Role::Loss})
+  for (Role r : {Role::Param, Role::Frozen, Role::OptState, Role::Hyper,
+                 Role::Tokens, Role::Labels, Role::Loss})
     if (s == roleName(r))
       return r;
   return std::nullopt;
@@ -286,7 +288,7 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     std::optional<Role> role = parseRole(a->getString("role").value_or(""));
     if (!role || *role == Role::Loss)
       return what("unknown \"role\" (expected param, frozen, opt_state, "
-                  "tokens or labels)");
+                  "hyper, tokens or labels)");
     spec.role = *role;
     std::optional<DType> dtype = parseDType(a->getString("dtype").value_or(""));
     if (!dtype)
@@ -315,8 +317,18 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
                   shapeToString(spec.layout.localShape(m.gridShape)) +
                   " on this grid but \"local_shape\" is " +
                   shapeToString(spec.localShape));
+    if (spec.role == Role::Hyper &&
+        (spec.dtype != DType::F32 || !spec.shape.empty() ||
+         !spec.layout.usedAxes().empty()))
+      return what("a \"hyper\" argument must be a replicated f32 scalar "
+                  "(shape [])");
+    if (spec.role == Role::Hyper && !m.optimizer.getNumber(spec.name))
+      return what(
+          "a \"hyper\" argument needs its initial value, \"optimizer\": "
+          "{\"" +
+          spec.name + "\": <number>}");
     if ((spec.role == Role::Param || spec.role == Role::Frozen ||
-         spec.role == Role::OptState) &&
+         spec.role == Role::OptState || spec.role == Role::Hyper) &&
         m.findArgument(spec.name, spec.role) >= 0 &&
         m.findArgument(spec.name, spec.role) != spec.index)
       return what("name repeated");

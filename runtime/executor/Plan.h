@@ -22,7 +22,10 @@
 //     last fastest; default, for older artifacts, the axis order)
 //     Argument roles: "param" (trainable, initial value = the tensor of that
 //     name), "frozen" (likewise, never updated), "opt_state" (starts at
-//     zeros), "tokens", "labels" (global [B, S] i64). Result roles: "loss"
+//     zeros), "hyper" (an f32 0-D replicated scalar the runtime sets before
+//     every step, Executor::setHyper; names: "lr", this step's learning
+//     rate, initially the manifest's "optimizer" "lr"; not checkpointed),
+//     "tokens", "labels" (global [B, S] i64). Result roles: "loss"
 //     (f32 scalar, the global mean), "param" / "opt_state" (replace the
 //     argument of the same name for the next step).
 //
@@ -87,7 +90,7 @@ namespace runtime {
 namespace exec {
 
 /// Roles of program arguments and results.
-enum class Role { Param, Frozen, OptState, Tokens, Labels, Loss };
+enum class Role { Param, Frozen, OptState, Hyper, Tokens, Labels, Loss };
 /// "param", "frozen", ...
 const char *roleName(Role role);
 

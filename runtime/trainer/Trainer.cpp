@@ -474,6 +474,42 @@ std::string Trainer::checkMemoryPerDevice(const exec::Manifest &m) const {
   return "";
 }
 
+/// The LR schedule of the flags, its peak defaulting to the plan's compiled
+/// "optimizer" "lr" and --lr-decay-iters to --steps; "" or the error. Plans
+/// without the "hyper" argument "lr" (older artifacts) run at their
+/// compiled rate and refuse schedule flags.
+std::string Trainer::makeLrSchedule(const exec::Manifest &m) {
+  if (m.findArgument("lr", exec::Role::Hyper) < 0) {
+    if (opts.lrScheduleRequested)
+      return opts.planPath +
+             " has no \"hyper\" argument 'lr' (compiled before learning "
+             "rates became runtime inputs): recompile it with "
+             "tessera-partition to use --lr or an LR schedule";
+    return "";
+  }
+  LrScheduleOptions o;
+  std::optional<double> compiled = m.optimizer.getNumber("lr");
+  o.lr = opts.lr ? *opts.lr : compiled.value_or(0);
+  o.minLr = opts.minLr;
+  o.warmupInit = opts.lrWarmupInit;
+  o.warmupIters = opts.lrWarmupIters;
+  o.decayIters = opts.lrDecayIters ? *opts.lrDecayIters : opts.steps;
+  o.wsdDecayIters = opts.lrWsdDecayIters;
+  llvm::Expected<LrDecayStyle> style = parseLrDecayStyle(opts.lrDecayStyle);
+  if (!style)
+    return llvm::toString(style.takeError());
+  o.decayStyle = *style;
+  llvm::Expected<WsdDecayStyle> wsd = parseWsdDecayStyle(opts.lrWsdDecayStyle);
+  if (!wsd)
+    return llvm::toString(wsd.takeError());
+  o.wsdDecayStyle = *wsd;
+  llvm::Expected<LrSchedule> made = LrSchedule::create(o);
+  if (!made)
+    return llvm::toString(made.takeError());
+  lrSchedule = std::move(*made);
+  return "";
+}
+
 /// Opens the backend, plan, data and metrics (no collective); returns "" or
 /// this rank's first error.
 std::string Trainer::openJob(bool timeoutOk) {
@@ -518,6 +554,9 @@ std::string Trainer::openJob(bool timeoutOk) {
 
   if (error.empty() && opts.memoryPerDevice)
     error = checkMemoryPerDevice(plan->manifest());
+
+  if (error.empty())
+    error = makeLrSchedule(plan->manifest());
 
   if (error.empty()) {
     std::optional<TokenDType> dtype;
@@ -814,9 +853,21 @@ void Trainer::train() {
 }
 
 /// Before step `step` (0-based): sets this step's runtime hyper-parameters
-/// (manifest role "hyper", Executor::setHyper), e.g. the learning rate of
-/// an LR schedule, which depends on the global step only. Nothing yet.
-void Trainer::setStepHypers(int64_t step) { (void)step; }
+/// (manifest role "hyper", Executor::setHyper): the learning rate of the LR
+/// schedule, which depends on the global step only (so a resumed run gets
+/// the unbroken run's rates). The step's metrics record gets "lr": the
+/// value this step used (before its f32 rounding), as torch's get_last_lr()
+/// before the step; Megatron-LM's log reads the param group after its
+/// scheduler has stepped, i.e. the next iteration's rate.
+void Trainer::setStepHypers(int64_t step) {
+  if (!lrSchedule)
+    return;
+  double lr = lrSchedule->lr(step);
+  if (llvm::Error err = executor->setHyper("lr", lr))
+    abortAll(*world, "step " + std::to_string(step) + ": " +
+                         llvm::toString(std::move(err)));
+  stepExtras.emplace_back("lr", lr);
+}
 
 /// After `stepsDone` steps, on every rank: evaluation every N steps
 /// (collective); adds its values (e.g. "eval_loss") to stepExtras for the

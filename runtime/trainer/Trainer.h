@@ -52,6 +52,7 @@
 #include "runtime/executor/Executor.h"
 #include "runtime/executor/Plan.h"
 #include "runtime/metrics/Metrics.h"
+#include "runtime/trainer/LrSchedule.h"
 #include "runtime/trainer/TensorDump.h"
 
 #include <cstdint>
@@ -101,6 +102,21 @@ struct TrainerOptions {
   std::string loadDir;
   /// --no-load-optim: load params and frozen tensors only.
   bool noLoadOptim = false;
+
+  // --- Learning-rate schedule (Megatron-LM's flags; LrSchedule.h) ---------
+  /// --lr: the peak; unset: the plan's compiled "optimizer" "lr".
+  std::optional<double> lr;
+  double minLr = 0;                      ///< --min-lr
+  double lrWarmupInit = 0;               ///< --lr-warmup-init
+  int64_t lrWarmupIters = 0;             ///< --lr-warmup-iters
+  std::string lrDecayStyle = "constant"; ///< --lr-decay-style
+  /// --lr-decay-iters; unset: --steps (Megatron: --train-iters).
+  std::optional<int64_t> lrDecayIters;
+  int64_t lrWsdDecayIters = 0;                 ///< --lr-wsd-decay-iters
+  std::string lrWsdDecayStyle = "exponential"; ///< --lr-wsd-decay-style
+  /// Whether any schedule flag was given (a plan without the "hyper"
+  /// argument "lr" then is an error).
+  bool lrScheduleRequested = false;
 };
 
 /// One training job on every rank of the world communicator (see the file
@@ -122,6 +138,7 @@ private:
   // Opening the job (no collective): "" or this rank's first error.
   std::string checkOptions(bool timeoutOk) const;
   std::string checkMemoryPerDevice(const exec::Manifest &m) const;
+  std::string makeLrSchedule(const exec::Manifest &m);
   std::string openJob(bool timeoutOk);
 
   // The step loop and its hooks (see the file comment).
@@ -175,6 +192,10 @@ private:
   /// Extra values for the current step's metrics record, filled by the
   /// hooks (e.g. "eval_loss"); cleared before each step.
   std::vector<std::pair<std::string, double>> stepExtras;
+
+  /// The learning rate of every step, set before it (plans with the
+  /// "hyper" argument "lr"; unset for older artifacts).
+  std::optional<LrSchedule> lrSchedule;
 
   /// The first step to run: 0, or the step a --load checkpoint recorded.
   int64_t startStep = 0;

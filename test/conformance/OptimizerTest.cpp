@@ -23,15 +23,15 @@ namespace {
 TESSERA_CONFORMANCE_FAMILY(OptimizerTest, "optimizers", "sgd_update",
                            "adamw_update");
 
-std::string sgdAttrs(double lr, double wd) {
-  return f32Attr("lr", lr) + ", " + f32Attr("weight_decay", wd);
+std::string sgdAttrs(double wd) { return f32Attr("weight_decay", wd); }
+
+std::string adamwAttrs(double b1, double b2, double eps, double wd) {
+  return f32Attr("beta1", b1) + ", " + f32Attr("beta2", b2) + ", " +
+         f32Attr("eps", eps) + ", " + f32Attr("weight_decay", wd);
 }
 
-std::string adamwAttrs(double lr, double b1, double b2, double eps, double wd) {
-  return f32Attr("lr", lr) + ", " + f32Attr("beta1", b1) + ", " +
-         f32Attr("beta2", b2) + ", " + f32Attr("eps", eps) + ", " +
-         f32Attr("weight_decay", wd);
-}
+/// The learning-rate operand: an f32 scalar (the "hyper" argument "lr").
+Tensor lrOperand(double lr) { return f32({}, {static_cast<float>(lr)}); }
 
 // Produced by (torch 1.13, /usr/bin/python3):
 //   p = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
@@ -42,8 +42,8 @@ TEST_P(OptimizerTest, SgdMatchesTorch) {
   llvm::json::Object manifest{{"lr", 0.1}, {"weight_decay", 0.01}};
   tessera::runtime::exec::CompileOptions options;
   options.optimizer = &manifest;
-  std::vector<Tensor> r =
-      run("sgd_update", sgdAttrs(0.1, 0.01), {p, g}, {typeOf(p)}, options);
+  std::vector<Tensor> r = run("sgd_update", sgdAttrs(0.01),
+                              {p, g, lrOperand(0.1)}, {typeOf(p)}, options);
   ASSERT_EQ(r.size(), 1u);
   expectNear(r[0], {3},
              {0.4894999861717224, -0.9789999723434448, 1.968000054359436}, 2e-7,
@@ -63,9 +63,11 @@ TEST_P(OptimizerTest, AdamWMatchesTorchOverTwoSteps) {
   Tensor zeros = f32({2, 3}, std::vector<float>(6, 0.0f));
   Tensor g1 = f32({2, 3}, {0.1f, -0.2f, 0.3f, 0.0f, 1.5f, -0.05f});
   Tensor g2 = f32({2, 3}, {-0.3f, 0.25f, 0.0f, 0.7f, -1.0f, 0.01f});
-  std::string attrs = adamwAttrs(1e-2, 0.9, 0.999, 1e-8, 0.1);
+  std::string attrs = adamwAttrs(0.9, 0.999, 1e-8, 0.1);
   // As in a plan: the manifest holds torch's doubles (with only the f32
-  // attributes, 1 - beta2 would be 0.00099998713 instead of 0.001).
+  // attributes, 1 - beta2 would be 0.00099998713 instead of 0.001); the
+  // learning rate is the f32 operand (f32(0.01) is within 2.3e-8 relative
+  // of torch's double, far inside the tolerance).
   llvm::json::Object manifest{{"lr", 1e-2},
                               {"beta1", 0.9},
                               {"beta2", 0.999},
@@ -75,8 +77,9 @@ TEST_P(OptimizerTest, AdamWMatchesTorchOverTwoSteps) {
   options.optimizer = &manifest;
   TensorType t = typeOf(p);
   std::vector<Tensor> s1 =
-      run("adamw_update", attrs, {p, g1, zeros, zeros, f32({}, {1.0f})},
-          {t, t, t}, options);
+      run("adamw_update", attrs,
+          {p, g1, zeros, zeros, f32({}, {1.0f}), lrOperand(1e-2)}, {t, t, t},
+          options);
   ASSERT_EQ(s1.size(), 3u);
   expectNear(s1[0], {2, 3},
              {0.4895000159740448, -0.9890000224113464, 1.9880000352859497, 0.0,
@@ -92,7 +95,8 @@ TEST_P(OptimizerTest, AdamWMatchesTorchOverTwoSteps) {
               2.5000001642183634e-06},
              3e-7, 1e-14, "v1");
   std::vector<Tensor> s2 =
-      run("adamw_update", attrs, {s1[0], g2, s1[1], s1[2], f32({1}, {2.0f})},
+      run("adamw_update", attrs,
+          {s1[0], g2, s1[1], s1[2], f32({1}, {2.0f}), lrOperand(1e-2)},
           {t, t, t}, options);
   ASSERT_EQ(s2.size(), 3u);
   expectNear(s2[0], {2, 3},
@@ -116,7 +120,8 @@ TEST_P(OptimizerTest, RandomTensorsMatchTheFormulas) {
   constexpr int64_t n = 4099;
   Tensor p = randomF32({n}, 1), g = randomF32({n}, 2, -1e-2f, 1e-2f);
   Tensor m = randomF32({n}, 3, -1e-2f, 1e-2f), v = randomF32({n}, 4, 0, 1e-4f);
-  // The f32 attributes as the kernel sees them (no manifest).
+  // The f32 attributes and lr operand as the kernel sees them (no
+  // manifest).
   double lr = 3e-4f, b1 = 0.8f, b2 = 0.95f, eps = 1e-6f, wd = 0.1f;
   double step = 7;
   std::vector<double> pv = values(p), gv = values(g), mv = values(m),
@@ -130,37 +135,47 @@ TEST_P(OptimizerTest, RandomTensorsMatchTheFormulas) {
     ws[i] = pv[i] - lr * (gv[i] + wd * pv[i]);
   }
   TensorType t = typeOf(p);
-  std::vector<Tensor> r = run("adamw_update", adamwAttrs(lr, b1, b2, eps, wd),
-                              {p, g, m, v, f32({}, {7.0f})}, {t, t, t});
+  std::vector<Tensor> r =
+      run("adamw_update", adamwAttrs(b1, b2, eps, wd),
+          {p, g, m, v, f32({}, {7.0f}), lrOperand(lr)}, {t, t, t});
   ASSERT_EQ(r.size(), 3u);
   expectNear(r[0], {n}, wp, 1e-6, 1e-7, "p");
   expectNear(r[1], {n}, wm, 1e-6, 1e-10, "m");
   expectNear(r[2], {n}, wv, 1e-6, 1e-12, "v");
-  r = run("sgd_update", sgdAttrs(lr, wd), {p, g}, {t});
+  r = run("sgd_update", sgdAttrs(wd), {p, g, lrOperand(lr)}, {t});
   ASSERT_EQ(r.size(), 1u);
   expectNear(r[0], {n}, ws, 1e-6, 1e-8, "sgd p");
 }
 
 TEST_P(OptimizerTest, LoadErrors) {
   TensorType p{DType::F32, {3}}, s{DType::F32, {}};
-  EXPECT_EQ(loadError("sgd_update", f32Attr("weight_decay", 0), {p, p}, {p}),
-            "missing attribute 'lr'");
-  EXPECT_EQ(loadError("sgd_update", sgdAttrs(0.1, 0),
-                      {p, TensorType{DType::F32, {4}}}, {p}),
+  // The learning rate is operand 2 (sgd) / 5 (adamw), not an attribute.
+  EXPECT_EQ(loadError("sgd_update", sgdAttrs(0), {p, p}, {p}),
+            "expects 3 operand(s) and 1 result(s), got 2 and 1");
+  EXPECT_EQ(loadError("sgd_update", f32Attr("lr", 0.1), {p, p, s}, {p}),
+            "missing attribute 'weight_decay'");
+  EXPECT_EQ(loadError("sgd_update", sgdAttrs(0),
+                      {p, TensorType{DType::F32, {4}}, s}, {p}),
             "operand #1 has type tensor<4xf32> but operand #0 has "
             "tensor<3xf32>; they must match");
-  EXPECT_EQ(loadError("adamw_update", adamwAttrs(1e-3, 0.9, 0.999, 1e-8, 0.01),
-                      {p, p, p, p, TensorType{DType::F32, {2}}}, {p, p, p}),
+  EXPECT_EQ(loadError("sgd_update", sgdAttrs(0),
+                      {p, p, TensorType{DType::I64, {}}}, {p}),
+            "lr has unsupported type tensor<i64>");
+  EXPECT_EQ(loadError("adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
+                      {p, p, p, p, TensorType{DType::F32, {2}}, s}, {p, p, p}),
             "step must have one element, got tensor<2xf32>");
-  EXPECT_EQ(loadError("adamw_update", adamwAttrs(1e-3, 0.9, 0.999, 1e-8, 0.01),
-                      {p, p, p, p, TensorType{DType::I64, {}}}, {p, p, p}),
+  EXPECT_EQ(loadError("adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
+                      {p, p, p, p, TensorType{DType::I64, {}}, s}, {p, p, p}),
             "step has unsupported type tensor<i64>");
+  EXPECT_EQ(loadError("adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
+                      {p, p, p, p, s, TensorType{DType::F32, {3}}}, {p, p, p}),
+            "lr must have one element, got tensor<3xf32>");
   EXPECT_EQ(
-      loadError("adamw_update", sgdAttrs(0.1, 0), {p, p, p, p, s}, {p, p, p}),
+      loadError("adamw_update", sgdAttrs(0), {p, p, p, p, s, s}, {p, p, p}),
       "missing attribute 'beta1'");
-  EXPECT_EQ(loadError("adamw_update", adamwAttrs(1e-3, 0.9, 0.999, 1e-8, 0.01),
-                      {p, p, p, p, s}, {p, p}),
-            "expects 5 operand(s) and 3 result(s), got 5 and 2");
+  EXPECT_EQ(loadError("adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
+                      {p, p, p, p, s, s}, {p, p}),
+            "expects 6 operand(s) and 3 result(s), got 6 and 2");
 }
 
 } // namespace

@@ -25,7 +25,7 @@ TESSERA_CONFORMANCE_BACKENDS(ProgramTest);
 
 constexpr int64_t N = 4, Din = 8, H = 16, V = 5;
 
-/// The step: (x, w1, w2, labels, dloss) -> (loss, w1', w2'). `arena`
+/// The step: (x, w1, w2, labels, dloss, lr) -> (loss, w1', w2'). `arena`
 /// non-empty: the function's tsrt.arena_bytes; `off(name)` gives each
 /// intermediate's tsrt.offsets (empty: none); `inPlace`: the updates
 /// overwrite w1 and w2.
@@ -42,12 +42,11 @@ std::string stepProgram(const std::string &arena,
   std::string w2Place = inPlace ? ", tsrt.in_place = array<i64: 2>, "
                                   "tsrt.offsets = array<i64: -1>"
                                 : "";
-  std::string sgd = "{attrs = {lr = 1.000000e-01 : f32, weight_decay = "
-                    "1.000000e-02 : f32}";
+  std::string sgd = "{attrs = {weight_decay = 1.000000e-02 : f32}";
   return R"(module {
   func.func @kernel(%x: tensor<4x8xf32>, %w1: tensor<8x16xf32>,
                     %w2: tensor<16x5xf32>, %labels: tensor<4xi64>,
-                    %dl: tensor<f32>)
+                    %dl: tensor<f32>, %lr: tensor<f32>)
       -> (tensor<f32>, tensor<8x16xf32>, tensor<16x5xf32>))" +
          (arena.empty()
               ? std::string()
@@ -77,12 +76,12 @@ std::string stepProgram(const std::string &arena,
     %dw1 = tsrt.kernel "matmul"(%x, %dh) {attrs = {transpose_lhs = true})" +
          o("dw1") +
          R"(} : (tensor<4x8xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
-    %w1n = tsrt.kernel "sgd_update"(%w1, %dw1) )" +
+    %w1n = tsrt.kernel "sgd_update"(%w1, %dw1, %lr) )" +
          sgd + w1Place + "}" +
-         R"( : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
-    %w2n = tsrt.kernel "sgd_update"(%w2, %dw2) )" +
+         R"( : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<f32>) -> tensor<8x16xf32>
+    %w2n = tsrt.kernel "sgd_update"(%w2, %dw2, %lr) )" +
          sgd + w2Place + "}" +
-         R"( : (tensor<16x5xf32>, tensor<16x5xf32>) -> tensor<16x5xf32>
+         R"( : (tensor<16x5xf32>, tensor<16x5xf32>, tensor<f32>) -> tensor<16x5xf32>
     return %loss, %w1n, %w2n : tensor<f32>, tensor<8x16xf32>, tensor<16x5xf32>
   }
 }
@@ -141,7 +140,8 @@ StepRef stepRef(const Tensor &xT, const Tensor &w1T, const Tensor &w2T,
     for (int64_t j = 0; j < H; ++j)
       for (int64_t i = 0; i < N; ++i)
         dw1[k * H + j] += x[i * Din + k] * dh[i * H + j];
-  // The f32 attributes, as the kernel sees them without a manifest.
+  // The lr operand (f32) and the f32 attribute, as the kernel sees them
+  // without a manifest.
   double lr = 0.1f, wd = 0.01f;
   for (size_t i = 0; i < r.w1.size(); ++i)
     r.w1[i] -= lr * (dw1[i] + wd * w1[i]);
@@ -157,7 +157,8 @@ TEST_P(ProgramTest, TrainingStepMatchesTheComposedReference) {
   Tensor dl = f32({}, {0.25f});
   StepRef want = stepRef(x, w1, w2, {4, 0, 2, 2}, 0.25);
   llvm::Expected<std::vector<Tensor>> r =
-      tryRunProgram(stepProgram("", nullptr, false), {x, w1, w2, labels, dl});
+      tryRunProgram(stepProgram("", nullptr, false),
+                    {x, w1, w2, labels, dl, f32({}, {0.1f})});
   ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
   ASSERT_EQ(r->size(), 3u);
   expectNear((*r)[0], {}, {want.loss}, 1e-5, 1e-6, "loss");
@@ -173,7 +174,7 @@ TEST_P(ProgramTest, TrainingStepMatchesTheComposedReference) {
       "2176",
       [&](const char *name) { return std::to_string(offsets.at(name)); }, true);
   llvm::Expected<std::vector<Tensor>> p =
-      tryRunProgram(planned, {x, w1, w2, labels, dl});
+      tryRunProgram(planned, {x, w1, w2, labels, dl, f32({}, {0.1f})});
   ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
   ASSERT_EQ(p->size(), 3u);
   for (size_t i = 0; i < 3; ++i)
@@ -188,9 +189,10 @@ TEST_P(ProgramTest, BadArenaOffsetsAreLoadErrors) {
           return std::string(name) == "h" ? std::to_string(hOffset) : "";
         },
         false);
-    llvm::Expected<std::vector<Tensor>> r = tryRunProgram(
-        text, {randomF32({N, Din}, 1), randomF32({Din, H}, 2),
-               randomF32({H, V}, 3), i64({N}, {0, 1, 2, 3}), f32({}, {1.0f})});
+    llvm::Expected<std::vector<Tensor>> r =
+        tryRunProgram(text, {randomF32({N, Din}, 1), randomF32({Din, H}, 2),
+                             randomF32({H, V}, 3), i64({N}, {0, 1, 2, 3}),
+                             f32({}, {1.0f}), f32({}, {0.1f})});
     return r ? std::string() : llvm::toString(r.takeError());
   };
   std::string msg = error("128", 0);

@@ -8,7 +8,8 @@
 //      --min-loss-scale M] [--vocab-parallel on|off]
 //     [--sp none|megatron|ulysses|ring] [--sp-size K] [--rank-order pp,dp,tp]
 //     [--sharding FILE.json]
-//     [--optimizer sgd|adamw] [--lr X] [--weight-decay X] [--beta1 X]
+//     [--optimizer sgd|adamw] [--lr X] [--weight-decay X]
+//     [--weight-decay-exclude] [--beta1 X]
 //     [--beta2 X] [--eps X] [--freeze REGEX] [--no-raise]
 //     [--emit plan|import|train|sharded]
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
@@ -265,6 +266,13 @@ static cl::opt<double>
     weightDecay("weight-decay",
                 cl::desc("Weight decay (default: 0.01 for adamw, 0 for sgd)"),
                 cl::init(-1), cl::cat(category));
+static cl::opt<bool> weightDecayExclude(
+    "weight-decay-exclude",
+    cl::desc("No weight decay for biases (names ending in .bias) and 1-D "
+             "parameters such as LayerNorm weights, as Megatron-LM's default "
+             "parameter groups (default: decay every parameter, as "
+             "torch.optim)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
                              cl::cat(category));
 static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"), cl::init(0.999),
@@ -509,6 +517,7 @@ static ExitCode planFromFlags(planner::Plan &plan) {
   plan.optimizer.name = optimizer;
   plan.optimizer.lr = lr;
   plan.optimizer.weightDecay = weightDecay;
+  plan.optimizer.weightDecayExclude = weightDecayExclude;
   plan.optimizer.beta1 = beta1;
   plan.optimizer.beta2 = beta2;
   plan.optimizer.eps = eps;

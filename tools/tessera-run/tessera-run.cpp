@@ -7,6 +7,9 @@
 //     [--cuda-graph] [--dump-tensors DIR] [--save-state FILE]
 //     [--save DIR [--save-interval N] [--keep-last K]]
 //     [--load DIR [--no-load-optim]]
+//     [--lr X] [--min-lr X] [--lr-warmup-init X] [--lr-warmup-iters N]
+//     [--lr-decay-style constant|linear|cosine|WSD] [--lr-decay-iters N]
+//     [--lr-wsd-decay-iters N] [--lr-wsd-decay-style STYLE]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -89,6 +92,11 @@
 // prints one line naming the lost rank (or the timeout) and the operation's
 // sequence number, and exits with status 1, even under a launcher that does
 // not end the job itself.
+//
+// Learning rate: the plan's "hyper" argument "lr" is set before every step
+// from the schedule (runtime/trainer/LrSchedule.h: Megatron-LM's
+// OptimizerParamScheduler), and each metrics record holds "lr", the rate
+// that step used. Without schedule flags it is the compiled lr throughout.
 //
 // --save / --load: distributed checkpoints, resume and resharding (see
 // runtime/trainer/TrainerCheckpoint.cpp and docs/Checkpoint.md).
@@ -258,7 +266,9 @@ static cl::opt<std::string> metricsPath(
              "step), and for fp16 plans with dynamic loss scaling "
              "\"loss_scale\" (after the step: the scale the next step uses) "
              "and \"skipped\" (1 when a non-finite gradient skipped the "
-             "step's update, else 0)}"),
+             "step's update, else 0), and \"lr\" (the learning rate the "
+             "step used, from the LR schedule; plans with the \"hyper\" "
+             "argument lr)}"),
     cl::value_desc("metrics.jsonl"), cl::cat(category));
 
 static cl::opt<std::string> memoryPerDevice(
@@ -338,6 +348,52 @@ static cl::opt<bool> noLoadOptim(
              "while the step counter and data position continue from the "
              "checkpoint, as Megatron-LM's --no-load-optim"),
     cl::init(false), cl::cat(category));
+
+// Learning-rate schedule: Megatron-LM's flags and OptimizerParamScheduler
+// semantics (runtime/trainer/LrSchedule.h gives the exact formulas).
+static cl::opt<double> lrFlag(
+    "lr",
+    cl::desc("Peak learning rate of the schedule (default: the plan's "
+             "compiled optimizer lr, the manifest's \"optimizer\" \"lr\")"),
+    cl::value_desc("X"), cl::cat(category));
+static cl::opt<double> minLr(
+    "min-lr",
+    cl::desc("Learning rate after --lr-decay-iters (decay styles decay to "
+             "it); default 0"),
+    cl::value_desc("X"), cl::init(0), cl::cat(category));
+static cl::opt<double> lrWarmupInit(
+    "lr-warmup-init",
+    cl::desc("Learning rate of step 0 of the warmup (default 0, Megatron's; "
+             "torch LinearLR(start_factor=f) is f·lr)"),
+    cl::value_desc("X"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t> lrWarmupIters(
+    "lr-warmup-iters",
+    cl::desc("Linear warmup over the first N steps: step k <= N uses "
+             "init + (lr − init)·k/N (default 0: none)"),
+    cl::value_desc("N"), cl::init(0), cl::cat(category));
+static cl::opt<std::string> lrDecayStyle(
+    "lr-decay-style",
+    cl::desc("After the warmup: constant (the default), linear, cosine "
+             "(Loshchilov & Hutter 2017, no restarts) or WSD "
+             "(warmup-stable-decay, Hu et al. 2024, MiniCPM) down to "
+             "--min-lr at --lr-decay-iters"),
+    cl::value_desc("constant|linear|cosine|WSD"), cl::init("constant"),
+    cl::cat(category));
+static cl::opt<int64_t> lrDecayIters(
+    "lr-decay-iters",
+    cl::desc("Step at which the decay reaches --min-lr (default: --steps); "
+             "later steps use --min-lr"),
+    cl::value_desc("N"), cl::cat(category));
+static cl::opt<int64_t>
+    lrWsdDecayIters("lr-wsd-decay-iters",
+                    cl::desc("WSD: the decay takes the last N steps before "
+                             "--lr-decay-iters (required with WSD)"),
+                    cl::value_desc("N"), cl::init(0), cl::cat(category));
+static cl::opt<std::string> lrWsdDecayStyle(
+    "lr-wsd-decay-style",
+    cl::desc("WSD's decay: linear, cosine, exponential (the default, "
+             "Megatron's) or minus_sqrt"),
+    cl::value_desc("STYLE"), cl::init("exponential"), cl::cat(category));
 
 static cl::opt<int64_t> logEvery(
     "log-every",
@@ -552,6 +608,21 @@ TrainerOptions optionsFromFlags() {
   o.keepLast = keepLast;
   o.loadDir = loadDir;
   o.noLoadOptim = noLoadOptim;
+  // Learning-rate schedule.
+  if (lrFlag.getNumOccurrences())
+    o.lr = lrFlag.getValue();
+  o.minLr = minLr;
+  o.lrWarmupInit = lrWarmupInit;
+  o.lrWarmupIters = lrWarmupIters;
+  o.lrDecayStyle = lrDecayStyle;
+  if (lrDecayIters.getNumOccurrences())
+    o.lrDecayIters = lrDecayIters.getValue();
+  o.lrWsdDecayIters = lrWsdDecayIters;
+  o.lrWsdDecayStyle = lrWsdDecayStyle;
+  for (const cl::Option *flag : std::initializer_list<const cl::Option *>{
+           &lrFlag, &minLr, &lrWarmupInit, &lrWarmupIters, &lrDecayStyle,
+           &lrDecayIters, &lrWsdDecayIters, &lrWsdDecayStyle})
+    o.lrScheduleRequested |= flag->getNumOccurrences() > 0;
   return o;
 }
 

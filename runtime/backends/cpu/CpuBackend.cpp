@@ -462,17 +462,24 @@ llvm::Error bindCrossEntropy(const KernelDesc &desc, Instruction &inst) {
   return llvm::Error::success();
 }
 
+/// The learning rate operand: an f32 host scalar (the "hyper" argument
+/// "lr", read at every step).
+double learningRate(const Tensor &lr) {
+  return static_cast<double>(lr.data<float>()[0]);
+}
+
 llvm::Error bindSgdUpdate(const KernelDesc &d, Instruction &inst) {
   const SgdAttrs &a = d.get<SgdAttrs>();
-  return bindNoFail(inst, [lr = a.lr, wd = a.weightDecay](In in, Out out) {
-    cpu::sgdUpdate(*in[0], *in[1], lr, wd, out[0]);
+  return bindNoFail(inst, [wd = a.weightDecay](In in, Out out) {
+    cpu::sgdUpdate(*in[0], *in[1], learningRate(*in[2]), wd, out[0]);
   });
 }
 
 llvm::Error bindAdamwUpdate(const KernelDesc &d, Instruction &inst) {
   return bindNoFail(inst, [a = d.get<AdamwAttrs>()](In in, Out out) {
-    cpu::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4], a.lr, a.beta1,
-                     a.beta2, a.eps, a.weightDecay, out[0], out[1], out[2]);
+    cpu::adamwUpdate(*in[0], *in[1], *in[2], *in[3], *in[4],
+                     learningRate(*in[5]), a.beta1, a.beta2, a.eps,
+                     a.weightDecay, out[0], out[1], out[2]);
   });
 }
 

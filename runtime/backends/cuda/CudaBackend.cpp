@@ -1887,13 +1887,14 @@ llvm::Error CudaBackend::bindSgdUpdate(const KernelDesc &k, Instruction &inst) {
   if (k.hasGridAxes())
     return noGridAxesForm(k);
   cudaStream_t s = stream();
-  const SgdAttrs &a = k.get<SgdAttrs>();
-  double lr = a.lr, wd = a.weightDecay;
-  inst.fn =
-      launchWith(inst, k.name(), false, 0,
-                 [s, lr, wd](In in, Out out, cuda::DeviceStatus *, void *) {
-                   return cuda::sgdUpdate(*in[0], *in[1], lr, wd, out[0], s);
-                 });
+  double wd = k.get<SgdAttrs>().weightDecay;
+  // The learning rate (operand 2) is read on the device (see
+  // cuda::sgdUpdateMulti), so CUDA graph replays see Executor::setHyper.
+  inst.fn = launchWith(inst, k.name(), false, 0,
+                       [s, wd](In in, Out out, cuda::DeviceStatus *, void *) {
+                         return cuda::sgdUpdate(*in[0], *in[1], *in[2], wd,
+                                                out[0], s);
+                       });
   return llvm::Error::success();
 }
 
@@ -1905,10 +1906,10 @@ llvm::Error CudaBackend::bindAdamwUpdate(const KernelDesc &k,
   AdamwAttrs a = k.get<AdamwAttrs>();
   inst.fn = launchWith(inst, k.name(), false, 0,
                        [s, a](In in, Out out, cuda::DeviceStatus *, void *) {
-                         return cuda::adamwUpdate(*in[0], *in[1], *in[2],
-                                                  *in[3], *in[4], a.lr, a.beta1,
-                                                  a.beta2, a.eps, a.weightDecay,
-                                                  out[0], out[1], out[2], s);
+                         return cuda::adamwUpdate(
+                             *in[0], *in[1], *in[2], *in[3], *in[4], *in[5],
+                             a.beta1, a.beta2, a.eps, a.weightDecay, out[0],
+                             out[1], out[2], s);
                        });
   return llvm::Error::success();
 }

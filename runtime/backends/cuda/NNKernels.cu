@@ -659,7 +659,8 @@ struct AdamWArgs {
 static_assert(sizeof(AdamWArgs) <= 4000, "kernel parameters over 4 KiB");
 static_assert(kMultiTensorMaxTensors <= 256, "slot is a uint8_t");
 
-__global__ void sgdKernel(SgdArgs a, SgdCoeffs c) {
+__global__ void sgdKernel(SgdArgs a, const float *lr, double weightDecay) {
+  SgdCoeffs c = sgdCoeffs(static_cast<double>(*lr), weightDecay);
   int s = a.slot[blockIdx.x];
   int64_t begin = static_cast<int64_t>(a.chunk[blockIdx.x]) * kMultiTensorChunk;
   int64_t end = std::min(a.numel[s], begin + kMultiTensorChunk);
@@ -669,11 +670,12 @@ __global__ void sgdKernel(SgdArgs a, SgdCoeffs c) {
     po[i] = sgdElement(c, p[i], g[i]);
 }
 
-__global__ void adamwKernel(AdamWArgs a, const float *step, double lr,
+__global__ void adamwKernel(AdamWArgs a, const float *step, const float *lr,
                             double beta1, double beta2, double eps,
                             double weightDecay) {
-  AdamWCoeffs c = adamwCoeffs(static_cast<double>(*step), lr, beta1, beta2, eps,
-                              weightDecay);
+  AdamWCoeffs c =
+      adamwCoeffs(static_cast<double>(*step), static_cast<double>(*lr), beta1,
+                  beta2, eps, weightDecay);
   int s = a.slot[blockIdx.x];
   int64_t begin = static_cast<int64_t>(a.chunk[blockIdx.x]) * kMultiTensorChunk;
   int64_t end = std::min(a.numel[s], begin + kMultiTensorChunk);
@@ -1087,11 +1089,11 @@ cudaError_t crossEntropyGradFromStats(const Tensor &logits,
   });
 }
 
-cudaError_t sgdUpdateMulti(const SgdTensor *tensors, size_t count, double lr,
-                           double weightDecay, cudaStream_t stream) {
+cudaError_t sgdUpdateMulti(const SgdTensor *tensors, size_t count,
+                           const float *lr, double weightDecay,
+                           cudaStream_t stream) {
   if (!count)
     return cudaSuccess;
-  SgdCoeffs c = sgdCoeffs(lr, weightDecay);
   for (const MultiTensorLaunch &l :
        planMultiTensor(numels(&tensors[0].numel, count, sizeof(SgdTensor)))) {
     SgdArgs a = {};
@@ -1107,7 +1109,7 @@ cudaError_t sgdUpdateMulti(const SgdTensor *tensors, size_t count, double lr,
       a.chunk[b] = static_cast<int32_t>(l.blockChunk[b]);
     }
     sgdKernel<<<static_cast<unsigned>(l.blockSlot.size()), kOptThreads, 0,
-                stream>>>(a, c);
+                stream>>>(a, lr, weightDecay);
     if (cudaError_t err = cudaGetLastError())
       return err;
   }
@@ -1115,7 +1117,7 @@ cudaError_t sgdUpdateMulti(const SgdTensor *tensors, size_t count, double lr,
 }
 
 cudaError_t adamwUpdateMulti(const AdamWTensor *tensors, size_t count,
-                             const float *step, double lr, double beta1,
+                             const float *step, const float *lr, double beta1,
                              double beta2, double eps, double weightDecay,
                              cudaStream_t stream) {
   if (!count)
@@ -1146,29 +1148,29 @@ cudaError_t adamwUpdateMulti(const AdamWTensor *tensors, size_t count,
   return cudaSuccess;
 }
 
-cudaError_t sgdUpdate(const Tensor &p, const Tensor &g, double lr,
+cudaError_t sgdUpdate(const Tensor &p, const Tensor &g, const Tensor &lr,
                       double weightDecay, Tensor &pOut, cudaStream_t stream) {
   if (p.dtype() != DType::F32 || g.dtype() != DType::F32 ||
-      pOut.dtype() != DType::F32)
+      lr.dtype() != DType::F32 || pOut.dtype() != DType::F32)
     return cudaErrorInvalidValue;
   SgdTensor t{in<float>(p), in<float>(g), outPtr<float>(pOut), p.numel()};
-  return sgdUpdateMulti(&t, 1, lr, weightDecay, stream);
+  return sgdUpdateMulti(&t, 1, in<float>(lr), weightDecay, stream);
 }
 
 cudaError_t adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
-                        const Tensor &v, const Tensor &step, double lr,
+                        const Tensor &v, const Tensor &step, const Tensor &lr,
                         double beta1, double beta2, double eps,
                         double weightDecay, Tensor &pOut, Tensor &mOut,
                         Tensor &vOut, cudaStream_t stream) {
-  for (const Tensor *t : {&p, &g, &m, &v, &step})
+  for (const Tensor *t : {&p, &g, &m, &v, &step, &lr})
     if (t->dtype() != DType::F32)
       return cudaErrorInvalidValue;
   AdamWTensor t{in<float>(p),        in<float>(g),
                 in<float>(m),        in<float>(v),
                 outPtr<float>(pOut), outPtr<float>(mOut),
                 outPtr<float>(vOut), p.numel()};
-  return adamwUpdateMulti(&t, 1, in<float>(step), lr, beta1, beta2, eps,
-                          weightDecay, stream);
+  return adamwUpdateMulti(&t, 1, in<float>(step), in<float>(lr), beta1, beta2,
+                          eps, weightDecay, stream);
 }
 
 } // namespace cuda

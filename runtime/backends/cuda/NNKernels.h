@@ -477,24 +477,28 @@ struct AdamWTensor {
 /// torch.optim.SGD (momentum 0, weight decay) on `count` tensors with as
 /// few launches as planMultiTensor gives (NVIDIA apex's multi_tensor_apply:
 /// the host list is copied into the kernel's argument struct, each block
-/// updates one chunk of one tensor). Bit-identical to cpu::sgdUpdate.
-cudaError_t sgdUpdateMulti(const SgdTensor *tensors, size_t count, double lr,
-                           double weightDecay, cudaStream_t stream);
+/// updates one chunk of one tensor). Bit-identical to cpu::sgdUpdate with
+/// the learning rate double(*lr). `lr` is a device f32 scalar (the "hyper"
+/// argument "lr"), read on the device so that captured CUDA graphs see the
+/// value the runtime sets before each step.
+cudaError_t sgdUpdateMulti(const SgdTensor *tensors, size_t count,
+                           const float *lr, double weightDecay,
+                           cudaStream_t stream);
 
 /// torch 1.13 AdamW (cpu::adamwUpdate arithmetic, f32 state) on `count`
 /// tensors; `step` is a device f32 scalar holding the already-incremented
-/// t >= 1.
+/// t >= 1, `lr` the device f32 learning rate (as for sgdUpdateMulti).
 cudaError_t adamwUpdateMulti(const AdamWTensor *tensors, size_t count,
-                             const float *step, double lr, double beta1,
+                             const float *step, const float *lr, double beta1,
                              double beta2, double eps, double weightDecay,
                              cudaStream_t stream);
 
 /// Single-tensor forms mirroring cpu::sgdUpdate / cpu::adamwUpdate (f32;
-/// step an f32 device scalar). In place OK.
-cudaError_t sgdUpdate(const Tensor &p, const Tensor &g, double lr,
+/// step and lr f32 device scalars). In place OK.
+cudaError_t sgdUpdate(const Tensor &p, const Tensor &g, const Tensor &lr,
                       double weightDecay, Tensor &pOut, cudaStream_t stream);
 cudaError_t adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
-                        const Tensor &v, const Tensor &step, double lr,
+                        const Tensor &v, const Tensor &step, const Tensor &lr,
                         double beta1, double beta2, double eps,
                         double weightDecay, Tensor &pOut, Tensor &mOut,
                         Tensor &vOut, cudaStream_t stream);

@@ -72,9 +72,42 @@ func.func @ce_shapes(%l: tensor<4x8xf32>, %y: tensor<5xi64>) {
 
 // -----
 
-func.func @adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>) {
+func.func @adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"}) {
   // expected-error @+1 {{betas must be in [0, 1)}}
-  %0:3 = tsr.adamw_update %p, %p, %p, %p, %t {lr = 1.0e-03 : f32, beta1 = 1.5 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<f32>
+  %0:3 = tsr.adamw_update %p, %p, %p, %p, %t, %hlr {beta1 = 1.5 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sgd_negative_weight_decay(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0, got -1.000000e-01}}
+  %0 = tsr.sgd_update %p, %p, %lr {weight_decay = -0.1 : f32} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @adamw_negative_weight_decay(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %0:3 = tsr.adamw_update %p, %p, %p, %p, %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = -1.0 : f32} : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+// The learning rate is an f32 0-D tensor (the "hyper" argument "lr").
+func.func @sgd_lr_not_scalar(%p: tensor<4xf32>, %lr: tensor<4xf32>) {
+  // expected-error @+1 {{operand #2 must be 0-D f32 tensor, but got 'tensor<4xf32>'}}
+  %0 = "tsr.sgd_update"(%p, %p, %lr) {weight_decay = 0.0 : f32} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @sgd_lr_attribute(%p: tensor<4xf32>) {
+  // expected-error @+1 {{expected 3 operands, but found 2}}
+  %0 = "tsr.sgd_update"(%p, %p) {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return
 }
 

@@ -46,9 +46,12 @@ func.func @forward(
 // CHECK-NOT: tsrt.send
 
 // The optimizer runs once per step on the accumulated gradients.
+// The learning rate, @train_step's "hyper" argument 6 (after 4 params,
+// tokens, labels), is bound in the apply function that updates.
 // CHECK-LABEL: func.func @apply_0(
 // CHECK-SAME: {tsrt.acc = {{[0-9]+}} : i64}
-// CHECK-COUNT-3: tsr.sgd_update
+// CHECK-SAME: %[[LR:[a-z0-9]+]]: tensor<f32> {tsrt.arg = 6 : i64}
+// CHECK-COUNT-3: tsr.sgd_update {{.*}}, %[[LR]] {weight_decay
 // CHECK: return
 
 // Chunk 1: receives, computes the loss (an accumulation), sends the gradient.

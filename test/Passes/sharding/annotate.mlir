@@ -106,7 +106,7 @@ func.func @train_step(
     %v1: tensor<32x16xf32> {tsr.role = "opt_state", tsr.name = "fc1.weight.exp_avg_sq"},
     %step: tensor<f32> {tsr.role = "opt_state", tsr.name = "step"},
     %tokens: tensor<4x8xi64> {tsr.role = "tokens", tsr.name = "tokens"},
-    %labels: tensor<4x8xi64> {tsr.role = "labels", tsr.name = "labels"})
+    %labels: tensor<4x8xi64> {tsr.role = "labels", tsr.name = "labels"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
     -> (tensor<f32> {tsr.role = "loss", tsr.name = "loss"},
         tensor<32x16xf32> {tsr.role = "param", tsr.name = "fc1.weight"},
         tensor<32x16xf32> {tsr.role = "opt_state", tsr.name = "fc1.weight.exp_avg"},
@@ -120,6 +120,6 @@ func.func @train_step(
   %lab = tsr.reshape %labels : tensor<4x8xi64> -> tensor<32xi64>
   %loss = tsr.cross_entropy %l, %lab : tensor<32x16xf32>, tensor<32xi64> -> tensor<f32>
   %dw1 = tsr.mul %w1, %w1 : tensor<32x16xf32>
-  %p, %m, %v = tsr.adamw_update %w1, %dw1, %m1, %v1, %step {lr = 1.0e-03 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<32x16xf32>, tensor<f32>
+  %p, %m, %v = tsr.adamw_update %w1, %dw1, %m1, %v1, %step, %hlr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<32x16xf32>, tensor<f32>
   return %loss, %p, %m, %v, %step : tensor<f32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<f32>
 }

@@ -87,7 +87,7 @@
 // MHA-NEXT: tsr.transpose
 // MHA-NEXT: %[[F2:.*]] = shard.all_reduce %{{.*}} on @grid grid_axes = [1] : tensor<2x4x16xf32>
 // MHA-NEXT: tsr.layer_norm_grad %{{.*}}, %arg2, %[[F2]]
-// MHA: tsr.sgd_update %arg4, %[[DWR]] {{.*}} : tensor<24x16xf32>
+// MHA: tsr.sgd_update %arg4, %[[DWR]], {{.*}} : tensor<24x16xf32>
 // MHA: return %[[LOSS]]
 
 // Exactly two tp all-reduces forward (g) and two backward (f): the fused QKV

@@ -87,11 +87,11 @@ module attributes {tsr.grid_axes = ["tp"]} {
   // CHECK-LABEL: func.func @disjoint_axes
   func.func @disjoint_axes(%table: tensor<8x4xf32> {tsr.sharding = #tsr.sharding<@grid, [[0], []]>},
                            %ids: tensor<2x3xi64> {tsr.sharding = #tsr.sharding<@grid, [[], []]>},
-                           %g: tensor<2x3x4xf32> {tsr.sharding = #tsr.sharding<@grid, [[], [], [0]]>}) -> tensor<8x4xf32> {
+                           %g: tensor<2x3x4xf32> {tsr.sharding = #tsr.sharding<@grid, [[], [], [0]]>}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper", tsr.sharding = #tsr.sharding<@grid, []>}) -> tensor<8x4xf32> {
     // CHECK: tsr.gather_grad {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], [0]]>]}
     %gg = tsr.gather_grad %ids, %g : tensor<2x3xi64>, tensor<2x3x4xf32> -> tensor<8x4xf32>
     // CHECK: tsr.sgd_update {{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}0], []]>]
-    %u = tsr.sgd_update %table, %gg {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %u = tsr.sgd_update %table, %gg, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %u : tensor<8x4xf32>
   }
 }

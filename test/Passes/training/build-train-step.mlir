@@ -1,6 +1,7 @@
 // RUN: tessera-opt --tsr-build-train-step %s -split-input-file | FileCheck %s --check-prefixes=CHECK,ADAMW
 // RUN: tessera-opt --tsr-build-train-step="optimizer=sgd lr=0.5" %s -split-input-file | FileCheck %s --check-prefixes=CHECK,SGD
 // RUN: tessera-opt --tsr-build-train-step="optimizer=sgd weight-decay=0.25" %s -split-input-file | FileCheck %s --check-prefix=SGDWD
+// RUN: tessera-opt --tsr-build-train-step="optimizer=adamw weight-decay=0.25 exclude-weight-decay=1" %s -split-input-file | FileCheck %s --check-prefix=EXCL
 
 // A tiny LM: embedding, layer norm (frozen bias), gelu, residual, head.
 // The embedding is used twice (gather and residual), so its cotangents are
@@ -23,7 +24,9 @@
 // ADAMW-SAME: %[[STEP:[a-z0-9]+]]: tensor<f32> {tsr.name = "step", tsr.role = "opt_state"}
 // SGD-NOT: opt_state
 // CHECK-SAME: %[[TOK:[a-z0-9]+]]: tensor<2x3xi64> {tsr.name = "input_ids", tsr.role = "tokens"}
-// CHECK-SAME: %[[LAB:[a-z0-9]+]]: tensor<2x3xi64> {tsr.name = "labels", tsr.role = "labels"})
+// CHECK-SAME: %[[LAB:[a-z0-9]+]]: tensor<2x3xi64> {tsr.name = "labels", tsr.role = "labels"}
+// Last, the learning rate: a runtime input (role "hyper"), not an attribute.
+// CHECK-SAME: %[[LR:[a-z0-9]+]]: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
 // Results: loss, new params, new optimizer state.
 // CHECK-SAME: -> (tensor<f32> {tsr.name = "loss", tsr.role = "loss"},
 // CHECK-SAME: tensor<8x4xf32> {tsr.name = "wte", tsr.role = "param"},
@@ -54,19 +57,27 @@
 // CHECK: %[[DWTE:.*]] = tsr.gather_grad %[[TOK]], %[[DEMB]] {{.*}}: tensor<2x3xi64>, tensor<2x3x4xf32> -> tensor<8x4xf32>
 
 // ADAMW: %[[STEP1:.*]] = tsr.add %[[STEP]], %[[ONE]] : tensor<f32>
-// ADAMW: %[[P0:.*]], %[[M1:.*]], %[[V1:.*]] = tsr.adamw_update %[[WTE]], %[[DWTE]], %[[M0]], %[[V0]], %[[STEP1]] {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, lr = 1.000000e-03 : f32, weight_decay = 0.00999999977 : f32}
-// ADAMW: tsr.adamw_update %[[LNG]], %[[DLNG]], {{.*}}, %[[STEP1]]
-// ADAMW: tsr.adamw_update %[[HEAD]], %[[DHEAD]], {{.*}}, %[[STEP1]]
+// ADAMW: %[[P0:.*]], %[[M1:.*]], %[[V1:.*]] = tsr.adamw_update %[[WTE]], %[[DWTE]], %[[M0]], %[[V0]], %[[STEP1]], %[[LR]] {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, weight_decay = 0.00999999977 : f32}
+// ADAMW: tsr.adamw_update %[[LNG]], %[[DLNG]], {{.*}}, %[[STEP1]], %[[LR]]
+// ADAMW: tsr.adamw_update %[[HEAD]], %[[DHEAD]], {{.*}}, %[[STEP1]], %[[LR]]
 // ADAMW: return %[[LOSS]], %[[P0]], {{.*}}, %[[M1]], %[[V1]], {{.*}}, %[[STEP1]] :
 // ADAMW-NOT: tsr.adamw_update
 
-// SGD: %[[P0:.*]] = tsr.sgd_update %[[WTE]], %[[DWTE]] {lr = 5.000000e-01 : f32, weight_decay = 0.000000e+00 : f32} : tensor<8x4xf32>
-// SGD: %[[P1:.*]] = tsr.sgd_update %[[LNG]], %[[DLNG]]
-// SGD: %[[P2:.*]] = tsr.sgd_update %[[HEAD]], %[[DHEAD]]
+// SGD: %[[P0:.*]] = tsr.sgd_update %[[WTE]], %[[DWTE]], %[[LR]] {weight_decay = 0.000000e+00 : f32} : tensor<8x4xf32>
+// SGD: %[[P1:.*]] = tsr.sgd_update %[[LNG]], %[[DLNG]], %[[LR]]
+// SGD: %[[P2:.*]] = tsr.sgd_update %[[HEAD]], %[[DHEAD]], %[[LR]]
 // SGD: return %[[LOSS]], %[[P0]], %[[P1]], %[[P2]] : tensor<f32>, tensor<8x4xf32>, tensor<4xf32>, tensor<8x4xf32>
 
 // SGDWD-LABEL: func.func @train_step
-// SGDWD: tsr.sgd_update {{.*}} {lr = 1.000000e-03 : f32, weight_decay = 2.500000e-01 : f32}
+// SGDWD: tsr.sgd_update {{.*}} {weight_decay = 2.500000e-01 : f32} : tensor<8x4xf32>
+// SGDWD: tsr.sgd_update {{.*}} {weight_decay = 2.500000e-01 : f32} : tensor<4xf32>
+
+// Megatron-LM's no-weight-decay group: the 1-D LayerNorm weight gets 0, the
+// 2-D weights keep 0.25.
+// EXCL-LABEL: func.func @train_step
+// EXCL: tsr.adamw_update {{.*}}weight_decay = 2.500000e-01 : f32} : tensor<8x4xf32>
+// EXCL: tsr.adamw_update {{.*}}weight_decay = 0.000000e+00 : f32} : tensor<4xf32>
+// EXCL: tsr.adamw_update {{.*}}weight_decay = 2.500000e-01 : f32} : tensor<8x4xf32>
 func.func @forward(
     %wte: tensor<8x4xf32> {tsr.name = "wte", tsr.role = "param", tsr.init = dense<0.5> : tensor<8x4xf32>},
     %ln_g: tensor<4xf32> {tsr.name = "ln.weight", tsr.role = "param", tsr.init = dense<1.0> : tensor<4xf32>},

@@ -28,7 +28,7 @@
 // CHECK-NEXT: %[[INV:.*]] = tsr.constant dense<9.765625E-4> : tensor<f32>
 // CHECK-NEXT: %[[INVB:.*]] = tsr.broadcast %[[INV]] : tensor<f32> -> tensor<8x4xf32>
 // CHECK-NEXT: %[[DWTEU:.*]] = tsr.mul %[[DWTE32]], %[[INVB]] : tensor<8x4xf32>
-// CHECK-NEXT: %[[NWTE:.*]] = tsr.sgd_update %[[WTE]], %[[DWTEU]] {{.*}} : tensor<8x4xf32>
+// CHECK-NEXT: %[[NWTE:.*]] = tsr.sgd_update %[[WTE]], %[[DWTEU]], {{.*}} : tensor<8x4xf32>
 // CHECK: tsr.convert {{.*}} : tensor<4xf16> -> tensor<4xf32>
 // CHECK-NEXT: tsr.broadcast %[[INV]] : tensor<f32> -> tensor<4xf32>
 // CHECK-NEXT: tsr.mul

@@ -31,7 +31,7 @@
 // CHECK: tsr.layer_norm_grad {{.*}} : tensor<2x3x4xbf16>, tensor<4xbf16>
 // CHECK: %[[DWTE:.*]] = tsr.gather_grad {{.*}} -> tensor<8x4xbf16>
 // CHECK: %[[DWTE32:.*]] = tsr.convert %[[DWTE]] : tensor<8x4xbf16> -> tensor<8x4xf32>
-// CHECK-NEXT: %[[NWTE:.*]] = tsr.sgd_update %[[WTE]], %[[DWTE32]] {{.*}} : tensor<8x4xf32>
+// CHECK-NEXT: %[[NWTE:.*]] = tsr.sgd_update %[[WTE]], %[[DWTE32]], {{.*}} : tensor<8x4xf32>
 // CHECK: tsr.convert {{.*}} : tensor<4xbf16> -> tensor<4xf32>
 // CHECK-NEXT: tsr.sgd_update %[[LNG]], {{.*}} : tensor<4xf32>
 // CHECK: tsr.convert {{.*}} : tensor<8x4xbf16> -> tensor<8x4xf32>

@@ -19,7 +19,7 @@
 // Z1: %[[P:.*]] = tsr.reshape %arg5 : tensor<24xf32> -> tensor<3x8xf32>
 // Z1-NEXT: %[[PS:.*]] = shard.all_slice %[[P]] on @grid grid_axes = [0] slice_axis = 1 : tensor<3x8xf32> -> tensor<3x4xf32>
 // Z1-NEXT: %[[PL:.*]] = tsr.reshape %[[PS]] : tensor<3x4xf32> -> tensor<12xf32>
-// Z1-NEXT: %[[U:.*]] = tsr.sgd_update %[[PL]], %[[GS]] {{.*}} : tensor<12xf32>
+// Z1-NEXT: %[[U:.*]] = tsr.sgd_update %[[PL]], %[[GS]], {{.*}} : tensor<12xf32>
 // Z1-NEXT: %[[UV:.*]] = tsr.reshape %[[U]] : tensor<12xf32> -> tensor<3x4xf32>
 // Z1-NEXT: %[[AG:.*]] = shard.all_gather %[[UV]] on @grid grid_axes = [0] gather_axis = 1 : tensor<3x4xf32> -> tensor<3x8xf32>
 // Z1-NEXT: tsr.reshape %[[AG]] : tensor<3x8xf32> -> tensor<24xf32>

@@ -6,10 +6,10 @@
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)
   func.func @train_step(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
-                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"}) {
     // expected-error @+1 {{parameter 'w': its gradient is not a shard.all_reduce over the dp axis (run tsr-zero-sharding after tsr-sharding-partition)}}
-    %w1 = tsr.sgd_update %w, %g {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %g, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -20,11 +20,11 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x2)
   func.func @train_step(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
-                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"}) {
     %r = shard.all_reduce %g on @grid grid_axes = [1] : tensor<8x4xf32> -> tensor<8x4xf32>
     // expected-error @+1 {{parameter 'w': its gradient is not a shard.all_reduce over the dp axis}}
-    %w1 = tsr.sgd_update %w, %r {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %r, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -36,12 +36,12 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)
   func.func @train_step(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
-                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"}, tensor<8x4xf32> {tsr.name = "n", tsr.role = "loss"}) {
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<8x4xf32> -> tensor<8x4xf32>
     %n = tsr.mul %r, %r : tensor<8x4xf32>
     // expected-error @+1 {{parameter 'w': its gradient all-reduce has uses other than the update}}
-    %w1 = tsr.sgd_update %w, %r {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %r, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1, %n : tensor<8x4xf32>, tensor<8x4xf32>
   }
 }
@@ -55,12 +55,12 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
                         %m: tensor<8x4xf32> {tsr.name = "w.exp_avg", tsr.role = "opt_state"},
                         %v: tensor<8x4xf32> {tsr.name = "w.exp_avg_sq", tsr.role = "opt_state"},
                         %t: tensor<f32> {tsr.name = "step", tsr.role = "opt_state"},
-                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"}, tensor<8x4xf32> {tsr.name = "x", tsr.role = "loss"}) {
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<8x4xf32> -> tensor<8x4xf32>
     %x = tsr.mul %m, %m : tensor<8x4xf32>
     // expected-error @+1 {{parameter 'w': its optimizer state 'w.exp_avg' has uses other than the update}}
-    %w1, %m1, %v1 = tsr.adamw_update %w, %r, %m, %v, %t {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, lr = 1.0e-03 : f32, weight_decay = 0.01 : f32} : tensor<8x4xf32>, tensor<f32>
+    %w1, %m1, %v1 = tsr.adamw_update %w, %r, %m, %v, %t, %hlr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<8x4xf32>, tensor<f32>
     return %w1, %x : tensor<8x4xf32>, tensor<8x4xf32>
   }
 }
@@ -71,12 +71,12 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)
   func.func @train_step(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
-                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                        %g: tensor<8x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"}) {
     %w2 = tsr.mul %w, %w : tensor<8x4xf32>
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<8x4xf32> -> tensor<8x4xf32>
     // expected-error @+1 {{updates a value that is not a function argument with tsr.role = "param"}}
-    %w1 = tsr.sgd_update %w2, %r {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w2, %r, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -87,11 +87,11 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)
   func.func @train_step(%w: tensor<4x4xf32> {tsr.name = "w", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [[0], []]>},
-                        %g: tensor<4x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                        %g: tensor<4x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper", tsr.sharding = #tsr.sharding<@grid, []>})
       -> (tensor<4x4xf32> {tsr.name = "w", tsr.role = "param"}) {
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<4x4xf32> -> tensor<4x4xf32>
     // expected-error @+1 {{parameter 'w': it is already split over the dp axis}}
-    %w1 = tsr.sgd_update %w, %r {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<4x4xf32>
+    %w1 = tsr.sgd_update %w, %r, %hlr {weight_decay = 0.0 : f32} : tensor<4x4xf32>
     return %w1 : tensor<4x4xf32>
   }
 }

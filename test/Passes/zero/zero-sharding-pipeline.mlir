@@ -37,7 +37,7 @@ func.func @forward(
 // Z1-SAME: %[[WTE:[a-z0-9]+]]: tensor<16x8xf32> {tsrt.arg = 0 : i64}
 // Z1: %[[RS:.*]] = shard.reduce_scatter %[[G]] on @grid grid_axes = [0] scatter_axis = 0 : tensor<16x8xf32> -> tensor<8x8xf32>
 // Z1: %[[S:.*]] = shard.all_slice %[[WTE]] on @grid grid_axes = [0] slice_axis = 0 : tensor<16x8xf32> -> tensor<8x8xf32>
-// Z1-NEXT: %[[U:.*]] = tsr.sgd_update %[[S]], %[[RS]] {{.*}} : tensor<8x8xf32>
+// Z1-NEXT: %[[U:.*]] = tsr.sgd_update %[[S]], %[[RS]], {{.*}} : tensor<8x8xf32>
 // Z1-NEXT: shard.all_gather %[[U]] on @grid grid_axes = [0] gather_axis = 0 : tensor<8x8xf32> -> tensor<16x8xf32>
 // Z1-COUNT-2: tsr.sgd_update
 // Z1: return

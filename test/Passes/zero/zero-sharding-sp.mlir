@@ -9,14 +9,14 @@
 module attributes {tsr.grid_axes = ["dp", "tp", "sp"]} {
   shard.grid @grid(shape = 2x1x2)
   func.func @sp(%w: tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"},
-                %g: tensor<4x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                %g: tensor<4x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"}) {
     %x = tsr.mul %w, %w {tsr.bwd = 0 : i64} : tensor<8x4xf32>
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<4x4xf32> -> tensor<4x4xf32>
     %v = tsr.reshape %r : tensor<4x4xf32> -> tensor<4x1x4xf32>
     %a = shard.all_gather %v on @grid grid_axes = [2] gather_axis = 1 : tensor<4x1x4xf32> -> tensor<4x2x4xf32>
     %f = tsr.reshape %a : tensor<4x2x4xf32> -> tensor<8x4xf32>
-    %w1 = tsr.sgd_update %w, %f {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %f, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -28,7 +28,7 @@ module attributes {tsr.grid_axes = ["dp", "tp", "sp"]} {
 // Z2-NEXT: %[[F:.*]] = tsr.reshape %[[A]] : tensor<4x2x4xf32> -> tensor<8x4xf32>
 // Z2-NEXT: %[[RS:.*]] = shard.reduce_scatter %[[F]] on @grid grid_axes = [0] scatter_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
 // Z2-NEXT: %[[P:.*]] = shard.all_slice %arg0 on @grid grid_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
-// Z2-NEXT: %[[U:.*]] = tsr.sgd_update %[[P]], %[[RS]] {{.*}} : tensor<4x4xf32>
+// Z2-NEXT: %[[U:.*]] = tsr.sgd_update %[[P]], %[[RS]], {{.*}} : tensor<4x4xf32>
 // Z2-NEXT: shard.all_gather %[[U]] on @grid grid_axes = [0] gather_axis = 0 : tensor<4x4xf32> -> tensor<8x4xf32>
 
 // -----
@@ -38,12 +38,12 @@ module attributes {tsr.grid_axes = ["dp", "tp", "sp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x2)
   func.func @megatron(%w: tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"},
-                      %g: tensor<4x4xf32> {tsr.name = "g", tsr.role = "tokens"})
+                      %g: tensor<4x4xf32> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"}) {
     %r = shard.all_reduce %g on @grid grid_axes = [0, 1] : tensor<4x4xf32> -> tensor<4x4xf32>
     %a = shard.all_gather %r on @grid grid_axes = [1] gather_axis = 0 : tensor<4x4xf32> -> tensor<8x4xf32>
     %x = tsr.mul %w, %w {tsr.bwd = 0 : i64} : tensor<8x4xf32>
-    %w1 = tsr.sgd_update %w, %a {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %a, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -65,7 +65,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)
   func.func @fp16(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
-                  %g: tensor<8x4xf16> {tsr.name = "g", tsr.role = "tokens"})
+                  %g: tensor<8x4xf16> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"}) {
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<8x4xf16> -> tensor<8x4xf16>
     %x = tsr.mul %w, %w {tsr.bwd = 0 : i64} : tensor<8x4xf32>
@@ -73,7 +73,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
     %s = tsr.constant dense<9.765625E-4> : tensor<f32>
     %b = tsr.broadcast %s : tensor<f32> -> tensor<8x4xf32>
     %u = tsr.mul %c, %b : tensor<8x4xf32>
-    %w1 = tsr.sgd_update %w, %u {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %u, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -86,7 +86,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 // Z1-NEXT: %[[BS:.*]] = shard.all_slice %[[B]] on @grid grid_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
 // Z1-NEXT: %[[U:.*]] = tsr.mul %[[C]], %[[BS]] : tensor<4x4xf32>
 // Z1-NEXT: %[[P:.*]] = shard.all_slice %arg0
-// Z1-NEXT: tsr.sgd_update %[[P]], %[[U]] {{.*}} : tensor<4x4xf32>
+// Z1-NEXT: tsr.sgd_update %[[P]], %[[U]], {{.*}} : tensor<4x4xf32>
 
 // Z2-LABEL: func.func @fp16
 // Z2-NEXT: %[[RS:.*]] = shard.reduce_scatter %arg1 on @grid grid_axes = [0] scatter_axis = 0 : tensor<8x4xf16> -> tensor<4x4xf16>
@@ -101,7 +101,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp", "sp"]} {
   shard.grid @grid(shape = 2x1x2)
   func.func @bf16(%w: tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"},
-                  %g: tensor<4x4xbf16> {tsr.name = "g", tsr.role = "tokens"})
+                  %g: tensor<4x4xbf16> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"}) {
     %x = tsr.mul %w, %w {tsr.bwd = 0 : i64} : tensor<8x4xf32>
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<4x4xbf16> -> tensor<4x4xbf16>
@@ -109,7 +109,7 @@ module attributes {tsr.grid_axes = ["dp", "tp", "sp"]} {
     %v = tsr.reshape %c : tensor<4x4xf32> -> tensor<4x1x4xf32>
     %a = shard.all_gather %v on @grid grid_axes = [2] gather_axis = 1 : tensor<4x1x4xf32> -> tensor<4x2x4xf32>
     %f = tsr.reshape %a : tensor<4x2x4xf32> -> tensor<8x4xf32>
-    %w1 = tsr.sgd_update %w, %f {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %f, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -133,7 +133,7 @@ module attributes {tsr.grid_axes = ["dp", "tp", "sp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x2)
   func.func @fp16_megatron(%w: tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"},
-                           %g: tensor<4x4xf16> {tsr.name = "g", tsr.role = "tokens"})
+                           %g: tensor<4x4xf16> {tsr.name = "g", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "pos_emb", tsr.role = "param"}) {
     %x = tsr.mul %w, %w {tsr.bwd = 0 : i64} : tensor<8x4xf32>
     %r = shard.all_reduce %g on @grid grid_axes = [0] : tensor<4x4xf16> -> tensor<4x4xf16>
@@ -142,7 +142,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
     %b = tsr.broadcast %s : tensor<f32> -> tensor<4x4xf32>
     %u = tsr.mul %c, %b : tensor<4x4xf32>
     %a = shard.all_gather %u on @grid grid_axes = [1] gather_axis = 0 : tensor<4x4xf32> -> tensor<8x4xf32>
-    %w1 = tsr.sgd_update %w, %a {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %a, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -166,10 +166,10 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)
   func.func @whole(%w: tensor<8x4xf32> {tsr.name = "head", tsr.role = "param"},
-                   %x: tensor<8x4xf32> {tsr.name = "x", tsr.role = "tokens"})
+                   %x: tensor<8x4xf32> {tsr.name = "x", tsr.role = "tokens"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
       -> (tensor<8x4xf32> {tsr.name = "head", tsr.role = "param"}) {
     %g = tsr.mul %x, %w {tsr.bwd = 0 : i64} : tensor<8x4xf32>
-    %w1 = tsr.sgd_update %w, %g {lr = 0.1 : f32, weight_decay = 0.0 : f32} : tensor<8x4xf32>
+    %w1 = tsr.sgd_update %w, %g, %hlr {weight_decay = 0.0 : f32} : tensor<8x4xf32>
     return %w1 : tensor<8x4xf32>
   }
 }
@@ -178,5 +178,5 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 // Z1-NEXT: %[[G:.*]] = tsr.mul %arg1, %arg0 {tsr.bwd = 0 : i64} : tensor<8x4xf32>
 // Z1-NEXT: %[[S:.*]] = shard.all_slice %[[G]] on @grid grid_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
 // Z1-NEXT: %[[P:.*]] = shard.all_slice %arg0 on @grid grid_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
-// Z1-NEXT: %[[U:.*]] = tsr.sgd_update %[[P]], %[[S]] {{.*}} : tensor<4x4xf32>
+// Z1-NEXT: %[[U:.*]] = tsr.sgd_update %[[P]], %[[S]], {{.*}} : tensor<4x4xf32>
 // Z1-NEXT: shard.all_gather %[[U]]

@@ -27,9 +27,9 @@
 // ZeRO-1: the reduce-scatters come after backward, together.
 // Z1-NEXT: %[[RS:.*]] = shard.reduce_scatter %[[GW]] on @grid grid_axes = [0] scatter_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
 // CHECK-NEXT: %[[PS:.*]] = shard.all_slice %arg0 on @grid grid_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
-// CHECK-NEXT: %[[P1:.*]], %[[M1:.*]], %[[V1:.*]] = tsr.adamw_update %[[PS]], %[[RS]], %arg2, %arg3, %arg6 {{.*}} : tensor<4x4xf32>, tensor<f32>
+// CHECK-NEXT: %[[P1:.*]], %[[M1:.*]], %[[V1:.*]] = tsr.adamw_update %[[PS]], %[[RS]], %arg2, %arg3, %arg6, {{.*}} : tensor<4x4xf32>, tensor<f32>
 // CHECK-NEXT: %[[W1:.*]] = shard.all_gather %[[P1]] on @grid grid_axes = [0] gather_axis = 0 : tensor<4x4xf32> -> tensor<8x4xf32>
-// CHECK-NEXT: %[[B1:.*]], %{{.*}}, %{{.*}} = tsr.adamw_update %arg1, %[[GB]], %arg4, %arg5, %arg6 {{.*}} : tensor<3xf32>, tensor<f32>
+// CHECK-NEXT: %[[B1:.*]], %{{.*}}, %{{.*}} = tsr.adamw_update %arg1, %[[GB]], %arg4, %arg5, %arg6, {{.*}} : tensor<3xf32>, tensor<f32>
 // CHECK-NEXT: return %[[W1]], %[[B1]], %[[M1]], %[[V1]], {{.*}} : tensor<8x4xf32>, tensor<3xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<f32>
 
 // ZeRO-3: `w` itself is stored as the dp shard; it is gathered before its
@@ -48,7 +48,7 @@
 // Z3-NEXT: %[[RS:.*]] = shard.reduce_scatter %[[GW]] on @grid grid_axes = [0] scatter_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
 // Z3-NEXT: tsr.mul
 // Z3-NEXT: shard.all_reduce
-// Z3-NEXT: %[[P1:.*]], %{{.*}}, %{{.*}} = tsr.adamw_update %arg0, %[[RS]], %arg2, %arg3, %arg6 {{.*}} : tensor<4x4xf32>, tensor<f32>
+// Z3-NEXT: %[[P1:.*]], %{{.*}}, %{{.*}} = tsr.adamw_update %arg0, %[[RS]], %arg2, %arg3, %arg6, {{.*}} : tensor<4x4xf32>, tensor<f32>
 // Z3-NEXT: tsr.adamw_update %arg1
 // Z3-NEXT: return %[[P1]], {{.*}} : tensor<4x4xf32>, tensor<3xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<f32>
 

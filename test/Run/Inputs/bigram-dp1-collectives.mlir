@@ -6,7 +6,7 @@
 // bigram-dp1.mlir. It runs the device collectives of --backend cuda
 // --collectives nccl on a single rank (e2e.cuda.nccl.serial).
 module attributes {tsrt.grid_axes = ["dp"], tsrt.grid_shape = array<i64: 1>} {
-  func.func @train_step(%w: tensor<16x16xf32>, %tok: tensor<4x8xi64>, %lab: tensor<4x8xi64>)
+  func.func @train_step(%w: tensor<16x16xf32>, %tok: tensor<4x8xi64>, %lab: tensor<4x8xi64>, %hlr: tensor<f32>)
       -> (tensor<f32>, tensor<16x16xf32>) {
     %x0 = tsrt.kernel "gather"(%w, %tok) {attrs = {grid_axes = array<i16: 0>}} : (tensor<16x16xf32>, tensor<4x8xi64>) -> tensor<4x8x16xf32>
     %x1 = tsrt.all_gather %x0 {grid_axes = array<i16: 0>, dim = 1 : i64} : tensor<4x8x16xf32> -> tensor<4x8x16xf32>
@@ -24,7 +24,7 @@ module attributes {tsrt.grid_axes = ["dp"], tsrt.grid_shape = array<i64: 1>} {
     %dwp = tsrt.kernel "gather_grad"(%tok, %dx) {attrs = {grid_axes = array<i16: 0>}} : (tensor<4x8xi64>, tensor<4x8x16xf32>) -> tensor<16x16xf32>
     %pending = tsrt.all_reduce_start %dwp {grid_axes = array<i16: 0>} : tensor<16x16xf32> -> tensor<16x16xf32>
     %dw = tsrt.wait %pending, %dwp : tensor<16x16xf32>, tensor<16x16xf32> -> tensor<16x16xf32>
-    %w1 = tsrt.kernel "sgd_update"(%w, %dw) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+    %w1 = tsrt.kernel "sgd_update"(%w, %dw, %hlr) {attrs = {weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<f32>) -> tensor<16x16xf32>
     return %loss, %w1 : tensor<f32>, tensor<16x16xf32>
   }
 }

@@ -2,7 +2,7 @@
 // each rank takes 2 of the 4 samples; the loss sum and the gradient are
 // all-reduced over dp.
 module attributes {tsrt.grid_axes = ["dp"], tsrt.grid_shape = array<i64: 2>} {
-  func.func @train_step(%w: tensor<16x16xf32>, %tok: tensor<2x8xi64>, %lab: tensor<2x8xi64>)
+  func.func @train_step(%w: tensor<16x16xf32>, %tok: tensor<2x8xi64>, %lab: tensor<2x8xi64>, %hlr: tensor<f32>)
       -> (tensor<f32>, tensor<16x16xf32>) {
     %x = tsrt.kernel "gather"(%w, %tok) {attrs = {}} : (tensor<16x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
     %logits = tsrt.kernel "reshape"(%x) {attrs = {}} : (tensor<2x8x16xf32>) -> tensor<16x16xf32>
@@ -15,7 +15,7 @@ module attributes {tsrt.grid_axes = ["dp"], tsrt.grid_shape = array<i64: 2>} {
     %dx = tsrt.kernel "reshape"(%dlogits) {attrs = {}} : (tensor<16x16xf32>) -> tensor<2x8x16xf32>
     %dwp = tsrt.kernel "gather_grad"(%tok, %dx) {attrs = {}} : (tensor<2x8xi64>, tensor<2x8x16xf32>) -> tensor<16x16xf32>
     %dw = tsrt.all_reduce %dwp {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<16x16xf32> -> tensor<16x16xf32>
-    %w1 = tsrt.kernel "sgd_update"(%w, %dw) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+    %w1 = tsrt.kernel "sgd_update"(%w, %dw, %hlr) {attrs = {weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<f32>) -> tensor<16x16xf32>
     return %loss, %w1 : tensor<f32>, tensor<16x16xf32>
   }
 }

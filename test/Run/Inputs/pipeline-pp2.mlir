@@ -54,21 +54,21 @@ module {
   }
 
   func.func @apply_0(%E: tensor<16x16xf32> {tsrt.arg = 0 : i64},
-                     %dE: tensor<16x16xf32> {tsrt.acc = 2 : i64})
+                     %dE: tensor<16x16xf32> {tsrt.acc = 2 : i64}, %hlr: tensor<f32> {tsrt.arg = 4 : i64})
       -> (tensor<16x16xf32> {tsrt.result = 1 : i64}) {
     %g = tsrt.all_reduce %dE {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<16x16xf32> -> tensor<16x16xf32>
-    %E1 = tsrt.kernel "sgd_update"(%E, %g) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+    %E1 = tsrt.kernel "sgd_update"(%E, %g, %hlr) {attrs = {weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<f32>) -> tensor<16x16xf32>
     return %E1 : tensor<16x16xf32>
   }
 
   func.func @apply_1(%W: tensor<16x16xf32> {tsrt.arg = 1 : i64},
                      %dW: tensor<16x16xf32> {tsrt.acc = 1 : i64},
-                     %lossp: tensor<f32> {tsrt.acc = 0 : i64})
+                     %lossp: tensor<f32> {tsrt.acc = 0 : i64}, %hlr: tensor<f32> {tsrt.arg = 4 : i64})
       -> (tensor<f32> {tsrt.result = 0 : i64},
           tensor<16x16xf32> {tsrt.result = 2 : i64}) {
     %g = tsrt.all_reduce %dW {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<16x16xf32> -> tensor<16x16xf32>
     %loss = tsrt.all_reduce %lossp {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<f32> -> tensor<f32>
-    %W1 = tsrt.kernel "sgd_update"(%W, %g) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+    %W1 = tsrt.kernel "sgd_update"(%W, %g, %hlr) {attrs = {weight_decay = 0.000000e+00 : f32}} : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<f32>) -> tensor<16x16xf32>
     return %loss, %W1 : tensor<f32>, tensor<16x16xf32>
   }
 }

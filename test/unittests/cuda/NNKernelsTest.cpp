@@ -738,15 +738,19 @@ TEST_F(NNKernelsTest, MultiTensorOptimizersAreBitExact) {
                     pv, sizes[i]});
   }
   Tensor step = Tensor::scalar(7.0f), dstep = dev(step);
+  // The learning rates as the device reads them: f32 scalars.
+  Tensor lr1 = Tensor::scalar(1e-3f), dlr1 = dev(lr1);
+  Tensor lr2 = Tensor::scalar(0.05f), dlr2 = dev(lr2);
   ASSERT_EQ(cuda::adamwUpdateMulti(adam.data(), adam.size(),
                                    static_cast<const float *>(dstep.raw()),
-                                   1e-3, 0.9, 0.999, 1e-8, 0.01, nullptr),
+                                   static_cast<const float *>(dlr1.raw()), 0.9,
+                                   0.999, 1e-8, 0.01, nullptr),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (size_t i = 0; i < sizes.size(); ++i) {
     Tensor rp = p[i].clone(), rm = m[i].clone(), rv = v[i].clone();
-    cpu::adamwUpdate(p[i], g[i], m[i], v[i], step, 1e-3, 0.9, 0.999, 1e-8, 0.01,
-                     rp, rm, rv);
+    cpu::adamwUpdate(p[i], g[i], m[i], v[i], step, double(1e-3f), 0.9, 0.999,
+                     1e-8, 0.01, rp, rm, rv);
     expectEqualBytes(host(dp[i]), rp);
     expectEqualBytes(host(dm[i]), rm);
     expectEqualBytes(host(dv[i]), rv);
@@ -754,11 +758,13 @@ TEST_F(NNKernelsTest, MultiTensorOptimizersAreBitExact) {
     auto *pp = static_cast<float *>(dp[i].raw());
     sgd.push_back({pp, static_cast<const float *>(dg[i].raw()), pp, sizes[i]});
   }
-  ASSERT_EQ(cuda::sgdUpdateMulti(sgd.data(), sgd.size(), 0.05, 0.01, nullptr),
+  ASSERT_EQ(cuda::sgdUpdateMulti(sgd.data(), sgd.size(),
+                                 static_cast<const float *>(dlr2.raw()), 0.01,
+                                 nullptr),
             cudaSuccess);
   for (size_t i = 0; i < sizes.size(); ++i) {
     Tensor rp = p[i].clone();
-    cpu::sgdUpdate(p[i], g[i], 0.05, 0.01, rp);
+    cpu::sgdUpdate(p[i], g[i], double(0.05f), 0.01, rp);
     expectEqualBytes(host(dp[i]), rp);
   }
 }
@@ -769,22 +775,26 @@ TEST_F(NNKernelsTest, SingleTensorOptimizersOutOfPlace) {
   Tensor v = randomF32({3, 1000}, 33, 0.0f, 0.01f);
   Tensor step = Tensor::scalar(3.0f);
   Tensor rp = p.clone(), rm = m.clone(), rv = v.clone();
-  cpu::adamwUpdate(p, g, m, v, step, 0.01, 0.8, 0.95, 1e-6, 0.1, rp, rm, rv);
+  cpu::adamwUpdate(p, g, m, v, step, double(0.01f), 0.8, 0.95, 1e-6, 0.1, rp,
+                   rm, rv);
   Tensor op = devEmpty(DType::F32, {3, 1000});
   Tensor om = devEmpty(DType::F32, {3, 1000});
   Tensor ov = devEmpty(DType::F32, {3, 1000});
   Tensor dp = dev(p), dm = dev(m), dv = dev(v);
-  ASSERT_EQ(cuda::adamwUpdate(dp, dev(g), dm, dv, dev(step), 0.01, 0.8, 0.95,
-                              1e-6, 0.1, op, om, ov, nullptr),
+  ASSERT_EQ(cuda::adamwUpdate(dp, dev(g), dm, dv, dev(step),
+                              dev(Tensor::scalar(0.01f)), 0.8, 0.95, 1e-6, 0.1,
+                              op, om, ov, nullptr),
             cudaSuccess);
   expectEqualBytes(host(op), rp);
   expectEqualBytes(host(om), rm);
   expectEqualBytes(host(ov), rv);
   expectEqualBytes(host(dp), p); // inputs untouched
   Tensor rs = p.clone();
-  cpu::sgdUpdate(p, g, 0.1, 0.0, rs);
+  cpu::sgdUpdate(p, g, double(0.1f), 0.0, rs);
   Tensor os = devEmpty(DType::F32, {3, 1000});
-  ASSERT_EQ(cuda::sgdUpdate(dp, dev(g), 0.1, 0.0, os, nullptr), cudaSuccess);
+  ASSERT_EQ(
+      cuda::sgdUpdate(dp, dev(g), dev(Tensor::scalar(0.1f)), 0.0, os, nullptr),
+      cudaSuccess);
   expectEqualBytes(host(os), rs);
 }
 

@@ -104,9 +104,9 @@ func.func @f(%x: tensor<4x8xf32>, %l: tensor<4xi64>, %s: tensor<f32>,
 TEST_F(TsrInterfacesTest, OptimizerUpdates) {
   SmallVector<Operation *> o = ops(R"mlir(
 func.func @f(%p: tensor<4x8xf32>, %g: tensor<4x8xf32>, %m: tensor<4x8xf32>,
-             %v: tensor<4x8xf32>, %t: tensor<f32>) {
-  %p1 = tsr.sgd_update %p, %g {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<4x8xf32>
-  %p2, %m2, %v2 = tsr.adamw_update %p, %g, %m, %v, %t {lr = 1.0e-03 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4x8xf32>, tensor<f32>
+             %v: tensor<4x8xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  %p1 = tsr.sgd_update %p, %g, %lr {weight_decay = 0.0 : f32} : tensor<4x8xf32>
+  %p2, %m2, %v2 = tsr.adamw_update %p, %g, %m, %v, %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4x8xf32>, tensor<f32>
   %a = tsr.add %p, %g : tensor<4x8xf32>
   return
 }
@@ -118,6 +118,8 @@ func.func @f(%p: tensor<4x8xf32>, %g: tensor<4x8xf32>, %m: tensor<4x8xf32>,
   EXPECT_EQ(sgd.getParamOperand().getOperandNumber(), 0u);
   EXPECT_EQ(sgd.getGradOperand().get(), body.getArgument(1));
   EXPECT_EQ(sgd.getGradOperand().getOperandNumber(), 1u);
+  EXPECT_EQ(sgd.getLearningRateOperand().get(), body.getArgument(5));
+  EXPECT_EQ(sgd.getLearningRateOperand().getOperandNumber(), 2u);
   EXPECT_TRUE(sgd.getOptimizerState().empty());
   EXPECT_EQ(sgd.getUpdatedParam(), o[0]->getResult(0));
   EXPECT_TRUE(sgd.getUpdatedOptimizerState().empty());
@@ -125,6 +127,8 @@ func.func @f(%p: tensor<4x8xf32>, %g: tensor<4x8xf32>, %m: tensor<4x8xf32>,
   auto adamw = cast<tsr::OptimizerUpdateOpInterface>(o[1]);
   EXPECT_EQ(adamw.getParamOperand().get(), body.getArgument(0));
   EXPECT_EQ(adamw.getGradOperand().get(), body.getArgument(1));
+  EXPECT_EQ(adamw.getLearningRateOperand().get(), body.getArgument(5));
+  EXPECT_EQ(adamw.getLearningRateOperand().getOperandNumber(), 5u);
   SmallVector<Value> state = adamw.getOptimizerState();
   ASSERT_EQ(state.size(), 2u);
   EXPECT_EQ(state[0], body.getArgument(2)); // exp_avg

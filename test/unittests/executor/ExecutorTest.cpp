@@ -177,7 +177,7 @@ const char *kTwoLayerTemplate = R"mlir(
 module attributes {tsrt.grid_axes = ["dp", "tp"], tsrt.grid_shape = array<i64: @DP@, @TP@>} {
   func.func @train_step(%E: tensor<16x8xf32>, %W1: tensor<8x@HL@xf32>,
                         %W2: tensor<@HL@x16xf32>, %tok: tensor<@BL@x8xi64>,
-                        %lab: tensor<@BL@x8xi64>)
+                        %lab: tensor<@BL@x8xi64>, %hlr: tensor<f32>)
       -> (tensor<f32>, tensor<16x8xf32>, tensor<8x@HL@xf32>, tensor<@HL@x16xf32>) {
     %x = tsrt.kernel "gather"(%E, %tok) {attrs = {}} : (tensor<16x8xf32>, tensor<@BL@x8xi64>) -> tensor<@BL@x8x8xf32>
     %h = tsrt.kernel "reshape"(%x) {attrs = {}} : (tensor<@BL@x8x8xf32>) -> tensor<@NL@x8xf32>
@@ -204,10 +204,10 @@ module attributes {tsrt.grid_axes = ["dp", "tp"], tsrt.grid_shape = array<i64: @
     %dx = tsrt.kernel "reshape"(%dh) {attrs = {}} : (tensor<@NL@x8xf32>) -> tensor<@BL@x8x8xf32>
     %dEp = tsrt.kernel "gather_grad"(%tok, %dx) {attrs = {}} : (tensor<@BL@x8xi64>, tensor<@BL@x8x8xf32>) -> tensor<16x8xf32>
     %dE = tsrt.all_reduce %dEp {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<16x8xf32> -> tensor<16x8xf32>
-    %E1 = tsrt.kernel "sgd_update"(%E, %dE) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
-    %W11 = tsrt.kernel "sgd_update"(%W1, %dW1) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<8x@HL@xf32>, tensor<8x@HL@xf32>) -> tensor<8x@HL@xf32>
+    %E1 = tsrt.kernel "sgd_update"(%E, %dE, %hlr) {attrs = {weight_decay = 0.00999999977 : f32}} : (tensor<16x8xf32>, tensor<16x8xf32>, tensor<f32>) -> tensor<16x8xf32>
+    %W11 = tsrt.kernel "sgd_update"(%W1, %dW1, %hlr) {attrs = {weight_decay = 0.00999999977 : f32}} : (tensor<8x@HL@xf32>, tensor<8x@HL@xf32>, tensor<f32>) -> tensor<8x@HL@xf32>
     %W2s = tsrt.all_slice %W2 {grid_axes = array<i16: 0>, dim = 0 : i64} : tensor<@HL@x16xf32> -> tensor<@HLD@x16xf32>
-    %W21s = tsrt.kernel "sgd_update"(%W2s, %dW2s) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<@HLD@x16xf32>, tensor<@HLD@x16xf32>) -> tensor<@HLD@x16xf32>
+    %W21s = tsrt.kernel "sgd_update"(%W2s, %dW2s, %hlr) {attrs = {weight_decay = 0.00999999977 : f32}} : (tensor<@HLD@x16xf32>, tensor<@HLD@x16xf32>, tensor<f32>) -> tensor<@HLD@x16xf32>
     %W21 = tsrt.all_gather %W21s {grid_axes = array<i16: 0>, dim = 0 : i64} : tensor<@HLD@x16xf32> -> tensor<@HL@x16xf32>
     %lossm = tsrt.all_reduce %loss {grid_axes = array<i16: 0, 1>, reduction = "max"} : tensor<f32> -> tensor<f32>
     return %lossm, %E1, %W11, %W21 : tensor<f32>, tensor<16x8xf32>, tensor<8x@HL@xf32>, tensor<@HL@x16xf32>
@@ -236,6 +236,7 @@ json::Object twoLayerManifest(int64_t dp, int64_t tp) {
   args.push_back(arg(2, "W2", "param", "f32", {kH, kV}, {{1}, {}}, g));
   args.push_back(arg(3, "tokens", "tokens", "i64", {kB, kS}, {{0}}, g));
   args.push_back(arg(4, "labels", "labels", "i64", {kB, kS}, {{0}}, g));
+  args.push_back(arg(5, "lr", "hyper", "f32", {}, {}, g));
   json::Array results;
   results.push_back(result(0, "loss", "loss"));
   results.push_back(result(1, "param", "E"));
@@ -391,7 +392,7 @@ TEST(Executor, TwoLayerWithTensorAxisSlowest) {
 const char *kAdamProgram = R"mlir(
 module {
   func.func @train_step(%p: tensor<4x3xf32>, %m: tensor<4x3xf32>, %v: tensor<4x3xf32>,
-                        %step: tensor<f32>, %tok: tensor<2x3xi64>, %lab: tensor<2x3xi64>)
+                        %step: tensor<f32>, %tok: tensor<2x3xi64>, %lab: tensor<2x3xi64>, %hlr: tensor<f32>)
       -> (tensor<f32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<f32>) {
     %one = tsrt.constant dense<1.0> : tensor<f32>
     %t = tsrt.kernel "add"(%step, %one) {attrs = {}} : (tensor<f32>, tensor<f32>) -> tensor<f32>
@@ -401,7 +402,7 @@ module {
     %zero = tsrt.constant dense<0.0> : tensor<2x3xf32>
     %g = tsrt.kernel "concat"(%g0, %zero) {attrs = {axis = 0 : i64}} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
     %loss = tsrt.kernel "reduce_sum"(%g0) {attrs = {axes = array<i64: 0, 1>}} : (tensor<2x3xf32>) -> tensor<f32>
-    %p1, %m1, %v1 = tsrt.kernel "adamw_update"(%p, %g, %m, %v, %t) {attrs = {lr = 1.000000e-01 : f32, beta1 = 0.899999976 : f32, beta2 = 0.999000012 : f32, eps = 9.99999993e-09 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<f32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>)
+    %p1, %m1, %v1 = tsrt.kernel "adamw_update"(%p, %g, %m, %v, %t, %hlr) {attrs = {beta1 = 0.899999976 : f32, beta2 = 0.999000012 : f32, eps = 9.99999993e-09 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<f32>, tensor<f32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>)
     return %loss, %p1, %m1, %v1, %t : tensor<f32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<f32>
   }
 }
@@ -416,6 +417,7 @@ json::Object adamManifest() {
   args.push_back(arg(3, "step", "opt_state", "f32", {}, {}, g));
   args.push_back(arg(4, "tokens", "tokens", "i64", {2, 3}, {}, g));
   args.push_back(arg(5, "labels", "labels", "i64", {2, 3}, {}, g));
+  args.push_back(arg(6, "lr", "hyper", "f32", {}, {}, g));
   json::Array results;
   results.push_back(result(0, "loss", "loss"));
   results.push_back(result(1, "param", "p"));
@@ -441,7 +443,14 @@ TEST(Executor, AdamWStateIsCarriedBetweenSteps) {
   Tensor p = (*plan)->initialValue("p")->clone();
   Tensor m = Tensor::zeros(DType::F32, {4, 3});
   Tensor v = Tensor::zeros(DType::F32, {4, 3});
+  // Steps 0 and 1 use the manifest's lr (0.1), step 2 the one setHyper
+  // gives (the kernel reads the "hyper" argument at every step).
+  double lr = double(0.1f);
   for (int s = 0; s < 3; ++s) {
+    if (s == 2) {
+      ASSERT_FALSE(static_cast<bool>((*ex)->setHyper("lr", 0.03)));
+      lr = double(0.03f);
+    }
     Tensor tok = randomTokens({2, 3}, 7 + s, 5);
     llvm::Expected<double> loss = (*ex)->step(tok, tok);
     ASSERT_TRUE(static_cast<bool>(loss)) << llvm::toString(loss.takeError());
@@ -457,7 +466,7 @@ TEST(Executor, AdamWStateIsCarriedBetweenSteps) {
     Tensor p1 = Tensor::empty(DType::F32, {4, 3}),
            m1 = Tensor::empty(DType::F32, {4, 3}),
            v1 = Tensor::empty(DType::F32, {4, 3});
-    cpu::adamwUpdate(p, g, m, v, Tensor::scalar(static_cast<float>(s + 1)), 0.1,
+    cpu::adamwUpdate(p, g, m, v, Tensor::scalar(static_cast<float>(s + 1)), lr,
                      0.9, 0.999, 1e-8, 0.01, p1, m1, v1);
     p = p1;
     m = m1;
@@ -468,6 +477,36 @@ TEST(Executor, AdamWStateIsCarriedBetweenSteps) {
   expectClose(*(*ex)->localValue("p.exp_avg", Role::OptState), m, 1e-7, "m");
   expectClose(*(*ex)->localValue("p.exp_avg_sq", Role::OptState), v, 1e-7, "v");
   EXPECT_EQ((*ex)->localValue("step", Role::OptState)->data<float>()[0], 3.0f);
+}
+
+TEST(Executor, SetHyperErrors) {
+  auto plan = loadPlan(kAdamProgram, adamManifest());
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  std::unique_ptr<mpi::Grid> grid = makeGrid(self(), {1});
+  auto ex = Executor::create(**plan, *grid);
+  ASSERT_TRUE(static_cast<bool>(ex)) << llvm::toString(ex.takeError());
+  // The manifest's value until set.
+  EXPECT_EQ((*ex)->localValue("lr", Role::Hyper)->data<float>()[0], 0.1f);
+  ASSERT_FALSE(static_cast<bool>((*ex)->setHyper("lr", 0.25)));
+  EXPECT_EQ((*ex)->localValue("lr", Role::Hyper)->data<float>()[0], 0.25f);
+  std::string unknown = llvm::toString((*ex)->setHyper("momentum", 0.9));
+  EXPECT_NE(unknown.find("no \"hyper\" argument 'momentum'"), std::string::npos)
+      << unknown;
+  std::string nan = llvm::toString((*ex)->setHyper("lr", std::nan("")));
+  EXPECT_NE(nan.find("is not finite"), std::string::npos) << nan;
+}
+
+TEST(Executor, HyperArgumentsAreCheckedAtLoad) {
+  json::Object m = adamManifest();
+  // Without the initial value in "optimizer".
+  m["optimizer"] = json::Object{{"name", "adamw"}};
+  auto plan = loadPlan(kAdamProgram, m);
+  ASSERT_FALSE(static_cast<bool>(plan));
+  std::string msg = llvm::toString(plan.takeError());
+  EXPECT_NE(msg.find("argument 'lr': a \"hyper\" argument needs its initial "
+                     "value"),
+            std::string::npos)
+      << msg;
 }
 
 // Executor::setLocalValue (tessera-run --load): a replaced value is the
@@ -540,7 +579,8 @@ TEST(Executor, PlanFileRoundTrip) {
   const Manifest &m = (*plan)->manifest();
   EXPECT_EQ(m.gridDescription(), "dp=1 x tp=1");
   EXPECT_EQ(m.numRanks(), 1);
-  EXPECT_EQ(m.arguments.size(), 5u);
+  EXPECT_EQ(m.arguments.size(), 6u); // E, W1, W2, tokens, labels, lr
+  EXPECT_EQ(m.arguments[5].role, Role::Hyper);
   EXPECT_EQ(m.results[2].argument, 1); // W1
   // Constants and every kernel were resolved once; the collectives use three
   // distinct axis sets: {1}, {0}, {0, 1}.

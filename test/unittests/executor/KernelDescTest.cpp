@@ -155,17 +155,39 @@ TEST(KernelDesc, AttentionShapesAndGroupedQueries) {
 
 TEST(KernelDesc, HyperParametersComeFromTheManifestWhenTheyRoundTheSame) {
   Decoder t;
-  llvm::json::Object optimizer{{"lr", 0.1}, {"weight_decay", 0.25}};
+  llvm::json::Object optimizer{{"beta1", 0.9}, {"weight_decay", 0.25}};
   t.options.optimizer = &optimizer;
   llvm::Expected<KernelDesc> d =
-      t.decode("sgd_update",
-               {t.b.getNamedAttr("lr", t.b.getF32FloatAttr(0.1f)),
+      t.decode("adamw_update",
+               {t.b.getNamedAttr("beta1", t.b.getF32FloatAttr(0.9f)),
+                t.b.getNamedAttr("beta2", t.b.getF32FloatAttr(0.999f)),
+                t.b.getNamedAttr("eps", t.b.getF32FloatAttr(1e-8f)),
                 t.b.getNamedAttr("weight_decay", t.b.getF32FloatAttr(0.5f))},
-               {f32({3}), f32({3})}, {f32({3})});
+               {f32({3}), f32({3}), f32({3}), f32({3}), f32({}), f32({})},
+               {f32({3}), f32({3}), f32({3})});
   ASSERT_TRUE(static_cast<bool>(d)) << llvm::toString(d.takeError());
-  EXPECT_EQ(d->get<SgdAttrs>().lr, 0.1); // the manifest's double
+  EXPECT_EQ(d->get<AdamwAttrs>().beta1, 0.9); // the manifest's double
   // 0.25 does not round to the attribute's 0.5: the attribute wins.
-  EXPECT_EQ(d->get<SgdAttrs>().weightDecay, 0.5);
+  EXPECT_EQ(d->get<AdamwAttrs>().weightDecay, 0.5);
+}
+
+TEST(KernelDesc, TheLearningRateIsAnF32ScalarOperand) {
+  Decoder t;
+  auto wd = t.b.getNamedAttr("weight_decay", t.b.getF32FloatAttr(0.0f));
+  llvm::Expected<KernelDesc> d =
+      t.decode("sgd_update", {wd}, {f32({3}), f32({3}), f32({})}, {f32({3})});
+  ASSERT_TRUE(static_cast<bool>(d)) << llvm::toString(d.takeError());
+  // The old form without the lr operand.
+  llvm::Expected<KernelDesc> old =
+      t.decode("sgd_update", {wd}, {f32({3}), f32({3})}, {f32({3})});
+  ASSERT_FALSE(static_cast<bool>(old));
+  EXPECT_EQ(llvm::toString(old.takeError()),
+            "expects 3 operand(s) and 1 result(s), got 2 and 1");
+  llvm::Expected<KernelDesc> wide =
+      t.decode("sgd_update", {wd}, {f32({3}), f32({3}), f32({2})}, {f32({3})});
+  ASSERT_FALSE(static_cast<bool>(wide));
+  EXPECT_EQ(llvm::toString(wide.takeError()),
+            "lr must have one element, got tensor<2xf32>");
 }
 
 TEST(KernelDesc, SixteenBitKernelsAreCheckedWidened) {

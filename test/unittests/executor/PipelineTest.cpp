@@ -114,14 +114,14 @@ module {
                      %W0: tensor<4x6xf32> {tsrt.arg = 1 : i64},
                      %step: tensor<f32> {tsrt.arg = 3 : i64},
                      %dW0: tensor<4x6xf32> {tsrt.acc = 2 : i64},
-                     %dE: tensor<8x4xf32> {tsrt.acc = 3 : i64})
+                     %dE: tensor<8x4xf32> {tsrt.acc = 3 : i64}, %hlr: tensor<f32> {tsrt.arg = 6 : i64})
       -> (tensor<8x4xf32> {tsrt.result = 1 : i64},
           tensor<4x6xf32> {tsrt.result = 2 : i64},
           tensor<f32> {tsrt.result = 4 : i64}) {
     %gW0 = tsrt.all_reduce %dW0 {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<4x6xf32> -> tensor<4x6xf32>
     %gE = tsrt.all_reduce %dE {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<8x4xf32> -> tensor<8x4xf32>
-    %E1 = tsrt.kernel "sgd_update"(%E, %gE) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
-    %W01 = tsrt.kernel "sgd_update"(%W0, %gW0) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+    %E1 = tsrt.kernel "sgd_update"(%E, %gE, %hlr) {attrs = {weight_decay = 0.00999999977 : f32}} : (tensor<8x4xf32>, tensor<8x4xf32>, tensor<f32>) -> tensor<8x4xf32>
+    %W01 = tsrt.kernel "sgd_update"(%W0, %gW0, %hlr) {attrs = {weight_decay = 0.00999999977 : f32}} : (tensor<4x6xf32>, tensor<4x6xf32>, tensor<f32>) -> tensor<4x6xf32>
     %one = tsrt.constant dense<1.0> : tensor<f32>
     %t = tsrt.kernel "add"(%step, %one) {attrs = {}} : (tensor<f32>, tensor<f32>) -> tensor<f32>
     return %E1, %W01, %t : tensor<8x4xf32>, tensor<4x6xf32>, tensor<f32>
@@ -130,13 +130,13 @@ module {
   func.func @apply_1(%W1: tensor<6x8xf32> {tsrt.arg = 2 : i64},
                      %step: tensor<f32> {tsrt.arg = 3 : i64},
                      %dW1: tensor<6x8xf32> {tsrt.acc = 1 : i64},
-                     %lossp: tensor<f32> {tsrt.acc = 0 : i64})
+                     %lossp: tensor<f32> {tsrt.acc = 0 : i64}, %hlr: tensor<f32> {tsrt.arg = 6 : i64})
       -> (tensor<f32> {tsrt.result = 0 : i64},
           tensor<6x8xf32> {tsrt.result = 3 : i64},
           tensor<f32> {tsrt.result = 4 : i64}) {
     %gW1 = tsrt.all_reduce %dW1 {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<6x8xf32> -> tensor<6x8xf32>
     %loss = tsrt.all_reduce %lossp {grid_axes = array<i16: 0>, reduction = "sum"} : tensor<f32> -> tensor<f32>
-    %W11 = tsrt.kernel "sgd_update"(%W1, %gW1) {attrs = {lr = 5.000000e-01 : f32, weight_decay = 0.00999999977 : f32}} : (tensor<6x8xf32>, tensor<6x8xf32>) -> tensor<6x8xf32>
+    %W11 = tsrt.kernel "sgd_update"(%W1, %gW1, %hlr) {attrs = {weight_decay = 0.00999999977 : f32}} : (tensor<6x8xf32>, tensor<6x8xf32>, tensor<f32>) -> tensor<6x8xf32>
     %one = tsrt.constant dense<1.0> : tensor<f32>
     %t = tsrt.kernel "add"(%step, %one) {attrs = {}} : (tensor<f32>, tensor<f32>) -> tensor<f32>
     return %loss, %W11, %t : tensor<f32>, tensor<6x8xf32>, tensor<f32>
@@ -216,6 +216,7 @@ json::Object pipelineManifest(const Config &c) {
   // Tokens and labels: dim 0 split over dp (axis 0) and mb (axis 3).
   args.push_back(arg(4, "tokens", "tokens", "i64", {kB, kS}, {bl, kS}, {0, 3}));
   args.push_back(arg(5, "labels", "labels", "i64", {kB, kS}, {bl, kS}, {0, 3}));
+  args.push_back(arg(6, "lr", "hyper", "f32", {}, {}, {}));
   json::Array results;
   auto result = [](int64_t i, llvm::StringRef role, llvm::StringRef name) {
     return json::Object{{"index", i}, {"role", role}, {"name", name}};
@@ -618,7 +619,7 @@ TEST(PipelineErrors, BindingAttributesAreChecked) {
                          "{tsrt.arg = 9 : i64})\n      -> (tensor<@N@x6xf32>"),
                 pipelineManifest(c));
   EXPECT_NE(msg.find("@forward_1 (forward of chunk 1): argument #1: tsrt.arg "
-                     "= 9 but the manifest has 6 arguments"),
+                     "= 9 but the manifest has 7 arguments"),
             std::string::npos)
       << msg;
   msg = loadError(replaced("%W1: tensor<6x8xf32> {tsrt.arg = 2 : i64},\n"

@@ -62,6 +62,7 @@ TEST(Plan, JSONRoundTripOfEveryField) {
   p.optimizer.beta1 = 0.8;
   p.optimizer.beta2 = 0.95;
   p.optimizer.eps = 1e-6;
+  p.optimizer.weightDecayExclude = true;
   p.shardings = {{"h.0.attn.c_attn.weight", "[-, {3, 64 : tp}]"},
                  {"wpe.weight", "replicated"}};
   Plan back = roundTrip(p);
@@ -78,6 +79,7 @@ TEST(Plan, JSONRoundTripOfEveryField) {
   EXPECT_EQ(back.optimizer.beta1, 0.8);
   EXPECT_EQ(back.optimizer.beta2, 0.95);
   EXPECT_EQ(back.optimizer.eps, 1e-6);
+  EXPECT_TRUE(back.optimizer.weightDecayExclude);
   EXPECT_EQ(back.shardings, p.shardings);
   llvm::Error valid = back.validate();
   EXPECT_FALSE(static_cast<bool>(valid)) << llvm::toString(std::move(valid));
@@ -229,6 +231,9 @@ TEST(Plan, FromJSONErrorsNameTheKey) {
   EXPECT_EQ(fromJSONError(R"({"grid": {"axes": ["dp"], "shape": [1]},
                               "optimizer": {"lr": "fast"}})"),
             "plan: \"lr\" must be a number");
+  EXPECT_EQ(fromJSONError(R"({"grid": {"axes": ["dp"], "shape": [1]},
+                              "optimizer": {"weight_decay_exclude": 1}})"),
+            "plan: \"weight_decay_exclude\" must be a boolean");
   EXPECT_EQ(fromJSONError(R"({"grid": {"axes": ["dp"], "shape": [1]}, )" +
                           std::string(opt) + R"(, "shardings": {"w": 3}})"),
             "plan: \"shardings\": \"w\" must be a layout string");

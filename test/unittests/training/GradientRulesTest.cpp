@@ -686,9 +686,9 @@ TEST_F(GradientRules, CrossEntropy) {
 
 TEST_F(GradientRules, GradOpsAndOptimizersHaveNoRule) {
   auto module = parse(
-      R"(func.func @f(%x: tensor<4xf32>, %dy: tensor<4xf32>) -> tensor<4xf32> {
+      R"(func.func @f(%x: tensor<4xf32>, %dy: tensor<4xf32>, %lr: tensor<f32>) -> tensor<4xf32> {
     %0 = tsr.relu_grad %x, %dy : tensor<4xf32>
-    %1 = tsr.sgd_update %x, %0 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<4xf32>
+    %1 = tsr.sgd_update %x, %0, %lr {weight_decay = 0.0 : f32} : tensor<4xf32>
     return %1 : tensor<4xf32>
   })");
   ASSERT_TRUE(module);
@@ -805,6 +805,17 @@ protected:
   }
 
   static void SetUpTestSuite() { training::registerTrainingPasses(); }
+
+  /// Sets @train_step's "hyper" argument "lr" (the learning rate the step
+  /// reads at run time) in `args` to `lr`.
+  static void setLr(func::FuncOp step, std::vector<RefTensor> &args,
+                    double lr) {
+    for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+      auto role = step.getArgAttrOfType<StringAttr>(i, "tsr.role");
+      if (role && role.getValue() == "hyper")
+        args[i] = RefTensor({}, lr);
+    }
+  }
 };
 
 TEST_F(TrainStep, SgdGradientsMatchFiniteDifferences) {
@@ -815,7 +826,10 @@ TEST_F(TrainStep, SgdGradientsMatchFiniteDifferences) {
   ASSERT_TRUE(step);
   ASSERT_TRUE(succeeded(verify(*module)));
   unsigned numParams = 8;
-  ASSERT_EQ(step.getNumArguments(), numParams + 1 + 2);
+  // params, frozen, tokens, labels, lr.
+  ASSERT_EQ(step.getNumArguments(), numParams + 1 + 2 + 1);
+  auto lrRole = step.getArgAttrOfType<StringAttr>(numParams + 3, "tsr.role");
+  ASSERT_TRUE(lrRole && lrRole.getValue() == "hyper");
   ASSERT_EQ(step.getNumResults(), 1 + numParams);
 
   std::mt19937_64 rng(7);
@@ -831,6 +845,7 @@ TEST_F(TrainStep, SgdGradientsMatchFiniteDifferences) {
               : normal(rng);
     args.push_back(std::move(r));
   }
+  setLr(step, args, 1.0);
   std::vector<RefTensor> out;
   std::string error;
   ASSERT_TRUE(test::evaluate(step, args, out, error)) << error;
@@ -864,8 +879,8 @@ TEST_F(TrainStep, AdamwFirstStepAndStateWiring) {
       build(*module2, "optimizer=adamw lr=0.01 weight-decay=0.1");
   ASSERT_TRUE(step);
   unsigned numParams = 8;
-  // params, frozen, 2 states per param + step, tokens, labels.
-  ASSERT_EQ(step.getNumArguments(), numParams + 1 + 2 * numParams + 1 + 2);
+  // params, frozen, 2 states per param + step, tokens, labels, lr.
+  ASSERT_EQ(step.getNumArguments(), numParams + 1 + 2 * numParams + 1 + 1 + 2);
   ASSERT_EQ(step.getNumResults(), 1 + numParams + 2 * numParams + 1);
 
   std::mt19937_64 rng(11);
@@ -881,6 +896,7 @@ TEST_F(TrainStep, AdamwFirstStepAndStateWiring) {
               : normal(rng);
     sgdArgs.push_back(std::move(r));
   }
+  setLr(sgd, sgdArgs, 1.0);
   std::vector<RefTensor> adamArgs(sgdArgs.begin(),
                                   sgdArgs.begin() + numParams + 1);
   for (unsigned p = 0; p < numParams; ++p) {
@@ -890,6 +906,7 @@ TEST_F(TrainStep, AdamwFirstStepAndStateWiring) {
   adamArgs.push_back(RefTensor({}, 0.0)); // step
   adamArgs.push_back(sgdArgs[numParams + 1]);
   adamArgs.push_back(sgdArgs[numParams + 2]);
+  adamArgs.push_back(RefTensor({}, double(0.01f))); // lr
 
   std::vector<RefTensor> sgdOut, adamOut;
   std::string error;
@@ -955,6 +972,7 @@ TEST_F(TrainStep, ImportedModelFromEnvironment) {
               : (isNormWeight ? 1.0 : 0.0) + normal(rng);
     args.push_back(std::move(r));
   }
+  setLr(step, args, 1.0);
   std::vector<RefTensor> out;
   std::string error;
   ASSERT_TRUE(test::evaluate(step, args, out, error)) << error;

@@ -700,7 +700,7 @@ struct Interpreter {
           return true;
         })
         .Case([&](tsr::SgdUpdateOp u) {
-          double lr = u.getLr().convertToDouble();
+          double lr = in(op, 2).data[0];
           double wd = u.getWeightDecay().convertToDouble();
           return binary(
               op, [&](double p, double g) { return p - lr * (g + wd * p); });
@@ -708,7 +708,7 @@ struct Interpreter {
         .Case([&](tsr::AdamwUpdateOp u) {
           const RefTensor &p = in(op, 0), &g = in(op, 1), &m = in(op, 2),
                           &v = in(op, 3), &t = in(op, 4);
-          double lr = u.getLr().convertToDouble();
+          double lr = in(op, 5).data[0];
           double b1 = u.getBeta1().convertToDouble();
           double b2 = u.getBeta2().convertToDouble();
           double eps = u.getEps().convertToDouble();

@@ -20,7 +20,7 @@ func.func @train_step(
     %b2: tensor<16xf32> {tsr.role = "param", tsr.name = "linear2.bias"},
     %wh: tensor<32x16xf32> {tsr.role = "param", tsr.name = "head.weight"},
     %tokens: tensor<4x4xi64> {tsr.role = "tokens", tsr.name = "tokens"},
-    %labels: tensor<4x4xi64> {tsr.role = "labels", tsr.name = "labels"})
+    %labels: tensor<4x4xi64> {tsr.role = "labels", tsr.name = "labels"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
     -> (tensor<f32> {tsr.role = "loss", tsr.name = "loss"},
         tensor<48x16xf32> {tsr.role = "param", tsr.name = "self_attn.in_proj_weight"},
         tensor<48xf32> {tsr.role = "param", tsr.name = "self_attn.in_proj_bias"},
@@ -141,20 +141,20 @@ func.func @train_step(
   %dpos = tsr.reduce_sum %dx {axes = array<i64: 0>} : tensor<4x4x16xf32> -> tensor<4x16xf32>
   %dwte = tsr.gather_grad %tokens, %dx : tensor<4x4xi64>, tensor<4x4x16xf32> -> tensor<32x16xf32>
   // ---- update ----
-  %nwin = tsr.sgd_update %win, %dwin {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<48x16xf32>
-  %nbin = tsr.sgd_update %bin, %dbin {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<48xf32>
-  %nwout = tsr.sgd_update %wout, %dwout {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16x16xf32>
-  %nbout = tsr.sgd_update %bout, %dbout {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16xf32>
-  %nw1 = tsr.sgd_update %w1, %dw1 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<32x16xf32>
-  %nw2 = tsr.sgd_update %w2, %dw2 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16x32xf32>
-  %nwte = tsr.sgd_update %wte, %dwte {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<32x16xf32>
-  %npos = tsr.sgd_update %pos, %dpos {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<4x16xf32>
-  %ng1 = tsr.sgd_update %g1, %dg1 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16xf32>
-  %nbe1 = tsr.sgd_update %be1, %dbe1 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16xf32>
-  %ng2 = tsr.sgd_update %g2, %dg2 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16xf32>
-  %nbe2 = tsr.sgd_update %be2, %dbe2 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16xf32>
-  %nb1 = tsr.sgd_update %b1, %db1 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<32xf32>
-  %nb2 = tsr.sgd_update %b2, %db2 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16xf32>
-  %nwh = tsr.sgd_update %wh, %dwh {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<32x16xf32>
+  %nwin = tsr.sgd_update %win, %dwin, %hlr {weight_decay = 0.0 : f32} : tensor<48x16xf32>
+  %nbin = tsr.sgd_update %bin, %dbin, %hlr {weight_decay = 0.0 : f32} : tensor<48xf32>
+  %nwout = tsr.sgd_update %wout, %dwout, %hlr {weight_decay = 0.0 : f32} : tensor<16x16xf32>
+  %nbout = tsr.sgd_update %bout, %dbout, %hlr {weight_decay = 0.0 : f32} : tensor<16xf32>
+  %nw1 = tsr.sgd_update %w1, %dw1, %hlr {weight_decay = 0.0 : f32} : tensor<32x16xf32>
+  %nw2 = tsr.sgd_update %w2, %dw2, %hlr {weight_decay = 0.0 : f32} : tensor<16x32xf32>
+  %nwte = tsr.sgd_update %wte, %dwte, %hlr {weight_decay = 0.0 : f32} : tensor<32x16xf32>
+  %npos = tsr.sgd_update %pos, %dpos, %hlr {weight_decay = 0.0 : f32} : tensor<4x16xf32>
+  %ng1 = tsr.sgd_update %g1, %dg1, %hlr {weight_decay = 0.0 : f32} : tensor<16xf32>
+  %nbe1 = tsr.sgd_update %be1, %dbe1, %hlr {weight_decay = 0.0 : f32} : tensor<16xf32>
+  %ng2 = tsr.sgd_update %g2, %dg2, %hlr {weight_decay = 0.0 : f32} : tensor<16xf32>
+  %nbe2 = tsr.sgd_update %be2, %dbe2, %hlr {weight_decay = 0.0 : f32} : tensor<16xf32>
+  %nb1 = tsr.sgd_update %b1, %db1, %hlr {weight_decay = 0.0 : f32} : tensor<32xf32>
+  %nb2 = tsr.sgd_update %b2, %db2, %hlr {weight_decay = 0.0 : f32} : tensor<16xf32>
+  %nwh = tsr.sgd_update %wh, %dwh, %hlr {weight_decay = 0.0 : f32} : tensor<32x16xf32>
   return %loss, %nwin, %nbin, %nwout, %nbout, %nw1, %nw2, %nwte, %npos, %ng1, %nbe1, %ng2, %nbe2, %nb1, %nb2, %nwh : tensor<f32>, tensor<48x16xf32>, tensor<48xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<32x16xf32>, tensor<16x32xf32>, tensor<32x16xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<32xf32>, tensor<16xf32>, tensor<32x16xf32>
 }

@@ -7,7 +7,7 @@ func.func @train_step(
     %b2: tensor<16xf32> {tsr.role = "param", tsr.name = "fc2.bias"},
     %wh: tensor<64x16xf32> {tsr.role = "param", tsr.name = "head.weight"},
     %tokens: tensor<4x8xi64> {tsr.role = "tokens", tsr.name = "tokens"},
-    %labels: tensor<4x8xi64> {tsr.role = "labels", tsr.name = "labels"})
+    %labels: tensor<4x8xi64> {tsr.role = "labels", tsr.name = "labels"}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper"})
     -> (tensor<f32> {tsr.role = "loss", tsr.name = "loss"},
         tensor<64x16xf32> {tsr.role = "param", tsr.name = "tok_emb.weight"},
         tensor<32x16xf32> {tsr.role = "param", tsr.name = "fc1.weight"},
@@ -46,11 +46,11 @@ func.func @train_step(
   %dw1 = tsr.matmul %dh12, %e2 {transpose_lhs = true} : tensor<32x32xf32>, tensor<32x16xf32> -> tensor<32x16xf32>
   %de = tsr.add %de1, %dr : tensor<4x8x16xf32>
   %dwte = tsr.gather_grad %tokens, %de : tensor<4x8xi64>, tensor<4x8x16xf32> -> tensor<64x16xf32>
-  %nwte = tsr.sgd_update %wte, %dwte {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<64x16xf32>
-  %nw1 = tsr.sgd_update %w1, %dw1 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<32x16xf32>
-  %nb1 = tsr.sgd_update %b1, %db1 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<32xf32>
-  %nw2 = tsr.sgd_update %w2, %dw2 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16x32xf32>
-  %nb2 = tsr.sgd_update %b2, %db2 {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<16xf32>
-  %nwh = tsr.sgd_update %wh, %dwh {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32} : tensor<64x16xf32>
+  %nwte = tsr.sgd_update %wte, %dwte, %hlr {weight_decay = 0.0 : f32} : tensor<64x16xf32>
+  %nw1 = tsr.sgd_update %w1, %dw1, %hlr {weight_decay = 0.0 : f32} : tensor<32x16xf32>
+  %nb1 = tsr.sgd_update %b1, %db1, %hlr {weight_decay = 0.0 : f32} : tensor<32xf32>
+  %nw2 = tsr.sgd_update %w2, %dw2, %hlr {weight_decay = 0.0 : f32} : tensor<16x32xf32>
+  %nb2 = tsr.sgd_update %b2, %db2, %hlr {weight_decay = 0.0 : f32} : tensor<16xf32>
+  %nwh = tsr.sgd_update %wh, %dwh, %hlr {weight_decay = 0.0 : f32} : tensor<64x16xf32>
   return %loss, %nwte, %nw1, %nb1, %nw2, %nb2, %nwh : tensor<f32>, tensor<64x16xf32>, tensor<32x16xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<16xf32>, tensor<64x16xf32>
 }

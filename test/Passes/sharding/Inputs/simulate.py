@@ -360,7 +360,7 @@ def run(ops, env, collective=None):
         elif name == "tsr.adamw_update":
             f = lambda k: float(prop(p, k).split(":")[0])
             lr, b1, b2, eps, wd = 1.0, f("beta1"), f("beta2"), f("eps"), f("weight_decay")
-            prm, g, m, v, t = x
+            prm, g, m, v, t = x[:5]
             prm = prm * (1 - lr * wd)
             m = b1 * m + (1 - b1) * g
             v = b2 * v + (1 - b2) * g * g

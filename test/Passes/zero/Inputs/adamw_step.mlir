@@ -13,7 +13,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
       %bm: tensor<3xf32> {tsr.name = "b.exp_avg", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, [[]]>},
       %bv: tensor<3xf32> {tsr.name = "b.exp_avg_sq", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, [[]]>},
       %t: tensor<f32> {tsr.name = "step", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, []>},
-      %x: tensor<2x8xf32> {tsr.name = "x", tsr.role = "tokens", tsr.sharding = #tsr.sharding<@grid, [[0], []]>})
+      %x: tensor<2x8xf32> {tsr.name = "x", tsr.role = "tokens", tsr.sharding = #tsr.sharding<@grid, [[0], []]>}, %hlr: tensor<f32> {tsr.name = "lr", tsr.role = "hyper", tsr.sharding = #tsr.sharding<@grid, []>})
       -> (tensor<8x4xf32> {tsr.name = "w", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [[], []]>},
           tensor<3xf32> {tsr.name = "b", tsr.role = "param", tsr.sharding = #tsr.sharding<@grid, [[]]>},
           tensor<8x4xf32> {tsr.name = "w.exp_avg", tsr.role = "opt_state", tsr.sharding = #tsr.sharding<@grid, [[], []]>},
@@ -27,8 +27,8 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
     %gwr = shard.all_reduce %gw on @grid grid_axes = [0] : tensor<8x4xf32> -> tensor<8x4xf32>
     %gb = tsr.mul %b, %b {tsr.bwd = 1 : i64} : tensor<3xf32>
     %gbr = shard.all_reduce %gb on @grid grid_axes = [0] : tensor<3xf32> -> tensor<3xf32>
-    %w1, %wm1, %wv1 = tsr.adamw_update %w, %gwr, %wm, %wv, %t {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, lr = 1.0e-03 : f32, weight_decay = 0.01 : f32} : tensor<8x4xf32>, tensor<f32>
-    %b1, %bm1, %bv1 = tsr.adamw_update %b, %gbr, %bm, %bv, %t {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, lr = 1.0e-03 : f32, weight_decay = 0.01 : f32} : tensor<3xf32>, tensor<f32>
+    %w1, %wm1, %wv1 = tsr.adamw_update %w, %gwr, %wm, %wv, %t, %hlr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<8x4xf32>, tensor<f32>
+    %b1, %bm1, %bv1 = tsr.adamw_update %b, %gbr, %bm, %bv, %t, %hlr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<3xf32>, tensor<f32>
     return %w1, %b1, %wm1, %wv1, %bm1, %bv1, %t : tensor<8x4xf32>, tensor<3xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<f32>
   }
 }
