@@ -168,6 +168,27 @@ def Tsr_OptimizerUpdateOpInterface
   ];
 }
 
+def Tsr_EvalModeOpInterface : OpInterface<"EvalModeOpInterface"> {
+  let cppNamespace = "::tessera::tsr";
+  let description = [{
+    An op that computes something else in evaluation than in training, as
+    PyTorch's `module.eval()` changes it: `tsr.dropout` is the identity in
+    evaluation. `tsr-build-eval-step` asks each op of the evaluation
+    function for the values that replace its results there (and then
+    erases the op when nothing reads it); an op without this interface
+    computes the same in both modes. The values must already exist before
+    the op (e.g. an operand) or be built with `builder`, which is set just
+    before the op; they have the results' types, one per result.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        The values that replace the op's results in evaluation, one per
+        result (dropout: its input), or failure (after emitting an error).
+      }], "::mlir::FailureOr<::llvm::SmallVector<::mlir::Value>>",
+      "buildEvalResults", (ins "::mlir::OpBuilder &":$builder)>,
+  ];
+}
+
 // Selective activation recomputation (Korthikanti et al. 2022, "Reducing
 // Activation Recomputation in Large Transformer Models"): the op's results
 // are large next to the work of remaking them, so `tsr-recompute

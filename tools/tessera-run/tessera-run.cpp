@@ -284,6 +284,31 @@ static cl::opt<std::string> saveWeights(
              "(rank 0; written to FILE.tmp then renamed)"),
     cl::value_desc("weights.safetensors"), cl::cat(category));
 
+static cl::opt<std::string> evalDataPath(
+    "eval-data",
+    cl::desc("Validation token file (the --data format). Every "
+             "--eval-interval steps and after the last step, the plan's "
+             "forward-only evaluation function (no dropout, no update) "
+             "computes the loss of --eval-iters batches: batch k is the "
+             "training sampling formula's batch of step k on this file, so "
+             "every evaluation sees the same batches; their mean is printed "
+             "('validation loss at iteration N | lm loss value: X | lm loss "
+             "PPL: Y |', Megatron-LM's line) and recorded as \"eval_loss\" in "
+             "--metrics. Not supported for pipeline plans (error)"),
+    cl::value_desc("valid.u16"), cl::cat(category));
+
+static cl::opt<int64_t>
+    evalInterval("eval-interval",
+                 cl::desc("Evaluate every N training steps (>= 1; "
+                          "Megatron-LM's default 1000), and after the last"),
+                 cl::value_desc("N"), cl::init(1000), cl::cat(category));
+
+static cl::opt<int64_t>
+    evalIters("eval-iters",
+              cl::desc("Batches per evaluation (>= 1; Megatron-LM's default "
+                       "100)"),
+              cl::value_desc("K"), cl::init(100), cl::cat(category));
+
 static cl::opt<int64_t> logEvery(
     "log-every",
     cl::desc("Print 'step N | loss X | T tok/s' on rank 0 every N steps "
@@ -772,6 +797,7 @@ struct Job {
   std::unique_ptr<exec::Backend> backend;
   std::unique_ptr<exec::Plan> plan;
   std::optional<TokenDataset> dataset;
+  std::optional<TokenDataset> evalDataset; ///< --eval-data
   std::unique_ptr<MetricsWriter> metrics;
 };
 
@@ -786,6 +812,13 @@ std::string checkOptions(bool timeoutOk) {
     return "--steps must be >= 0";
   if (logEvery < 0)
     return "--log-every must be >= 0";
+  if (evalInterval < 1)
+    return "--eval-interval must be >= 1";
+  if (evalIters < 1)
+    return "--eval-iters must be >= 1";
+  if (evalDataPath.empty() &&
+      (evalInterval.getNumOccurrences() || evalIters.getNumOccurrences()))
+    return "--eval-interval and --eval-iters need --eval-data FILE";
   if (!timeoutOk)
     return "--collective-timeout-s must be a number of seconds >= 0 (0: no "
            "watchdog)";
@@ -865,6 +898,22 @@ std::string openJob(const mpi::Communicator &world, bool timeoutOk, Job &job) {
       error = llvm::toString(opened.takeError());
   }
 
+  if (error.empty() && !evalDataPath.empty()) {
+    if (!job.plan->evalProgram())
+      error = planPath + ": --eval-data: " +
+              (job.plan->pipeline()
+                   ? "pipeline plans have no evaluation function yet"
+                   : "the plan has no evaluation function (recompile it "
+                     "with this tessera-partition)");
+  }
+  if (error.empty() && !evalDataPath.empty()) {
+    auto opened = TokenDataset::open(evalDataPath, job.plan->manifest().seqLen);
+    if (opened)
+      job.evalDataset = std::move(*opened);
+    else
+      error = "--eval-data: " + llvm::toString(opened.takeError());
+  }
+
   if (error.empty() && isRoot && !metricsPath.empty()) {
     auto opened = MetricsWriter::open(metricsPath);
     if (opened)
@@ -933,6 +982,28 @@ LossScaleState readLossScale(const mpi::Communicator &world,
   return st;
 }
 
+/// The validation loss of the current state: the mean over k = 0 ..
+/// --eval-iters - 1 of the loss of step k's global batch of `evalData`
+/// (the training sampling formula), from the plan's evaluation function.
+/// Collective. A failure aborts every rank.
+double evaluateMean(const mpi::Communicator &world, exec::Executor &executor,
+                    const TokenDataset &evalData) {
+  const exec::Manifest &m = executor.plan().manifest();
+  double sum = 0;
+  for (int64_t k = 0; k < evalIters; ++k) {
+    auto batch = evalData.batch(k, m.globalBatch, m.seqLen, /*dpRank=*/0,
+                                /*dpSize=*/1);
+    if (!batch)
+      abortAll(world, "--eval-data: " + llvm::toString(batch.takeError()));
+    llvm::Expected<double> loss =
+        executor.evaluate(batch->inputs, batch->labels);
+    if (!loss)
+      abortAll(world, llvm::toString(loss.takeError()));
+    sum += *loss;
+  }
+  return sum / static_cast<double>(evalIters);
+}
+
 /// Step `s`'s metrics record (rank 0): loss, time, traffic, memory, and
 /// with dynamic loss scaling "loss_scale" (after the step: the scale the
 /// next step uses, as Megatron-LM logs it) and "skipped" (1 when the step's
@@ -943,13 +1014,15 @@ void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
                       const std::vector<int64_t> &peaks,
                       const std::vector<double> &rankBytes,
                       const std::vector<int64_t> &lastMemory,
-                      const LossScaleState &before,
-                      const LossScaleState &after) {
+                      const LossScaleState &before, const LossScaleState &after,
+                      std::optional<double> evalLoss) {
   StepMetrics rec;
   rec.step = s;
   rec.loss = loss;
   rec.stepTimeS = seconds;
   rec.tokensPerS = tokensPerS;
+  if (evalLoss)
+    rec.extra.emplace_back("eval_loss", *evalLoss);
   rec.extra.emplace_back("bytes_sent", executor.traffic().stepBytes());
   // Per kind, e.g. "bytes_reduce_scatter" (ring volumes, rank 0).
   for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
@@ -993,7 +1066,8 @@ void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
 /// 0. A failing step aborts every rank.
 TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
                      exec::Backend &backend, const exec::Plan &plan,
-                     const TokenDataset &dataset, MetricsWriter *metrics) {
+                     const TokenDataset &dataset, MetricsWriter *metrics,
+                     const TokenDataset *evalData) {
   const exec::Manifest &m = plan.manifest();
   bool isRoot = world.rank() == 0;
   TrainingResult result;
@@ -1061,6 +1135,11 @@ TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
         abortAll(world, "step " + std::to_string(s) +
                             ": MPI_Gather of bytes per rank failed");
     }
+    // --eval-data: every --eval-interval steps and after the last one.
+    std::optional<double> evalLoss;
+    if (evalData && ((s + 1) % evalInterval == 0 || s + 1 == numSteps)) {
+      evalLoss = evaluateMean(world, executor, *evalData);
+    }
     // Every rank's measured memory (see exec::MemoryUse).
     const exec::MemoryUse &use = executor.lastStepMemory();
     int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
@@ -1080,10 +1159,18 @@ TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
       llvm::outs() << formatProgressLine(s, *loss, tokensPerS) << "\n";
       llvm::outs().flush();
     }
+    if (evalLoss) {
+      // Megatron-LM's line (PPL = exp(min(20, loss))).
+      llvm::outs() << llvm::formatv(
+          "validation loss at iteration {0} | lm loss value: {1:E6} | lm "
+          "loss PPL: {2:E6} |\n",
+          s + 1, *evalLoss, std::exp(std::min(20.0, *evalLoss)));
+      llvm::outs().flush();
+    }
     if (metrics)
       writeStepMetrics(world, *metrics, executor, s, *loss, seconds, tokensPerS,
                        gatherPeaks, peaks, rankBytes, lastMemory, scaleBefore,
-                       readLossScale(world, executor, backend));
+                       readLossScale(world, executor, backend), evalLoss);
   }
   return result;
 }
@@ -1256,8 +1343,9 @@ int main(int argc, char **argv) {
   if (!allOk())
     return exitAfterFailure();
 
-  TrainingResult trained = train(world, *executor, *job.backend, *job.plan,
-                                 *job.dataset, job.metrics.get());
+  TrainingResult trained =
+      train(world, *executor, *job.backend, *job.plan, *job.dataset,
+            job.metrics.get(), job.evalDataset ? &*job.evalDataset : nullptr);
   if (memoryReport && isRoot && numSteps > 0)
     printMemoryReport(world, m, trained.lastMemory);
 
