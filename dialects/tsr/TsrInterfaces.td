@@ -168,27 +168,6 @@ def Tsr_OptimizerUpdateOpInterface
   ];
 }
 
-def Tsr_EvalModeOpInterface : OpInterface<"EvalModeOpInterface"> {
-  let cppNamespace = "::tessera::tsr";
-  let description = [{
-    An op that computes something else in evaluation than in training, as
-    PyTorch's `module.eval()` changes it: `tsr.dropout` is the identity in
-    evaluation. `tsr-build-eval-step` asks each op of the evaluation
-    function for the values that replace its results there (and then
-    erases the op when nothing reads it); an op without this interface
-    computes the same in both modes. The values must already exist before
-    the op (e.g. an operand) or be built with `builder`, which is set just
-    before the op; they have the results' types, one per result.
-  }];
-  let methods = [
-    InterfaceMethod<[{
-        The values that replace the op's results in evaluation, one per
-        result (dropout: its input), or failure (after emitting an error).
-      }], "::mlir::FailureOr<::llvm::SmallVector<::mlir::Value>>",
-      "buildEvalResults", (ins "::mlir::OpBuilder &":$builder)>,
-  ];
-}
-
 // Selective activation recomputation (Korthikanti et al. 2022, "Reducing
 // Activation Recomputation in Large Transformer Models"): the op's results
 // are large next to the work of remaking them, so `tsr-recompute
@@ -196,6 +175,15 @@ def Tsr_EvalModeOpInterface : OpInterface<"EvalModeOpInterface"> {
 // results) in the backward instead of keeping its results. C++:
 // `op->hasTrait<tessera::tsr::SelectiveRecompute>()`.
 def Tsr_SelectiveRecompute : NativeOpTrait<"SelectiveRecompute"> {
+  let cppNamespace = "::tessera::tsr";
+}
+
+// The op is the identity on operand 0 in an inference (forward-only)
+// program: a training-time regulariser such as `tsr.dropout`. A pass that
+// builds an evaluation program replaces result 0 by operand 0 for every op
+// with this trait, without knowing the op. C++:
+// `op->hasTrait<tessera::tsr::IdentityInInference>()`.
+def Tsr_IdentityInInference : NativeOpTrait<"IdentityInInference"> {
   let cppNamespace = "::tessera::tsr";
 }
 

@@ -45,6 +45,12 @@ struct KernelMessage {
 template <typename ConcreteType>
 class SelectiveRecompute
     : public mlir::OpTrait::TraitBase<ConcreteType, SelectiveRecompute> {};
+
+/// Tsr_IdentityInInference (TsrInterfaces.td): in a forward-only
+/// (evaluation) program the op is the identity on operand 0 (tsr.dropout).
+template <typename ConcreteType>
+class IdentityInInference
+    : public mlir::OpTrait::TraitBase<ConcreteType, IdentityInInference> {};
 } // namespace tessera::tsr
 
 namespace tessera::tsr::detail {

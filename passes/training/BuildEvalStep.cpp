@@ -1,9 +1,10 @@
 //===- BuildEvalStep.cpp - the forward-only evaluation function -----------===//
 //
 // See Passes.td (tsr-build-eval-step). The pass clones the (partitioned)
-// @train_step as @eval_step, returns only its loss, replaces the results of
-// every op with EvalModeOpInterface by the values the op gives for
-// evaluation (dropout: its input), erases what the loss no longer reads
+// @train_step as @eval_step, returns only its loss, replaces every op with
+// the IdentityInInference trait by its operand 0 (dropout is the identity
+// in evaluation, as after PyTorch's model.eval()), erases what the loss no
+// longer reads
 // (the backward, the optimizer, the gradient collectives) and the arguments
 // nothing reads. The clone keeps every argument's and op's sharding, so
 // the evaluation runs on the training plan's ranks with its state tensors.
@@ -79,23 +80,21 @@ struct BuildEvalStepPass
     eval.setAllResultAttrs(ArrayRef<DictionaryAttr>{
         lossAttrs ? lossAttrs : builder.getDictionaryAttr({})});
 
-    // Evaluation-mode ops (dropout: the identity).
-    SmallVector<tsr::EvalModeOpInterface> modal;
-    eval.walk([&](tsr::EvalModeOpInterface op) { modal.push_back(op); });
-    for (tsr::EvalModeOpInterface op : modal) {
-      builder.setInsertionPoint(op);
-      FailureOr<SmallVector<Value>> values = op.buildEvalResults(builder);
-      if (failed(values))
-        return signalPassFailure();
-      if (values->size() != op->getNumResults() ||
-          llvm::any_of(llvm::zip(*values, op->getResultTypes()), [](auto pair) {
-            return std::get<0>(pair).getType() != std::get<1>(pair);
-          })) {
-        op->emitOpError("gives evaluation values that do not match its "
-                        "results' types");
+    // Ops that are the identity on operand 0 in evaluation (dropout), by
+    // their trait, whatever they are.
+    SmallVector<Operation *> identities;
+    eval.walk([&](Operation *op) {
+      if (op->hasTrait<tsr::IdentityInInference>())
+        identities.push_back(op);
+    });
+    for (Operation *op : identities) {
+      if (op->getNumResults() != 1 || op->getNumOperands() < 1 ||
+          op->getOperand(0).getType() != op->getResult(0).getType()) {
+        op->emitOpError("is IdentityInInference but does not have one result "
+                        "of its operand 0's type");
         return signalPassFailure();
       }
-      op->replaceAllUsesWith(*values);
+      op->getResult(0).replaceAllUsesWith(op->getOperand(0));
       op->erase();
     }
 

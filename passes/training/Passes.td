@@ -98,9 +98,8 @@ def BuildEvalStep : Pass<"tsr-build-eval-step", "::mlir::ModuleOp"> {
 
     - its only result is `@train_step`'s `tsr.role = "loss"` result (same
       attributes);
-    - every op with `EvalModeOpInterface` has its results replaced by the
-      values the op gives for evaluation (`tsr.dropout`: its input, i.e.
-      the identity) and is erased;
+    - every op with the `IdentityInInference` trait (`tsr.dropout`) is
+      replaced by its operand 0: the identity, whatever the op is;
     - everything the loss does not read is erased (dead-code elimination of
       side-effect-free ops: the backward, the optimizer updates, the
       gradient all-reduces and reduce-scatters); the collectives that feed
@@ -139,7 +138,8 @@ def BuildEvalStep : Pass<"tsr-build-eval-step", "::mlir::ModuleOp"> {
     ```
     Errors (no crash): no `@train_step`, a symbol `@eval_step` already
     exists, `@train_step` has no loss result or more than one block, or an
-    op's evaluation values do not match its results' types.
+    `IdentityInInference` op does not have one result of its operand 0's
+    type.
   }];
   let dependentDialects = ["::tessera::tsr::TsrDialect",
                            "::mlir::func::FuncDialect"];
