@@ -36,7 +36,7 @@ case "$NAME" in
     VENV_ARGS=(--system-site-packages)
     # Pinned: docs/OpCoverage.md records the node tests of this onnx
     # version (onnx-node.doc checks it is current).
-    PKGS=("onnxruntime==1.32.0" "onnx==1.23.2") ;;
+    PKGS=("onnxruntime==1.32.0" "onnx==1.23.2" safetensors tokenizers) ;;
   *)
     echo "usage: $0 export-ts|export-dynamo|test" >&2
     exit 2 ;;

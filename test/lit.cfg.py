@@ -13,7 +13,7 @@ config.test_exec_root = os.path.join(config.tessera_obj_root, "test")
 tool_dirs = [
     os.path.join(config.tessera_obj_root, "tools", t)
     for t in ("tessera-opt", "tessera-import", "tessera-partition", "tessera-run",
-              "tessera-eval", "tessera-check")
+              "tessera-eval", "tessera-check", "tessera-ckpt")
 ]
 tool_dirs.append(os.path.join(config.tessera_obj_root, "test", "unittests", "executor"))  # tessera-pack-plan (test/Run)
 config.environment["PATH"] = os.pathsep.join(

@@ -156,19 +156,10 @@ llvm::Error tessera::runtime::writeSafeTensors(
   return llvm::Error::success();
 }
 
-llvm::Expected<SafeTensorsFile>
-tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
-                                   llvm::StringRef name) {
-  if (buffer.size() < 8)
-    return stError(name, "file of " + std::to_string(buffer.size()) +
-                             " bytes is too short for the header size");
-  uint64_t headerSize = llvm::support::endian::read64le(buffer.data());
-  if (headerSize > kMaxHeaderBytes || headerSize > buffer.size() - 8)
-    return stError(name, "header size " + std::to_string(headerSize) +
-                             " exceeds the file (" +
-                             std::to_string(buffer.size()) + " bytes)");
-  llvm::StringRef headerText = buffer.substr(8, headerSize);
-  llvm::StringRef data = buffer.substr(8 + headerSize);
+/// Parses and validates the JSON header `headerText` of a file whose data
+/// section has `dataSize` bytes. Entries come back in data-offset order.
+static llvm::Error parseHeader(llvm::StringRef headerText, uint64_t dataSize,
+                               llvm::StringRef name, SafeTensorsHeader &out) {
   llvm::Expected<json::Value> parsed = json::parse(headerText);
   if (!parsed)
     return stError(name, "invalid JSON header: " +
@@ -177,14 +168,7 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
   if (!root)
     return stError(name, "header is not a JSON object");
 
-  SafeTensorsFile file;
-  struct Entry {
-    std::string name;
-    DType dtype;
-    std::vector<int64_t> shape;
-    uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
+  std::vector<SafeTensorsEntry> &entries = out.entries;
   for (const auto &kv : *root) {
     std::string key = kv.first.str();
     if (key == "__metadata__") {
@@ -196,7 +180,7 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
         if (!s)
           return stError(name, "__metadata__ value '" + m.first.str() +
                                    "' is not a string");
-        file.metadata[m.first.str()] = s->str();
+        out.metadata[m.first.str()] = s->str();
       }
       continue;
     }
@@ -206,11 +190,12 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
     const json::Object *obj = kv.second.getAsObject();
     if (!obj)
       return bad("entry is not an object");
-    Entry e;
+    SafeTensorsEntry e;
     e.name = key;
     auto dt = obj->getString("dtype");
     if (!dt)
       return bad("missing dtype");
+    e.dtypeName = dt->str();
     if (*dt == "F32")
       e.dtype = DType::F32;
     else if (*dt == "I64")
@@ -244,25 +229,58 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
       return bad("data_offsets must be non-negative integers");
     e.begin = *b;
     e.end = *en;
-    if (e.begin > e.end || e.end > data.size())
+    if (e.begin > e.end || e.end > dataSize)
       return bad("data_offsets [" + std::to_string(e.begin) + ", " +
                  std::to_string(e.end) + "] are outside the data section of " +
-                 std::to_string(data.size()) + " bytes");
+                 std::to_string(dataSize) + " bytes");
     if (e.end - e.begin != numel * dtypeSize(e.dtype))
       return bad("data_offsets span " + std::to_string(e.end - e.begin) +
                  " bytes but dtype " + dt->str() + " and shape need " +
                  std::to_string(numel * dtypeSize(e.dtype)));
     entries.push_back(std::move(e));
   }
-  std::stable_sort(
-      entries.begin(), entries.end(), [](const Entry &a, const Entry &b) {
-        return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
-      });
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const SafeTensorsEntry &a, const SafeTensorsEntry &b) {
+                     return a.begin != b.begin ? a.begin < b.begin
+                                               : a.name < b.name;
+                   });
   for (size_t i = 1; i < entries.size(); ++i)
     if (entries[i].begin < entries[i - 1].end)
       return stError(name, "tensor '" + entries[i].name + "' overlaps '" +
                                entries[i - 1].name + "'");
-  for (Entry &e : entries) {
+  return llvm::Error::success();
+}
+
+/// Reads the 8-byte header size from the first bytes of a file of
+/// `fileSize` bytes and checks it.
+static llvm::Expected<uint64_t>
+headerSizeOf(llvm::StringRef first8, uint64_t fileSize, llvm::StringRef name) {
+  if (fileSize < 8 || first8.size() < 8)
+    return stError(name, "file of " + std::to_string(fileSize) +
+                             " bytes is too short for the header size");
+  uint64_t headerSize = llvm::support::endian::read64le(first8.data());
+  if (headerSize > kMaxHeaderBytes || headerSize > fileSize - 8)
+    return stError(name, "header size " + std::to_string(headerSize) +
+                             " exceeds the file (" + std::to_string(fileSize) +
+                             " bytes)");
+  return headerSize;
+}
+
+llvm::Expected<SafeTensorsFile>
+tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
+                                   llvm::StringRef name) {
+  llvm::Expected<uint64_t> headerSize =
+      headerSizeOf(buffer, buffer.size(), name);
+  if (!headerSize)
+    return headerSize.takeError();
+  llvm::StringRef headerText = buffer.substr(8, *headerSize);
+  llvm::StringRef data = buffer.substr(8 + *headerSize);
+  SafeTensorsHeader header;
+  if (llvm::Error err = parseHeader(headerText, data.size(), name, header))
+    return std::move(err);
+  SafeTensorsFile file;
+  file.metadata = std::move(header.metadata);
+  for (SafeTensorsEntry &e : header.entries) {
     Tensor t = Tensor::empty(e.dtype, e.shape);
     if (t.bytes())
       std::memcpy(t.raw(), data.data() + e.begin, t.bytes());
@@ -270,6 +288,82 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
     file.tensors.push_back(std::move(t));
   }
   return std::move(file);
+}
+
+const SafeTensorsEntry *SafeTensorsHeader::find(llvm::StringRef name) const {
+  for (const SafeTensorsEntry &e : entries)
+    if (e.name == name)
+      return &e;
+  return nullptr;
+}
+
+llvm::Expected<SafeTensorsHeader>
+tessera::runtime::readSafeTensorsHeader(llvm::StringRef path) {
+  uint64_t fileSize = 0;
+  if (std::error_code ec = llvm::sys::fs::file_size(path, fileSize))
+    return stError(path, "cannot read: " + ec.message());
+  auto readSlice = [&](uint64_t size,
+                       uint64_t offset) -> llvm::Expected<std::string> {
+    auto bufOr = llvm::MemoryBuffer::getFileSlice(path, size, offset,
+                                                  /*IsVolatile=*/false);
+    if (!bufOr)
+      return stError(path, "cannot read: " + bufOr.getError().message());
+    if ((*bufOr)->getBufferSize() != size)
+      return stError(path, "short read");
+    return (*bufOr)->getBuffer().str();
+  };
+  llvm::Expected<std::string> first =
+      readSlice(std::min<uint64_t>(8, fileSize), 0);
+  if (!first)
+    return first.takeError();
+  llvm::Expected<uint64_t> headerSize = headerSizeOf(*first, fileSize, path);
+  if (!headerSize)
+    return headerSize.takeError();
+  llvm::Expected<std::string> text = readSlice(*headerSize, 8);
+  if (!text)
+    return text.takeError();
+  SafeTensorsHeader header;
+  header.source = path.str();
+  header.dataOffset = 8 + *headerSize;
+  header.fileSize = fileSize;
+  if (llvm::Error err =
+          parseHeader(*text, fileSize - header.dataOffset, path, header))
+    return std::move(err);
+  return std::move(header);
+}
+
+llvm::Expected<Tensor>
+tessera::runtime::readSafeTensor(const SafeTensorsHeader &header,
+                                 llvm::StringRef name) {
+  const SafeTensorsEntry *e = header.find(name);
+  if (!e)
+    return stError(header.source, "no tensor '" + name.str() + "'");
+  Tensor t = Tensor::empty(e->dtype, e->shape);
+  if (!t.bytes())
+    return t;
+  llvm::Expected<llvm::sys::fs::file_t> fd =
+      llvm::sys::fs::openNativeFileForRead(header.source);
+  if (!fd)
+    return stError(header.source, "tensor '" + name.str() + "': cannot read: " +
+                                      llvm::toString(fd.takeError()));
+  auto buf =
+      llvm::MutableArrayRef<char>(static_cast<char *>(t.raw()), t.bytes());
+  size_t done = 0;
+  uint64_t offset = header.dataOffset + e->begin;
+  while (done < buf.size()) {
+    llvm::Expected<size_t> n = llvm::sys::fs::readNativeFileSlice(
+        *fd, buf.drop_front(done), offset + done);
+    if (!n || *n == 0) {
+      std::string why = n ? std::string("unexpected end of file")
+                          : llvm::toString(n.takeError());
+      llvm::sys::fs::closeFile(*fd);
+      return stError(header.source,
+                     "tensor '" + name.str() + "': cannot read: " + why);
+    }
+    done += *n;
+  }
+  llvm::sys::fs::closeFile(*fd);
+  return t;
 }
 
 llvm::Expected<SafeTensorsFile>

@@ -78,6 +78,38 @@ llvm::Expected<SafeTensorsFile> parseSafeTensors(llvm::StringRef buffer,
 /// Reads and parses `path`. Errors name the path and the offending tensor.
 llvm::Expected<SafeTensorsFile> readSafeTensors(llvm::StringRef path);
 
+/// One tensor entry of a safetensors header.
+struct SafeTensorsEntry {
+  std::string name;
+  DType dtype = DType::F32;
+  std::string dtypeName; ///< as stored: "F32", "BF16", "U8", ...
+  std::vector<int64_t> shape;
+  /// Byte offsets [begin, end) relative to the start of the data section.
+  uint64_t begin = 0, end = 0;
+};
+
+/// A parsed, validated header (offsets inside the data section, sizes
+/// matching dtype and shape, no overlaps), without the data.
+struct SafeTensorsHeader {
+  std::string source;                    ///< the path it was read from
+  std::vector<SafeTensorsEntry> entries; ///< data-offset order
+  std::map<std::string, std::string> metadata;
+  uint64_t dataOffset = 0; ///< file offset of the data section (8 + N)
+  uint64_t fileSize = 0;
+
+  /// The entry named `name`, or nullptr.
+  const SafeTensorsEntry *find(llvm::StringRef name) const;
+};
+
+/// Reads only the header of `path` (the first 8 + N bytes). Errors name the
+/// path and the offending tensor, as readSafeTensors.
+llvm::Expected<SafeTensorsHeader> readSafeTensorsHeader(llvm::StringRef path);
+
+/// Reads one tensor's bytes from `header.source` (only that range of the
+/// file). Errors: no such tensor, the file changed or cannot be read.
+llvm::Expected<Tensor> readSafeTensor(const SafeTensorsHeader &header,
+                                      llvm::StringRef name);
+
 } // namespace runtime
 } // namespace tessera
 

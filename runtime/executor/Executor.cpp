@@ -437,11 +437,13 @@ llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
     return llvm::Error::success(); // the results are freed here (recorded)
   };
   counter.beginStep();
-  if (steps == 0) {
+  if (!warmedUp) {
     // Warm-up, eagerly: cuBLASLt plans, scratch and status slots are made
-    // here, outside any capture.
+    // here, outside any capture (the first step this executor runs; a
+    // resumed run's counter does not start at 0).
     if (llvm::Error err = runOnce())
       return stepError(std::move(err));
+    warmedUp = true;
   } else {
     if (!captured) {
       if (llvm::Error err = backend->beginCapture())
@@ -474,6 +476,37 @@ const Tensor *Executor::localValue(llvm::StringRef name, Role role) const {
   if (i < 0 || state[i].isNull())
     return nullptr;
   return &state[i];
+}
+
+llvm::Error Executor::setLocalValue(llvm::StringRef name, Role role,
+                                    const Tensor &value) {
+  const Manifest &m = planRef.manifest();
+  int64_t i = m.findArgument(name, role);
+  if (i < 0)
+    return fail(planRef.source() + ": no " + roleName(role) + " argument '" +
+                name + "'");
+  const ArgumentSpec &a = m.arguments[i];
+  if (state[i].isNull())
+    return fail(planRef.source() + ": '" + name +
+                "' is not held by this rank (another pipeline stage's)");
+  if (value.dtype() != a.dtype || value.shape() != a.localShape)
+    return fail(llvm::formatv(
+        "{0}: '{1}': expected {2} {3}, got {4} {5}", planRef.source(), name,
+        dtypeName(a.dtype), shapeToString(a.localShape),
+        dtypeName(value.dtype()), shapeToString(value.shape())));
+  llvm::Expected<Tensor> uploaded = backend->upload(value);
+  if (!uploaded)
+    return fail(planRef.source() + ": '" + name +
+                "': " + llvm::toString(uploaded.takeError()));
+  state[i] = std::move(*uploaded);
+  return llvm::Error::success();
+}
+
+std::vector<int64_t> Executor::layoutCoords() const {
+  std::vector<int64_t> coords = gridRef.coords();
+  if (planRef.manifest().isPipeline())
+    coords.push_back(0);
+  return coords;
 }
 
 llvm::Expected<std::vector<std::pair<std::string, Tensor>>>

@@ -133,6 +133,18 @@ public:
   /// This rank's current value of argument `name` with `role`, or null
   /// (also for arguments of other pipeline stages).
   const Tensor *localValue(llvm::StringRef name, Role role = Role::Param) const;
+  /// Replaces this rank's value of argument `name` with `role` by `value`, a
+  /// HOST tensor of the argument's dtype and local shape (uploaded to the
+  /// plan's backend), e.g. a checkpoint's piece. Call between steps, before
+  /// --cuda-graph captures one. Errors name the argument: no such argument,
+  /// one this rank does not hold (another pipeline stage's), a dtype or
+  /// shape other than the manifest's local one, the upload.
+  llvm::Error setLocalValue(llvm::StringRef name, Role role,
+                            const Tensor &value);
+  /// This rank's coordinates on the manifest's full grid (Manifest::
+  /// gridAxes: the rank axes, then 0 for a pipeline plan's virtual mb
+  /// axis), the coordinates the arguments' layouts refer to.
+  std::vector<int64_t> layoutCoords() const;
 
   /// Assembles the global value of every param and frozen argument (manifest
   /// order, ONNX names, global shapes) on world rank `root` of the grid's
@@ -158,8 +170,12 @@ public:
   const Plan &plan() const { return planRef; }
   /// This rank's grid coordinates (rank axes only).
   const std::vector<int64_t> &coords() const { return gridRef.coords(); }
-  /// Number of steps run so far.
+  /// Number of steps run so far (a resumed run's: counting the
+  /// checkpoint's steps, see setStepsRun): the global index of the next step.
   int64_t stepsRun() const { return steps; }
+  /// Sets the step counter, e.g. to a loaded checkpoint's step, so that
+  /// trace events and traced tensors carry global step numbers.
+  void setStepsRun(int64_t n) { steps = n; }
   /// This rank's pipeline stage (its pp coordinate); 0 for other plans.
   int64_t stage() const { return myStage; }
 
@@ -215,7 +231,7 @@ private:
   /// Where the state lives and the program runs (the plan's backend).
   Backend *backend = nullptr;
   /// --cuda-graph: capture requested / done; the batch and loss buffers.
-  bool captureSteps = false, captured = false;
+  bool captureSteps = false, captured = false, warmedUp = false;
   Tensor tokensBuffer, labelsBuffer, lossBuffer;
   ExecContext ctx;
   /// The evaluation function's context: its own communicators, the same

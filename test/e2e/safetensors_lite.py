@@ -51,7 +51,7 @@ def write(path, tensors, metadata=None):
     """Writes {name: ndarray} (in the dict's order) to ``path``."""
     header, chunks, off = {}, [], 0
     for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.require(arr, requirements="C")  # keeps 0-d (ascontiguousarray makes it 1-d)
         le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
         raw = le.tobytes()
         header[name] = {"dtype": _NAMES[np.dtype(le.dtype.str)],

@@ -5,6 +5,9 @@
 //     [--trace FILE.json] [--profile FILE.json] [--memory-per-device SIZE]
 //     [--memory-report] [--backend cpu|cuda] [--collectives nccl|mpi]
 //     [--cuda-graph] [--dump-tensors DIR] [--save-state FILE]
+//     [--save DIR [--save-interval N] [--keep-last K]]
+//     [--load DIR [--no-load-optim]]
+//     [--eval-data FILE [--eval-interval N] [--eval-iters K]]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -88,41 +91,33 @@
 // sequence number, and exits with status 1, even under a launcher that does
 // not end the job itself.
 //
+// --save / --load: distributed checkpoints, resume and resharding (see
+// runtime/trainer/TrainerCheckpoint.cpp and docs/Checkpoint.md).
+//
+// The training job itself (the step loop, metrics, reports, checkpoints)
+// is runtime/trainer/Trainer.h: main fills a TrainerOptions from the flags
+// below and calls Trainer::run.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Calibrate.h"
-#include "TensorDump.h"
 #ifdef TESSERA_HAVE_NCCL
 #include "NcclBench.h"
 #endif
 
 #include "common/cluster/Cluster.h"
 #include "runtime/backends/cpu/CpuKernels.h"
-#include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
-#include "runtime/collectives/mpi/Watchdog.h"
-#include "runtime/data/TokenDataset.h"
-#include "runtime/executor/Backend.h"
-#include "runtime/executor/Executor.h"
-#include "runtime/executor/Layout.h"
-#include "runtime/executor/Plan.h"
-#include "runtime/metrics/ByteSize.h"
-#include "runtime/metrics/Metrics.h"
+#include "runtime/trainer/Trainer.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <chrono>
-#include <climits>
-#include <cmath>
 #include <cstdlib>
-#include <map>
-#include <memory>
 #include <optional>
 
 using namespace tessera::runtime;
@@ -225,7 +220,10 @@ static cl::opt<std::string> dataPath(
     cl::value_desc("tokens.u16"), cl::cat(category));
 
 static cl::opt<int64_t>
-    numSteps("steps", cl::desc("Number of training steps to run (>= 0)"),
+    numSteps("steps",
+             cl::desc("Number of training steps (>= 0); with --load the "
+                      "total, counting the checkpoint's steps (Megatron-LM's "
+                      "--train-iters)"),
              cl::value_desc("K"), cl::init(1), cl::cat(category));
 
 static cl::opt<std::string> metricsPath(
@@ -284,6 +282,52 @@ static cl::opt<std::string> saveWeights(
              "(rank 0; written to FILE.tmp then renamed)"),
     cl::value_desc("weights.safetensors"), cl::cat(category));
 
+static cl::opt<std::string> saveDir(
+    "save",
+    cl::desc("Write distributed checkpoints under DIR (Megatron-LM's "
+             "--save): every --save-interval steps and after the last step, "
+             "each rank's shards of the params, frozen tensors and optimizer "
+             "state (fp32 masters; AdamW's exp_avg, exp_avg_sq, step; fp16 "
+             "loss scaling's state) go to DIR/iter_NNNNNNN/"
+             "rank_RRRRR.safetensors with one index.json (global shapes, "
+             "dtypes, each shard's slices and file, the step, consumed "
+             "samples, the plan; docs/Checkpoint.md), written to a .tmp "
+             "folder that is renamed when complete, after which DIR/latest "
+             "names it. A rank killed during a save leaves the previous "
+             "checkpoint and latest intact. Errors: DIR cannot be created "
+             "or written"),
+    cl::value_desc("DIR"), cl::init(""), cl::cat(category));
+static cl::opt<int64_t> saveInterval(
+    "save-interval",
+    cl::desc("With --save: a checkpoint after every N-th step (global step "
+             "numbers); 0 (the default): only after the last step"),
+    cl::value_desc("N"), cl::init(0), cl::cat(category));
+static cl::opt<int64_t> keepLast(
+    "keep-last",
+    cl::desc("With --save: keep only the K newest checkpoints (never the "
+             "one latest names); 0 (the default) keeps all"),
+    cl::value_desc("K"), cl::init(0), cl::cat(category));
+static cl::opt<std::string> loadDir(
+    "load",
+    cl::desc("Resume from a checkpoint (Megatron-LM's --load): DIR's "
+             "`latest`, or DIR itself when it is an iter_NNNNNNN folder. "
+             "The run continues at the checkpoint's step (the step counter "
+             "and data position; --steps is the total), with its params, "
+             "frozen tensors and optimizer state; each rank reads only the "
+             "slices it needs, so a checkpoint saved under any plan (dp, tp, "
+             "pp, sp, ZeRO, precision) loads under any other. Errors, before "
+             "any step, naming the tensor: a tensor the model needs missing "
+             "from the checkpoint, a param the model lacks, a shape or dtype "
+             "mismatch; a missing or corrupt checkpoint names the file"),
+    cl::value_desc("DIR"), cl::init(""), cl::cat(category));
+static cl::opt<bool> noLoadOptim(
+    "no-load-optim",
+    cl::desc("With --load: load the params and frozen tensors only; the "
+             "optimizer state starts at zeros (AdamW's step count too) "
+             "while the step counter and data position continue from the "
+             "checkpoint, as Megatron-LM's --no-load-optim"),
+    cl::init(false), cl::cat(category));
+
 static cl::opt<std::string> evalDataPath(
     "eval-data",
     cl::desc("Validation token file (the --data format). Every "
@@ -294,19 +338,21 @@ static cl::opt<std::string> evalDataPath(
              "every evaluation sees the same batches; their mean is printed "
              "('validation loss at iteration N | lm loss value: X | lm loss "
              "PPL: Y |', Megatron-LM's line) and recorded as \"eval_loss\" in "
-             "--metrics. Not supported for pipeline plans (error)"),
+             "step N-1's --metrics record. Not supported for pipeline plans "
+             "(error)"),
     cl::value_desc("valid.u16"), cl::cat(category));
 
 static cl::opt<int64_t>
     evalInterval("eval-interval",
-                 cl::desc("Evaluate every N training steps (>= 1; "
-                          "Megatron-LM's default 1000), and after the last"),
+                 cl::desc("With --eval-data: evaluate after every N-th "
+                          "training step (>= 1; Megatron-LM's default 1000) "
+                          "and after the last"),
                  cl::value_desc("N"), cl::init(1000), cl::cat(category));
 
 static cl::opt<int64_t>
     evalIters("eval-iters",
-              cl::desc("Batches per evaluation (>= 1; Megatron-LM's default "
-                       "100)"),
+              cl::desc("With --eval-data: batches per evaluation (>= 1; "
+                       "Megatron-LM's default 100)"),
               cl::value_desc("K"), cl::init(100), cl::cat(category));
 
 static cl::opt<int64_t> logEvery(
@@ -389,306 +435,6 @@ static const char *kOverview =
     "rank or the collective's sequence number.\n";
 
 namespace {
-
-/// Every rank passes its own error (empty if none). Returns true when no rank
-/// failed; otherwise the lowest failing rank prints its error and all return
-/// false. Collective over `world`.
-bool allRanksOk(const mpi::Communicator &world, const std::string &error) {
-  int mine = error.empty() ? INT_MAX : world.rank();
-  int first = INT_MAX;
-  int rc;
-  {
-    mpi::watchdog::Guard guard("all_reduce of the error check", world.size());
-    rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.handle());
-  }
-  if (rc != MPI_SUCCESS) {
-    llvm::errs() << "tessera-run: error: MPI_Allreduce failed\n";
-    MPI_Abort(world.handle(), 1);
-  }
-  if (first == INT_MAX)
-    return true;
-  if (first == world.rank()) {
-    llvm::errs() << "tessera-run: error: " << error << "\n";
-    llvm::errs().flush();
-  }
-  return false;
-}
-
-/// Prints `err` and aborts every rank (for failures once ranks may be inside
-/// collectives).
-[[noreturn]] void abortAll(const mpi::Communicator &world,
-                           const std::string &error) {
-  llvm::errs() << "tessera-run: error: ";
-  if (world.size() > 1)
-    llvm::errs() << "[rank " << world.rank() << "] ";
-  llvm::errs() << error << "\n";
-  llvm::errs().flush();
-  MPI_Abort(world.handle(), 1);
-  std::exit(1);
-}
-
-/// Returns the first error message and consumes `err` (empty if success).
-std::string take(llvm::Error err) {
-  return err ? llvm::toString(std::move(err)) : std::string();
-}
-
-int exitAfterFailure() {
-  mpi::finalize();
-  return 1;
-}
-
-/// Writes `value` and a newline to `path`; returns "" or the error,
-/// "cannot write the <what> '<path>': <reason>".
-std::string writeJson(const std::string &path, llvm::json::Value value,
-                      llvm::StringRef what) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec);
-  if (ec)
-    return ("cannot write the " + what + " '" + path + "': " + ec.message())
-        .str();
-  os << value << "\n";
-  os.close();
-  if (os.has_error()) {
-    std::string msg = ("cannot write the " + what + " '" + path +
-                       "': " + os.error().message())
-                          .str();
-    os.clear_error();
-    return msg;
-  }
-  return "";
-}
-
-/// Every rank's `mine` gathered on rank 0 (MPI_Gather of the counts, then
-/// MPI_Gatherv): `all` concatenates them in rank order, rank r's at
-/// displs[r], counts[r] elements (all empty on other ranks). Collective over
-/// `world`; `what` ("--trace", "--profile") names the option in the errors,
-/// which abort the job: more than INT_MAX elements, an MPI failure.
-template <typename T> struct Gathered {
-  std::vector<T> all;
-  std::vector<int> counts, displs;
-};
-template <typename T>
-Gathered<T> gatherOnRoot(const mpi::Communicator &world,
-                         const std::vector<T> &mine, MPI_Datatype type,
-                         const std::string &what) {
-  if (mine.size() > static_cast<size_t>(INT_MAX))
-    abortAll(world, what + ": too much to gather");
-  int count = static_cast<int>(mine.size());
-  bool isRoot = world.rank() == 0;
-  Gathered<T> g;
-  g.counts.assign(isRoot ? world.size() : 0, 0);
-  g.displs.assign(isRoot ? world.size() : 0, 0);
-  {
-    mpi::watchdog::Guard guard("gather", world.size());
-    if (MPI_Gather(&count, 1, MPI_INT, g.counts.data(), 1, MPI_INT, 0,
-                   world.handle()) != MPI_SUCCESS)
-      abortAll(world, what + ": MPI_Gather of the sizes failed");
-  }
-  int64_t total = 0;
-  for (int r = 0; r < static_cast<int>(g.counts.size()); ++r) {
-    g.displs[r] = static_cast<int>(total);
-    total += g.counts[r];
-    if (total > INT_MAX)
-      abortAll(world, what + ": too much to gather");
-  }
-  g.all.resize(isRoot ? total : 0);
-  {
-    mpi::watchdog::Guard guard("gather", world.size());
-    if (MPI_Gatherv(mine.data(), count, type, g.all.data(), g.counts.data(),
-                    g.displs.data(), type, 0, world.handle()) != MPI_SUCCESS)
-      abortAll(world, what + ": MPI_Gatherv failed");
-  }
-  return g;
-}
-
-/// Gathers every rank's --profile (KernelStats::opTimes over `steps`
-/// profiled steps of `stepSeconds` in all) on rank 0 and writes it there as
-/// JSON: {"steps": S, "ranks": [{"rank", "coords", "step_s", "ops":
-/// [{"kind", "calls_per_step", "seconds_per_step", "cpu_seconds_per_step"},
-/// ...]}]}, each rank's ops
-/// sorted by time, most first. Collective over `world`. Returns an error
-/// message (on rank 0 only) or "".
-std::string writeProfile(const mpi::Communicator &world,
-                         const exec::Executor &executor,
-                         const exec::Manifest &m, int64_t steps,
-                         double stepSeconds, const std::string &path) {
-  namespace json = llvm::json;
-  const double perStep = steps > 0 ? 1.0 / static_cast<double>(steps) : 0;
-  std::vector<std::pair<std::string, exec::ExecContext::KernelStats::OpTime>>
-      ops;
-  for (const auto &e : executor.kernelStats().opTimes)
-    ops.emplace_back(e.getKey().str(), e.getValue());
-  llvm::sort(ops, [](const auto &a, const auto &b) {
-    return a.second.seconds != b.second.seconds
-               ? a.second.seconds > b.second.seconds
-               : a.first < b.first;
-  });
-  json::Array opList;
-  for (const auto &[kind, t] : ops)
-    opList.push_back(
-        json::Object{{"kind", kind},
-                     {"calls_per_step", static_cast<double>(t.calls) * perStep},
-                     {"seconds_per_step", t.seconds * perStep},
-                     {"cpu_seconds_per_step", t.cpuSeconds * perStep}});
-  std::string coords;
-  std::vector<std::string> axes = m.rankAxes();
-  for (size_t a = 0; a < axes.size(); ++a)
-    coords +=
-        (a ? " " : "") + axes[a] + "=" + std::to_string(executor.coords()[a]);
-  std::string mine;
-  llvm::raw_string_ostream(mine)
-      << json::Value(json::Object{{"rank", world.rank()},
-                                  {"coords", coords},
-                                  {"step_s", stepSeconds * perStep},
-                                  {"ops", std::move(opList)}});
-
-  Gathered<char> g =
-      gatherOnRoot(world, std::vector<char>(mine.begin(), mine.end()), MPI_CHAR,
-                   "--profile");
-  if (world.rank() != 0)
-    return "";
-  json::Array ranks;
-  for (int r = 0; r < world.size(); ++r) {
-    llvm::Expected<json::Value> v =
-        json::parse(llvm::StringRef(g.all.data() + g.displs[r], g.counts[r]));
-    if (!v)
-      return "--profile: rank " + std::to_string(r) +
-             " sent a malformed profile: " + llvm::toString(v.takeError());
-    ranks.push_back(std::move(*v));
-  }
-  return writeJson(path,
-                   json::Object{{"steps", steps}, {"ranks", std::move(ranks)}},
-                   "profile");
-}
-
-/// Gathers every rank's trace events on rank 0 and writes them there as
-/// Chrome trace JSON (see the file comment). Collective over `world`. Returns
-/// an error message (on rank 0 only) or "".
-std::string writeTrace(const mpi::Communicator &world,
-                       const exec::Executor &executor, const exec::Manifest &m,
-                       const exec::Backend &backend, const std::string &path) {
-  // Eight doubles per event: kind, chunk, micro-batch, stage, step, start,
-  // end, receive wait. Device intervals (--backend cuda, last step) use
-  // kind kDeviceKind + stream and carry the backend's name id as chunk.
-  constexpr int kFields = 8;
-  constexpr double kDeviceKind = 100;
-  std::vector<double> mine;
-  for (const exec::TraceEvent &e : executor.traceEvents())
-    mine.insert(mine.end(),
-                {static_cast<double>(e.kind), static_cast<double>(e.chunk),
-                 static_cast<double>(e.microBatch),
-                 static_cast<double>(e.stage), static_cast<double>(e.step),
-                 e.start, e.end, e.recvWait});
-  for (const exec::DeviceTraceEvent &e : executor.deviceTrace())
-    mine.insert(mine.end(),
-                {kDeviceKind + e.stream, static_cast<double>(e.name), -1,
-                 static_cast<double>(executor.stage()),
-                 static_cast<double>(executor.stepsRun() - 1), e.start, e.end,
-                 0});
-  Gathered<double> g = gatherOnRoot(world, mine, MPI_DOUBLE, "--trace");
-  const std::vector<double> &all = g.all;
-  const std::vector<int> &counts = g.counts, &displs = g.displs;
-  // Every rank's device interval names ('\n'-separated; the ranks of a
-  // pipeline run different programs, so each names its own).
-  std::string myNames;
-  for (const std::string &n : backend.deviceTraceNames())
-    myNames += n + "\n";
-  Gathered<char> names =
-      gatherOnRoot(world, std::vector<char>(myNames.begin(), myNames.end()),
-                   MPI_CHAR, "--trace");
-  std::vector<std::vector<std::string>> namesOf(names.counts.size());
-  for (int r = 0; r < static_cast<int>(namesOf.size()); ++r) {
-    llvm::SmallVector<llvm::StringRef> parts;
-    llvm::StringRef(names.all.data() + names.displs[r], names.counts[r])
-        .split(parts, '\n', -1, /*KeepEmpty=*/false);
-    for (llvm::StringRef part : parts)
-      namesOf[r].push_back(part.str());
-  }
-  if (world.rank() != 0)
-    return "";
-
-  namespace json = llvm::json;
-  json::Array events;
-  std::vector<std::string> axes = m.rankAxes();
-  std::vector<int64_t> shape = m.rankShape();
-  for (int r = 0; r < world.size(); ++r) {
-    std::vector<int64_t> coords =
-        exec::gridCoords(r, shape, m.rankOrderIndices());
-    std::string name = "rank " + std::to_string(r) + " (";
-    for (size_t a = 0; a < axes.size(); ++a)
-      name += (a ? " " : "") + axes[a] + "=" + std::to_string(coords[a]);
-    name += ")";
-    int64_t stage = m.isPipeline() ? coords[m.ppAxis] : 0;
-    events.push_back(json::Object{{"name", "process_name"},
-                                  {"ph", "M"},
-                                  {"pid", r},
-                                  {"args", json::Object{{"name", name}}}});
-    events.push_back(json::Object{
-        {"name", "thread_name"},
-        {"ph", "M"},
-        {"pid", r},
-        {"tid", stage},
-        {"args", json::Object{{"name", "stage " + std::to_string(stage)}}}});
-    bool deviceThreads = false;
-    for (int i = displs[r]; i < displs[r] + counts[r]; i += kFields) {
-      if (all[i] >= kDeviceKind) {
-        // A device interval: tid 1000 + stream, named "compute" / "comm".
-        int stream = static_cast<int>(all[i] - kDeviceKind);
-        const char *streamName = stream == 0 ? "compute" : "comm";
-        if (!deviceThreads) {
-          for (int t = 0; t < 2; ++t)
-            events.push_back(json::Object{
-                {"name", "thread_name"},
-                {"ph", "M"},
-                {"pid", r},
-                {"tid", 1000 + t},
-                {"args", json::Object{{"name", t == 0 ? "compute" : "comm"}}}});
-          deviceThreads = true;
-        }
-        size_t id = static_cast<size_t>(all[i + 1]);
-        events.push_back(json::Object{
-            {"name", id < namesOf[r].size() ? namesOf[r][id] : "?"},
-            {"cat", streamName},
-            {"ph", "X"},
-            {"pid", r},
-            {"tid", 1000 + stream},
-            {"ts", all[i + 5] * 1e6},
-            {"dur", (all[i + 6] - all[i + 5]) * 1e6},
-            {"args",
-             json::Object{{"stream", streamName},
-                          {"step", static_cast<int64_t>(all[i + 4])},
-                          {"stage", static_cast<int64_t>(all[i + 3])}}}});
-        continue;
-      }
-      exec::TraceEvent e;
-      e.kind = static_cast<exec::TraceEvent::Kind>(all[i]);
-      e.chunk = static_cast<int64_t>(all[i + 1]);
-      e.microBatch = static_cast<int64_t>(all[i + 2]);
-      e.stage = static_cast<int64_t>(all[i + 3]);
-      e.step = static_cast<int64_t>(all[i + 4]);
-      e.start = all[i + 5];
-      e.end = all[i + 6];
-      e.recvWait = all[i + 7];
-      events.push_back(
-          json::Object{{"name", e.name()},
-                       {"cat", exec::TraceEvent::kindName(e.kind)},
-                       {"ph", "X"},
-                       {"pid", r},
-                       {"tid", e.stage},
-                       {"ts", e.start * 1e6},
-                       {"dur", (e.end - e.start) * 1e6},
-                       {"args", json::Object{{"chunk", e.chunk},
-                                             {"micro_batch", e.microBatch},
-                                             {"recv_wait_us", e.recvWait * 1e6},
-                                             {"stage", e.stage},
-                                             {"step", e.step}}}});
-    }
-  }
-  return writeJson(path,
-                   json::Object{{"traceEvents", std::move(events)},
-                                {"displayTimeUnit", "ms"}},
-                   "trace");
-}
 
 /// --calibrate: measures (collective over `world`) and writes the cluster
 /// JSON on rank 0. Refuses, before measuring, to overwrite an existing file
@@ -790,464 +536,44 @@ int runBenchCollectives(const mpi::Communicator &world) {
   return 0;
 }
 
-/// What a training run opens before its first collective. Destroyed in
-/// reverse order, after mpi::finalize.
-struct Job {
-  exec::BackendOptions backendOptions;
-  std::unique_ptr<exec::Backend> backend;
-  std::unique_ptr<exec::Plan> plan;
-  std::optional<TokenDataset> dataset;
-  std::optional<TokenDataset> evalDataset; ///< --eval-data
-  std::unique_ptr<MetricsWriter> metrics;
-};
-
-/// The option errors a rank can see alone; "" if none.
-std::string checkOptions(bool timeoutOk) {
-  if (planPath.empty())
-    return "no plan given (tessera-run PLAN.tsr --data TOKENS.u16, or "
-           "--calibrate)";
-  if (dataPath.empty())
-    return "--data TOKENS.u16 is required";
-  if (numSteps < 0)
-    return "--steps must be >= 0";
-  if (logEvery < 0)
-    return "--log-every must be >= 0";
-  if (evalInterval < 1)
-    return "--eval-interval must be >= 1";
-  if (evalIters < 1)
-    return "--eval-iters must be >= 1";
-  if (evalDataPath.empty() &&
-      (evalInterval.getNumOccurrences() || evalIters.getNumOccurrences()))
-    return "--eval-interval and --eval-iters need --eval-data FILE";
-  if (!timeoutOk)
-    return "--collective-timeout-s must be a number of seconds >= 0 (0: no "
-           "watchdog)";
-  return "";
-}
-
-/// The static memory plan's prediction against --memory-per-device; ""
-/// or the error.
-std::string checkMemoryPerDevice(const exec::Manifest &m, bool isRoot) {
-  llvm::Expected<int64_t> limit = parseByteSize(memoryPerDevice);
-  int64_t predicted = m.predictedPeakBytes;
-  if (!limit)
-    return "--memory-per-device: " + llvm::toString(limit.takeError());
-  if (predicted > *limit)
-    return planPath + " needs " + formatByteSize(predicted) +
-           " per rank (predicted peak) but --memory-per-device is " +
-           formatByteSize(*limit) + ": " + formatByteSize(predicted - *limit) +
-           " over; compile a plan that fits with tessera-partition "
-           "--memory-per-device " +
-           memoryPerDevice.getValue();
-  if (predicted < 0 && isRoot)
-    llvm::errs() << "tessera-run: warning: " << planPath
-                 << " has no memory prediction (an older artifact); "
-                    "--memory-per-device is not checked\n";
-  return "";
-}
-
-/// Opens the backend, plan, data and metrics of `job` (no collective);
-/// returns "" or this rank's first error.
-std::string openJob(const mpi::Communicator &world, bool timeoutOk, Job &job) {
-  bool isRoot = world.rank() == 0;
-  std::string error = checkOptions(timeoutOk);
-
-  // The transport of collectives: nccl by default on cuda, mpi on cpu.
-  if (error.empty()) {
-    std::string name = collectivesName.getNumOccurrences()
-                           ? collectivesName.getValue()
-                           : (backendName == "cuda" ? "nccl" : "mpi");
-    llvm::Expected<exec::Transport> t = exec::parseTransport(name, backendName);
-    if (t)
-      job.backendOptions.collectives = *t;
-    else
-      error = llvm::toString(t.takeError());
-  }
-  job.backendOptions.world = &world;
-  job.backendOptions.collectiveTimeoutS = collectiveTimeout;
-
-  if (error.empty()) {
-    auto made = exec::createBackend(backendName, job.backendOptions);
-    if (made)
-      job.backend = std::move(*made);
-    else
-      error = llvm::toString(made.takeError());
-  }
-  if (error.empty()) {
-    auto loaded = exec::Plan::load(planPath, job.backend.get());
-    if (loaded)
-      job.plan = std::move(*loaded);
-    else
-      error = llvm::toString(loaded.takeError());
-  }
-  if (error.empty() && job.plan->manifest().numRanks() != world.size())
-    error =
-        (planPath + " needs " + llvm::Twine(job.plan->manifest().numRanks()) +
-         " ranks (" + job.plan->manifest().gridDescription() +
-         ") but was started with " + llvm::Twine(world.size()))
-            .str();
-
-  if (error.empty() && memoryPerDevice.getNumOccurrences())
-    error = checkMemoryPerDevice(job.plan->manifest(), isRoot);
-
-  if (error.empty()) {
-    auto opened = TokenDataset::open(dataPath, job.plan->manifest().seqLen);
-    if (opened)
-      job.dataset = std::move(*opened);
-    else
-      error = llvm::toString(opened.takeError());
-  }
-
-  if (error.empty() && !evalDataPath.empty()) {
-    if (!job.plan->evalProgram())
-      error = planPath + ": --eval-data: " +
-              (job.plan->pipeline()
-                   ? "pipeline plans have no evaluation function yet"
-                   : "the plan has no evaluation function (recompile it "
-                     "with this tessera-partition)");
-  }
-  if (error.empty() && !evalDataPath.empty()) {
-    auto opened = TokenDataset::open(evalDataPath, job.plan->manifest().seqLen);
-    if (opened)
-      job.evalDataset = std::move(*opened);
-    else
-      error = "--eval-data: " + llvm::toString(opened.takeError());
-  }
-
-  if (error.empty() && isRoot && !metricsPath.empty()) {
-    auto opened = MetricsWriter::open(metricsPath);
-    if (opened)
-      job.metrics = std::move(*opened);
-    else
-      error = llvm::toString(opened.takeError());
-  }
-  for (const std::string *out : {&saveWeights.getValue(), &tracePath.getValue(),
-                                 &profilePath.getValue()}) {
-    if (!error.empty() || !isRoot || out->empty())
-      continue;
-    llvm::StringRef dir = llvm::sys::path::parent_path(*out);
-    if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
-      error = "cannot write '" + *out + "': directory '" + dir.str() +
-              "' does not exist";
-  }
-  return error;
-}
-
-/// The fields of exec::MemoryUse gathered per rank: persistent, constants,
-/// arena, step heap, total.
-constexpr int kMemFields = 5;
-
-/// What the training loop leaves for the reports after it.
-struct TrainingResult {
-  std::vector<int64_t> lastMemory; // rank 0: 5 fields per rank, last step
-  /// --profile: every step but the first (warm-up), unless only one runs.
-  int64_t firstProfiled = 0;
-  double profiledSeconds = 0;
-};
-
-/// This rank's value of the f32 scalar opt_state argument `name`, or
-/// nullopt when the plan (or this rank's pipeline stage) has none.
-llvm::Expected<std::optional<double>>
-scalarState(const exec::Executor &executor, exec::Backend &backend,
-            llvm::StringRef name) {
-  const Tensor *t = executor.localValue(name, exec::Role::OptState);
-  if (!t)
-    return std::nullopt;
-  llvm::Expected<Tensor> host = backend.download(*t);
-  if (!host)
-    return host.takeError();
-  if (host->dtype() != DType::F32 || host->numel() != 1)
-    return llvm::createStringError("optimizer state '" + name.str() +
-                                   "' is not an f32 scalar");
-  return static_cast<double>(host->data<float>()[0]);
-}
-
-/// fp16 dynamic loss scaling (tsr-mixed-precision): the state it carries
-/// between steps, read on rank 0 around each step for the metrics.
-struct LossScaleState {
-  std::optional<double> scale, skippedSteps;
-};
-LossScaleState readLossScale(const mpi::Communicator &world,
-                             const exec::Executor &executor,
-                             exec::Backend &backend) {
-  LossScaleState st;
-  for (auto [name, field] : {std::pair<const char *, std::optional<double> *>{
-                                 "loss_scale", &st.scale},
-                             {"loss_scale.skipped_steps", &st.skippedSteps}}) {
-    auto v = scalarState(executor, backend, name);
-    if (!v)
-      abortAll(world, llvm::toString(v.takeError()));
-    *field = *v;
-  }
-  return st;
-}
-
-/// The validation loss of the current state: the mean over k = 0 ..
-/// --eval-iters - 1 of the loss of step k's global batch of `evalData`
-/// (the training sampling formula), from the plan's evaluation function.
-/// Collective. A failure aborts every rank.
-double evaluateMean(const mpi::Communicator &world, exec::Executor &executor,
-                    const TokenDataset &evalData) {
-  const exec::Manifest &m = executor.plan().manifest();
-  double sum = 0;
-  for (int64_t k = 0; k < evalIters; ++k) {
-    auto batch = evalData.batch(k, m.globalBatch, m.seqLen, /*dpRank=*/0,
-                                /*dpSize=*/1);
-    if (!batch)
-      abortAll(world, "--eval-data: " + llvm::toString(batch.takeError()));
-    llvm::Expected<double> loss =
-        executor.evaluate(batch->inputs, batch->labels);
-    if (!loss)
-      abortAll(world, llvm::toString(loss.takeError()));
-    sum += *loss;
-  }
-  return sum / static_cast<double>(evalIters);
-}
-
-/// Step `s`'s metrics record (rank 0): loss, time, traffic, memory, and
-/// with dynamic loss scaling "loss_scale" (after the step: the scale the
-/// next step uses, as Megatron-LM logs it) and "skipped" (1 when the step's
-/// update was skipped for a non-finite gradient, else 0).
-void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
-                      exec::Executor &executor, int64_t s, double loss,
-                      double seconds, double tokensPerS, bool gatherPeaks,
-                      const std::vector<int64_t> &peaks,
-                      const std::vector<double> &rankBytes,
-                      const std::vector<int64_t> &lastMemory,
-                      const LossScaleState &before, const LossScaleState &after,
-                      std::optional<double> evalLoss) {
-  StepMetrics rec;
-  rec.step = s;
-  rec.loss = loss;
-  rec.stepTimeS = seconds;
-  rec.tokensPerS = tokensPerS;
-  if (evalLoss)
-    rec.extra.emplace_back("eval_loss", *evalLoss);
-  rec.extra.emplace_back("bytes_sent", executor.traffic().stepBytes());
-  // Per kind, e.g. "bytes_reduce_scatter" (ring volumes, rank 0).
-  for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
-    auto kind = static_cast<mpi::CollectiveKind>(k);
-    rec.extra.emplace_back(std::string("bytes_") +
-                               mpi::collectiveKindName(kind),
-                           executor.traffic().stepBytes(kind));
-  }
-  // The largest attention score block a kernel allocated (rank 0).
-  if (int64_t scores = executor.kernelStats().attentionScoresBytes)
-    rec.extra.emplace_back("attention_scores_bytes",
-                           static_cast<double>(scores));
-  if (gatherPeaks)
-    rec.intLists.emplace_back("peak_activation_sets", peaks);
-  std::vector<int64_t> peakBytes;
-  for (int r = 0; r < world.size(); ++r)
-    peakBytes.push_back(lastMemory[kMemFields * r + kMemFields - 1]);
-  rec.intLists.emplace_back("peak_bytes", peakBytes);
-  // Pipeline plans: every rank's bytes per collective kind.
-  if (!rankBytes.empty())
-    for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
-      std::vector<double> perRank;
-      for (int r = 0; r < world.size(); ++r)
-        perRank.push_back(rankBytes[mpi::kNumCollectiveKinds * r + k]);
-      rec.numLists.emplace_back(
-          std::string("bytes_") +
-              mpi::collectiveKindName(static_cast<mpi::CollectiveKind>(k)) +
-              "_per_rank",
-          std::move(perRank));
-    }
-  if (after.scale && before.skippedSteps && after.skippedSteps) {
-    rec.extra.emplace_back("loss_scale", *after.scale);
-    rec.extra.emplace_back("skipped",
-                           *after.skippedSteps > *before.skippedSteps ? 1 : 0);
-  }
-  if (llvm::Error err = metrics.write(rec))
-    abortAll(world, llvm::toString(std::move(err)));
-}
-
-/// Runs --steps training steps: logs progress and writes --metrics on rank
-/// 0. A failing step aborts every rank.
-TrainingResult train(const mpi::Communicator &world, exec::Executor &executor,
-                     exec::Backend &backend, const exec::Plan &plan,
-                     const TokenDataset &dataset, MetricsWriter *metrics,
-                     const TokenDataset *evalData) {
-  const exec::Manifest &m = plan.manifest();
-  bool isRoot = world.rank() == 0;
-  TrainingResult result;
-  std::vector<int64_t> &lastMemory = result.lastMemory;
-  const double tokensPerStep =
-      static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
-  result.firstProfiled = numSteps > 1 ? 1 : 0;
-  const int64_t firstProfiled = result.firstProfiled;
-  for (int64_t s = 0; s < numSteps; ++s) {
-    if (!profilePath.empty() && s == firstProfiled)
-      executor.setProfiling(true);
-    LossScaleState scaleBefore;
-    if (metrics)
-      scaleBefore = readLossScale(world, executor, backend);
-    auto start = std::chrono::steady_clock::now();
-    auto batch = dataset.batch(s, m.globalBatch, m.seqLen, /*dpRank=*/0,
-                               /*dpSize=*/1);
-    if (!batch)
-      abortAll(world, llvm::toString(batch.takeError()));
-    llvm::Expected<double> loss = executor.step(batch->inputs, batch->labels);
-    if (!loss)
-      abortAll(world, llvm::toString(loss.takeError()));
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (s >= firstProfiled)
-      result.profiledSeconds += seconds;
-#ifndef NDEBUG
-    // The loss is the global mean: every rank must hold the same value.
-    double range[2] = {*loss, -*loss}, extreme[2];
-    {
-      mpi::watchdog::Guard guard("all_reduce of the loss check", world.size());
-      MPI_Allreduce(range, extreme, 2, MPI_DOUBLE, MPI_MAX, world.handle());
-    }
-    if (extreme[0] != -extreme[1] && !(std::isnan(*loss)))
-      abortAll(world,
-               "step " + std::to_string(s) + ": ranks disagree on the loss");
-#endif
-    // Pipeline plans: every rank's peak number of activation sets.
-    std::vector<int64_t> peaks(isRoot ? world.size() : 0);
-    bool gatherPeaks = plan.pipeline() && !metricsPath.empty();
-    if (gatherPeaks) {
-      int64_t mine = executor.peakActivationSets();
-      mpi::watchdog::Guard guard("gather of peak_activation_sets",
-                                 world.size());
-      if (MPI_Gather(&mine, 1, MPI_INT64_T, peaks.data(), 1, MPI_INT64_T, 0,
-                     world.handle()) != MPI_SUCCESS)
-        abortAll(world, "step " + std::to_string(s) +
-                            ": MPI_Gather of peak_activation_sets failed");
-    }
-    // Pipeline plans: every rank's bytes per collective kind (the stages
-    // run different programs, so they send different amounts).
-    std::vector<double> rankBytes;
-    if (gatherPeaks) {
-      double mine[mpi::kNumCollectiveKinds];
-      for (int k = 0; k < mpi::kNumCollectiveKinds; ++k)
-        mine[k] =
-            executor.traffic().stepBytes(static_cast<mpi::CollectiveKind>(k));
-      rankBytes.assign(isRoot ? mpi::kNumCollectiveKinds * world.size() : 0,
-                       0.0);
-      mpi::watchdog::Guard guard("gather of bytes per rank", world.size());
-      if (MPI_Gather(mine, mpi::kNumCollectiveKinds, MPI_DOUBLE,
-                     rankBytes.data(), mpi::kNumCollectiveKinds, MPI_DOUBLE, 0,
-                     world.handle()) != MPI_SUCCESS)
-        abortAll(world, "step " + std::to_string(s) +
-                            ": MPI_Gather of bytes per rank failed");
-    }
-    // --eval-data: every --eval-interval steps and after the last one.
-    std::optional<double> evalLoss;
-    if (evalData && ((s + 1) % evalInterval == 0 || s + 1 == numSteps)) {
-      evalLoss = evaluateMean(world, executor, *evalData);
-    }
-    // Every rank's measured memory (see exec::MemoryUse).
-    const exec::MemoryUse &use = executor.lastStepMemory();
-    int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
-                                   use.stepHeap, use.total()};
-    lastMemory.assign(isRoot ? kMemFields * world.size() : 0, 0);
-    if (!metricsPath.empty() || memoryReport) {
-      mpi::watchdog::Guard guard("gather of peak_bytes", world.size());
-      if (MPI_Gather(mineMem, kMemFields, MPI_INT64_T, lastMemory.data(),
-                     kMemFields, MPI_INT64_T, 0, world.handle()) != MPI_SUCCESS)
-        abortAll(world, "step " + std::to_string(s) +
-                            ": MPI_Gather of peak_bytes failed");
-    }
-    if (!isRoot)
-      continue;
-    double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;
-    if (logEvery > 0 && (s % logEvery == 0 || s + 1 == numSteps)) {
-      llvm::outs() << formatProgressLine(s, *loss, tokensPerS) << "\n";
-      llvm::outs().flush();
-    }
-    if (evalLoss) {
-      // Megatron-LM's line (PPL = exp(min(20, loss))).
-      llvm::outs() << llvm::formatv(
-          "validation loss at iteration {0} | lm loss value: {1:E6} | lm "
-          "loss PPL: {2:E6} |\n",
-          s + 1, *evalLoss, std::exp(std::min(20.0, *evalLoss)));
-      llvm::outs().flush();
-    }
-    if (metrics)
-      writeStepMetrics(world, *metrics, executor, s, *loss, seconds, tokensPerS,
-                       gatherPeaks, peaks, rankBytes, lastMemory, scaleBefore,
-                       readLossScale(world, executor, backend), evalLoss);
-  }
-  return result;
-}
-
-/// --memory-report (rank 0): every rank's measured memory in the last step
-/// against the plan's prediction.
-void printMemoryReport(const mpi::Communicator &world, const exec::Manifest &m,
-                       const std::vector<int64_t> &lastMemory) {
-  llvm::outs() << "memory per rank, last step (bytes; measured = persistent "
-                  "+ constants + arena high-water + step heap peak):\n";
-  for (int r = 0; r < world.size(); ++r) {
-    const int64_t *f = &lastMemory[5 * r];
-    int64_t predicted = m.predictedPeakBytesOfRank(r);
-    llvm::outs() << llvm::formatv(
-        "  rank {0}: measured {1} = {2} + {3} + {4} + {5}", r, f[4], f[0], f[1],
-        f[2], f[3]);
-    if (predicted >= 0)
-      llvm::outs() << llvm::formatv("; predicted {0} ({1:F3}% off)", predicted,
-                                    100.0 *
-                                        static_cast<double>(f[4] - predicted) /
-                                        static_cast<double>(predicted));
-    llvm::outs() << "\n";
-  }
-  if (m.predictedPeakBytes < 0)
-    llvm::outs() << "  (no prediction: the artifact has no memory plan)\n";
-  llvm::outs().flush();
-}
-
-/// --save-weights: the final weights, global, written on rank 0 (collective
-/// over the executor's grid). Returns "" or this rank's error.
-std::string saveFinalWeights(const mpi::Communicator &world,
-                             exec::Executor &executor) {
-  auto weights = executor.gatherWeights(/*root=*/0);
-  if (!weights)
-    return llvm::toString(weights.takeError());
-  if (world.rank() != 0)
-    return "";
-  std::vector<NamedTensor> named;
-  for (auto &[name, tensor] : *weights)
-    named.emplace_back(name, &tensor);
-  std::map<std::string, std::string> meta{
-      {"format", "pt"},
-      {"tessera.steps", std::to_string(static_cast<int64_t>(numSteps))}};
-  return take(writeSafeTensors(llvm::StringRef(saveWeights), named, meta));
-}
-
-/// --save-state: this rank's shards of every param and opt_state argument,
-/// written to FILE.rank<R>.safetensors. Returns "" or this rank's error.
-std::string saveLocalState(const mpi::Communicator &world,
-                           const exec::Executor &executor,
-                           const exec::Manifest &m, exec::Backend &backend) {
-  std::vector<Tensor> host;
-  std::vector<std::string> names;
-  host.reserve(m.arguments.size());
-  for (const exec::ArgumentSpec &a : m.arguments) {
-    if (a.role != exec::Role::Param && a.role != exec::Role::OptState)
-      continue;
-    const Tensor *t = executor.localValue(a.name, a.role);
-    if (!t)
-      continue; // another pipeline stage's
-    llvm::Expected<Tensor> downloaded = backend.download(*t);
-    if (!downloaded)
-      return "--save-state: '" + a.name +
-             "': " + llvm::toString(downloaded.takeError());
-    host.push_back(std::move(*downloaded));
-    names.push_back(a.name);
-  }
-  std::vector<NamedTensor> named;
-  for (size_t i = 0; i < host.size(); ++i)
-    named.emplace_back(names[i], &host[i]);
-  std::map<std::string, std::string> meta{
-      {"format", "pt"},
-      {"tessera.steps", std::to_string(static_cast<int64_t>(numSteps))},
-      {"tessera.rank", std::to_string(world.rank())}};
-  std::string path =
-      saveState + ".rank" + std::to_string(world.rank()) + ".safetensors";
-  return take(writeSafeTensors(llvm::StringRef(path), named, meta));
+/// The TrainerOptions the flags give (each group of flags fills its part).
+TrainerOptions optionsFromFlags() {
+  TrainerOptions o;
+  // The job.
+  o.planPath = planPath;
+  o.dataPath = dataPath;
+  o.steps = numSteps;
+  o.backendName = backendName;
+  if (collectivesName.getNumOccurrences())
+    o.collectives = collectivesName.getValue();
+  o.cudaGraph = cudaGraph;
+  o.collectiveTimeoutS = collectiveTimeout;
+  if (memoryPerDevice.getNumOccurrences())
+    o.memoryPerDevice = memoryPerDevice.getValue();
+  // Per-step output.
+  o.metricsPath = metricsPath;
+  o.logEvery = logEvery;
+  // Evaluation.
+  o.evalDataPath = evalDataPath;
+  if (evalInterval.getNumOccurrences())
+    o.evalInterval = evalInterval.getValue();
+  if (evalIters.getNumOccurrences())
+    o.evalIters = evalIters.getValue();
+  // Reports after the last step.
+  o.tracePath = tracePath;
+  o.profilePath = profilePath;
+  o.memoryReport = memoryReport;
+  o.dumpTensors = dumpTensors;
+  // Final weights and state.
+  o.saveWeights = saveWeights;
+  o.saveState = saveState;
+  // Checkpoints.
+  o.saveDir = saveDir;
+  o.saveInterval = saveInterval;
+  o.keepLast = keepLast;
+  o.loadDir = loadDir;
+  o.noLoadOptim = noLoadOptim;
+  return o;
 }
 
 } // namespace
@@ -1266,129 +592,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   mpi::Communicator world = mpi::Communicator::world();
-  bool isRoot = world.rank() == 0;
   if (calibrateFlag || calibrateQuick)
     return runCalibration(world);
   if (benchCollectivesFlag)
     return runBenchCollectives(world);
 
-  // The watchdog (collective: gathers every rank's host and pid). Every rank
-  // has the same options, so all start it or none do.
-  bool timeoutOk = collectiveTimeout >= 0 && std::isfinite(collectiveTimeout);
-  if (timeoutOk && collectiveTimeout > 0)
-    if (llvm::Error err =
-            mpi::watchdog::start(collectiveTimeout, "tessera-run")) {
-      llvm::errs() << "tessera-run: error: " << llvm::toString(std::move(err))
-                   << "\n";
-      MPI_Abort(world.handle(), 1);
-    }
-
-  // Everything that can fail before the first collective: every rank checks,
-  // then all agree.
-  Job job;
-  std::string error = openJob(world, timeoutOk, job);
-  if (!allRanksOk(world, error))
-    return exitAfterFailure();
-
-  // Grid and executor (collective: sub-communicators).
-  const exec::Manifest &m = job.plan->manifest();
-  std::unique_ptr<mpi::Grid> grid;
-  std::unique_ptr<exec::Executor> executor;
-  {
-    // The rank axes only: a pipeline plan's micro-batch axis is virtual.
-    auto g = mpi::Grid::create(world, m.rankAxes(), m.rankShape(),
-                               m.rankOrderIndices());
-    if (g)
-      grid = std::move(*g);
-    else
-      error = llvm::toString(g.takeError());
-  }
-  if (!allRanksOk(world, error))
-    return exitAfterFailure();
-  {
-    auto ex = exec::Executor::create(*job.plan, *grid);
-    if (ex)
-      executor = std::move(*ex);
-    else
-      error = llvm::toString(ex.takeError());
-  }
-  if (error.empty() && cudaGraph)
-    error = take(executor->enableStepCapture());
-  if (error.empty() && !tracePath.empty())
-    error = take(executor->enableTrace());
-  std::unique_ptr<TensorDump> dump;
-  if (error.empty() && !dumpTensors.empty()) {
-    auto opened = TensorDump::open(dumpTensors, world.rank(), *job.backend);
-    if (opened) {
-      dump = std::move(*opened);
-      exec::Executor *ex = executor.get();
-      TensorDump *d = dump.get();
-      executor->setTracedSink(
-          [ex, d](int64_t trace, unsigned result, const Tensor &value) {
-            return d->add(ex->stepsRun(), trace, result, value);
-          });
-    } else {
-      error = take(opened.takeError());
-    }
-  }
-  // After the executor exists: agree on `error`, and on a failure release
-  // the executor and grid before MPI is finalized.
-  auto allOk = [&] {
-    if (allRanksOk(world, error))
-      return true;
-    executor.reset();
-    grid.reset();
-    return false;
-  };
-  if (!allOk())
-    return exitAfterFailure();
-
-  TrainingResult trained =
-      train(world, *executor, *job.backend, *job.plan, *job.dataset,
-            job.metrics.get(), job.evalDataset ? &*job.evalDataset : nullptr);
-  if (memoryReport && isRoot && numSteps > 0)
-    printMemoryReport(world, m, trained.lastMemory);
-
-  // Every rank's traced tensors (tessera-check).
-  if (dump) {
-    error = take(dump->finish(m.rankAxes(), executor->coords(), m.rankShape()));
-    if (!allOk())
-      return exitAfterFailure();
-  }
-
-  // Every rank's per-instruction profile, on rank 0.
-  if (!profilePath.empty()) {
-    executor->setProfiling(false);
-    error = writeProfile(world, *executor, m,
-                         std::max<int64_t>(numSteps - trained.firstProfiled, 0),
-                         trained.profiledSeconds, profilePath);
-    if (!allOk())
-      return exitAfterFailure();
-  }
-
-  // Every rank's timeline, on rank 0.
-  if (!tracePath.empty()) {
-    error = writeTrace(world, *executor, m, *job.backend, tracePath);
-    if (!allOk())
-      return exitAfterFailure();
-  }
-
-  // Every rank's own training state.
-  if (!saveState.empty()) {
-    error = saveLocalState(world, *executor, m, *job.backend);
-    if (!allOk())
-      return exitAfterFailure();
-  }
-
-  // Final weights, global, on rank 0.
-  if (!saveWeights.empty()) {
-    error = saveFinalWeights(world, *executor);
-    if (!allOk())
-      return exitAfterFailure();
-  }
-
-  executor.reset();
-  grid.reset();
-  mpi::finalize();
-  return 0;
+  // The training job (collective; finalizes MPI).
+  Trainer trainer(optionsFromFlags());
+  return trainer.run(world);
 }

@@ -470,6 +470,59 @@ TEST(Executor, AdamWStateIsCarriedBetweenSteps) {
   EXPECT_EQ((*ex)->localValue("step", Role::OptState)->data<float>()[0], 3.0f);
 }
 
+// Executor::setLocalValue (tessera-run --load): a replaced value is the
+// one the next step reads; a wrong name, role, dtype or shape is an error
+// naming the argument, and leaves the state unchanged.
+TEST(Executor, SetLocalValueReplacesStateAndChecksIt) {
+  auto plan = loadPlan(kAdamProgram, adamManifest());
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  std::unique_ptr<mpi::Grid> grid = makeGrid(self(), {1});
+  auto ex = Executor::create(**plan, *grid);
+  ASSERT_TRUE(static_cast<bool>(ex)) << llvm::toString(ex.takeError());
+  EXPECT_EQ((*ex)->layoutCoords(), std::vector<int64_t>{0});
+
+  Tensor m = Tensor::zeros(DType::F32, {4, 3});
+  for (int64_t i = 0; i < 12; ++i)
+    m.data<float>()[i] = 0.25f * static_cast<float>(i);
+  ASSERT_FALSE(
+      static_cast<bool>((*ex)->setLocalValue("p.exp_avg", Role::OptState, m)));
+  ASSERT_FALSE(static_cast<bool>(
+      (*ex)->setLocalValue("step", Role::OptState, Tensor::scalar(5.0f))));
+  expectClose(*(*ex)->localValue("p.exp_avg", Role::OptState), m, 0, "m");
+  // AdamW's next step uses the replaced step count and first moment.
+  Tensor p = (*plan)->initialValue("p")->clone();
+  Tensor tok = randomTokens({2, 3}, 11, 5);
+  ASSERT_TRUE(static_cast<bool>((*ex)->step(tok, tok)));
+  Tensor g = Tensor::zeros(DType::F32, {4, 3});
+  for (int64_t i = 0; i < 6; ++i)
+    g.data<float>()[i] =
+        p.data<float>()[i] * static_cast<float>(tok.data<int64_t>()[i]);
+  Tensor p1 = Tensor::empty(DType::F32, {4, 3}),
+         m1 = Tensor::empty(DType::F32, {4, 3}),
+         v1 = Tensor::empty(DType::F32, {4, 3});
+  cpu::adamwUpdate(p, g, m, Tensor::zeros(DType::F32, {4, 3}),
+                   Tensor::scalar(6.0f), 0.1, 0.9, 0.999, 1e-8, 0.01, p1, m1,
+                   v1);
+  expectClose(*(*ex)->localValue("p"), p1, 1e-7, "p");
+  EXPECT_EQ((*ex)->localValue("step", Role::OptState)->data<float>()[0], 6.0f);
+
+  auto error = [&](llvm::StringRef name, Role role, const Tensor &value) {
+    llvm::Error err = (*ex)->setLocalValue(name, role, value);
+    return err ? llvm::toString(std::move(err)) : std::string();
+  };
+  EXPECT_NE(error("nope", Role::Param, m).find("no param argument 'nope'"),
+            std::string::npos);
+  EXPECT_NE(error("p", Role::OptState, m).find("no opt_state argument 'p'"),
+            std::string::npos);
+  EXPECT_NE(error("p", Role::Param, Tensor::zeros(DType::F32, {3, 4}))
+                .find("'p': expected f32 [4, 3], got f32 [3, 4]"),
+            std::string::npos);
+  EXPECT_NE(error("p", Role::Param, Tensor::zeros(DType::I64, {4, 3}))
+                .find("'p': expected f32 [4, 3], got i64 [4, 3]"),
+            std::string::npos);
+  expectClose(*(*ex)->localValue("p"), p1, 1e-7, "p unchanged");
+}
+
 TEST(Executor, PlanFileRoundTrip) {
   llvm::SmallString<128> path;
   ASSERT_FALSE(
