@@ -245,6 +245,9 @@ private:
   LogicalResult convertLayerNorm(const onnx::NodeProto &n);
   LogicalResult convertReduce(const onnx::NodeProto &n);
   LogicalResult convertDropout(const onnx::NodeProto &n);
+  /// @forward's "rng_step" argument (0-D f32, name "rng.step"), added at the
+  /// end of the arguments by the first training-mode Dropout.
+  Value rngStep();
   LogicalResult convertGelu(const onnx::NodeProto &n);
   LogicalResult convertTrilu(const onnx::NodeProto &n);
   LogicalResult convertCumSum(const onnx::NodeProto &n);
@@ -326,6 +329,10 @@ private:
   int64_t opset = 0;
   llvm::StringMap<Slot> env;
   llvm::StringSet<> used; ///< names read by some node or graph output
+  func::FuncOp forwardFunc;                 ///< @forward, while converting
+  SmallVector<Type> *forwardArgTypes = nullptr; ///< its argument types
+  Value rngStepArg;          ///< rngStep()'s argument, once added
+  int64_t nextDropoutId = 0; ///< op_id of the next training-mode Dropout
   ExternalDataReader external;
 };
 
@@ -1711,16 +1718,50 @@ LogicalResult Importer::convertDropout(const onnx::NodeProto &n) {
   auto s = slot(n, 0);
   if (failed(s))
     return failure();
+  bool training = false;
   if (hasInput(n, 2)) {
     auto mode = constInput(n, 2, "training_mode");
     if (failed(mode))
       return failure();
     if ((*mode)->size() != 1)
       return nodeError(n) << "training_mode must be a scalar";
-    if ((*mode)->getF(0) != 0)
-      return nodeError(n) << "training_mode is true; Tessera imports the "
-                             "inference graph (export with dropout off)";
+    training = (*mode)->getF(0) != 0;
   }
+  double ratio = 0.5; // ONNX's default
+  if (training && hasInput(n, 1)) {
+    auto r = constInput(n, 1, "ratio");
+    if (failed(r))
+      return failure();
+    if ((*r)->size() != 1)
+      return nodeError(n) << "ratio must be a scalar";
+    ratio = (*r)->getF(0);
+  }
+  if (training && !(ratio >= 0.0 && ratio < 1.0))
+    return nodeError(n) << "ratio " << ratio << " is outside [0, 1)";
+  bool maskUsed = n.output_size() > 1 && !n.output(1).empty() &&
+                  used.contains(n.output(1));
+  if (training && ratio > 0.0) {
+    // Training mode: a counter-based (Philox) mask, keyed by --seed, the
+    // step ("rng.step"), this node's number and the element's global index.
+    if (maskUsed)
+      return nodeError(n) << "the mask output of a training-mode Dropout is "
+                             "not supported (only its data output)";
+    if ((*s)->cst)
+      return nodeError(n) << "training-mode Dropout of a constant";
+    Value x = (*s)->value;
+    if (!isa<FloatType>(tensorType(x).getElementType()))
+      return nodeError(n) << "training-mode Dropout of a non-float tensor";
+    Location loc = nodeLoc(n);
+    Value step = rngStep();
+    if (!step)
+      return nodeError(n) << "cannot add the rng.step argument";
+    auto op = tsr::DropoutOp::create(
+        b, loc, tensorType(x), x, step, b.getF32FloatAttr(ratio),
+        b.getI64IntegerAttr(static_cast<int64_t>(opts.seed)),
+        b.getI64IntegerAttr(nextDropoutId++), DenseI64ArrayAttr());
+    return define(n, 0, op.getResult());
+  }
+  // Inference mode, or training with ratio 0: the identity, mask all true.
   if (failed(bind(n, 0, **s)))
     return failure();
   if (n.output_size() > 1 && !n.output(1).empty()) {
@@ -1732,6 +1773,24 @@ LogicalResult Importer::convertDropout(const onnx::NodeProto &n) {
     return defineConst(n, 1, std::move(mask));
   }
   return success();
+}
+
+Value Importer::rngStep() {
+  if (rngStepArg)
+    return rngStepArg;
+  // @forward's "rng_step" argument: tsr-build-train-step makes it the
+  // replicated optimizer state "rng.step" that each step increments.
+  auto type = RankedTensorType::get({}, b.getF32Type());
+  NamedAttrList attrs;
+  attrs.set(tsr::kNameAttrName, b.getStringAttr("rng.step"));
+  attrs.set(tsr::kRoleAttrName, b.getStringAttr("rng_step"));
+  unsigned index = forwardFunc.getNumArguments();
+  if (failed(forwardFunc.insertArgument(index, type, attrs.getDictionary(&ctx),
+                                        forwardFunc.getLoc())))
+    return Value();
+  forwardArgTypes->push_back(type);
+  rngStepArg = forwardFunc.getArgument(index);
+  return rngStepArg;
 }
 
 LogicalResult Importer::convertGelu(const onnx::NodeProto &n) {
@@ -2112,6 +2171,8 @@ OwningOpRef<ModuleOp> Importer::run(const onnx::ModelProto &model) {
 
   auto func = func::FuncOp::create(b, fileLoc, "forward",
                                    b.getFunctionType(st.argTypes, {}));
+  forwardFunc = func;
+  forwardArgTypes = &st.argTypes;
   if (failed(bindArguments(g, func, st)) || failed(convertNodes(g, st.plan)) ||
       failed(buildResults(g, func, st.argTypes)))
     return nullptr;

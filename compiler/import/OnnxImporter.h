@@ -92,6 +92,10 @@ struct ImportOptions {
   bool raise = true;
   /// When set, filled with the decision for every initializer.
   ImportReport *report = nullptr;
+  /// The run's seed (tessera-partition --seed, Megatron's name): the
+  /// `seed` of every training-mode Dropout's `tsr.dropout`, the key of its
+  /// Philox-4x32-10 mask.
+  uint64_t seed = 1234;
 };
 
 /// An ONNX op type (default domain) the importer converts, and whether it

@@ -261,3 +261,8 @@ int64_t SiluOp::getTranscendentals() { return elementsOf(getResult()); }
 /// s = sigmoid(x) (3), then dy · s · (1 + x · (1 − s)) (4), one exp.
 int64_t SiluGradOp::getFlops() { return 7 * elementsOf(getResult()); }
 int64_t SiluGradOp::getTranscendentals() { return elementsOf(getResult()); }
+
+/// 2 FLOP per element (compare, scale) plus Philox-4x32-10 amortised over
+/// its 4 words: 10 rounds of 2 multiplies and 4 xors per 4 elements, about
+/// 12 FLOP-equivalents per element in all.
+int64_t DropoutOp::getFlops() { return 14 * elementsOf(getResult()); }

@@ -430,6 +430,26 @@ LogicalResult SiluOp::buildGradient(OpBuilder &builder,
   });
 }
 
+/// d dropout(x) = the same mask times 1/(1 − ratio): tsr.dropout of the
+/// cotangent with the same step, seed and op_id, recomputed from the key
+/// (no mask is saved). The step counter gets no gradient.
+LogicalResult DropoutOp::buildGradient(OpBuilder &builder,
+                                       ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  auto g = singleResultGrad(*this, resultGrads);
+  if (failed(g))
+    return failure();
+  if (!*g) {
+    operandGrads.append({Value(), Value()});
+    return success();
+  }
+  operandGrads.push_back(DropoutOp::create(
+      builder, getLoc(), g->getType(), *g, getStep(), getRatioAttr(),
+      getSeedAttr(), getOpIdAttr(), DenseI64ArrayAttr()));
+  operandGrads.push_back(Value());
+  return success();
+}
+
 LogicalResult ConvertOp::buildGradient(OpBuilder &builder,
                                        ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {

@@ -330,3 +330,61 @@ bool CrossEntropyGradOp::keepsF32Operand(unsigned index) {
 std::optional<unsigned> CrossEntropyGradOp::getLossSeedOperand() {
   return getGradMutable().getOperandNumber();
 }
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+LogicalResult DropoutOp::verify() {
+  auto type = getInput().getType();
+  if (!isa<FloatType>(type.getElementType()))
+    return emitOpError("input must be a float tensor, got ") << type;
+  auto step = cast<RankedTensorType>(getStep().getType());
+  if (step.getRank() != 0 || !step.getElementType().isF32())
+    return emitOpError("step must be a 0-D f32 tensor, got ") << step;
+  double ratio = getRatio().convertToDouble();
+  if (!(ratio >= 0.0 && ratio < 1.0))
+    return emitOpError("ratio must be in [0, 1), got ") << ratio;
+  int64_t opId = getOpIdAttr().getInt();
+  if (opId < 0 || opId > int64_t(UINT32_MAX))
+    return emitOpError("op_id must be in [0, 2^32), got ") << opId;
+  if (std::optional<ArrayRef<int64_t>> layout = getLayout()) {
+    ArrayRef<int64_t> l = *layout;
+    size_t at = 0;
+    auto take = [&](int64_t &out) {
+      if (at >= l.size())
+        return false;
+      out = l[at++];
+      return true;
+    };
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      int64_t n;
+      if (!take(n) || n < 1)
+        return emitOpError("layout: dimension ")
+               << d << " needs a sub-factor count >= 1";
+      for (int64_t f = 0; f < n; ++f) {
+        int64_t size, axes;
+        if (!take(size) || !take(axes))
+          return emitOpError("layout ends early at dimension ") << d;
+        if (size < 1 || axes < 0)
+          return emitOpError("layout: dimension ")
+                 << d << " has a sub-factor of size " << size << " split over "
+                 << axes << " axes";
+        for (int64_t a = 0; a < axes; ++a) {
+          int64_t axis;
+          if (!take(axis))
+            return emitOpError("layout ends early at dimension ") << d;
+          if (axis < 0)
+            return emitOpError("layout: negative grid axis ") << axis;
+        }
+      }
+    }
+    if (at != l.size())
+      return emitOpError("layout has ")
+             << (l.size() - at) << " entries past the last dimension";
+  }
+  return success();
+}
+
+/// The step counter stays f32 in a bf16/f16 program.
+bool DropoutOp::keepsF32Operand(unsigned index) { return index == 1; }

@@ -27,6 +27,7 @@
 #ifndef TESSERA_DIALECTS_TSR_SHARDINGRULE_H
 #define TESSERA_DIALECTS_TSR_SHARDINGRULE_H
 
+#include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/SmallVector.h"
 #include <cstdint>
@@ -78,6 +79,18 @@ struct ShardingRule {
                                     llvm::ArrayRef<int64_t> localFactorSizes,
                                     FactorAxes factorAxes)>
       localize;
+
+  /// Called by the partitioner after `localize` with the layout each result
+  /// was given (a `tsr.sharding` attribute: per dimension its sub-factors
+  /// and their grid axes, a pipelined program's micro-batch axis included)
+  /// and the results' global types. For ops whose kernel needs every local
+  /// element's index in the global tensor (tsr.dropout's counter-based
+  /// mask), which record the layout as an attribute. Null when the op has
+  /// none.
+  std::function<mlir::LogicalResult(
+      mlir::Operation *, llvm::ArrayRef<mlir::Attribute> resultLayouts,
+      llvm::ArrayRef<mlir::RankedTensorType> globalResults)>
+      recordLayouts;
 
   /// Adds a factor and returns its index.
   int64_t addFactor(int64_t size, bool needReplication = false,

@@ -633,3 +633,42 @@ ShardingRule AdamwUpdateOp::getShardingRule() {
   rule.results = {p, p, p};
   return rule;
 }
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+/// Elementwise over `input` and the result (any split passes through;
+/// linear in `input`); `step` is a scalar. The partitioned op records the
+/// layout it runs on (its `layout`, see TsrOps.td), which its kernel needs
+/// to find each local element's global index.
+ShardingRule DropoutOp::getShardingRule() {
+  ShardingRule rule;
+  TensorFactors dims = addFactors(rule, shapeOf(getResult()));
+  rule.operands = {dims, {}};
+  rule.results = {dims};
+  rule.linearGroups = {{0}};
+  rule.recordLayouts = [](Operation *op, ArrayRef<Attribute> resultLayouts,
+                          ArrayRef<RankedTensorType> globalResults)
+      -> LogicalResult {
+    auto sharding = dyn_cast_or_null<ShardingAttr>(resultLayouts.front());
+    if (!sharding)
+      return op->emitOpError("partitioned without a layout");
+    ArrayRef<int64_t> globalShape = globalResults.front().getShape();
+    SmallVector<int64_t> enc;
+    for (unsigned d = 0; d < globalShape.size(); ++d) {
+      ShardingAttr::DimFactors subs =
+          sharding.getDimFactors(d, globalShape[d]);
+      enc.push_back(subs.size());
+      for (const ShardingAttr::SubFactor &f : subs) {
+        enc.push_back(f.size);
+        enc.push_back(f.axes.size());
+        for (int16_t a : f.axes)
+          enc.push_back(a);
+      }
+    }
+    cast<DropoutOp>(op).setLayout(enc);
+    return success();
+  };
+  return rule;
+}

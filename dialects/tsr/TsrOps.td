@@ -768,6 +768,77 @@ def Tsr_AttentionGradOp : Tsr_ContractOp<"attention_grad",
   }];
 }
 
+def Tsr_DropoutOp : Tsr_ContractOp<"dropout", [Tsr_IdentityInInference,
+    AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>,
+    DeclareOpInterfaceMethods<Tsr_MixedPrecisionOpInterface,
+                              ["keepsF32Operand"]>]> {
+  let summary = "Training-mode dropout with a counter-based (Philox) mask.";
+  let description = [{
+    Inverted dropout (Srivastava et al., 2014, as `torch.nn.Dropout` in
+    training mode and ONNX `Dropout` with `training_mode` true): every
+    element is zeroed with probability `ratio` and the kept ones are scaled
+    by 1/(1 − ratio). The mask is not stored: element i of the GLOBAL tensor
+    (its row-major index, whatever the plan) is kept when the 24-bit uniform
+    from Philox-4x32-10 (Salmon et al., SC'11, "Parallel Random Numbers: As
+    Easy as 1, 2, 3"; cuRAND's and PyTorch's CUDA generator) is at least
+    ceil(ratio · 2^24), with
+
+        counter = {lo32(i/4), hi32(i/4), step, op_id},
+        key     = {lo32(seed), hi32(seed)},
+
+    and word i mod 4 of the output (common/random/Philox.h). `seed` is the
+    run's `tessera-partition --seed`, `op_id` numbers the model's dropout
+    nodes in import order, and `step` (a 0-D f32 tensor, an integer value
+    below 2^24) is the training step: the replicated optimizer state
+    "rng.step" that the step increments. So every dp, tp, sp (Megatron-SP,
+    Ulysses, ring) and pp/micro-batch plan draws exactly the serial run's
+    mask: each rank computes the global index of each local element.
+
+    `layout` is set by `tsr-sharding-partition` (the op's sharding rule
+    records it) and absent before: the operand's split as the kernel walks
+    it. Per dimension: the number n of its sub-factors, then per sub-factor
+    its global size, the number of grid axes splitting it and those axes
+    (major to minor); the rank holds the block `c·size/|axes|` of each
+    sub-factor (c its coordinates on the axes, row-major), and the
+    micro-batch axis of a pipelined program is the last grid axis, whose
+    coordinate is the running micro-batch. Absent: the operand is global.
+
+    Gradient: `tsr.dropout` of the cotangent with the same `step`, `seed` and
+    `op_id`, i.e. the same mask and the same 1/(1 − ratio) scale, recomputed
+    rather than saved (no mask tensor is kept between forward and
+    backward). Sharding rule: elementwise (any split passes through; linear
+    in `input`, so a partial sum passes through unreduced). Cost: 2 FLOP per
+    element plus the Philox rounds (about 1 integer multiply-add per element
+    per round; counted as 12 FLOP per element). In an evaluation program the
+    op is the identity (trait `IdentityInInference`). Mixed precision: the
+    input and result follow the plan's precision, `step` stays f32.
+
+    Errors: `ratio` outside [0, 1); `step` not a 0-D f32 tensor; a non-float
+    `input`; `op_id` outside [0, 2^32); a malformed `layout` (not one entry
+    per dimension, a sub-factor size < 1, a negative grid axis, a list that
+    ends early or has entries left over).
+
+    ```mlir
+    %y = tsr.dropout %x, %step {ratio = 1.000000e-01 : f32, seed = 1234,
+                                op_id = 0} : tensor<8x16x64xf32>, tensor<f32>
+    // After partition, batch over axis 0 (dp, 2 ranks), micro-batches over
+    // the last axis 2 (4), the sequence striped over axis 1 (2 stripes):
+    %y = tsr.dropout %x, %step {ratio = 1.000000e-01 : f32, seed = 1234,
+        op_id = 0, layout = array<i64: 1, 8, 2, 0, 2,
+                                      2, 8, 0, 2, 1, 1,
+                                      1, 64, 0>}
+        : tensor<1x8x64xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$step,
+                       F32Attr:$ratio, I64Attr:$seed, I64Attr:$op_id,
+                       OptionalAttr<DenseI64ArrayAttr>:$layout);
+  let results = (outs Tsr_StaticTensor:$result);
+  let assemblyFormat =
+      "$input `,` $step attr-dict `:` type($input) `,` type($step)";
+}
+
 def Tsr_ReluGradOp : Tsr_ContractOp<"relu_grad",
     [AllTypesMatch<["input", "grad", "result"]>]> {
   let summary = "Gradient of `tsr.relu`: grad where input > 0, else 0.";

@@ -433,9 +433,12 @@ LogicalResult assignChunks(StepAnalysis &a, ArrayRef<int64_t> firstUnit) {
       if (c != kReplicated && a.chunk[user] != c) {
         auto name = tsr::getArgName(a.func, arg.getArgNumber());
         auto role = tsr::getArgRole(a.func, arg.getArgNumber());
+        // Read-only in every chunk: the data, frozen weights, and optimizer
+        // state that micro-batch ops only read (dropout's "rng.step", which
+        // the replicated apply ops update identically on every stage).
         if (role &&
             (role.getValue() == "tokens" || role.getValue() == "labels" ||
-             role.getValue() == "frozen"))
+             role.getValue() == "frozen" || role.getValue() == "opt_state"))
           continue;
         return user->emitOpError("uses '")
                << (name ? name.getValue() : StringRef("?"))

@@ -188,7 +188,10 @@ def ShardingPartition
     and records `grid_axes` on ops whose vocabulary is split: the masked
     `tsr.gather` / `tsr.gather_grad` and `tsr.cross_entropy(_grad)`, which
     reduces over its split vocabulary itself (a `reducedByOp` factor), so its
-    logits are not gathered).
+    logits are not gathered); the rule's `recordLayouts` hook gives an op
+    the layout its results got (`tsr.dropout` records it as its `layout`,
+    so that its kernel finds every local element's global index, the
+    micro-batch axis included).
     Resharding is
     - `shard.all_reduce ... reduction = sum` for partial sums, placed right
       after the partial value is produced and only on the path to a consumer

@@ -478,6 +478,16 @@ struct Partitioner {
         if (failed(rule.localize(op, plan.localFactorSizes, factorAxes)))
           return failure();
       }
+      if (rule.recordLayouts) {
+        SmallVector<Attribute> layouts;
+        SmallVector<RankedTensorType> globals;
+        for (auto [r, v] : llvm::enumerate(op->getResults())) {
+          layouts.push_back(plan.results[r].toAttr(grid));
+          globals.push_back(globalType[v]);
+        }
+        if (failed(rule.recordLayouts(op, layouts, globals)))
+          return failure();
+      }
       // The op produces plan.results; bring them to the recorded shardings.
       for (auto [r, v] : llvm::enumerate(op->getResults())) {
         if (plan.results[r] == results[r])

@@ -135,6 +135,8 @@ struct StepState {
   int64_t numTokens = 0;
   // classifyArguments
   SmallVector<unsigned> params, frozen, inputs;
+  /// @forward's "rng_step" argument (training-mode dropout), or -1.
+  int rngStep = -1;
   int tokensIndex = -1;
   RankedTensorType labelsType;
   RankedTensorType scalarF32;
@@ -301,10 +303,18 @@ LogicalResult BuildTrainStepPass::classifyArguments(StepState &s) {
       s.frozen.push_back(i);
     } else if (r == "input") {
       s.inputs.push_back(i);
+    } else if (r == "rng_step") {
+      // The step counter of training-mode dropout (the importer's): the
+      // replicated optimizer state "rng.step", incremented every step.
+      if (s.rngStep >= 0 || t != RankedTensorType::get(
+                                     {}, Float32Type::get(forward.getContext())))
+        return forward.emitError("argument ")
+               << i << ": one 0-D f32 'rng_step' argument expected, got " << t;
+      s.rngStep = i;
     } else {
       return forward.emitError("argument ")
              << i << " has unknown tsr.role '" << r
-             << "'; expected param, frozen or input";
+             << "'; expected param, frozen, input or rng_step";
     }
   }
   // The token ids: the first integer input.
@@ -360,6 +370,12 @@ void BuildTrainStepPass::planSignature(StepState &s) {
       optStateArg(forward.getArgument(i).getType(), name + ".exp_avg_sq");
     }
     optStateArg(s.scalarF32, "step");
+  }
+  if (s.rngStep >= 0) {
+    NamedAttrList attrs;
+    attrs.set(kRole, b.getStringAttr("opt_state"));
+    attrs.set(kName, b.getStringAttr("rng.step"));
+    args.push_back({s.scalarF32, attrs, s.rngStep});
   }
   s.optStateEnd = args.size();
   for (unsigned i : s.inputs) {
@@ -473,7 +489,7 @@ void BuildTrainStepPass::appendOptimizer(OpBuilder &builder, StepState &s,
   FloatAttr wdAttr = builder.getF32FloatAttr(effectiveWeightDecay());
   Value newStep;
   if (adamw) {
-    Value step = entry->getArgument(s.optStateEnd - 1);
+    Value step = entry->getArgument(s.optStateBegin + 2 * s.params.size());
     newStep = tsr::AddOp::create(builder, lossLoc, step,
                                  splat(builder, lossLoc, 1.0));
   }
@@ -504,6 +520,12 @@ void BuildTrainStepPass::appendOptimizer(OpBuilder &builder, StepState &s,
   }
   if (adamw)
     newOptState.push_back(newStep);
+  if (s.rngStep >= 0) {
+    // Dropout's step counter: the next step draws new masks.
+    Value rng = entry->getArgument(s.optStateEnd - 1);
+    newOptState.push_back(tsr::AddOp::create(builder, lossLoc, rng,
+                                             splat(builder, lossLoc, 1.0)));
+  }
   results.append(newOptState);
   func::ReturnOp::create(builder, s.ret.getLoc(), results);
 }

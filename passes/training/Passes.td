@@ -9,19 +9,23 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
   let summary = "Turn @forward into @train_step: loss, backward, optimizer.";
   let description = [{
     Replaces `func.func @forward` (arguments with `tsr.role` = "param",
-    "frozen" or "input"; result: the logits, [B, S, V] or [N, V] float) by
+    "frozen", "input" or "rng_step", the importer's step counter of
+    training-mode dropout; result: the logits, [B, S, V] or [N, V] float) by
     `func.func @train_step`:
 
     - arguments: the trainable params, the frozen params (both keep
       `tsr.role`, `tsr.name` and `tsr.init`), the optimizer state
       (`tsr.role = "opt_state"`, zero-initialised by the runtime: per param
       `<name>.exp_avg` and `<name>.exp_avg_sq`, then one scalar `step`, for
-      AdamW; nothing for SGD), the token ids (the first integer input,
+      AdamW; nothing for SGD; then, when @forward has an "rng_step"
+      argument, the scalar `rng.step` that `tsr.dropout` reads, replicated
+      and checkpointed like AdamW's step), the token ids (the first integer input,
       `tsr.role = "tokens"`; other inputs keep "input") and the `labels`
       (i64, the tokens' shape, `tsr.role = "labels"`);
     - results: the loss (`tsr.role = "loss"`, `tensor<f32>`), the updated
       params (`tsr.role = "param"`, `tsr.name`) and the updated optimizer
-      state (same names as the arguments; `step' = step + 1`).
+      state (same names as the arguments; `step' = step + 1`,
+      `rng.step' = rng.step + 1`).
 
     The loss is the mean cross-entropy over all N = B·S tokens, kept as the
     sum times a separate constant 1/N (`tsr.mul`), so that data-parallel

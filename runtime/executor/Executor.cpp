@@ -107,6 +107,7 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
   std::unique_ptr<Executor> ex(new Executor(plan, grid));
   Backend &backend = plan.backend();
   ex->backend = &backend;
+  ex->ctx.coords = ex->gridRef.coords();
   ex->ctx.traffic = &ex->counter;
   ex->ctx.stats = &ex->stats;
   ex->ctx.communication = backend.communication();

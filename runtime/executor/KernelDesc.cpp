@@ -282,6 +282,100 @@ llvm::Error decodeGelu(KernelDesc &d, Types ins, Types outs, AttrReader &attrs,
   return llvm::Error::success();
 }
 
+llvm::Error decodeDropout(KernelDesc &d, Types ins, Types outs,
+                          AttrReader &attrs, const CompileOptions &options) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  if (ins[1] != TensorType{DType::F32, {}})
+    return fail("step has type " + typeStr(ins[1]) + ", expected f32 0-D");
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  DropoutAttrs a;
+  double ratio = attrs.floating("ratio");
+  int64_t seed = attrs.integer("seed");
+  int64_t opId = attrs.integer("op_id");
+  std::vector<int64_t> enc;
+  if (attrs.has("layout"))
+    enc = attrs.intArray("layout");
+  RETURN_IF_ERROR(attrs.takeError());
+  if (!(ratio >= 0 && ratio < 1))
+    return fail(llvm::formatv("attribute 'ratio' = {0} is outside [0, 1)",
+                              ratio));
+  if (opId < 0 || opId > int64_t(UINT32_MAX))
+    return fail(llvm::formatv("attribute 'op_id' = {0} is outside [0, 2^32)",
+                              opId));
+  a.ratio = static_cast<float>(ratio);
+  a.scale = static_cast<float>(1.0 / (1.0 - ratio));
+  a.threshold = tessera::random::dropoutThreshold(ratio);
+  a.seed = static_cast<uint64_t>(seed);
+  a.opId = static_cast<uint32_t>(opId);
+  // Grid axes: the rank axes, then a pipelined program's micro-batch axis.
+  std::vector<int64_t> axisSizes = options.gridShape;
+  if (options.pipelineStages > 0)
+    axisSizes.push_back(std::max<int64_t>(options.microBatches, 1));
+  const std::vector<int64_t> &local = ins[0].shape;
+  size_t at = 0;
+  auto take = [&](int64_t &out) {
+    if (at >= enc.size())
+      return false;
+    out = enc[at++];
+    return true;
+  };
+  for (size_t dim = 0; dim < local.size(); ++dim) {
+    if (enc.empty()) {
+      DropoutAttrs::Factor f;
+      f.globalSize = f.localSize = local[dim];
+      a.factors.push_back(f);
+      continue;
+    }
+    int64_t n = 0, localDim = 1;
+    if (!take(n) || n < 1)
+      return fail(llvm::formatv("attribute 'layout': dimension {0} needs a "
+                                "sub-factor count >= 1",
+                                dim));
+    for (int64_t k = 0; k < n; ++k) {
+      DropoutAttrs::Factor f;
+      int64_t count = 0;
+      if (!take(f.globalSize) || !take(count) || f.globalSize < 1 || count < 0)
+        return fail(llvm::formatv("attribute 'layout' is malformed at "
+                                  "dimension {0}",
+                                  dim));
+      int64_t ways = 1;
+      for (int64_t j = 0; j < count; ++j) {
+        int64_t axis = -1;
+        if (!take(axis) || axis < 0 ||
+            axis >= static_cast<int64_t>(axisSizes.size()))
+          return fail(llvm::formatv("attribute 'layout': dimension {0} names "
+                                    "a grid axis outside the {1} axes",
+                                    dim, axisSizes.size()));
+        f.axes.push_back(axis);
+        f.axisSizes.push_back(axisSizes[axis]);
+        ways *= axisSizes[axis];
+      }
+      if (f.globalSize % ways != 0)
+        return fail(llvm::formatv("attribute 'layout': a sub-factor of size "
+                                  "{0} of dimension {1} is not divisible by "
+                                  "its {2} pieces",
+                                  f.globalSize, dim, ways));
+      f.localSize = f.globalSize / ways;
+      localDim *= f.localSize;
+      a.factors.push_back(std::move(f));
+    }
+    if (localDim != local[dim])
+      return fail(llvm::formatv("attribute 'layout' gives dimension {0} a "
+                                "local size of {1}, but the operand has {2}",
+                                dim, localDim, local[dim]));
+  }
+  if (at != enc.size())
+    return fail("attribute 'layout' has entries past the last dimension");
+  int64_t stride = 1;
+  for (auto it = a.factors.rbegin(); it != a.factors.rend(); ++it) {
+    it->globalStride = stride;
+    stride *= it->globalSize;
+  }
+  d.attrs = std::move(a);
+  return llvm::Error::success();
+}
+
 llvm::Error decodeEqual(KernelDesc &, Types ins, Types outs, AttrReader &,
                         const CompileOptions &) {
   RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
@@ -893,4 +987,24 @@ llvm::Error exec::checkCollective(CollectiveSpec &spec,
   }
   }
   return fail("unknown collective");
+}
+
+std::vector<tessera::random::DropoutFactor>
+exec::dropoutFactors(const DropoutAttrs &attrs, ArrayRef<int64_t> coords,
+                     int64_t microBatch) {
+  std::vector<tessera::random::DropoutFactor> out;
+  out.reserve(attrs.factors.size());
+  for (const DropoutAttrs::Factor &f : attrs.factors) {
+    // The piece index: the coordinates on the factor's axes, row-major.
+    int64_t piece = 0;
+    for (size_t i = 0; i < f.axes.size(); ++i) {
+      int64_t axis = f.axes[i];
+      int64_t c = axis < static_cast<int64_t>(coords.size()) ? coords[axis]
+                  : axis == static_cast<int64_t>(coords.size()) ? microBatch
+                                                                : 0;
+      piece = piece * f.axisSizes[i] + c;
+    }
+    out.push_back({f.localSize, piece * f.localSize, f.globalStride});
+  }
+  return out;
 }

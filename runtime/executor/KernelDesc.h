@@ -31,6 +31,8 @@
 
 #include "runtime/executor/Program.h"
 
+#include "common/random/Philox.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -192,10 +194,32 @@ struct AdamwAttrs {
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
 };
 
+/// dropout (tsr.dropout, common/random/Philox.h): operands (x, step) where
+/// step is a 0-D f32 integer value; `ratio` in [0, 1) as its 24-bit
+/// `threshold` and the 1/(1 − ratio) `scale`; `seed`, `opId`; and the
+/// operand's `layout` as sub-factors in row-major order over all
+/// dimensions (each: global size, the grid axes splitting it, the local
+/// size, the product of the later factors' global sizes). A grid axis equal
+/// to the number of rank axes of a pipelined program is the micro-batch
+/// axis (its coordinate is ExecContext::microBatch). Without a `layout`
+/// attribute the operand is the whole tensor (one unsplit factor per dim).
+struct DropoutAttrs {
+  struct Factor {
+    int64_t globalSize = 1, localSize = 1, globalStride = 1;
+    std::vector<int64_t> axes;
+    std::vector<int64_t> axisSizes; ///< the sizes of `axes`
+  };
+  float ratio = 0, scale = 1;
+  uint32_t threshold = 0;
+  uint64_t seed = 0;
+  uint32_t opId = 0;
+  std::vector<Factor> factors;
+};
+
 using KernelAttrs =
     std::variant<NoAttrs, GeluAttrs, ReduceAttrs, MatmulAttrs, TransposeAttrs,
                  SliceAttrs, AxisAttrs, NormAttrs, AttentionAttrs,
-                 CrossEntropyAttrs, SgdAttrs, AdamwAttrs>;
+                 CrossEntropyAttrs, SgdAttrs, AdamwAttrs, DropoutAttrs>;
 
 //===----------------------------------------------------------------------===//
 // The descriptor
@@ -236,6 +260,14 @@ decodeKernel(llvm::StringRef name, mlir::DictionaryAttr attrs,
              llvm::ArrayRef<TensorType> operands,
              llvm::ArrayRef<TensorType> results, const CompileOptions &options,
              int commIndex = -1, int64_t commSize = 0);
+
+/// The dropout kernel's walk of its operand on the rank at grid `coords`
+/// (ExecContext::coords; missing entries count as 0) running micro-batch
+/// `microBatch` (the coordinate on a pipelined program's micro-batch axis):
+/// one entry per sub-factor, with the block's first global sub-index.
+std::vector<tessera::random::DropoutFactor>
+dropoutFactors(const DropoutAttrs &attrs, llvm::ArrayRef<int64_t> coords,
+               int64_t microBatch);
 
 /// An optimizer hyper-parameter: the manifest's value for `key` when it
 /// rounds to the same f32 as the op's attribute (the kernel then gets the

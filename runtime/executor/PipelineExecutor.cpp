@@ -117,6 +117,7 @@ llvm::Error Executor::initPipeline() {
           return err;
         fc.comms.push_back(*comm);
       }
+      fc.coords = gridRef.coords();
       fc.traffic = &counter;
       fc.stats = &stats;
       fc.p2p = p2p.get();

@@ -168,8 +168,14 @@ struct ExecContext {
   /// a program with send/recv then fails to run).
   PointToPoint *p2p = nullptr;
   /// Pipeline plans: the micro-batch of the running action (0 <= m < M);
-  /// part of every send/recv tag.
+  /// part of every send/recv tag, and the coordinate on the virtual
+  /// micro-batch axis (the last grid axis) of the kernels that need their
+  /// block's place in the global tensor (dropout).
   int64_t microBatch = 0;
+  /// This rank's coordinates on the grid's rank axes (CompileOptions::
+  /// gridShape order); empty: the origin. Kernels that need their block's
+  /// place in the global tensor (dropout's layout) read them.
+  std::vector<int64_t> coords;
   /// The arena of a program with a static memory plan (at least
   /// Program::arenaBytes() bytes); null otherwise.
   const Arena *arena = nullptr;

@@ -124,11 +124,46 @@ def cases():
                          name="drop")],
         [vi("x", F, [2, 3])], [vi("y", F, [2, 3])])
 
-    yield "bad_dropout_training", model("bad_dropout_training", [
+    # Training mode (TorchScript's TrainingMode.TRAINING export): ratio and
+    # training_mode as Constant nodes or initializers; ratio 0 is the
+    # identity.
+    yield "dropout_training", model("dropout_training", [
         const("ratio", np.array(0.1, np.float32)),
         const("train", np.array(True)),
+        helper.make_node("Dropout", ["x", "ratio", "train"], ["y", "mask"],
+                         name="drop0"),
+        helper.make_node("Dropout", ["y", "ratio_init", "train_init"],
+                         ["z"], name="drop1"),
+        const("zero", np.array(0.0, np.float32)),
+        helper.make_node("Dropout", ["z", "zero", "train"], ["w"],
+                         name="drop_zero")],
+        [vi("x", F, [2, 3])], [vi("w", F, [2, 3])],
+        inits=[init("ratio_init", 0.25), init("train_init", True, np.bool_)])
+
+    yield "bad_dropout_ratio_input", model("bad_dropout_ratio_input", [
+        const("train", np.array(True)),
+        helper.make_node("Dropout", ["x", "r", "train"], ["y"],
+                         name="drop_dyn")],
+        [vi("x", F, [2, 3]), vi("r", F, [])], [vi("y", F, [2, 3])])
+
+    yield "bad_dropout_mode_input", model("bad_dropout_mode_input", [
+        const("ratio", np.array(0.1, np.float32)),
+        helper.make_node("Dropout", ["x", "ratio", "t"], ["y"],
+                         name="drop_mode")],
+        [vi("x", F, [2, 3]), vi("t", BOOL, [])], [vi("y", F, [2, 3])])
+
+    yield "bad_dropout_mask", model("bad_dropout_mask", [
+        const("ratio", np.array(0.1, np.float32)),
+        const("train", np.array(True)),
+        helper.make_node("Dropout", ["x", "ratio", "train"], ["y", "mask"],
+                         name="drop_mask")],
+        [vi("x", F, [2, 3])], [vi("y", F, [2, 3]), vi("mask", BOOL, [2, 3])])
+
+    yield "bad_dropout_ratio", model("bad_dropout_ratio", [
+        const("ratio", np.array(1.0, np.float32)),
+        const("train", np.array(True)),
         helper.make_node("Dropout", ["x", "ratio", "train"], ["y"],
-                         name="drop_train")],
+                         name="drop_one")],
         [vi("x", F, [2, 3])], [vi("y", F, [2, 3])])
 
     yield "bad_dynamic", model("bad_dynamic", [

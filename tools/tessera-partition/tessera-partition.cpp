@@ -254,6 +254,13 @@ static cl::opt<std::string> optimizer("optimizer",
                                       cl::init("adamw"), cl::cat(category));
 static cl::opt<double> lr("lr", cl::desc("Learning rate"), cl::init(1e-3),
                           cl::cat(category));
+static cl::opt<uint64_t> seed(
+    "seed",
+    cl::desc("Seed of training-mode Dropout (Megatron-LM's name): the key of "
+             "every tsr.dropout's Philox-4x32-10 mask, with the step, the "
+             "op and the element's global index, so every plan draws the "
+             "serial run's mask"),
+    cl::init(1234), cl::cat(category));
 static cl::opt<double>
     weightDecay("weight-decay",
                 cl::desc("Weight decay (default: 0.01 for adamw, 0 for sgd)"),
@@ -916,6 +923,7 @@ int main(int argc, char **argv) {
   import::ImportReport importReport;
   importOptions.report = &importReport;
   importOptions.raise = !noRaise;
+  importOptions.seed = seed;
   OwningOpRef<ModuleOp> module =
       import::importOnnxFile(inputPath, context, importOptions);
   if (!module)

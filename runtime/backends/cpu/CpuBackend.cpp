@@ -19,6 +19,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstring>
 #include <functional>
@@ -109,6 +110,26 @@ llvm::Error bindGelu(const KernelDesc &d, Instruction &inst) {
   cpu::GeluApproximate approx = geluOf(d);
   return bindNoFail(
       inst, [approx](In in, Out out) { cpu::gelu(*in[0], approx, out[0]); });
+}
+
+/// dropout: the step is read from operand 1 at run time (an integer-valued
+/// f32 scalar); the layout walk from this rank's coordinates and the
+/// running micro-batch.
+llvm::Error bindDropout(const KernelDesc &d, Instruction &inst) {
+  DropoutAttrs a = d.get<DropoutAttrs>();
+  inst.fn = [a](const ExecContext &ctx, In in, Out out) -> llvm::Error {
+    float step = in[1]->data<float>()[0];
+    if (!(step >= 0 && step < 16777216.0f) || step != std::floor(step))
+      return fail(llvm::formatv("step {0} is not an integer in [0, 2^24)",
+                                step));
+    tessera::random::DropoutKey key{a.seed, static_cast<uint32_t>(step),
+                                    a.opId};
+    std::vector<tessera::random::DropoutFactor> factors =
+        dropoutFactors(a, ctx.coords, ctx.microBatch);
+    cpu::dropout(*in[0], key, a.threshold, a.scale, factors, out[0]);
+    return llvm::Error::success();
+  };
+  return llvm::Error::success();
 }
 
 llvm::Error bindEqual(const KernelDesc &, Instruction &inst) {
@@ -493,6 +514,7 @@ const BindTable &binders() {
     set({K::CrossEntropy, K::CrossEntropyGrad}, &bindCrossEntropy);
     set({K::SgdUpdate}, &bindSgdUpdate);
     set({K::AdamwUpdate}, &bindAdamwUpdate);
+    set({K::Dropout}, &bindDropout);
   });
   return table;
 }

@@ -231,6 +231,29 @@ void cpu::silu(const Tensor &in, Tensor &out) {
   });
 }
 
+void cpu::dropout(const Tensor &in, const tessera::random::DropoutKey &key,
+                  uint32_t threshold, float scale,
+                  llvm::ArrayRef<tessera::random::DropoutFactor> factors,
+                  Tensor &out) {
+  const float *x = in.data<float>();
+  float *y = out.data<float>();
+  int64_t n = in.numel();
+  // Consecutive local elements are usually consecutive global ones: one
+  // Philox call serves the 4 elements of a counter.
+  uint64_t cachedQ = ~uint64_t(0);
+  tessera::random::Philox4x32 words{};
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t g = tessera::random::dropoutGlobalIndex(
+        factors.data(), static_cast<int>(factors.size()), i);
+    if ((g >> 2) != cachedQ) {
+      cachedQ = g >> 2;
+      words = tessera::random::dropoutWords(key, cachedQ);
+    }
+    bool keep = (words.v[g & 3] >> 8) >= threshold;
+    y[i] = keep ? x[i] * scale : 0.0f;
+  }
+}
+
 void cpu::gelu(const Tensor &in, GeluApproximate approximate, Tensor &out) {
   if (approximate == GeluApproximate::None) {
     unaryLoop<float>(in, out, [](float x) {

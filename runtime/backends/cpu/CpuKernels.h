@@ -17,6 +17,8 @@
 
 #include "runtime/Tensor.h"
 
+#include "common/random/Philox.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
@@ -73,6 +75,16 @@ enum class GeluApproximate {
   Tanh  ///< 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 };
 void gelu(const Tensor &in, GeluApproximate approximate, Tensor &out);
+
+/// Training-mode dropout (tsr.dropout, common/random/Philox.h): out[i] =
+/// in[i] · scale where the Philox-4x32-10 draw of global element
+/// g(i) = dropoutGlobalIndex(factors, i) under `key` passes `threshold`,
+/// else 0. `factors` walk the local block (row-major over their local
+/// sizes, whose product is in's element count). f32; in place OK.
+void dropout(const Tensor &in, const tessera::random::DropoutKey &key,
+             uint32_t threshold, float scale,
+             llvm::ArrayRef<tessera::random::DropoutFactor> factors,
+             Tensor &out);
 
 /// Converts between f32, i64 and i1 (same shape). f32 -> i64 truncates
 /// toward zero; anything -> i1 is (x != 0); i1 -> number is 0 or 1. Same

@@ -275,6 +275,7 @@ private:
   llvm::Error bindBinary(const KernelDesc &k, Instruction &inst);
   llvm::Error bindUnary(const KernelDesc &k, Instruction &inst);
   llvm::Error bindActivationGrad(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindDropout(const KernelDesc &k, Instruction &inst);
   llvm::Error bindEqual(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSelect(const KernelDesc &k, Instruction &inst);
   llvm::Error bindConvert(const KernelDesc &k, Instruction &inst);
@@ -1290,6 +1291,7 @@ const CudaBackend::BindTable &CudaBackend::binders() {
         &CudaBackend::bindUnary);
     set({K::ReluGrad, K::GeluGrad, K::SiluGrad},
         &CudaBackend::bindActivationGrad);
+    set({K::Dropout}, &CudaBackend::bindDropout);
     set({K::Equal}, &CudaBackend::bindEqual);
     set({K::Select}, &CudaBackend::bindSelect);
     set({K::Convert}, &CudaBackend::bindConvert);
@@ -1524,6 +1526,33 @@ llvm::Error CudaBackend::bindUnary(const KernelDesc &k, Instruction &inst) {
   return bindLaunch(k, inst, [op = *op](In in, Out out, cudaStream_t s) {
     return cuda::unary(op, *in[0], out[0], s);
   });
+}
+
+/// dropout: the layout walk of this rank and the running micro-batch is
+/// made on the host per call (a few sub-factors); the step is read on the
+/// device.
+llvm::Error CudaBackend::bindDropout(const KernelDesc &k, Instruction &inst) {
+  const DropoutAttrs &a = k.get<DropoutAttrs>();
+  if (a.factors.size() > size_t(cuda::DropoutLaunch::kMaxFactors))
+    return fail(llvm::formatv("the cuda dropout kernel takes at most {0} "
+                              "layout sub-factors, got {1}",
+                              cuda::DropoutLaunch::kMaxFactors,
+                              a.factors.size()));
+  inst.fn = [this, a, kernel = k.name().str()](const ExecContext &ctx, In in,
+                                                Out out) {
+    cuda::DropoutLaunch l;
+    std::vector<tessera::random::DropoutFactor> f =
+        dropoutFactors(a, ctx.coords, ctx.microBatch);
+    std::copy(f.begin(), f.end(), l.factors);
+    l.numFactors = static_cast<int>(f.size());
+    l.seed = a.seed;
+    l.opId = a.opId;
+    l.threshold = a.threshold;
+    l.scale = a.scale;
+    return launched(cuda::dropout(*in[0], *in[1], l, out[0], stream()),
+                    kernel);
+  };
+  return llvm::Error::success();
 }
 
 llvm::Error CudaBackend::bindActivationGrad(const KernelDesc &k,

@@ -368,6 +368,18 @@ __global__ void siluGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
     dx[i] = fromF32<T>(siluGradF(toF32(x[i]), toF32(dy[i])));
 }
 
+__global__ void dropoutKernel(const float *x, const float *step,
+                              DropoutLaunch l, float *y, int64_t n) {
+  tessera::random::DropoutKey key{l.seed, static_cast<uint32_t>(*step),
+                                  l.opId};
+  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
+    uint64_t g =
+        tessera::random::dropoutGlobalIndex(l.factors, l.numFactors, i);
+    bool keep = tessera::random::dropoutKeep(key, g, l.threshold);
+    y[i] = keep ? __fmul_rn(x[i], l.scale) : 0.0f;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Conversions
 //===----------------------------------------------------------------------===//
@@ -1230,6 +1242,28 @@ cudaError_t reduceMax(const Tensor &in, const std::vector<int64_t> &axes,
                       int64_t scratchBytes, cudaStream_t stream) {
   return reduceImpl<RedKind::Max>(in, axes, keepDim, out, scratch, scratchBytes,
                                   stream);
+}
+
+} // namespace cuda
+} // namespace runtime
+} // namespace tessera
+
+namespace tessera {
+namespace runtime {
+namespace cuda {
+
+cudaError_t dropout(const Tensor &x, const Tensor &step,
+                    const DropoutLaunch &launch, Tensor &y,
+                    cudaStream_t stream) {
+  if (!sameShape(x, y) || x.dtype() != DType::F32 || y.dtype() != DType::F32 ||
+      step.dtype() != DType::F32 || step.numel() != 1 ||
+      launch.numFactors < 0 || launch.numFactors > DropoutLaunch::kMaxFactors)
+    return cudaErrorInvalidValue;
+  int64_t n = y.numel();
+  return launch1D(n, stream, dropoutKernel,
+                  static_cast<const float *>(x.raw()),
+                  static_cast<const float *>(step.raw()), launch,
+                  static_cast<float *>(y.raw()), n);
 }
 
 } // namespace cuda

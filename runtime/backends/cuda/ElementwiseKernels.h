@@ -32,6 +32,8 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 
+#include "common/random/Philox.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -174,6 +176,25 @@ cudaError_t geluGrad(const Tensor &x, const Tensor &dy,
 /// and float dtype. In place OK (dx may be x or dy).
 cudaError_t siluGrad(const Tensor &x, const Tensor &dy, Tensor &dx,
                      cudaStream_t stream);
+
+/// Training-mode dropout (tsr.dropout), cpu::dropout's mask and arithmetic
+/// (common/random/Philox.h): y[i] = x[i] · scale where the Philox-4x32-10
+/// draw of global element dropoutGlobalIndex(factors, i) passes
+/// `threshold`, else 0. `step` is the DEVICE f32 scalar of the step count
+/// (read by the kernel, truncated to uint32). At most kMaxFactors
+/// sub-factors. f32; in place OK (y may be x).
+struct DropoutLaunch {
+  static constexpr int kMaxFactors = 16;
+  tessera::random::DropoutFactor factors[kMaxFactors];
+  int numFactors = 0;
+  uint64_t seed = 0;
+  uint32_t opId = 0;
+  uint32_t threshold = 0;
+  float scale = 1;
+};
+cudaError_t dropout(const Tensor &x, const Tensor &step,
+                    const DropoutLaunch &launch, Tensor &y,
+                    cudaStream_t stream);
 
 /// Converts between any pair of f32, i64, i1, bf16, f16 (same element
 /// count). f32 / bf16 / f16 -> i64 truncates toward zero (out-of-range

@@ -397,3 +397,75 @@ func.func @sigmoid_int(%x: tensor<4xi64>) {
   %0 = tsr.sigmoid %x : tensor<4xi64>
   return
 }
+
+// -----
+
+func.func @dropout_int(%x: tensor<4xi64>, %s: tensor<f32>) {
+  // expected-error @+1 {{input must be a float tensor, got 'tensor<4xi64>'}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64} : tensor<4xi64>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dropout_step_shape(%x: tensor<4xf32>, %s: tensor<1xf32>) {
+  // expected-error @+1 {{step must be a 0-D f32 tensor, got 'tensor<1xf32>'}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64} : tensor<4xf32>, tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @dropout_ratio(%x: tensor<4xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{ratio must be in [0, 1), got 1.000000e+00}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0 : f32, seed = 1234 : i64, op_id = 0 : i64} : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dropout_op_id(%x: tensor<4xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{op_id must be in [0, 2^32), got -1}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = -1 : i64} : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dropout_layout_short(%x: tensor<4x8xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{layout ends early at dimension 1}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64, layout = array<i64: 1, 4, 0, 1, 8>} : tensor<4x8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dropout_layout_count(%x: tensor<4x8xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{layout: dimension 0 needs a sub-factor count >= 1}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64, layout = array<i64: 0>} : tensor<4x8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dropout_layout_size(%x: tensor<4x8xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{layout: dimension 1 has a sub-factor of size 0 split over 1 axes}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64, layout = array<i64: 1, 4, 0, 1, 0, 1, 0>} : tensor<4x8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dropout_layout_axis(%x: tensor<4x8xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{layout: negative grid axis -2}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64, layout = array<i64: 1, 4, 1, -2, 1, 8, 0>} : tensor<4x8xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dropout_layout_extra(%x: tensor<4x8xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{layout has 1 entries past the last dimension}}
+  %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64, layout = array<i64: 1, 4, 0, 1, 8, 0, 3>} : tensor<4x8xf32>, tensor<f32>
+  return
+}
