@@ -3,6 +3,7 @@
 
     eval_loss.py --build DIR [--config prenorm_gelu_causal]
         [--optimizer adamw] [--plans serial,dp2xtp2,dp2.zero3]
+    eval_loss.py --build DIR --dropout
 
 Trains the example GPT config for STEPS steps on the example corpus with
 ``--eval-data VALID --eval-interval INTERVAL --eval-iters ITERS``, where
@@ -21,6 +22,17 @@ VALID is the corpus' second half (written to the work folder), and checks:
   DESIGN.md's sampling formula (step k), within 1e-5 relative;
 * every other plan's "eval_loss" values equal the serial run's within 1e-5
   relative (and its training losses too, as e2e.parallel checks).
+
+With --dropout, evaluation runs without dropout (issue 24, must-show 6):
+the GPT-2 fixtures of dropout_export.py (P = 0.1 and P = 0 training-mode
+exports, the same initial weights) train 2 steps with SGD at lr 0 (so the
+weights never change) with ``--eval-data`` = the training corpus,
+``--eval-interval 1 --eval-iters 2``: eval batches 0 and 1 are then the
+training batches of steps 0 and 1, and every evaluation of the P = 0.1
+model (serial and dp2 x tp2) must equal the mean of the P = 0 model's two
+training losses (1e-6 serial, 1e-5 dp2 x tp2), while the P = 0.1 model's
+own step-0 training loss differs from the P = 0 one (> 1e-4: dropout is
+on in training).
 
 Exit 0 when everything holds, 1 otherwise.
 """
@@ -95,6 +107,50 @@ def tessera(args, work, tag, ranks, flags, evaluate=True):
     return metrics, weights, run(cmd)
 
 
+def check_dropout(args, work):
+    """See the module docstring (--dropout)."""
+    models = os.path.join(HERE, "models")
+    ok = True
+
+    def train(model, tag, ranks, flags):
+        plan = os.path.join(work, f"{tag}.tsr")
+        metrics = os.path.join(work, f"{tag}.jsonl")
+        run([os.path.join(args.build, "tools", "tessera-partition",
+                          "tessera-partition"),
+             os.path.join(models, model), "-o", plan, "--optimizer", "sgd",
+             "--lr", "0"] + flags)
+        run(["mpirun", "-np", str(ranks),
+             os.path.join(args.build, "tools", "tessera-run", "tessera-run"),
+             plan, "--data", CORPUS, "--steps", "2", "--metrics", metrics,
+             "--eval-data", CORPUS, "--eval-interval", "1", "--eval-iters",
+             "2"])
+        return compare.load_losses(metrics), eval_losses(metrics)
+
+    p0_loss, _ = train("gpt2_dropout_p0.ts17.onnx", "p0", 1, [])
+    want = (p0_loss[0] + p0_loss[1]) / 2
+    print(f"P = 0 training losses (lr 0) {p0_loss}: mean {want!r}")
+    p10_loss, p10_eval = train("gpt2_dropout_p10.ts17.onnx", "p10", 1, [])
+    err = rel(p10_loss[0], p0_loss[0])
+    print(f"P = 0.1 step-0 training loss {p10_loss[0]!r} vs P = 0 "
+          f"{p0_loss[0]!r}: rel diff {err:.3e} (must exceed 1e-4: dropout "
+          f"is applied in training)")
+    ok &= err > 1e-4
+    for tag, ranks, flags, rtol in (("serial", 1, [], 1e-6),
+                                    ("dp2xtp2", 4,
+                                     ["--dp", "2", "--tp", "2"], 1e-5)):
+        ev = p10_eval if tag == "serial" else train(
+            "gpt2_dropout_p10.ts17.onnx", "p10." + tag, ranks, flags)[1]
+        if sorted(ev) != [0, 1]:
+            print(f"FAIL: P = 0.1 {tag}: eval_loss at steps {sorted(ev)}")
+            ok = False
+        for s, v in sorted(ev.items()):
+            e = rel(v, want)
+            print(f"P = 0.1 {tag}: eval_loss after step {s}: {v!r} vs the "
+                  f"P = 0 mean {want!r}: rel err {e:.3e} (rtol {rtol:g})")
+            ok &= e <= rtol
+    return ok
+
+
 def eval_losses(metrics):
     """{step: eval_loss} of a --metrics file."""
     out = {}
@@ -136,7 +192,14 @@ def main():
     p.add_argument("--config", default="prenorm_gelu_causal")
     p.add_argument("--optimizer", choices=["sgd", "adamw"], default="adamw")
     p.add_argument("--plans", default="serial,dp2xtp2,dp2.zero3")
+    p.add_argument("--dropout", action="store_true",
+                   help="check that evaluation runs without dropout instead")
     args = p.parse_args()
+    if args.dropout:
+        with tempfile.TemporaryDirectory(prefix="tessera-eval-") as work:
+            ok = check_dropout(args, work)
+        print("PASS" if ok else "FAIL")
+        return 0 if ok else 1
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     plans = args.plans.split(",")

@@ -43,6 +43,33 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 
 // -----
 
+// Dropout is the identity in evaluation (tsr.dropout has the
+// IdentityInInference trait): @eval_step reads the dropout's input, and the
+// rng.step state only the dropout read is no argument any more.
+// CHECK-LABEL: func.func @train_step
+// CHECK: tsr.dropout
+// CHECK-LABEL: func.func @eval_step
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32> {tsr.name = "tokens", tsr.role = "tokens"}, %[[L:.*]]: tensor<4x8xf32> {tsr.name = "labels", tsr.role = "labels"}) -> (tensor<f32> {tsr.name = "loss", tsr.role = "loss"})
+// CHECK-NEXT: %[[P:.*]] = tsr.mul %[[X]], %[[L]]
+// CHECK-NEXT: %[[S:.*]] = tsr.reduce_sum %[[P]]
+// CHECK-NEXT: return %[[S]] : tensor<f32>
+module {
+  func.func @train_step(%x: tensor<4x8xf32> {tsr.name = "tokens", tsr.role = "tokens"},
+                        %lab: tensor<4x8xf32> {tsr.name = "labels", tsr.role = "labels"},
+                        %step: tensor<f32> {tsr.name = "rng.step", tsr.role = "opt_state"})
+      -> (tensor<f32> {tsr.name = "loss", tsr.role = "loss"},
+          tensor<f32> {tsr.name = "rng.step", tsr.role = "opt_state"}) {
+    %d = tsr.dropout %x, %step {ratio = 1.000000e-01 : f32, seed = 1234, op_id = 0} : tensor<4x8xf32>, tensor<f32>
+    %p = tsr.mul %d, %lab : tensor<4x8xf32>
+    %s = tsr.reduce_sum %p {axes = array<i64: 0, 1>} : tensor<4x8xf32> -> tensor<f32>
+    %one = tsr.constant dense<1.0> : tensor<f32>
+    %s1 = tsr.add %step, %one : tensor<f32>
+    return %s, %s1 : tensor<f32>, tensor<f32>
+  }
+}
+
+// -----
+
 // expected-error @+1 {{tsr-build-eval-step: no func.func @train_step to derive the evaluation function from}}
 module {
   func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
