@@ -59,8 +59,10 @@ philox4x32(Philox4x32 counter, uint32_t key0, uint32_t key1, int rounds = 10) {
     }
     uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
     uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
-    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32),
+             lo0 = static_cast<uint32_t>(p0);
+    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32),
+             lo1 = static_cast<uint32_t>(p1);
     uint32_t n0 = hi1 ^ c1 ^ key0, n1 = lo1, n2 = hi0 ^ c3 ^ key1, n3 = lo0;
     c0 = n0;
     c1 = n1;
@@ -93,8 +95,7 @@ TESSERA_HOST_DEVICE inline Philox4x32 dropoutWords(const DropoutKey &k,
 }
 
 /// Whether global element `index` is kept.
-TESSERA_HOST_DEVICE inline bool dropoutKeep(const DropoutKey &k,
-                                            uint64_t index,
+TESSERA_HOST_DEVICE inline bool dropoutKeep(const DropoutKey &k, uint64_t index,
                                             uint32_t threshold) {
   Philox4x32 w = dropoutWords(k, index >> 2);
   return (w.v[index & 3] >> 8) >= threshold;

@@ -329,7 +329,7 @@ private:
   int64_t opset = 0;
   llvm::StringMap<Slot> env;
   llvm::StringSet<> used; ///< names read by some node or graph output
-  func::FuncOp forwardFunc;                 ///< @forward, while converting
+  func::FuncOp forwardFunc;                     ///< @forward, while converting
   SmallVector<Type> *forwardArgTypes = nullptr; ///< its argument types
   Value rngStepArg;          ///< rngStep()'s argument, once added
   int64_t nextDropoutId = 0; ///< op_id of the next training-mode Dropout
@@ -1738,8 +1738,8 @@ LogicalResult Importer::convertDropout(const onnx::NodeProto &n) {
   }
   if (training && !(ratio >= 0.0 && ratio < 1.0))
     return nodeError(n) << "ratio " << ratio << " is outside [0, 1)";
-  bool maskUsed = n.output_size() > 1 && !n.output(1).empty() &&
-                  used.contains(n.output(1));
+  bool maskUsed =
+      n.output_size() > 1 && !n.output(1).empty() && used.contains(n.output(1));
   if (training && ratio > 0.0) {
     // Training mode: a counter-based (Philox) mask, keyed by --seed, the
     // step ("rng.step"), this node's number and the element's global index.

@@ -648,17 +648,16 @@ ShardingRule DropoutOp::getShardingRule() {
   rule.operands = {dims, {}};
   rule.results = {dims};
   rule.linearGroups = {{0}};
-  rule.recordLayouts = [](Operation *op, ArrayRef<Attribute> resultLayouts,
-                          ArrayRef<RankedTensorType> globalResults)
-      -> LogicalResult {
+  rule.recordLayouts =
+      [](Operation *op, ArrayRef<Attribute> resultLayouts,
+         ArrayRef<RankedTensorType> globalResults) -> LogicalResult {
     auto sharding = dyn_cast_or_null<ShardingAttr>(resultLayouts.front());
     if (!sharding)
       return op->emitOpError("partitioned without a layout");
     ArrayRef<int64_t> globalShape = globalResults.front().getShape();
     SmallVector<int64_t> enc;
     for (unsigned d = 0; d < globalShape.size(); ++d) {
-      ShardingAttr::DimFactors subs =
-          sharding.getDimFactors(d, globalShape[d]);
+      ShardingAttr::DimFactors subs = sharding.getDimFactors(d, globalShape[d]);
       enc.push_back(subs.size());
       for (const ShardingAttr::SubFactor &f : subs) {
         enc.push_back(f.size);

@@ -306,8 +306,9 @@ LogicalResult BuildTrainStepPass::classifyArguments(StepState &s) {
     } else if (r == "rng_step") {
       // The step counter of training-mode dropout (the importer's): the
       // replicated optimizer state "rng.step", incremented every step.
-      if (s.rngStep >= 0 || t != RankedTensorType::get(
-                                     {}, Float32Type::get(forward.getContext())))
+      if (s.rngStep >= 0 ||
+          t !=
+              RankedTensorType::get({}, Float32Type::get(forward.getContext())))
         return forward.emitError("argument ")
                << i << ": one 0-D f32 'rng_step' argument expected, got " << t;
       s.rngStep = i;

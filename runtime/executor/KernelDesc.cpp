@@ -298,11 +298,11 @@ llvm::Error decodeDropout(KernelDesc &d, Types ins, Types outs,
     enc = attrs.intArray("layout");
   RETURN_IF_ERROR(attrs.takeError());
   if (!(ratio >= 0 && ratio < 1))
-    return fail(llvm::formatv("attribute 'ratio' = {0} is outside [0, 1)",
-                              ratio));
+    return fail(
+        llvm::formatv("attribute 'ratio' = {0} is outside [0, 1)", ratio));
   if (opId < 0 || opId > int64_t(UINT32_MAX))
-    return fail(llvm::formatv("attribute 'op_id' = {0} is outside [0, 2^32)",
-                              opId));
+    return fail(
+        llvm::formatv("attribute 'op_id' = {0} is outside [0, 2^32)", opId));
   a.ratio = static_cast<float>(ratio);
   a.scale = static_cast<float>(1.0 / (1.0 - ratio));
   a.threshold = tessera::random::dropoutThreshold(ratio);
@@ -999,7 +999,7 @@ exec::dropoutFactors(const DropoutAttrs &attrs, ArrayRef<int64_t> coords,
     int64_t piece = 0;
     for (size_t i = 0; i < f.axes.size(); ++i) {
       int64_t axis = f.axes[i];
-      int64_t c = axis < static_cast<int64_t>(coords.size()) ? coords[axis]
+      int64_t c = axis < static_cast<int64_t>(coords.size())    ? coords[axis]
                   : axis == static_cast<int64_t>(coords.size()) ? microBatch
                                                                 : 0;
       piece = piece * f.axisSizes[i] + c;

@@ -25,9 +25,9 @@ TESSERA_CONFORMANCE_FAMILY(DropoutTest, "dropout", "dropout");
 constexpr double kRatio = 0.1;
 
 std::string attrs(int64_t seed, int64_t opId, llvm::StringRef layout = "") {
-  std::string s = f32Attr("ratio", kRatio) + ", seed = " +
-                  std::to_string(seed) + " : i64, op_id = " +
-                  std::to_string(opId) + " : i64";
+  std::string s = f32Attr("ratio", kRatio) +
+                  ", seed = " + std::to_string(seed) +
+                  " : i64, op_id = " + std::to_string(opId) + " : i64";
   if (!layout.empty())
     s += ", layout = array<i64: " + layout.str() + ">";
   return s;
@@ -48,8 +48,8 @@ std::vector<double> reference(const Tensor &x, DropoutKey key,
 TEST_P(DropoutTest, MatchesHostReference) {
   Tensor x = randomF32({4, 6, 10}, 3);
   for (float step : {0.0f, 1.0f, 41.0f}) {
-    std::vector<Tensor> out = run("dropout", attrs(1234, 5),
-                                  {x, f32({}, {step})}, {typeOf(x)});
+    std::vector<Tensor> out =
+        run("dropout", attrs(1234, 5), {x, f32({}, {step})}, {typeOf(x)});
     ASSERT_EQ(out.size(), 1u);
     std::vector<int64_t> g(x.numel());
     for (int64_t i = 0; i < x.numel(); ++i)
@@ -94,29 +94,30 @@ TEST_P(DropoutTest, KeptFractionWithinFourSigma) {
 
 TEST_P(DropoutTest, LoadErrors) {
   TensorType x{DType::F32, {4, 6}}, step{DType::F32, {}};
-  EXPECT_EQ(loadError("dropout", f32Attr("ratio", 1.0) +
-                                     ", seed = 1 : i64, op_id = 0 : i64",
-                      {x, step}, {x}),
-            "attribute 'ratio' = 1 is outside [0, 1)");
-  EXPECT_EQ(loadError("dropout", attrs(1, 0), {x, TensorType{DType::F32, {1}}},
-                      {x}),
-            "step has type tensor<1xf32>, expected f32 0-D");
+  EXPECT_EQ(
+      loadError("dropout",
+                f32Attr("ratio", 1.0) + ", seed = 1 : i64, op_id = 0 : i64",
+                {x, step}, {x}),
+      "attribute 'ratio' = 1.00 is outside [0, 1)");
+  EXPECT_EQ(
+      loadError("dropout", attrs(1, 0), {x, TensorType{DType::F32, {1}}}, {x}),
+      "step has type tensor<1xf32>, expected f32 0-D");
   EXPECT_EQ(loadError("dropout", f32Attr("ratio", 0.5) + ", seed = 1 : i64",
                       {x, step}, {x}),
             "missing attribute 'op_id'");
   EXPECT_EQ(loadError("dropout", attrs(1, 0, "1, 4, 0"), {x, step}, {x}),
             "attribute 'layout': dimension 1 needs a sub-factor count >= 1");
-  EXPECT_EQ(loadError("dropout", attrs(1, 0, "1, 8, 1, 0, 1, 6, 0"),
-                      {x, step}, {x}),
-            "attribute 'layout': dimension 0 names a grid axis outside the 1 "
-            "axes");
-  EXPECT_EQ(loadError("dropout", attrs(1, 0, "1, 4, 0, 1, 12, 0"), {x, step},
-                      {x}),
-            "attribute 'layout' gives dimension 1 a local size of 12, but the "
-            "operand has 6");
-  EXPECT_EQ(loadError("dropout", attrs(1, 0, "1, 4, 0, 1, 6, 0, 7"),
-                      {x, step}, {x}),
-            "attribute 'layout' has entries past the last dimension");
+  EXPECT_EQ(
+      loadError("dropout", attrs(1, 0, "1, 4, 1, 3, 1, 6, 0"), {x, step}, {x}),
+      "attribute 'layout': dimension 0 names a grid axis outside the 1 "
+      "axes");
+  EXPECT_EQ(
+      loadError("dropout", attrs(1, 0, "1, 4, 0, 1, 12, 0"), {x, step}, {x}),
+      "attribute 'layout' gives dimension 1 a local size of 12, but the "
+      "operand has 6");
+  EXPECT_EQ(
+      loadError("dropout", attrs(1, 0, "1, 4, 0, 1, 6, 0, 7"), {x, step}, {x}),
+      "attribute 'layout' has entries past the last dimension");
 }
 
 } // namespace

@@ -15,7 +15,8 @@ mismatch.
 
     dropout.py applied --build DIR
         The P = 0.1 export vs the P = 0 one (the same initial weights):
-        the serial step-0 loss must differ (relative difference > 1e-4:
+        the serial losses must differ (relative difference > 1e-5 at step
+        0, whose near-uniform logits barely move, and > 1e-3 at step 1:
         the mask is applied), and two runs with --seed 1234 must be
         bitwise equal while --seed 1 differs (the seed keys the mask).
 
@@ -29,7 +30,8 @@ mismatch.
         are what makes this hold.
 
     dropout.py kept --build DIR
-        tessera-check of the P = 0.1 export (2 steps, serial vs dp2 x tp2:
+        tessera-check of the P = 0.1 export (2 SGD steps, lr 0.01, serial vs
+        dp2 x tp2 (AdamW would amplify the key bias's zero-gradient noise):
         every traced value, each dropout result and its gradient included,
         equal within 1e-5), then, from the serial run's dumps, the kept
         fraction of every forward tsr.dropout result of each step (the
@@ -88,16 +90,20 @@ def cmd_torch(args, work):
 
 def cmd_applied(args, work):
     use_model(args, P0)
-    m0, _ = tessera(args, work, "p0", steps=1)
+    m0, _ = tessera(args, work, "p0", steps=2)
     use_model(args, P10)
     m1, w1 = tessera(args, work, "p10", steps=2)
     m2, w2 = tessera(args, work, "p10again", steps=2, extra=["--seed", "1234"])
     m3, _ = tessera(args, work, "p10seed1", steps=2, extra=["--seed", "1"])
-    l0, l1 = compare.load_losses(m0)[0], compare.load_losses(m1)[0]
-    rel = abs(l1 - l0) / abs(l0)
-    ok = rel > 1e-4
-    print(f"step-0 loss: ratio 0.1 {l1!r} vs ratio 0 {l0!r}: rel diff "
-          f"{rel:.3e} ({'differs: the mask is applied' if ok else 'SAME'})")
+    ok = True
+    for step, need in ((0, 1e-5), (1, 1e-3)):
+        l0, l1 = compare.load_losses(m0)[step], compare.load_losses(m1)[step]
+        rel = abs(l1 - l0) / abs(l0)
+        good = rel > need
+        ok &= good
+        print(f"step-{step} loss: ratio 0.1 {l1!r} vs ratio 0 {l0!r}: rel "
+              f"diff {rel:.3e} (> {need}: "
+              f"{'differs, the mask is applied' if good else 'SAME'})")
     a, b = compare.load_losses(m1), compare.load_losses(m2)
     same = a == b and all(
         np.array_equal(np.asarray(x), np.asarray(compare.load_weights(w2)[n]))
@@ -125,9 +131,12 @@ def cmd_kept(args, work):
     check = os.path.join(args.build, "tools", "tessera-check",
                          "tessera-check")
     ir = os.path.join(work, "sharded.mlir")
-    hf_e2e.run([check, P10, "--steps", "2", "--dp", "2", "--tp", "2",
-                "--optimizer", "adamw", "--lr", str(LR), "--data",
-                hf_e2e.CORPUS, "--work-dir", work, "--emit-sharded-ir", ir])
+    flags = [P10, "--steps", "2", "--dp", "2", "--tp", "2", "--optimizer",
+             "sgd", "--lr", "0.01", "--data", hf_e2e.CORPUS]
+    # The partitioned IR with the trace ids (tessera-check stops there),
+    # then the check itself, keeping its dumps.
+    hf_e2e.run([check] + flags + ["--emit-sharded-ir", ir])
+    hf_e2e.run([check] + flags + ["--work-dir", work])
     # The forward dropouts' trace ids (their gradients carry tsr.bwd).
     ids = []
     with open(ir) as f:

@@ -19,8 +19,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -120,8 +120,8 @@ llvm::Error bindDropout(const KernelDesc &d, Instruction &inst) {
   inst.fn = [a](const ExecContext &ctx, In in, Out out) -> llvm::Error {
     float step = in[1]->data<float>()[0];
     if (!(step >= 0 && step < 16777216.0f) || step != std::floor(step))
-      return fail(llvm::formatv("step {0} is not an integer in [0, 2^24)",
-                                step));
+      return fail(
+          llvm::formatv("step {0} is not an integer in [0, 2^24)", step));
     tessera::random::DropoutKey key{a.seed, static_cast<uint32_t>(step),
                                     a.opId};
     std::vector<tessera::random::DropoutFactor> factors =

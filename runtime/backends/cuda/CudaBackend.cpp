@@ -1539,7 +1539,7 @@ llvm::Error CudaBackend::bindDropout(const KernelDesc &k, Instruction &inst) {
                               cuda::DropoutLaunch::kMaxFactors,
                               a.factors.size()));
   inst.fn = [this, a, kernel = k.name().str()](const ExecContext &ctx, In in,
-                                                Out out) {
+                                               Out out) {
     cuda::DropoutLaunch l;
     std::vector<tessera::random::DropoutFactor> f =
         dropoutFactors(a, ctx.coords, ctx.microBatch);
@@ -1549,8 +1549,7 @@ llvm::Error CudaBackend::bindDropout(const KernelDesc &k, Instruction &inst) {
     l.opId = a.opId;
     l.threshold = a.threshold;
     l.scale = a.scale;
-    return launched(cuda::dropout(*in[0], *in[1], l, out[0], stream()),
-                    kernel);
+    return launched(cuda::dropout(*in[0], *in[1], l, out[0], stream()), kernel);
   };
   return llvm::Error::success();
 }

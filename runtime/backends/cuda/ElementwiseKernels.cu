@@ -370,8 +370,7 @@ __global__ void siluGradKernel(const T *x, const T *dy, T *dx, int64_t n) {
 
 __global__ void dropoutKernel(const float *x, const float *step,
                               DropoutLaunch l, float *y, int64_t n) {
-  tessera::random::DropoutKey key{l.seed, static_cast<uint32_t>(*step),
-                                  l.opId};
+  tessera::random::DropoutKey key{l.seed, static_cast<uint32_t>(*step), l.opId};
   for (int64_t i = globalThread(); i < n; i += gridThreads()) {
     uint64_t g =
         tessera::random::dropoutGlobalIndex(l.factors, l.numFactors, i);
@@ -1260,8 +1259,7 @@ cudaError_t dropout(const Tensor &x, const Tensor &step,
       launch.numFactors < 0 || launch.numFactors > DropoutLaunch::kMaxFactors)
     return cudaErrorInvalidValue;
   int64_t n = y.numel();
-  return launch1D(n, stream, dropoutKernel,
-                  static_cast<const float *>(x.raw()),
+  return launch1D(n, stream, dropoutKernel, static_cast<const float *>(x.raw()),
                   static_cast<const float *>(step.raw()), launch,
                   static_cast<float *>(y.raw()), n);
 }

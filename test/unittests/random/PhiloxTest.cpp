@@ -45,13 +45,13 @@ TEST(Philox, RandomKnownAnswers) {
     Philox4x32 out = philox4x32({{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}},
                                 k.key[0], k.key[1]);
     for (int i = 0; i < 4; ++i)
-      EXPECT_EQ(out.v[i], k.out[i]) << "word " << i << " of counter "
-                                    << std::hex << k.ctr[0];
+      EXPECT_EQ(out.v[i], k.out[i])
+          << "word " << i << " of counter " << std::hex << k.ctr[0];
   }
 }
 
 Tensor ones(int64_t n) {
-  Tensor t(DType::F32, {n});
+  Tensor t = Tensor::zeros(DType::F32, {n});
   for (int64_t i = 0; i < n; ++i)
     t.data<float>()[i] = 1.0f + 0.001f * static_cast<float>(i % 97);
   return t;
@@ -63,7 +63,8 @@ std::vector<DropoutFactor> whole(int64_t n) { return {{n, 0, 1}}; }
 TEST(DropoutMask, KeptFractionAndScale) {
   const int64_t n = 1 << 20;
   const double ratio = 0.1;
-  Tensor x = ones(n), y(DType::F32, {n});
+  Tensor x = ones(n);
+  Tensor y = Tensor::zeros(DType::F32, {n});
   DropoutKey key{1234, 7, 3};
   float scale = static_cast<float>(1.0 / (1.0 - ratio));
   runtime::cpu::dropout(x, key, dropoutThreshold(ratio), scale, whole(n), y);
@@ -131,7 +132,8 @@ void expectRecomposes(DropoutAttrs a, std::vector<int64_t> gridShape,
   int64_t n = 1;
   for (const auto &f : a.factors)
     n *= f.globalSize;
-  Tensor x = ones(n), want(DType::F32, {n});
+  Tensor x = ones(n);
+  Tensor want = Tensor::zeros(DType::F32, {n});
   DropoutKey key{99, 5, 2};
   uint32_t t = dropoutThreshold(0.3);
   float scale = static_cast<float>(1.0 / 0.7);
@@ -152,13 +154,13 @@ void expectRecomposes(DropoutAttrs a, std::vector<int64_t> gridShape,
       mb = coords.back();
       coords.pop_back();
     }
-    std::vector<DropoutFactor> f =
-        runtime::exec::dropoutFactors(a, coords, mb);
+    std::vector<DropoutFactor> f = runtime::exec::dropoutFactors(a, coords, mb);
     int64_t local = 1;
     for (const DropoutFactor &e : f)
       local *= e.localSize;
     // The local input is the global input's piece (same walk).
-    Tensor xl(DType::F32, {local}), yl(DType::F32, {local});
+    Tensor xl = Tensor::zeros(DType::F32, {local});
+    Tensor yl = Tensor::zeros(DType::F32, {local});
     for (int64_t i = 0; i < local; ++i)
       xl.data<float>()[i] = x.data<float>()[dropoutGlobalIndex(
           f.data(), static_cast<int>(f.size()), i)];
