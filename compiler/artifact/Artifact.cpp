@@ -585,6 +585,39 @@ static FailureOr<runtime::Tensor> initTensor(func::FuncOp func, unsigned i,
   return t;
 }
 
+/// The manifest's "eval" entry for the runtime program's @eval_step
+/// (tsr-build-eval-step): {"function": "eval_step", "arguments": [the
+/// @train_step argument index of each of its arguments, matched by tsrt.role
+/// and tsrt.name], "result": the index of its loss result}. Null when the
+/// program has no @eval_step (pipeline plans).
+static FailureOr<json::Value> evalEntry(ModuleOp program,
+                                        const json::Array &arguments) {
+  auto eval = program.lookupSymbol<func::FuncOp>("eval_step");
+  if (!eval)
+    return json::Value(nullptr);
+  json::Array indices;
+  for (unsigned i = 0; i < eval.getNumArguments(); ++i) {
+    auto role = eval.getArgAttrOfType<StringAttr>(i, "tsrt.role");
+    auto name = eval.getArgAttrOfType<StringAttr>(i, "tsrt.name");
+    std::optional<int64_t> index;
+    for (const json::Value &arg : arguments) {
+      const json::Object &a = *arg.getAsObject();
+      if (role && name && a.getString("role") == role.getValue() &&
+          a.getString("name") == name.getValue())
+        index = a.getInteger("index");
+    }
+    if (!index)
+      return eval.emitError("argument ")
+             << i << " of @eval_step matches no argument of @train_step";
+    indices.push_back(*index);
+  }
+  if (eval.getNumResults() != 1)
+    return eval.emitError("@eval_step must return only the loss");
+  return json::Value(json::Object{{"function", "eval_step"},
+                                  {"arguments", std::move(indices)},
+                                  {"result", 0}});
+}
+
 LogicalResult artifact::writeArtifact(ModuleOp partitioned,
                                       const planner::Plan &plan, StringRef path,
                                       StringRef dumpDir, unsigned dumpIndex,
@@ -614,13 +647,20 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
 
   // The runtime program.
   FailureOr<OwningOpRef<ModuleOp>> lowered =
-      lowerToRuntimeProgram(partitioned, plan);
+      lowerToRuntimeProgram(partitioned, plan, /*withEval=*/true);
   if (failed(lowered))
     return failure();
   OwningOpRef<ModuleOp> program = std::move(*lowered);
   (*manifest)["memory"] = memoryReport(*program);
+  FailureOr<json::Value> eval =
+      evalEntry(*program, *manifest->getArray("arguments"));
+  if (failed(eval))
+    return failure();
+  if (eval->getAsObject())
+    (*manifest)["eval"] = std::move(*eval);
   if (!dumpDir.empty()) {
-    pipeline::Stage lower = pipeline::lowerToRuntimeStage(plan);
+    pipeline::Stage lower =
+        pipeline::lowerToRuntimeStage(plan, /*withEval=*/true);
     pipeline::recordStage(dumpDir, dumpIndex, lower);
     if (failed(pipeline::dumpModule(*program, dumpDir, dumpIndex, lower.name)))
       return failure();

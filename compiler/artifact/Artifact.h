@@ -6,7 +6,11 @@
 //   - "__program__": U8 bytes, the `tsrt` runtime program as MLIR bytecode;
 //   - metadata "tessera.manifest": JSON with the plan (grid, optimizer), the
 //     global batch and sequence length, and for every program argument and
-//     result its name, role, dtype, global and local shape and layout.
+//     result its name, role, dtype, global and local shape and layout; for
+//     plans without pipeline parallelism, "eval": {"function": "eval_step",
+//     "arguments": [...], "result": 0}, the forward-only evaluation function
+//     of the same program (tsr-build-eval-step): its arguments as indices
+//     into "arguments" (the training function's), its loss result's index.
 //
 // A layout gives, per tensor dimension, its factors major to minor, each with
 // the grid axes splitting it: [[{"size": 3, "axes": []}, {"size": 64,

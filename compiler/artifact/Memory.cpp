@@ -404,11 +404,11 @@ json::Object artifact::memoryReport(ModuleOp program) {
 }
 
 FailureOr<OwningOpRef<ModuleOp>>
-artifact::lowerToRuntimeProgram(ModuleOp partitioned,
-                                const planner::Plan &plan) {
+artifact::lowerToRuntimeProgram(ModuleOp partitioned, const planner::Plan &plan,
+                                bool withEval) {
   OwningOpRef<ModuleOp> program(cast<ModuleOp>(partitioned->clone()));
   PassManager pm(partitioned.getContext());
-  pipeline::lowerToRuntimeStage(plan).build(pm);
+  pipeline::lowerToRuntimeStage(plan, withEval).build(pm);
   if (failed(pm.run(*program)))
     return failure();
   return program;

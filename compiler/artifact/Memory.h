@@ -45,10 +45,12 @@ llvm::json::Object memoryReport(mlir::ModuleOp program);
 /// The runtime program of `partitioned`: a clone lowered by
 /// tsr-lower-to-runtime, with gradient collectives bucketed and overlapped
 /// when `plan.bucketMb` >= 0 (tsr-overlap-gradient-collectives), and
-/// planned by tsr-plan-memory. Failure: the lowering failed (diagnostics
-/// emitted).
+/// planned by tsr-plan-memory; with `withEval` (plans without pipeline
+/// parallelism), it also holds @eval_step (tsr-build-eval-step). Failure:
+/// the lowering failed (diagnostics emitted).
 mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
-lowerToRuntimeProgram(mlir::ModuleOp partitioned, const planner::Plan &plan);
+lowerToRuntimeProgram(mlir::ModuleOp partitioned, const planner::Plan &plan,
+                      bool withEval = false);
 
 /// Lowers a clone of `partitioned` (lowerToRuntimeProgram) and returns its
 /// memory report. Failure: the lowering failed (diagnostics

@@ -131,13 +131,17 @@ pipeline::partitionStages(const planner::Plan &plan) {
   return stages;
 }
 
-pipeline::Stage pipeline::lowerToRuntimeStage(const planner::Plan &plan) {
+pipeline::Stage pipeline::lowerToRuntimeStage(const planner::Plan &plan,
+                                              bool withEval) {
+  bool eval = withEval && !plan.pipelined();
   std::optional<lowering::OverlapGradientCollectivesOptions> overlap;
   if (plan.bucketMb >= 0) {
     overlap.emplace();
     overlap->bucketMb = plan.bucketMb;
   }
-  return {"lower-to-runtime", [overlap](OpPassManager &pm) {
+  return {"lower-to-runtime", [overlap, eval](OpPassManager &pm) {
+            if (eval)
+              pm.addPass(training::createBuildEvalStep());
             pm.addPass(lowering::createLowerToRuntime());
             // Both run per function, nested under the module.
             if (overlap)

@@ -45,9 +45,12 @@ struct Stage {
 std::vector<Stage> partitionStages(const planner::Plan &plan);
 
 /// The lowering to the runtime program (written with the artifact):
-/// tsr-lower-to-runtime, then per function tsr-overlap-gradient-collectives
-/// (when plan.bucketMb >= 0) and tsr-plan-memory.
-Stage lowerToRuntimeStage(const planner::Plan &plan);
+/// with `withEval` and a plan without pipeline parallelism,
+/// tsr-build-eval-step first (the forward-only @eval_step beside
+/// @train_step); then tsr-lower-to-runtime, then per function
+/// tsr-overlap-gradient-collectives (when plan.bucketMb >= 0) and
+/// tsr-plan-memory.
+Stage lowerToRuntimeStage(const planner::Plan &plan, bool withEval = false);
 
 /// Appends "NN-name: <stage.pipelineText()>" to `dir/pipeline.txt`, the
 /// replay line of dump NN; index <= 1 starts the file afresh.

@@ -107,6 +107,64 @@ def BuildTrainStep : Pass<"tsr-build-train-step", "::mlir::ModuleOp"> {
                            "::mlir::func::FuncDialect"];
 }
 
+def BuildEvalStep : Pass<"tsr-build-eval-step", "::mlir::ModuleOp"> {
+  let summary = "Add @eval_step: @train_step's loss only, forward only.";
+  let description = [{
+    Clones `func.func @train_step` (normally the partitioned one, so the
+    clone keeps every sharding and collective of the training plan and runs
+    on the same ranks with the same state tensors) into `func.func
+    @eval_step`, which computes the validation loss as PyTorch does after
+    `model.eval()`:
+
+    - its only result is `@train_step`'s `tsr.role = "loss"` result (same
+      attributes);
+    - every op with the `IdentityInInference` trait (`tsr.dropout`) is
+      replaced by its operand 0: the identity, whatever the op is;
+    - everything the loss does not read is erased (dead-code elimination of
+      side-effect-free ops: the backward, the optimizer updates, the
+      gradient all-reduces and reduce-scatters); the collectives that feed
+      the loss (tensor-parallel all-reduces, ZeRO-3's parameter all-gathers,
+      the loss's data-parallel all-reduce) stay;
+    - the arguments nothing reads any more (optimizer state, ...) are
+      removed; the others keep `tsr.role`, `tsr.name` and `tsr.sharding`, by
+      which the artifact's manifest maps them to `@train_step`'s (manifest
+      key `"eval"`).
+
+    `@train_step` is unchanged. The lowering (`tsr-lower-to-runtime`,
+    `tsr-plan-memory`) then handles both functions; `tessera-partition` runs
+    this pass first in its lowering stage for plans without pipeline
+    parallelism (pipeline plans have no `@train_step` after
+    `tsr-pipeline-split` and get no evaluation function).
+
+    Before:
+    ```mlir
+    func.func @train_step(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
+                          %m: tensor<8x4xf32> {tsr.name = "w.exp_avg", tsr.role = "opt_state"}, ...,
+                          %tok: ..., %lab: ...)
+        -> (tensor<f32> {tsr.name = "loss", tsr.role = "loss"}, tensor<8x4xf32> {...}, ...) {
+      ... forward, %loss = tsr.mul %sum, %inv ...
+      ... backward, %w1, %m1, %v1 = tsr.adamw_update ...
+      return %loss, %w1, ... : ...
+    }
+    ```
+    After (added beside it):
+    ```mlir
+    func.func @eval_step(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
+                         %tok: ..., %lab: ...)
+        -> (tensor<f32> {tsr.name = "loss", tsr.role = "loss"}) {
+      ... forward, %loss = tsr.mul %sum, %inv ...
+      return %loss : tensor<f32>
+    }
+    ```
+    Errors (no crash): no `@train_step`, a symbol `@eval_step` already
+    exists, `@train_step` has no loss result or more than one block, or an
+    `IdentityInInference` op does not have one result of its operand 0's
+    type.
+  }];
+  let dependentDialects = ["::tessera::tsr::TsrDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 def Recompute : Pass<"tsr-recompute", "::mlir::ModuleOp"> {
   let summary = "Activation recomputation: drop forward activations and "
                 "recompute them in backward, per layer.";

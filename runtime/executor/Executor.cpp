@@ -127,13 +127,29 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
         return std::move(err);
       ex->ctx.comms.push_back(*comm);
     }
-    // The static memory plan's arena, once for all steps.
-    if (int64_t bytes = plan.program().arenaBytes(); bytes > 0) {
+    // The evaluation function's sub-communicators, after the step's.
+    ex->evalCtx.communication = backend.communication();
+    if (const Program *eval = plan.evalProgram())
+      for (const std::vector<int64_t> &axes : eval->commAxes()) {
+        llvm::Expected<mpi::Communicator> comm = grid.subComm(axes);
+        if (!comm)
+          return comm.takeError();
+        if (llvm::Error err = backend.connect(*comm))
+          return std::move(err);
+        ex->evalCtx.comms.push_back(*comm);
+      }
+    // The static memory plan's arena, once for all steps (and shared with
+    // the evaluation function, which never runs during a step).
+    int64_t bytes = plan.program().arenaBytes();
+    if (const Program *eval = plan.evalProgram())
+      bytes = std::max(bytes, eval->arenaBytes());
+    if (bytes > 0) {
       llvm::Expected<Arena> arena = backend.allocateArena(bytes);
       if (!arena)
         return fail(plan.source() + ": " + llvm::toString(arena.takeError()));
       ex->arena = std::move(*arena);
       ex->ctx.arena = &ex->arena;
+      ex->evalCtx.arena = &ex->arena;
     }
   }
 
@@ -313,6 +329,54 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
     return stepError(loss.takeError());
   record(TraceEvent::Kind::Step, -1, -1, start);
   ++steps;
+  return static_cast<double>(loss->data<float>()[0]);
+}
+
+llvm::Expected<double> Executor::evaluate(const Tensor &tokens,
+                                          const Tensor &labels) {
+  const Manifest &m = planRef.manifest();
+  const Program *program = planRef.evalProgram();
+  if (!program)
+    return fail(planRef.source() + ": the plan has no evaluation function" +
+                (planRef.pipeline()
+                     ? " (pipeline plans are not evaluated yet)"
+                     : " (recompile it with this tessera-partition)"));
+  const ArgumentSpec &tokSpec = m.arguments[tokensArg];
+  const ArgumentSpec &labSpec = m.arguments[labelsArg];
+  if (tokens.dtype() != DType::I64 || tokens.shape() != tokSpec.shape ||
+      labels.dtype() != DType::I64 || labels.shape() != labSpec.shape)
+    return fail(llvm::formatv("evaluate: tokens and labels must be i64 {0}, "
+                              "got {1} and {2}",
+                              shapeToString(tokSpec.shape),
+                              shapeToString(tokens.shape()),
+                              shapeToString(labels.shape())));
+  auto evalError = [&](llvm::Error err) {
+    return fail(planRef.source() + ": evaluation after step " +
+                llvm::Twine(steps) + ": " + llvm::toString(std::move(err)));
+  };
+  const std::vector<int64_t> &coords = gridRef.coords();
+  std::vector<Tensor> args;
+  for (int64_t i : m.eval->arguments) {
+    if (i != tokensArg && i != labelsArg) {
+      args.push_back(state[i]);
+      continue;
+    }
+    const Tensor &global = i == tokensArg ? tokens : labels;
+    llvm::Expected<Tensor> local = backend->upload(
+        sliceToLocal(global, m.arguments[i].layout, m.gridShape, coords));
+    if (!local)
+      return evalError(local.takeError());
+    args.push_back(std::move(*local));
+  }
+  llvm::Expected<std::vector<Tensor>> results =
+      program->run(evalCtx, std::move(args));
+  if (!results)
+    return evalError(results.takeError());
+  if (llvm::Error err = backend->finishStep())
+    return evalError(std::move(err));
+  llvm::Expected<Tensor> loss = backend->download((*results)[m.eval->result]);
+  if (!loss)
+    return evalError(loss.takeError());
   return static_cast<double>(loss->data<float>()[0]);
 }
 

@@ -127,6 +127,16 @@ public:
   /// no such argument, the value is not finite, backend copy failures.
   llvm::Error setHyper(llvm::StringRef name, double value);
 
+  /// Evaluates the loss of the current state on the GLOBAL batch (`tokens`
+  /// and `labels` i64 [global_batch, seq_len], sliced to this rank as
+  /// `step` slices them) with the plan's forward-only evaluation function
+  /// (Plan::evalProgram: no dropout, no backward, no update). Returns the
+  /// loss (the global mean, the same on every rank) and changes no state;
+  /// the step count, traffic counters, profile and memory measurements are
+  /// untouched. Collective. Errors: the plan has no evaluation function
+  /// (pipeline plans), wrong batch shapes, the program's errors.
+  llvm::Expected<double> evaluate(const Tensor &tokens, const Tensor &labels);
+
   /// This rank's current value of argument `name` with `role`, or null
   /// (also for arguments of other pipeline stages).
   const Tensor *localValue(llvm::StringRef name, Role role = Role::Param) const;
@@ -231,6 +241,9 @@ private:
   bool captureSteps = false, captured = false, warmedUp = false;
   Tensor tokensBuffer, labelsBuffer, lossBuffer;
   ExecContext ctx;
+  /// The evaluation function's context: its own communicators, the same
+  /// arena, no traffic counter or stats.
+  ExecContext evalCtx;
   mpi::TrafficCounter counter;
   ExecContext::KernelStats stats;
   std::vector<Tensor> state; ///< one per argument (tokens/labels: null)

@@ -402,6 +402,36 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
   if (losses != 1)
     return err(
         llvm::formatv("needs exactly one \"loss\" result, found {0}", losses));
+
+  if (const json::Value *evalValue = root->get("eval")) {
+    const json::Object *e = evalValue->getAsObject();
+    std::optional<llvm::StringRef> function =
+        e ? e->getString("function") : std::nullopt;
+    auto indices = intList(e ? e->get("arguments") : nullptr);
+    std::optional<int64_t> result = e ? e->getInteger("result") : std::nullopt;
+    if (!function || function->empty() || !indices || !result || *result < 0)
+      return err("\"eval\" must be an object with a \"function\" name, "
+                 "\"arguments\" (argument indices) and a \"result\" index");
+    if (m.isPipeline())
+      return err("\"eval\" is not supported for pipeline plans");
+    EvalSpec spec;
+    spec.function = function->str();
+    spec.result = *result;
+    std::vector<bool> used(m.arguments.size(), false);
+    for (int64_t i : *indices) {
+      if (i < 0 || i >= static_cast<int64_t>(m.arguments.size()) || used[i])
+        return err(llvm::formatv("\"eval\": argument index {0} is out of "
+                                 "range or repeated",
+                                 i));
+      used[i] = true;
+      spec.arguments.push_back(i);
+    }
+    for (const ArgumentSpec &a : m.arguments)
+      if ((a.role == Role::Tokens || a.role == Role::Labels) && !used[a.index])
+        return err(llvm::formatv("\"eval\": the function must read the {0}",
+                                 roleName(a.role)));
+    m.eval = std::move(spec);
+  }
   return m;
 }
 
@@ -809,7 +839,8 @@ llvm::Error PipelineCompiler::checkBindings(Pipeline &p) {
 /// compiles it: the manifest's function, or the pipeline's functions.
 static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
                                llvm::StringRef source, Backend *backend,
-                               Program &prog, std::optional<Pipeline> &pipe) {
+                               Program &prog, std::optional<Program> &evalProg,
+                               std::optional<Pipeline> &pipe) {
   // MLIR bytecode starts with "ML\xefR". A writer that stores the bytes as
   // BOOL normalises them to 0/1 (runtime::writeSafeTensors does for I1
   // tensors), which destroys the program: say so rather than "parse error".
@@ -888,6 +919,13 @@ static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
   if (!p)
     return p.takeError();
   prog = std::move(*p);
+  if (m.eval) {
+    llvm::Expected<Program> e =
+        Program::compile(*module, m.eval->function, options, source);
+    if (!e)
+      return e.takeError();
+    evalProg = std::move(*e);
+  }
   return llvm::Error::success();
 }
 
@@ -914,8 +952,34 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
     return fail(source + ": no program tensor '" + m.program +
                 "' (U8 bytes of MLIR bytecode)");
   if (llvm::Error err = loadProgram(*programBytes, m, source, backend,
-                                    plan->prog, plan->pipe))
+                                    plan->prog, plan->evalProg, plan->pipe))
     return std::move(err);
+  // The evaluation function reads training arguments: same local types.
+  if (const Program *e = plan->evalProgram()) {
+    const EvalSpec &spec = *m.eval;
+    if (e->argTypes().size() != spec.arguments.size() ||
+        spec.result >= static_cast<int64_t>(e->resultTypes().size()))
+      return fail(llvm::formatv("{0}: @{1} has {2} arguments and {3} results "
+                                "but the manifest's \"eval\" lists {4} "
+                                "arguments and result {5}",
+                                source, spec.function, e->argTypes().size(),
+                                e->resultTypes().size(), spec.arguments.size(),
+                                spec.result));
+    for (size_t k = 0; k < spec.arguments.size(); ++k) {
+      const ArgumentSpec &a = m.arguments[spec.arguments[k]];
+      TensorType expected{a.dtype, a.localShape};
+      if (e->argTypes()[k] != expected)
+        return fail(llvm::formatv("{0}: @{1} argument {2} ('{3}') is {4} but "
+                                  "the training argument it reads is {5}",
+                                  source, spec.function, k, a.name,
+                                  e->argTypes()[k].str(), expected.str()));
+    }
+    const TensorType &t = e->resultTypes()[spec.result];
+    if (t.dtype != DType::F32 || shapeNumel(t.shape) != 1)
+      return fail(llvm::formatv("{0}: the loss result of @{1} is {2}, "
+                                "expected an f32 scalar",
+                                source, spec.function, t.str()));
+  }
   const Program &p = plan->prog;
 
   // Manifest against program signature (pipeline plans: checked per

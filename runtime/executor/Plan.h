@@ -15,9 +15,16 @@
 //        "arguments": [{"index", "name", "role", "dtype", "shape",
 //                       "local_shape", "layout"}, ...],
 //        "results": [{"index", "role", "name"}, ...],
-//        "memory": {"planned": true, "peak_bytes_per_rank": N, ...}}
+//        "memory": {"planned": true, "peak_bytes_per_rank": N, ...},
+//        "eval": {"function": "eval_step", "arguments": [0, 1, 5, 6],
+//                 "result": 0}}
 //     ("memory", optional: the compiler's prediction, see
-//     compiler/artifact/Memory.h; "rank_order", optional: the rank axes,
+//     compiler/artifact/Memory.h; "eval", optional, plans without pipeline
+//     parallelism only: the forward-only evaluation function of the same
+//     program (tsr-build-eval-step), each of its arguments given as the
+//     index of the training argument it reads (so it runs on the training
+//     state, with the same local shapes), and the index of its loss result;
+//     "rank_order", optional: the rank axes,
 //     slowest first, in the order world ranks are laid out over them, the
 //     last fastest; default, for older artifacts, the axis order)
 //     Argument roles: "param" (trainable, initial value = the tensor of that
@@ -114,6 +121,16 @@ struct ResultSpec {
   int64_t argument = -1;
 };
 
+/// The manifest's "eval": the forward-only evaluation function.
+struct EvalSpec {
+  std::string function = "eval_step";
+  /// arguments[k]: the index (into Manifest::arguments) of the training
+  /// argument that the function's argument k reads.
+  std::vector<int64_t> arguments;
+  /// The index of its loss result (an f32 scalar, the global mean).
+  int64_t result = 0;
+};
+
 /// The parsed "tessera.manifest".
 struct Manifest {
   /// Every grid axis, including the virtual micro-batch axis of pipeline
@@ -146,6 +163,8 @@ struct Manifest {
   std::vector<int64_t> predictedPeakBytesPerStage;
   std::vector<ArgumentSpec> arguments; ///< arguments[i].index == i
   std::vector<ResultSpec> results;     ///< results[i].index == i
+  /// The evaluation function, when the artifact has one ("eval").
+  std::optional<EvalSpec> eval;
 
   /// True when the manifest has a "pipeline" object.
   bool isPipeline() const { return mbAxis >= 0; }
@@ -236,6 +255,9 @@ public:
   const Manifest &manifest() const { return man; }
   /// The compiled "function" (non-pipeline plans; empty for pipeline plans).
   const Program &program() const { return prog; }
+  /// The compiled evaluation function (Manifest::eval), or null when the
+  /// artifact has none (pipeline plans, older artifacts).
+  const Program *evalProgram() const { return evalProg ? &*evalProg : nullptr; }
   /// The pipeline (pipeline plans), or null.
   const Pipeline *pipeline() const { return pipe ? &*pipe : nullptr; }
   /// Global initial value of a param/frozen argument, or null.
@@ -252,6 +274,7 @@ private:
   Backend *device = nullptr;
   Manifest man;
   Program prog;
+  std::optional<Program> evalProg;
   std::optional<Pipeline> pipe;
   std::map<std::string, Tensor, std::less<>> weights;
 };

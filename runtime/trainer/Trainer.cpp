@@ -446,6 +446,12 @@ std::string Trainer::checkOptions(bool timeoutOk) const {
     return "--steps must be >= 0";
   if (opts.logEvery < 0)
     return "--log-every must be >= 0";
+  if (opts.evalInterval && *opts.evalInterval < 1)
+    return "--eval-interval must be >= 1";
+  if (opts.evalIters && *opts.evalIters < 1)
+    return "--eval-iters must be >= 1";
+  if (opts.evalDataPath.empty() && (opts.evalInterval || opts.evalIters))
+    return "--eval-interval and --eval-iters need --eval-data FILE";
   if (!timeoutOk)
     return "--collective-timeout-s must be a number of seconds >= 0 (0: no "
            "watchdog)";
@@ -582,6 +588,22 @@ std::string Trainer::openJob(bool timeoutOk) {
       if (llvm::Error err = dataset->checkVocabulary(
               plan->manifest().vocabSize, world->rank(), world->size()))
         error = llvm::toString(std::move(err));
+  }
+
+  // --eval-data: the plan's evaluation function and the validation file.
+  if (error.empty() && !opts.evalDataPath.empty() && !plan->evalProgram())
+    error = opts.planPath + ": --eval-data: " +
+            (plan->pipeline()
+                 ? "pipeline plans have no evaluation function yet"
+                 : "the plan has no evaluation function (recompile it with "
+                   "this tessera-partition)");
+  if (error.empty() && !opts.evalDataPath.empty()) {
+    auto opened =
+        TokenDataset::open(opts.evalDataPath, plan->manifest().seqLen);
+    if (opened)
+      evalDataset = std::move(*opened);
+    else
+      error = "--eval-data: " + llvm::toString(opened.takeError());
   }
 
   if (error.empty() && isRoot && !opts.metricsPath.empty()) {
@@ -841,6 +863,7 @@ void Trainer::train() {
         llvm::outs() << formatProgressLine(s, *loss, tokensPerS) << "\n";
         llvm::outs().flush();
       }
+      printEvaluation(s + 1);
       if (metrics)
         writeStepMetrics(s, *loss, seconds, tokensPerS, gatherPeaks, peaks,
                          rankBytes, scaleBefore, readLossScale());
@@ -869,10 +892,51 @@ void Trainer::setStepHypers(int64_t step) {
   stepExtras.emplace_back("lr", lr);
 }
 
-/// After `stepsDone` steps, on every rank: evaluation every N steps
-/// (collective); adds its values (e.g. "eval_loss") to stepExtras for the
-/// step's metrics record. Nothing yet.
-void Trainer::maybeEvaluate(int64_t stepsDone) { (void)stepsDone; }
+/// After `stepsDone` steps, on every rank: with --eval-data, after every
+/// --eval-interval-th step and after the last, the validation loss of the
+/// current state (collective): the mean over k < --eval-iters of the loss
+/// of step k's global batch of the validation file (DESIGN.md's sampling
+/// formula; the same batches at every evaluation), computed by the plan's
+/// forward-only evaluation function (Executor::evaluate: no dropout, no
+/// state change). Adds "eval_loss" to stepExtras and keeps it for
+/// printEvaluation. A failure aborts every rank.
+void Trainer::maybeEvaluate(int64_t stepsDone) {
+  lastEvalLoss.reset();
+  if (!evalDataset)
+    return;
+  int64_t interval = opts.evalInterval.value_or(1000);
+  if (stepsDone % interval != 0 && stepsDone != opts.steps)
+    return;
+  const exec::Manifest &m = plan->manifest();
+  int64_t iters = opts.evalIters.value_or(100);
+  double sum = 0;
+  for (int64_t k = 0; k < iters; ++k) {
+    auto batch = evalDataset->batch(k, m.globalBatch, m.seqLen, /*dpRank=*/0,
+                                    /*dpSize=*/1);
+    if (!batch)
+      abortAll(*world, "--eval-data: " + llvm::toString(batch.takeError()));
+    llvm::Expected<double> loss =
+        executor->evaluate(batch->inputs, batch->labels);
+    if (!loss)
+      abortAll(*world, llvm::toString(loss.takeError()));
+    sum += *loss;
+  }
+  lastEvalLoss = sum / static_cast<double>(iters);
+  stepExtras.emplace_back("eval_loss", *lastEvalLoss);
+}
+
+/// Rank 0, after the step's progress line: Megatron-LM's line for the
+/// evaluation maybeEvaluate just ran, if any ("validation loss at iteration
+/// N | lm loss value: X | lm loss PPL: exp(min(20, X)) |").
+void Trainer::printEvaluation(int64_t stepsDone) const {
+  if (!lastEvalLoss)
+    return;
+  llvm::outs() << llvm::formatv(
+      "validation loss at iteration {0} | lm loss value: {1:E6} | lm loss "
+      "PPL: {2:E6} |\n",
+      stepsDone, *lastEvalLoss, std::exp(std::min(20.0, *lastEvalLoss)));
+  llvm::outs().flush();
+}
 
 //===----------------------------------------------------------------------===//
 // Metrics

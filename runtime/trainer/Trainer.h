@@ -82,6 +82,15 @@ struct TrainerOptions {
   std::string metricsPath; ///< --metrics FILE.jsonl (rank 0)
   int64_t logEvery = 1;    ///< --log-every N (0: no progress lines)
 
+  // --- Evaluation (Megatron-LM's flags; Trainer::maybeEvaluate) ----------
+  /// --eval-data FILE: validation tokens (the --data format); batch k of
+  /// every evaluation is the sampling formula's batch of step k on it.
+  std::string evalDataPath;
+  /// --eval-interval N (>= 1; unset: 1000): evaluate after every N-th step
+  /// and after the last. --eval-iters K (>= 1; unset: 100): batches per
+  /// evaluation. Set without evalDataPath: an option error.
+  std::optional<int64_t> evalInterval, evalIters;
+
   // --- Reports after the last step -----------------------------------------
   std::string tracePath;     ///< --trace FILE.json
   std::string profilePath;   ///< --profile FILE.json
@@ -145,6 +154,7 @@ private:
   void train();
   void setStepHypers(int64_t step);
   void maybeEvaluate(int64_t stepsDone);
+  void printEvaluation(int64_t stepsDone) const;
   void maybeCheckpoint(int64_t stepsDone);
 
   // Checkpoints (TrainerCheckpoint.cpp). Collective; "" or this rank's
@@ -176,6 +186,7 @@ private:
   std::unique_ptr<exec::Backend> backend;
   std::unique_ptr<exec::Plan> plan;
   std::optional<TokenDataset> dataset;
+  std::optional<TokenDataset> evalDataset; ///< --eval-data
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<TensorDump> dump;
 
@@ -192,6 +203,8 @@ private:
   /// Extra values for the current step's metrics record, filled by the
   /// hooks (e.g. "eval_loss"); cleared before each step.
   std::vector<std::pair<std::string, double>> stepExtras;
+  /// The validation loss maybeEvaluate computed after the current step.
+  std::optional<double> lastEvalLoss;
 
   /// The learning rate of every step, set before it (plans with the
   /// "hyper" argument "lr"; unset for older artifacts).

@@ -10,6 +10,8 @@
 //     [--lr X] [--min-lr X] [--lr-warmup-init X] [--lr-warmup-iters N]
 //     [--lr-decay-style constant|linear|cosine|WSD] [--lr-decay-iters N]
 //     [--lr-wsd-decay-iters N] [--lr-wsd-decay-style STYLE]
+
+//     [--eval-data FILE [--eval-interval N] [--eval-iters K]]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -395,6 +397,33 @@ static cl::opt<std::string> lrWsdDecayStyle(
              "Megatron's) or minus_sqrt"),
     cl::value_desc("STYLE"), cl::init("exponential"), cl::cat(category));
 
+static cl::opt<std::string> evalDataPath(
+    "eval-data",
+    cl::desc("Validation token file (the --data format). Every "
+             "--eval-interval steps and after the last step, the plan's "
+             "forward-only evaluation function (no dropout, no update) "
+             "computes the loss of --eval-iters batches: batch k is the "
+             "training sampling formula's batch of step k on this file, so "
+             "every evaluation sees the same batches; their mean is printed "
+             "('validation loss at iteration N | lm loss value: X | lm loss "
+             "PPL: Y |', Megatron-LM's line) and recorded as \"eval_loss\" in "
+             "step N-1's --metrics record. Not supported for pipeline plans "
+             "(error)"),
+    cl::value_desc("valid.u16"), cl::cat(category));
+
+static cl::opt<int64_t>
+    evalInterval("eval-interval",
+                 cl::desc("With --eval-data: evaluate after every N-th "
+                          "training step (>= 1; Megatron-LM's default 1000) "
+                          "and after the last"),
+                 cl::value_desc("N"), cl::init(1000), cl::cat(category));
+
+static cl::opt<int64_t>
+    evalIters("eval-iters",
+              cl::desc("With --eval-data: batches per evaluation (>= 1; "
+                       "Megatron-LM's default 100)"),
+              cl::value_desc("K"), cl::init(100), cl::cat(category));
+
 static cl::opt<int64_t> logEvery(
     "log-every",
     cl::desc("Print 'step N | loss X | T tok/s' on rank 0 every N steps "
@@ -594,6 +623,12 @@ TrainerOptions optionsFromFlags() {
   // Per-step output.
   o.metricsPath = metricsPath;
   o.logEvery = logEvery;
+  // Evaluation.
+  o.evalDataPath = evalDataPath;
+  if (evalInterval.getNumOccurrences())
+    o.evalInterval = evalInterval.getValue();
+  if (evalIters.getNumOccurrences())
+    o.evalIters = evalIters.getValue();
   // Reports after the last step.
   o.tracePath = tracePath;
   o.profilePath = profilePath;
