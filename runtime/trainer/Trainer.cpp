@@ -564,31 +564,33 @@ std::string Trainer::openJob(bool timeoutOk) {
   if (error.empty())
     error = makeLrSchedule(plan->manifest());
 
-  if (error.empty()) {
-    std::optional<TokenDType> dtype;
-    if (!opts.dataDType.empty()) {
-      llvm::Expected<TokenDType> parsed = parsePlainTokenDType(opts.dataDType);
-      if (parsed)
-        dtype = *parsed;
-      else
-        error = llvm::toString(parsed.takeError());
-    }
-    if (error.empty()) {
-      auto opened =
-          TokenDataset::open(opts.dataPath, plan->manifest().seqLen, dtype);
-      if (opened)
-        dataset = std::move(*opened);
-      else
-        error = llvm::toString(opened.takeError());
-    }
-    // Every id must index the model's vocabulary (older artifacts do not
-    // record it). Each rank scans 1/world of the file; the lowest failing
-    // rank, which allRanksOk prints, holds the first bad id.
-    if (error.empty() && plan->manifest().vocabSize > 0)
-      if (llvm::Error err = dataset->checkVocabulary(
-              plan->manifest().vocabSize, world->rank(), world->size()))
-        error = llvm::toString(std::move(err));
+  // The training data, then (below) the validation data: the same format
+  // (--data-dtype) and the same vocabulary check.
+  std::optional<TokenDType> dtype;
+  if (error.empty() && !opts.dataDType.empty()) {
+    llvm::Expected<TokenDType> parsed = parsePlainTokenDType(opts.dataDType);
+    if (parsed)
+      dtype = *parsed;
+    else
+      error = llvm::toString(parsed.takeError());
   }
+  // Every id must index the model's vocabulary (older artifacts do not
+  // record it). Each rank scans 1/world of the file; the lowest failing
+  // rank, which allRanksOk prints, holds the first bad id.
+  auto openTokens = [&](const std::string &path,
+                        std::optional<TokenDataset> &into) -> std::string {
+    auto opened = TokenDataset::open(path, plan->manifest().seqLen, dtype);
+    if (!opened)
+      return llvm::toString(opened.takeError());
+    into = std::move(*opened);
+    if (plan->manifest().vocabSize > 0)
+      if (llvm::Error err = into->checkVocabulary(
+              plan->manifest().vocabSize, world->rank(), world->size()))
+        return llvm::toString(std::move(err));
+    return "";
+  };
+  if (error.empty())
+    error = openTokens(opts.dataPath, dataset);
 
   // --eval-data: the plan's evaluation function and the validation file.
   if (error.empty() && !opts.evalDataPath.empty() && !plan->evalProgram())
@@ -598,12 +600,9 @@ std::string Trainer::openJob(bool timeoutOk) {
                  : "the plan has no evaluation function (recompile it with "
                    "this tessera-partition)");
   if (error.empty() && !opts.evalDataPath.empty()) {
-    auto opened =
-        TokenDataset::open(opts.evalDataPath, plan->manifest().seqLen);
-    if (opened)
-      evalDataset = std::move(*opened);
-    else
-      error = "--eval-data: " + llvm::toString(opened.takeError());
+    error = openTokens(opts.evalDataPath, evalDataset);
+    if (!error.empty())
+      error = "--eval-data: " + error;
   }
 
   if (error.empty() && isRoot && !opts.metricsPath.empty()) {

@@ -235,9 +235,11 @@ static cl::opt<std::string> dataPath(
 
 static cl::opt<std::string> dataDType(
     "data-dtype",
-    cl::desc("Element type of a plain --data file: uint16 (default) or "
-             "uint32 (vocabularies over 65,536 ids). An indexed dataset "
-             "records its own; giving a different one is an error"),
+    cl::desc("Element type of a plain --data (and --eval-data) file: "
+             "uint16 (default) or uint32 (vocabularies over 65,536 ids). An "
+             "indexed dataset records its own; giving a different one is an "
+             "error. Every id of both files is checked against the plan's "
+             "vocabulary before the first step"),
     cl::value_desc("uint16|uint32"), cl::cat(category));
 
 static cl::opt<int64_t>
