@@ -249,7 +249,9 @@ static cl::opt<std::string> metricsPath(
              "step), and for fp16 plans with dynamic loss scaling "
              "\"loss_scale\" (after the step: the scale the next step uses) "
              "and \"skipped\" (1 when a non-finite gradient skipped the "
-             "step's update, else 0)}"),
+             "step's update, else 0), and for plans compiled with "
+             "--clip-grad \"grad_norm\" (the global L2 norm of the "
+             "gradients before clipping)}"),
     cl::value_desc("metrics.jsonl"), cl::cat(category));
 
 static cl::opt<std::string> memoryPerDevice(
@@ -980,6 +982,9 @@ void writeStepMetrics(const mpi::Communicator &world, MetricsWriter &metrics,
               "_per_rank",
           std::move(perRank));
     }
+  // --clip-grad plans: the global gradient norm before clipping.
+  if (std::optional<double> norm = executor.lastGradNorm())
+    rec.extra.emplace_back("grad_norm", *norm);
   if (after.scale && before.skippedSteps && after.skippedSteps) {
     rec.extra.emplace_back("loss_scale", *after.scale);
     rec.extra.emplace_back("skipped",

@@ -397,3 +397,19 @@ func.func @sigmoid_int(%x: tensor<4xi64>) {
   %0 = tsr.sigmoid %x : tensor<4xi64>
   return
 }
+
+// -----
+
+func.func @sum_squares_bf16(%x: tensor<4x8xbf16>) {
+  // expected-error @+1 {{input must be an f32 tensor, got 'tensor<4x8xbf16>'}}
+  %0 = tsr.sum_squares %x : tensor<4x8xbf16> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sum_squares_not_scalar(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %0 = tsr.sum_squares %x : tensor<4x8xf32> -> tensor<4xf32>
+  return
+}
