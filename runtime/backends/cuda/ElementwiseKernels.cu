@@ -1253,8 +1253,7 @@ __global__ void sumSquaresKernel(const float *x, int64_t n, float *out) {
 }
 
 cudaError_t sumSquares(const Tensor &in, Tensor &out, cudaStream_t stream) {
-  if (in.dtype() != DType::F32 || out.dtype() != DType::F32 ||
-      out.numel() != 1)
+  if (in.dtype() != DType::F32 || out.dtype() != DType::F32 || out.numel() != 1)
     return cudaErrorInvalidValue;
   sumSquaresKernel<<<1, kSumSquaresThreads, 0, stream>>>(
       static_cast<const float *>(in.raw()), in.numel(),
