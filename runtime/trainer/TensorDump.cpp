@@ -1,6 +1,6 @@
 //===- TensorDump.cpp - tessera-run --dump-tensors ------------------------===//
 
-#include "TensorDump.h"
+#include "runtime/trainer/TensorDump.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"

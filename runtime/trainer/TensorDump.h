@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TESSERA_TOOLS_TESSERA_RUN_TENSORDUMP_H
-#define TESSERA_TOOLS_TESSERA_RUN_TENSORDUMP_H
+#ifndef TESSERA_RUNTIME_TRAINER_TENSORDUMP_H
+#define TESSERA_RUNTIME_TRAINER_TENSORDUMP_H
 
 #include "runtime/Tensor.h"
 #include "runtime/executor/Backend.h"
@@ -63,4 +63,4 @@ private:
 
 } // namespace tessera::runtime
 
-#endif // TESSERA_TOOLS_TESSERA_RUN_TENSORDUMP_H
+#endif // TESSERA_RUNTIME_TRAINER_TENSORDUMP_H

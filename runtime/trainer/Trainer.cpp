@@ -1,0 +1,873 @@
+//===- Trainer.cpp - the training loop of tessera-run ---------------------===//
+//
+// See Trainer.h. Output formats (metrics, trace, profile, memory report)
+// are documented in tools/tessera-run/tessera-run.cpp and its --help.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/trainer/Trainer.h"
+
+#include "runtime/checkpoint/SafeTensors.h"
+#include "runtime/collectives/mpi/Watchdog.h"
+#include "runtime/executor/Layout.h"
+#include "runtime/metrics/ByteSize.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+namespace tessera::runtime {
+
+/// Every rank passes its own error (empty if none). Returns true when no rank
+/// failed; otherwise the lowest failing rank prints its error and all return
+/// false. Collective over `world`.
+bool allRanksOk(const mpi::Communicator &world, const std::string &error) {
+  int mine = error.empty() ? INT_MAX : world.rank();
+  int first = INT_MAX;
+  int rc;
+  {
+    mpi::watchdog::Guard guard("all_reduce of the error check", world.size());
+    rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.handle());
+  }
+  if (rc != MPI_SUCCESS) {
+    llvm::errs() << "tessera-run: error: MPI_Allreduce failed\n";
+    MPI_Abort(world.handle(), 1);
+  }
+  if (first == INT_MAX)
+    return true;
+  if (first == world.rank()) {
+    llvm::errs() << "tessera-run: error: " << error << "\n";
+    llvm::errs().flush();
+  }
+  return false;
+}
+
+/// Prints `err` and aborts every rank (for failures once ranks may be inside
+/// collectives).
+[[noreturn]] void abortAll(const mpi::Communicator &world,
+                           const std::string &error) {
+  llvm::errs() << "tessera-run: error: ";
+  if (world.size() > 1)
+    llvm::errs() << "[rank " << world.rank() << "] ";
+  llvm::errs() << error << "\n";
+  llvm::errs().flush();
+  MPI_Abort(world.handle(), 1);
+  std::exit(1);
+}
+
+int exitAfterFailure() {
+  mpi::finalize();
+  return 1;
+}
+
+namespace {
+
+/// Returns the first error message and consumes `err` (empty if success).
+std::string take(llvm::Error err) {
+  return err ? llvm::toString(std::move(err)) : std::string();
+}
+
+/// Writes `value` and a newline to `path`; returns "" or the error,
+/// "cannot write the <what> '<path>': <reason>".
+std::string writeJson(const std::string &path, llvm::json::Value value,
+                      llvm::StringRef what) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return ("cannot write the " + what + " '" + path + "': " + ec.message())
+        .str();
+  os << value << "\n";
+  os.close();
+  if (os.has_error()) {
+    std::string msg = ("cannot write the " + what + " '" + path +
+                       "': " + os.error().message())
+                          .str();
+    os.clear_error();
+    return msg;
+  }
+  return "";
+}
+
+/// Every rank's `mine` gathered on rank 0 (MPI_Gather of the counts, then
+/// MPI_Gatherv): `all` concatenates them in rank order, rank r's at
+/// displs[r], counts[r] elements (all empty on other ranks). Collective over
+/// `world`; `what` ("--trace", "--profile") names the option in the errors,
+/// which abort the job: more than INT_MAX elements, an MPI failure.
+template <typename T> struct Gathered {
+  std::vector<T> all;
+  std::vector<int> counts, displs;
+};
+template <typename T>
+Gathered<T> gatherOnRoot(const mpi::Communicator &world,
+                         const std::vector<T> &mine, MPI_Datatype type,
+                         const std::string &what) {
+  if (mine.size() > static_cast<size_t>(INT_MAX))
+    abortAll(world, what + ": too much to gather");
+  int count = static_cast<int>(mine.size());
+  bool isRoot = world.rank() == 0;
+  Gathered<T> g;
+  g.counts.assign(isRoot ? world.size() : 0, 0);
+  g.displs.assign(isRoot ? world.size() : 0, 0);
+  {
+    mpi::watchdog::Guard guard("gather", world.size());
+    if (MPI_Gather(&count, 1, MPI_INT, g.counts.data(), 1, MPI_INT, 0,
+                   world.handle()) != MPI_SUCCESS)
+      abortAll(world, what + ": MPI_Gather of the sizes failed");
+  }
+  int64_t total = 0;
+  for (int r = 0; r < static_cast<int>(g.counts.size()); ++r) {
+    g.displs[r] = static_cast<int>(total);
+    total += g.counts[r];
+    if (total > INT_MAX)
+      abortAll(world, what + ": too much to gather");
+  }
+  g.all.resize(isRoot ? total : 0);
+  {
+    mpi::watchdog::Guard guard("gather", world.size());
+    if (MPI_Gatherv(mine.data(), count, type, g.all.data(), g.counts.data(),
+                    g.displs.data(), type, 0, world.handle()) != MPI_SUCCESS)
+      abortAll(world, what + ": MPI_Gatherv failed");
+  }
+  return g;
+}
+
+/// Gathers every rank's --profile (KernelStats::opTimes over `steps`
+/// profiled steps of `stepSeconds` in all) on rank 0 and writes it there as
+/// JSON: {"steps": S, "ranks": [{"rank", "coords", "step_s", "ops":
+/// [{"kind", "calls_per_step", "seconds_per_step", "cpu_seconds_per_step"},
+/// ...]}]}, each rank's ops
+/// sorted by time, most first. Collective over `world`. Returns an error
+/// message (on rank 0 only) or "".
+std::string writeProfile(const mpi::Communicator &world,
+                         const exec::Executor &executor,
+                         const exec::Manifest &m, int64_t steps,
+                         double stepSeconds, const std::string &path) {
+  namespace json = llvm::json;
+  const double perStep = steps > 0 ? 1.0 / static_cast<double>(steps) : 0;
+  std::vector<std::pair<std::string, exec::ExecContext::KernelStats::OpTime>>
+      ops;
+  for (const auto &e : executor.kernelStats().opTimes)
+    ops.emplace_back(e.getKey().str(), e.getValue());
+  llvm::sort(ops, [](const auto &a, const auto &b) {
+    return a.second.seconds != b.second.seconds
+               ? a.second.seconds > b.second.seconds
+               : a.first < b.first;
+  });
+  json::Array opList;
+  for (const auto &[kind, t] : ops)
+    opList.push_back(
+        json::Object{{"kind", kind},
+                     {"calls_per_step", static_cast<double>(t.calls) * perStep},
+                     {"seconds_per_step", t.seconds * perStep},
+                     {"cpu_seconds_per_step", t.cpuSeconds * perStep}});
+  std::string coords;
+  std::vector<std::string> axes = m.rankAxes();
+  for (size_t a = 0; a < axes.size(); ++a)
+    coords +=
+        (a ? " " : "") + axes[a] + "=" + std::to_string(executor.coords()[a]);
+  std::string mine;
+  llvm::raw_string_ostream(mine)
+      << json::Value(json::Object{{"rank", world.rank()},
+                                  {"coords", coords},
+                                  {"step_s", stepSeconds * perStep},
+                                  {"ops", std::move(opList)}});
+
+  Gathered<char> g =
+      gatherOnRoot(world, std::vector<char>(mine.begin(), mine.end()), MPI_CHAR,
+                   "--profile");
+  if (world.rank() != 0)
+    return "";
+  json::Array ranks;
+  for (int r = 0; r < world.size(); ++r) {
+    llvm::Expected<json::Value> v =
+        json::parse(llvm::StringRef(g.all.data() + g.displs[r], g.counts[r]));
+    if (!v)
+      return "--profile: rank " + std::to_string(r) +
+             " sent a malformed profile: " + llvm::toString(v.takeError());
+    ranks.push_back(std::move(*v));
+  }
+  return writeJson(path,
+                   json::Object{{"steps", steps}, {"ranks", std::move(ranks)}},
+                   "profile");
+}
+
+/// Gathers every rank's trace events on rank 0 and writes them there as
+/// Chrome trace JSON (see the file comment). Collective over `world`. Returns
+/// an error message (on rank 0 only) or "".
+std::string writeTrace(const mpi::Communicator &world,
+                       const exec::Executor &executor, const exec::Manifest &m,
+                       const exec::Backend &backend, const std::string &path) {
+  // Eight doubles per event: kind, chunk, micro-batch, stage, step, start,
+  // end, receive wait. Device intervals (--backend cuda, last step) use
+  // kind kDeviceKind + stream and carry the backend's name id as chunk.
+  constexpr int kFields = 8;
+  constexpr double kDeviceKind = 100;
+  std::vector<double> mine;
+  for (const exec::TraceEvent &e : executor.traceEvents())
+    mine.insert(mine.end(),
+                {static_cast<double>(e.kind), static_cast<double>(e.chunk),
+                 static_cast<double>(e.microBatch),
+                 static_cast<double>(e.stage), static_cast<double>(e.step),
+                 e.start, e.end, e.recvWait});
+  for (const exec::DeviceTraceEvent &e : executor.deviceTrace())
+    mine.insert(mine.end(),
+                {kDeviceKind + e.stream, static_cast<double>(e.name), -1,
+                 static_cast<double>(executor.stage()),
+                 static_cast<double>(executor.stepsRun() - 1), e.start, e.end,
+                 0});
+  Gathered<double> g = gatherOnRoot(world, mine, MPI_DOUBLE, "--trace");
+  const std::vector<double> &all = g.all;
+  const std::vector<int> &counts = g.counts, &displs = g.displs;
+  // Every rank's device interval names ('\n'-separated; the ranks of a
+  // pipeline run different programs, so each names its own).
+  std::string myNames;
+  for (const std::string &n : backend.deviceTraceNames())
+    myNames += n + "\n";
+  Gathered<char> names =
+      gatherOnRoot(world, std::vector<char>(myNames.begin(), myNames.end()),
+                   MPI_CHAR, "--trace");
+  std::vector<std::vector<std::string>> namesOf(names.counts.size());
+  for (int r = 0; r < static_cast<int>(namesOf.size()); ++r) {
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(names.all.data() + names.displs[r], names.counts[r])
+        .split(parts, '\n', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef part : parts)
+      namesOf[r].push_back(part.str());
+  }
+  if (world.rank() != 0)
+    return "";
+
+  namespace json = llvm::json;
+  json::Array events;
+  std::vector<std::string> axes = m.rankAxes();
+  std::vector<int64_t> shape = m.rankShape();
+  for (int r = 0; r < world.size(); ++r) {
+    std::vector<int64_t> coords =
+        exec::gridCoords(r, shape, m.rankOrderIndices());
+    std::string name = "rank " + std::to_string(r) + " (";
+    for (size_t a = 0; a < axes.size(); ++a)
+      name += (a ? " " : "") + axes[a] + "=" + std::to_string(coords[a]);
+    name += ")";
+    int64_t stage = m.isPipeline() ? coords[m.ppAxis] : 0;
+    events.push_back(json::Object{{"name", "process_name"},
+                                  {"ph", "M"},
+                                  {"pid", r},
+                                  {"args", json::Object{{"name", name}}}});
+    events.push_back(json::Object{
+        {"name", "thread_name"},
+        {"ph", "M"},
+        {"pid", r},
+        {"tid", stage},
+        {"args", json::Object{{"name", "stage " + std::to_string(stage)}}}});
+    bool deviceThreads = false;
+    for (int i = displs[r]; i < displs[r] + counts[r]; i += kFields) {
+      if (all[i] >= kDeviceKind) {
+        // A device interval: tid 1000 + stream, named "compute" / "comm".
+        int stream = static_cast<int>(all[i] - kDeviceKind);
+        const char *streamName = stream == 0 ? "compute" : "comm";
+        if (!deviceThreads) {
+          for (int t = 0; t < 2; ++t)
+            events.push_back(json::Object{
+                {"name", "thread_name"},
+                {"ph", "M"},
+                {"pid", r},
+                {"tid", 1000 + t},
+                {"args", json::Object{{"name", t == 0 ? "compute" : "comm"}}}});
+          deviceThreads = true;
+        }
+        size_t id = static_cast<size_t>(all[i + 1]);
+        events.push_back(json::Object{
+            {"name", id < namesOf[r].size() ? namesOf[r][id] : "?"},
+            {"cat", streamName},
+            {"ph", "X"},
+            {"pid", r},
+            {"tid", 1000 + stream},
+            {"ts", all[i + 5] * 1e6},
+            {"dur", (all[i + 6] - all[i + 5]) * 1e6},
+            {"args",
+             json::Object{{"stream", streamName},
+                          {"step", static_cast<int64_t>(all[i + 4])},
+                          {"stage", static_cast<int64_t>(all[i + 3])}}}});
+        continue;
+      }
+      exec::TraceEvent e;
+      e.kind = static_cast<exec::TraceEvent::Kind>(all[i]);
+      e.chunk = static_cast<int64_t>(all[i + 1]);
+      e.microBatch = static_cast<int64_t>(all[i + 2]);
+      e.stage = static_cast<int64_t>(all[i + 3]);
+      e.step = static_cast<int64_t>(all[i + 4]);
+      e.start = all[i + 5];
+      e.end = all[i + 6];
+      e.recvWait = all[i + 7];
+      events.push_back(
+          json::Object{{"name", e.name()},
+                       {"cat", exec::TraceEvent::kindName(e.kind)},
+                       {"ph", "X"},
+                       {"pid", r},
+                       {"tid", e.stage},
+                       {"ts", e.start * 1e6},
+                       {"dur", (e.end - e.start) * 1e6},
+                       {"args", json::Object{{"chunk", e.chunk},
+                                             {"micro_batch", e.microBatch},
+                                             {"recv_wait_us", e.recvWait * 1e6},
+                                             {"stage", e.stage},
+                                             {"step", e.step}}}});
+    }
+  }
+  return writeJson(path,
+                   json::Object{{"traceEvents", std::move(events)},
+                                {"displayTimeUnit", "ms"}},
+                   "trace");
+}
+
+/// The fields of exec::MemoryUse gathered per rank: persistent, constants,
+/// arena, step heap, total.
+constexpr int kMemFields = 5;
+
+/// This rank's value of the f32 scalar opt_state argument `name`, or
+/// nullopt when the plan (or this rank's pipeline stage) has none.
+llvm::Expected<std::optional<double>>
+scalarState(const exec::Executor &executor, exec::Backend &backend,
+            llvm::StringRef name) {
+  const Tensor *t = executor.localValue(name, exec::Role::OptState);
+  if (!t)
+    return std::nullopt;
+  llvm::Expected<Tensor> host = backend.download(*t);
+  if (!host)
+    return host.takeError();
+  if (host->dtype() != DType::F32 || host->numel() != 1)
+    return llvm::createStringError("optimizer state '" + name.str() +
+                                   "' is not an f32 scalar");
+  return static_cast<double>(host->data<float>()[0]);
+}
+
+/// --memory-report (rank 0): every rank's measured memory in the last step
+/// against the plan's prediction.
+void printMemoryReport(const mpi::Communicator &world, const exec::Manifest &m,
+                       const std::vector<int64_t> &lastMemory) {
+  llvm::outs() << "memory per rank, last step (bytes; measured = persistent "
+                  "+ constants + arena high-water + step heap peak):\n";
+  for (int r = 0; r < world.size(); ++r) {
+    const int64_t *f = &lastMemory[5 * r];
+    int64_t predicted = m.predictedPeakBytesOfRank(r);
+    llvm::outs() << llvm::formatv(
+        "  rank {0}: measured {1} = {2} + {3} + {4} + {5}", r, f[4], f[0], f[1],
+        f[2], f[3]);
+    if (predicted >= 0)
+      llvm::outs() << llvm::formatv("; predicted {0} ({1:F3}% off)", predicted,
+                                    100.0 *
+                                        static_cast<double>(f[4] - predicted) /
+                                        static_cast<double>(predicted));
+    llvm::outs() << "\n";
+  }
+  if (m.predictedPeakBytes < 0)
+    llvm::outs() << "  (no prediction: the artifact has no memory plan)\n";
+  llvm::outs().flush();
+}
+
+/// --save-weights: the final weights, global, written on rank 0 (collective
+/// over the executor's grid). Returns "" or this rank's error.
+std::string saveFinalWeights(const mpi::Communicator &world,
+                             exec::Executor &executor, const std::string &path,
+                             int64_t steps) {
+  auto weights = executor.gatherWeights(/*root=*/0);
+  if (!weights)
+    return llvm::toString(weights.takeError());
+  if (world.rank() != 0)
+    return "";
+  std::vector<NamedTensor> named;
+  for (auto &[name, tensor] : *weights)
+    named.emplace_back(name, &tensor);
+  std::map<std::string, std::string> meta{
+      {"format", "pt"}, {"tessera.steps", std::to_string(steps)}};
+  return take(writeSafeTensors(llvm::StringRef(path), named, meta));
+}
+
+/// --save-state: this rank's shards of every param and opt_state argument,
+/// written to FILE.rank<R>.safetensors. Returns "" or this rank's error.
+std::string saveLocalState(const mpi::Communicator &world,
+                           const exec::Executor &executor,
+                           const exec::Manifest &m, exec::Backend &backend,
+                           const std::string &file, int64_t steps) {
+  std::vector<Tensor> host;
+  std::vector<std::string> names;
+  host.reserve(m.arguments.size());
+  for (const exec::ArgumentSpec &a : m.arguments) {
+    if (a.role != exec::Role::Param && a.role != exec::Role::OptState)
+      continue;
+    const Tensor *t = executor.localValue(a.name, a.role);
+    if (!t)
+      continue; // another pipeline stage's
+    llvm::Expected<Tensor> downloaded = backend.download(*t);
+    if (!downloaded)
+      return "--save-state: '" + a.name +
+             "': " + llvm::toString(downloaded.takeError());
+    host.push_back(std::move(*downloaded));
+    names.push_back(a.name);
+  }
+  std::vector<NamedTensor> named;
+  for (size_t i = 0; i < host.size(); ++i)
+    named.emplace_back(names[i], &host[i]);
+  std::map<std::string, std::string> meta{
+      {"format", "pt"},
+      {"tessera.steps", std::to_string(steps)},
+      {"tessera.rank", std::to_string(world.rank())}};
+  std::string path =
+      file + ".rank" + std::to_string(world.rank()) + ".safetensors";
+  return take(writeSafeTensors(llvm::StringRef(path), named, meta));
+}
+
+} // namespace
+
+Trainer::Trainer(TrainerOptions options) : opts(std::move(options)) {}
+
+Trainer::~Trainer() = default;
+
+//===----------------------------------------------------------------------===//
+// Opening the job
+//===----------------------------------------------------------------------===//
+
+/// The option errors a rank can see alone; "" if none.
+std::string Trainer::checkOptions(bool timeoutOk) const {
+  if (opts.planPath.empty())
+    return "no plan given (tessera-run PLAN.tsr --data TOKENS.u16, or "
+           "--calibrate)";
+  if (opts.dataPath.empty())
+    return "--data TOKENS.u16 is required";
+  if (opts.steps < 0)
+    return "--steps must be >= 0";
+  if (opts.logEvery < 0)
+    return "--log-every must be >= 0";
+  if (!timeoutOk)
+    return "--collective-timeout-s must be a number of seconds >= 0 (0: no "
+           "watchdog)";
+  return "";
+}
+
+/// The static memory plan's prediction against --memory-per-device; ""
+/// or the error.
+std::string Trainer::checkMemoryPerDevice(const exec::Manifest &m) const {
+  const std::string &size = *opts.memoryPerDevice;
+  llvm::Expected<int64_t> limit = parseByteSize(size);
+  int64_t predicted = m.predictedPeakBytes;
+  if (!limit)
+    return "--memory-per-device: " + llvm::toString(limit.takeError());
+  if (predicted > *limit)
+    return opts.planPath + " needs " + formatByteSize(predicted) +
+           " per rank (predicted peak) but --memory-per-device is " +
+           formatByteSize(*limit) + ": " + formatByteSize(predicted - *limit) +
+           " over; compile a plan that fits with tessera-partition "
+           "--memory-per-device " +
+           size;
+  if (predicted < 0 && world->rank() == 0)
+    llvm::errs() << "tessera-run: warning: " << opts.planPath
+                 << " has no memory prediction (an older artifact); "
+                    "--memory-per-device is not checked\n";
+  return "";
+}
+
+/// Opens the backend, plan, data and metrics (no collective); returns "" or
+/// this rank's first error.
+std::string Trainer::openJob(bool timeoutOk) {
+  bool isRoot = world->rank() == 0;
+  std::string error = checkOptions(timeoutOk);
+
+  // The transport of collectives: nccl by default on cuda, mpi on cpu.
+  if (error.empty()) {
+    std::string name = opts.collectives
+                           ? *opts.collectives
+                           : (opts.backendName == "cuda" ? "nccl" : "mpi");
+    llvm::Expected<exec::Transport> t =
+        exec::parseTransport(name, opts.backendName);
+    if (t)
+      backendOptions.collectives = *t;
+    else
+      error = llvm::toString(t.takeError());
+  }
+  backendOptions.world = world;
+  backendOptions.collectiveTimeoutS = opts.collectiveTimeoutS;
+
+  if (error.empty()) {
+    auto made = exec::createBackend(opts.backendName, backendOptions);
+    if (made)
+      backend = std::move(*made);
+    else
+      error = llvm::toString(made.takeError());
+  }
+  if (error.empty()) {
+    auto loaded = exec::Plan::load(opts.planPath, backend.get());
+    if (loaded)
+      plan = std::move(*loaded);
+    else
+      error = llvm::toString(loaded.takeError());
+  }
+  if (error.empty() && plan->manifest().numRanks() != world->size())
+    error =
+        (opts.planPath + " needs " + llvm::Twine(plan->manifest().numRanks()) +
+         " ranks (" + plan->manifest().gridDescription() +
+         ") but was started with " + llvm::Twine(world->size()))
+            .str();
+
+  if (error.empty() && opts.memoryPerDevice)
+    error = checkMemoryPerDevice(plan->manifest());
+
+  if (error.empty()) {
+    auto opened = TokenDataset::open(opts.dataPath, plan->manifest().seqLen);
+    if (opened)
+      dataset = std::move(*opened);
+    else
+      error = llvm::toString(opened.takeError());
+  }
+
+  if (error.empty() && isRoot && !opts.metricsPath.empty()) {
+    auto opened = MetricsWriter::open(opts.metricsPath);
+    if (opened)
+      metrics = std::move(*opened);
+    else
+      error = llvm::toString(opened.takeError());
+  }
+  for (const std::string *out :
+       {&opts.saveWeights, &opts.tracePath, &opts.profilePath}) {
+    if (!error.empty() || !isRoot || out->empty())
+      continue;
+    llvm::StringRef dir = llvm::sys::path::parent_path(*out);
+    if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
+      error = "cannot write '" + *out + "': directory '" + dir.str() +
+              "' does not exist";
+  }
+  return error;
+}
+
+//===----------------------------------------------------------------------===//
+// The run
+//===----------------------------------------------------------------------===//
+
+int Trainer::run(const mpi::Communicator &comm) {
+  world = &comm;
+  bool isRoot = world->rank() == 0;
+
+  // The watchdog (collective: gathers every rank's host and pid). Every rank
+  // has the same options, so all start it or none do.
+  bool timeoutOk =
+      opts.collectiveTimeoutS >= 0 && std::isfinite(opts.collectiveTimeoutS);
+  if (timeoutOk && opts.collectiveTimeoutS > 0)
+    if (llvm::Error err =
+            mpi::watchdog::start(opts.collectiveTimeoutS, "tessera-run")) {
+      llvm::errs() << "tessera-run: error: " << llvm::toString(std::move(err))
+                   << "\n";
+      MPI_Abort(world->handle(), 1);
+    }
+
+  // Everything that can fail before the first collective: every rank checks,
+  // then all agree.
+  std::string error = openJob(timeoutOk);
+  if (!allRanksOk(*world, error))
+    return exitAfterFailure();
+
+  // Grid and executor (collective: sub-communicators).
+  const exec::Manifest &m = plan->manifest();
+  {
+    // The rank axes only: a pipeline plan's micro-batch axis is virtual.
+    auto g = mpi::Grid::create(*world, m.rankAxes(), m.rankShape(),
+                               m.rankOrderIndices());
+    if (g)
+      grid = std::move(*g);
+    else
+      error = llvm::toString(g.takeError());
+  }
+  if (!allRanksOk(*world, error))
+    return exitAfterFailure();
+  {
+    auto ex = exec::Executor::create(*plan, *grid);
+    if (ex)
+      executor = std::move(*ex);
+    else
+      error = llvm::toString(ex.takeError());
+  }
+  if (error.empty() && opts.cudaGraph)
+    error = take(executor->enableStepCapture());
+  if (error.empty() && !opts.tracePath.empty())
+    error = take(executor->enableTrace());
+  if (error.empty() && !opts.dumpTensors.empty()) {
+    auto opened = TensorDump::open(opts.dumpTensors, world->rank(), *backend);
+    if (opened) {
+      dump = std::move(*opened);
+      exec::Executor *ex = executor.get();
+      TensorDump *d = dump.get();
+      executor->setTracedSink(
+          [ex, d](int64_t trace, unsigned result, const Tensor &value) {
+            return d->add(ex->stepsRun(), trace, result, value);
+          });
+    } else {
+      error = take(opened.takeError());
+    }
+  }
+  // After the executor exists: agree on `error`, and on a failure release
+  // the executor and grid before MPI is finalized.
+  auto allOk = [&] {
+    if (allRanksOk(*world, error))
+      return true;
+    executor.reset();
+    grid.reset();
+    return false;
+  };
+  if (!allOk())
+    return exitAfterFailure();
+
+  train();
+  if (opts.memoryReport && isRoot && opts.steps > 0)
+    printMemoryReport(*world, m, lastMemory);
+
+  // Every rank's traced tensors (tessera-check).
+  if (dump) {
+    error = take(dump->finish(m.rankAxes(), executor->coords(), m.rankShape()));
+    if (!allOk())
+      return exitAfterFailure();
+  }
+
+  // Every rank's per-instruction profile, on rank 0.
+  if (!opts.profilePath.empty()) {
+    executor->setProfiling(false);
+    error = writeProfile(*world, *executor, m,
+                         std::max<int64_t>(opts.steps - firstProfiled, 0),
+                         profiledSeconds, opts.profilePath);
+    if (!allOk())
+      return exitAfterFailure();
+  }
+
+  // Every rank's timeline, on rank 0.
+  if (!opts.tracePath.empty()) {
+    error = writeTrace(*world, *executor, m, *backend, opts.tracePath);
+    if (!allOk())
+      return exitAfterFailure();
+  }
+
+  // Every rank's own training state.
+  if (!opts.saveState.empty()) {
+    error = saveLocalState(*world, *executor, m, *backend, opts.saveState,
+                           opts.steps);
+    if (!allOk())
+      return exitAfterFailure();
+  }
+
+  // Final weights, global, on rank 0.
+  if (!opts.saveWeights.empty()) {
+    error = saveFinalWeights(*world, *executor, opts.saveWeights, opts.steps);
+    if (!allOk())
+      return exitAfterFailure();
+  }
+
+  executor.reset();
+  grid.reset();
+  mpi::finalize();
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// The step loop
+//===----------------------------------------------------------------------===//
+
+/// Runs --steps training steps: logs progress and writes --metrics on rank
+/// 0. A failing step aborts every rank.
+void Trainer::train() {
+  const exec::Manifest &m = plan->manifest();
+  bool isRoot = world->rank() == 0;
+  const double tokensPerStep =
+      static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
+  firstProfiled = opts.steps > 1 ? 1 : 0;
+  for (int64_t s = 0; s < opts.steps; ++s) {
+    stepExtras.clear();
+    if (!opts.profilePath.empty() && s == firstProfiled)
+      executor->setProfiling(true);
+    LossScaleState scaleBefore;
+    if (metrics)
+      scaleBefore = readLossScale();
+    // Hook: this step's runtime hyper-parameters.
+    setStepHypers(s);
+    auto start = std::chrono::steady_clock::now();
+    auto batch = dataset->batch(s, m.globalBatch, m.seqLen, /*dpRank=*/0,
+                                /*dpSize=*/1);
+    if (!batch)
+      abortAll(*world, llvm::toString(batch.takeError()));
+    llvm::Expected<double> loss = executor->step(batch->inputs, batch->labels);
+    if (!loss)
+      abortAll(*world, llvm::toString(loss.takeError()));
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (s >= firstProfiled)
+      profiledSeconds += seconds;
+#ifndef NDEBUG
+    // The loss is the global mean: every rank must hold the same value.
+    double range[2] = {*loss, -*loss}, extreme[2];
+    {
+      mpi::watchdog::Guard guard("all_reduce of the loss check", world->size());
+      MPI_Allreduce(range, extreme, 2, MPI_DOUBLE, MPI_MAX, world->handle());
+    }
+    if (extreme[0] != -extreme[1] && !(std::isnan(*loss)))
+      abortAll(*world,
+               "step " + std::to_string(s) + ": ranks disagree on the loss");
+#endif
+    // Pipeline plans: every rank's peak number of activation sets.
+    std::vector<int64_t> peaks(isRoot ? world->size() : 0);
+    bool gatherPeaks = plan->pipeline() && !opts.metricsPath.empty();
+    if (gatherPeaks) {
+      int64_t mine = executor->peakActivationSets();
+      mpi::watchdog::Guard guard("gather of peak_activation_sets",
+                                 world->size());
+      if (MPI_Gather(&mine, 1, MPI_INT64_T, peaks.data(), 1, MPI_INT64_T, 0,
+                     world->handle()) != MPI_SUCCESS)
+        abortAll(*world, "step " + std::to_string(s) +
+                             ": MPI_Gather of peak_activation_sets failed");
+    }
+    // Pipeline plans: every rank's bytes per collective kind (the stages
+    // run different programs, so they send different amounts).
+    std::vector<double> rankBytes;
+    if (gatherPeaks) {
+      double mine[mpi::kNumCollectiveKinds];
+      for (int k = 0; k < mpi::kNumCollectiveKinds; ++k)
+        mine[k] =
+            executor->traffic().stepBytes(static_cast<mpi::CollectiveKind>(k));
+      rankBytes.assign(isRoot ? mpi::kNumCollectiveKinds * world->size() : 0,
+                       0.0);
+      mpi::watchdog::Guard guard("gather of bytes per rank", world->size());
+      if (MPI_Gather(mine, mpi::kNumCollectiveKinds, MPI_DOUBLE,
+                     rankBytes.data(), mpi::kNumCollectiveKinds, MPI_DOUBLE, 0,
+                     world->handle()) != MPI_SUCCESS)
+        abortAll(*world, "step " + std::to_string(s) +
+                             ": MPI_Gather of bytes per rank failed");
+    }
+    // Every rank's measured memory (see exec::MemoryUse).
+    const exec::MemoryUse &use = executor->lastStepMemory();
+    int64_t mineMem[kMemFields] = {use.persistent, use.constants, use.arena,
+                                   use.stepHeap, use.total()};
+    lastMemory.assign(isRoot ? kMemFields * world->size() : 0, 0);
+    if (!opts.metricsPath.empty() || opts.memoryReport) {
+      mpi::watchdog::Guard guard("gather of peak_bytes", world->size());
+      if (MPI_Gather(mineMem, kMemFields, MPI_INT64_T, lastMemory.data(),
+                     kMemFields, MPI_INT64_T, 0,
+                     world->handle()) != MPI_SUCCESS)
+        abortAll(*world, "step " + std::to_string(s) +
+                             ": MPI_Gather of peak_bytes failed");
+    }
+    // Hook: evaluation after the step (every rank).
+    maybeEvaluate(s + 1);
+    if (isRoot) {
+      double tokensPerS = seconds > 0 ? tokensPerStep / seconds : 0;
+      if (opts.logEvery > 0 &&
+          (s % opts.logEvery == 0 || s + 1 == opts.steps)) {
+        llvm::outs() << formatProgressLine(s, *loss, tokensPerS) << "\n";
+        llvm::outs().flush();
+      }
+      if (metrics)
+        writeStepMetrics(s, *loss, seconds, tokensPerS, gatherPeaks, peaks,
+                         rankBytes, scaleBefore, readLossScale());
+    }
+    // Hook: a checkpoint after the step (every rank).
+    maybeCheckpoint(s + 1);
+  }
+}
+
+/// Before step `step` (0-based): sets this step's runtime hyper-parameters
+/// (manifest role "hyper", Executor::setHyper), e.g. the learning rate of
+/// an LR schedule, which depends on the global step only. Nothing yet.
+void Trainer::setStepHypers(int64_t step) { (void)step; }
+
+/// After `stepsDone` steps, on every rank: evaluation every N steps
+/// (collective); adds its values (e.g. "eval_loss") to stepExtras for the
+/// step's metrics record. Nothing yet.
+void Trainer::maybeEvaluate(int64_t stepsDone) { (void)stepsDone; }
+
+/// After `stepsDone` steps, on every rank: a checkpoint every N steps
+/// (collective). Nothing yet.
+void Trainer::maybeCheckpoint(int64_t stepsDone) { (void)stepsDone; }
+
+//===----------------------------------------------------------------------===//
+// Metrics
+//===----------------------------------------------------------------------===//
+
+/// fp16 dynamic loss scaling (tsr-mixed-precision): the state it carries
+/// between steps, read on rank 0 around each step for the metrics.
+Trainer::LossScaleState Trainer::readLossScale() const {
+  LossScaleState st;
+  for (auto [name, field] : {std::pair<const char *, std::optional<double> *>{
+                                 "loss_scale", &st.scale},
+                             {"loss_scale.skipped_steps", &st.skippedSteps}}) {
+    auto v = scalarState(*executor, *backend, name);
+    if (!v)
+      abortAll(*world, llvm::toString(v.takeError()));
+    *field = *v;
+  }
+  return st;
+}
+
+/// Step `s`'s metrics record (rank 0): loss, time, traffic, memory, the
+/// hooks' stepExtras, and with dynamic loss scaling "loss_scale" (after the
+/// step: the scale the next step uses, as Megatron-LM logs it) and
+/// "skipped" (1 when the step's update was skipped for a non-finite
+/// gradient, else 0).
+void Trainer::writeStepMetrics(int64_t s, double loss, double seconds,
+                               double tokensPerS, bool gatherPeaks,
+                               const std::vector<int64_t> &peaks,
+                               const std::vector<double> &rankBytes,
+                               const LossScaleState &before,
+                               const LossScaleState &after) {
+  StepMetrics rec;
+  rec.step = s;
+  rec.loss = loss;
+  rec.stepTimeS = seconds;
+  rec.tokensPerS = tokensPerS;
+  rec.extra.emplace_back("bytes_sent", executor->traffic().stepBytes());
+  // Per kind, e.g. "bytes_reduce_scatter" (ring volumes, rank 0).
+  for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
+    auto kind = static_cast<mpi::CollectiveKind>(k);
+    rec.extra.emplace_back(std::string("bytes_") +
+                               mpi::collectiveKindName(kind),
+                           executor->traffic().stepBytes(kind));
+  }
+  // The largest attention score block a kernel allocated (rank 0).
+  if (int64_t scores = executor->kernelStats().attentionScoresBytes)
+    rec.extra.emplace_back("attention_scores_bytes",
+                           static_cast<double>(scores));
+  if (gatherPeaks)
+    rec.intLists.emplace_back("peak_activation_sets", peaks);
+  std::vector<int64_t> peakBytes;
+  for (int r = 0; r < world->size(); ++r)
+    peakBytes.push_back(lastMemory[kMemFields * r + kMemFields - 1]);
+  rec.intLists.emplace_back("peak_bytes", peakBytes);
+  // Pipeline plans: every rank's bytes per collective kind.
+  if (!rankBytes.empty())
+    for (int k = 0; k < mpi::kNumCollectiveKinds; ++k) {
+      std::vector<double> perRank;
+      for (int r = 0; r < world->size(); ++r)
+        perRank.push_back(rankBytes[mpi::kNumCollectiveKinds * r + k]);
+      rec.numLists.emplace_back(
+          std::string("bytes_") +
+              mpi::collectiveKindName(static_cast<mpi::CollectiveKind>(k)) +
+              "_per_rank",
+          std::move(perRank));
+    }
+  // --clip-grad plans: the global gradient norm before clipping (the same
+  // on every rank).
+  if (std::optional<double> norm = executor->lastGradNorm())
+    rec.extra.emplace_back("grad_norm", *norm);
+  if (after.scale && before.skippedSteps && after.skippedSteps) {
+    rec.extra.emplace_back("loss_scale", *after.scale);
+    rec.extra.emplace_back("skipped",
+                           *after.skippedSteps > *before.skippedSteps ? 1 : 0);
+  }
+  for (const auto &extra : stepExtras)
+    rec.extra.push_back(extra);
+  if (llvm::Error err = metrics->write(rec))
+    abortAll(*world, llvm::toString(std::move(err)));
+}
+
+} // namespace tessera::runtime

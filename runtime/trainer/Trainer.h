@@ -1,0 +1,169 @@
+//===- Trainer.h - the training loop of tessera-run -------------*- C++ -*-===//
+//
+// A Trainer runs one training job on every MPI rank: it opens the backend,
+// the plan and the data, builds the rank grid and the executor, runs the
+// steps, writes the per-step metrics and, after the last step, the
+// requested reports (trace, profile, memory report, tensor dump) and the
+// final weights / state. tessera-run's `main` only parses flags into a
+// TrainerOptions and calls Trainer::run (tools/tessera-run/tessera-run.cpp
+// documents every output format).
+//
+//   TrainerOptions options;            // filled from the command line
+//   options.planPath = "plan.tsr";
+//   options.dataPath = "tokens.u16";
+//   options.steps = 8;
+//   Trainer trainer(std::move(options));
+//   int status = trainer.run(world);   // collective; finalizes MPI
+//
+// The step loop (Trainer::train) calls, for step s (0-based, the number of
+// steps completed before it):
+//   setStepHypers(s)          before the step: per-step runtime inputs
+//                             (the "hyper" arguments, e.g. the learning
+//                             rate of an LR schedule: Executor::setHyper);
+//   executor.step(batch s)    the training step on global batch s;
+//   maybeEvaluate(s + 1)      after the step, every rank: evaluation every
+//                             N steps; may add values to the step's
+//                             metrics record (stepExtras, e.g. "eval_loss");
+//   the step's metrics record (rank 0), then
+//   maybeCheckpoint(s + 1)    every rank: a checkpoint every N steps.
+// Each hook is its own member function so that each feature stays in one
+// place.
+//
+// Errors: every error found before the first step (options, plan, data,
+// world size, ...) is agreed on by all ranks (allRanksOk): the lowest
+// failing rank prints one line "tessera-run: error: ..." and run() returns
+// 1 on every rank. A failure inside a step aborts the job (abortAll:
+// MPI_Abort), so no rank waits forever in a collective.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RUNTIME_TRAINER_TRAINER_H
+#define TESSERA_RUNTIME_TRAINER_TRAINER_H
+
+#include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/data/TokenDataset.h"
+#include "runtime/executor/Backend.h"
+#include "runtime/executor/Executor.h"
+#include "runtime/executor/Plan.h"
+#include "runtime/metrics/Metrics.h"
+#include "runtime/trainer/TensorDump.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::runtime {
+
+/// What a training run does; tessera-run fills it from its flags (see
+/// tessera-run --help for each one's meaning). Empty paths mean "off".
+struct TrainerOptions {
+  // --- The job -----------------------------------------------------------
+  std::string planPath;            ///< PLAN.tsr (tessera-partition's artifact)
+  std::string dataPath;            ///< token file (DESIGN.md's sampling order)
+  int64_t steps = 1;               ///< --steps: training steps to run (>= 0)
+  std::string backendName = "cpu"; ///< --backend cpu|cuda
+  std::optional<std::string> collectives; ///< --collectives (unset: default)
+  bool cudaGraph = false;                 ///< --cuda-graph
+  double collectiveTimeoutS = 300;        ///< --collective-timeout-s (0 off)
+  std::optional<std::string> memoryPerDevice; ///< --memory-per-device SIZE
+
+  // --- Per-step output -----------------------------------------------------
+  std::string metricsPath; ///< --metrics FILE.jsonl (rank 0)
+  int64_t logEvery = 1;    ///< --log-every N (0: no progress lines)
+
+  // --- Reports after the last step -----------------------------------------
+  std::string tracePath;     ///< --trace FILE.json
+  std::string profilePath;   ///< --profile FILE.json
+  bool memoryReport = false; ///< --memory-report
+  std::string dumpTensors;   ///< --dump-tensors DIR
+
+  // --- Final weights and state ---------------------------------------------
+  std::string saveWeights; ///< --save-weights FILE.safetensors (rank 0)
+  std::string saveState;   ///< --save-state FILE (FILE.rank<R>.safetensors)
+};
+
+/// One training job on every rank of the world communicator (see the file
+/// comment). Not copyable.
+class Trainer {
+public:
+  explicit Trainer(TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer &) = delete;
+  Trainer &operator=(const Trainer &) = delete;
+
+  /// Runs the whole job: watchdog, plan, data, executor, the steps, the
+  /// reports. Collective over `world`. Calls mpi::finalize before it
+  /// returns; returns the process exit status (0, or 1 after an error that
+  /// every rank agreed on and the lowest failing rank printed).
+  int run(const mpi::Communicator &world);
+
+private:
+  // Opening the job (no collective): "" or this rank's first error.
+  std::string checkOptions(bool timeoutOk) const;
+  std::string checkMemoryPerDevice(const exec::Manifest &m) const;
+  std::string openJob(bool timeoutOk);
+
+  // The step loop and its hooks (see the file comment).
+  void train();
+  void setStepHypers(int64_t step);
+  void maybeEvaluate(int64_t stepsDone);
+  void maybeCheckpoint(int64_t stepsDone);
+
+  /// fp16 dynamic loss scaling: the state carried between steps.
+  struct LossScaleState {
+    std::optional<double> scale, skippedSteps;
+  };
+  LossScaleState readLossScale() const;
+  void writeStepMetrics(int64_t s, double loss, double seconds,
+                        double tokensPerS, bool gatherPeaks,
+                        const std::vector<int64_t> &peaks,
+                        const std::vector<double> &rankBytes,
+                        const LossScaleState &before,
+                        const LossScaleState &after);
+
+  TrainerOptions opts;
+  const mpi::Communicator *world = nullptr;
+
+  // Opened before the first collective (destroyed after mpi::finalize).
+  exec::BackendOptions backendOptions;
+  std::unique_ptr<exec::Backend> backend;
+  std::unique_ptr<exec::Plan> plan;
+  std::optional<TokenDataset> dataset;
+  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<TensorDump> dump;
+
+  // Collective objects (released before mpi::finalize).
+  std::unique_ptr<mpi::Grid> grid;
+  std::unique_ptr<exec::Executor> executor;
+
+  // What the loop leaves for the reports after it.
+  /// Rank 0: kMemFields fields of exec::MemoryUse per rank, last step.
+  std::vector<int64_t> lastMemory;
+  /// --profile: every step but the first (warm-up), unless only one runs.
+  int64_t firstProfiled = 0;
+  double profiledSeconds = 0;
+  /// Extra values for the current step's metrics record, filled by the
+  /// hooks (e.g. "eval_loss"); cleared before each step.
+  std::vector<std::pair<std::string, double>> stepExtras;
+};
+
+/// Every rank passes its own error (empty if none). Returns true when no
+/// rank failed; otherwise the lowest failing rank prints
+/// "tessera-run: error: <error>" and all return false. Collective over
+/// `world`.
+bool allRanksOk(const mpi::Communicator &world, const std::string &error);
+
+/// Prints `error` ("tessera-run: error: [rank R] ...") and aborts every rank
+/// (for failures once ranks may be inside collectives).
+[[noreturn]] void abortAll(const mpi::Communicator &world,
+                           const std::string &error);
+
+/// mpi::finalize, then 1 (the exit status after an agreed error).
+int exitAfterFailure();
+
+} // namespace tessera::runtime
+
+#endif // TESSERA_RUNTIME_TRAINER_TRAINER_H
