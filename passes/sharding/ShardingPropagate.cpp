@@ -162,10 +162,36 @@ struct ShardingPropagatePass
       for (Value r : op->getResults())
         state[r].complete(cast<RankedTensorType>(r.getType()));
     MLIRContext *ctx = func.getContext();
+    // A partial sum that some reader needs whole (it is in none of that
+    // reader's linear groups, e.g. tsr-clip-grad's tsr.sum_squares of a
+    // dp-partial gradient) is reduced for that reader anyway; its other
+    // readers read the same reduced value (one collective: the partition
+    // caches reshards) instead of passing the partial sum through and
+    // reducing their result again.
+    DenseMap<Operation *, size_t> indexOf;
+    for (auto [i, op] : llvm::enumerate(ops))
+      indexOf[op] = i;
+    auto reducedAnyway = [&](Value v) {
+      for (OpOperand &use : v.getUses()) {
+        auto it = indexOf.find(use.getOwner());
+        if (it == indexOf.end())
+          continue;
+        unsigned n = use.getOperandNumber();
+        if (llvm::none_of(rules[it->second].linearGroups,
+                          [&](ArrayRef<unsigned> group) {
+                            return llvm::is_contained(group, n);
+                          }))
+          return true;
+      }
+      return false;
+    };
     for (auto [i, op] : llvm::enumerate(ops)) {
       SmallVector<TensorSharding> operands, results;
-      for (Value v : op->getOperands())
+      for (Value v : op->getOperands()) {
         operands.push_back(state[v]);
+        if (!operands.back().partial.empty() && reducedAnyway(v))
+          operands.back().partial.clear();
+      }
       for (Value v : op->getResults())
         results.push_back(state[v]);
       OpPlan plan = planOp(rules[i], operands, results, grid);
