@@ -162,34 +162,20 @@ struct ShardingPropagatePass
       for (Value r : op->getResults())
         state[r].complete(cast<RankedTensorType>(r.getType()));
     MLIRContext *ctx = func.getContext();
-    // A partial sum that some reader needs whole (it is in none of that
-    // reader's linear groups, e.g. tsr-clip-grad's tsr.sum_squares of a
-    // dp-partial gradient) is reduced for that reader anyway; its other
-    // readers read the same reduced value (one collective: the partition
-    // caches reshards) instead of passing the partial sum through and
-    // reducing their result again.
+    // Readers of a partial sum that another reader reduces anyway read it
+    // reduced (isReducedAnyway).
     DenseMap<Operation *, size_t> indexOf;
     for (auto [i, op] : llvm::enumerate(ops))
       indexOf[op] = i;
-    auto reducedAnyway = [&](Value v) {
-      for (OpOperand &use : v.getUses()) {
-        auto it = indexOf.find(use.getOwner());
-        if (it == indexOf.end())
-          continue;
-        unsigned n = use.getOperandNumber();
-        if (llvm::none_of(rules[it->second].linearGroups,
-                          [&](ArrayRef<unsigned> group) {
-                            return llvm::is_contained(group, n);
-                          }))
-          return true;
-      }
-      return false;
+    auto ruleOf = [&](Operation *op) -> const ShardingRule * {
+      auto it = indexOf.find(op);
+      return it == indexOf.end() ? nullptr : &rules[it->second];
     };
     for (auto [i, op] : llvm::enumerate(ops)) {
       SmallVector<TensorSharding> operands, results;
       for (Value v : op->getOperands()) {
         operands.push_back(state[v]);
-        if (!operands.back().partial.empty() && reducedAnyway(v))
+        if (!operands.back().partial.empty() && isReducedAnyway(v, ruleOf))
           operands.back().partial.clear();
       }
       for (Value v : op->getResults())
