@@ -636,6 +636,18 @@ struct ZeroShardingPass
         for (OpOperand &operand : op->getOpOperands()) {
           if (operand.get() == prev)
             continue;
+          if (isUniform(operand.get())) {
+            // A uniform operand (fp16's 1/S, tsr-clip-grad's coefficient,
+            // broadcast): its maker again, at the shard's shape.
+            Operation *maker = operand.get().getDefiningOp();
+            Operation *clone = b.clone(*maker);
+            auto type = cast<RankedTensorType>(clone->getResult(0).getType());
+            clone->getResult(0).setType(type.clone(local.getShape()));
+            operand.set(clone->getResult(0));
+            if (maker->use_empty())
+              maker->erase();
+            continue;
+          }
           auto type = cast<RankedTensorType>(operand.get().getType());
           Value v = reshapeTo(b, loc, operand.get(),
                               viewType(type, p, grid.dp, /*shard=*/false));

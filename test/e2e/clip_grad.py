@@ -113,8 +113,13 @@ def main():
     p.add_argument("--clip", type=float, default=0.05,
                    help="C (small enough that every step clips)")
     p.add_argument("--rtol", type=float)
-    p.add_argument("flags", nargs="*", help="parallel: the plan's flags")
-    args = p.parse_args()
+    argv = sys.argv[1:]
+    flags = []
+    if "--" in argv:
+        flags = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    args = p.parse_args(argv)
+    args.flags = flags
     clip = ["--clip-grad", repr(args.clip)]
 
     with tempfile.TemporaryDirectory(prefix="tessera-clip-") as work:
