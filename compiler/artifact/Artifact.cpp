@@ -431,6 +431,12 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
     os << llvm::formatv("gradient all-reduces: buckets of {0} MiB, started "
                         "non-blocking during backward\n",
                         *bucket);
+  if (std::optional<double> clip = manifest.getNumber("clip_grad")) {
+    char c[32];
+    std::snprintf(c, sizeof(c), "%g", *clip);
+    os << "gradient clipping: global L2 norm, coefficient min(1, " << c
+       << " / (norm + 1e-6)); the norm is the \"grad_norm\" result\n";
+  }
   if (std::optional<StringRef> precision = manifest.getString("precision"))
     os << "precision: " << *precision
        << (*precision == "fp32" ? ""

@@ -84,6 +84,13 @@ pipeline::partitionStages(const planner::Plan &plan) {
                         pm.addPass(training::createMixedPrecision(mp));
                       }});
   }
+  if (plan.clipGrad > 0) {
+    training::ClipGradOptions clip;
+    clip.maxNorm = plan.clipGrad;
+    stages.push_back({"clip-grad", [clip](OpPassManager &pm) {
+                        pm.addPass(training::createClipGrad(clip));
+                      }});
+  }
   if (plan.recompute != "none") {
     training::RecomputeOptions recompute;
     recompute.mode = plan.recompute;

@@ -130,6 +130,14 @@ llvm::Error Plan::validate() const {
     return fail("--beta1 and --beta2 must be in [0, 1)");
   if (optimizer.eps <= 0)
     return fail("--eps must be > 0");
+  if (!(clipGrad >= 0) || !std::isfinite(clipGrad))
+    return fail("--clip-grad must be a finite number >= 0 (0: no clipping), "
+                "got " +
+                shortDouble(clipGrad));
+  if (clipGrad > 0 && pipelined() && virtualStages > 1)
+    return fail("--clip-grad is not supported with the interleaved schedule "
+                "yet (a stage's chunks would have to sum their norm terms "
+                "before the pp all-reduce); use gpipe or 1f1b");
   return llvm::Error::success();
 }
 
@@ -169,6 +177,8 @@ llvm::json::Object Plan::toJSON() const {
                            {"min", minLossScale}};
   if (zero > 0)
     out["zero"] = llvm::json::Object{{"stage", zero}};
+  if (clipGrad > 0)
+    out["clip_grad"] = clipGrad;
   if (pipelined()) {
     llvm::json::Object pipeline{
         {"pp_axis", static_cast<int64_t>(*g.axisIndex("pp"))},
@@ -290,6 +300,8 @@ llvm::Expected<Plan> Plan::fromJSON(const llvm::json::Object &json) {
   if (llvm::Error err = getString(json, "precision", plan.precision))
     return std::move(err);
   if (llvm::Error err = getNumber(json, "bucket_mb", plan.bucketMb))
+    return std::move(err);
+  if (llvm::Error err = getNumber(json, "clip_grad", plan.clipGrad))
     return std::move(err);
   if (json.get("loss_scale")) {
     double scale = 0;

@@ -129,6 +129,11 @@ struct Plan {
   /// True when the plan splits the vocabulary (vocabParallel and tp > 1).
   bool vocabSplit() const { return vocabParallel && tp > 1; }
   OptimizerConfig optimizer;
+  /// Gradient clipping by the global L2 norm (tsr-clip-grad, Megatron-LM's
+  /// --clip-grad, torch.nn.utils.clip_grad_norm_): gradients are scaled by
+  /// min(1, clipGrad / (norm + 1e-6)) before the optimizer. 0: off. Not
+  /// supported with the interleaved schedule yet.
+  double clipGrad = 0;
 
   /// Sequence parallelism (tsr-sharding-annotate's `sp`): "none";
   /// "megatron" (Korthikanti et al. 2022: the residual stream, LayerNorm

@@ -251,6 +251,7 @@ static int64_t elementsOf(Value v) {
 }
 
 /// 1 / (1 + exp(−x)): negation, add, division, and one exp.
+int64_t SumSquaresOp::getFlops() { return 2 * elementsOf(getInput()); }
 int64_t SigmoidOp::getFlops() { return 3 * elementsOf(getResult()); }
 int64_t SigmoidOp::getTranscendentals() { return elementsOf(getResult()); }
 

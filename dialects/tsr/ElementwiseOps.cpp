@@ -109,3 +109,10 @@ TSR_DEFINE_REDUCE(ReduceSumOp)
 TSR_DEFINE_REDUCE(ReduceMeanOp)
 TSR_DEFINE_REDUCE(ReduceMaxOp)
 #undef TSR_DEFINE_REDUCE
+
+LogicalResult SumSquaresOp::verify() {
+  if (!getInput().getType().getElementType().isF32())
+    return emitOpError("input must be an f32 tensor, got ")
+           << getInput().getType();
+  return success();
+}

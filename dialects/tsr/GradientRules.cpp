@@ -16,6 +16,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
+#include "llvm/ADT/Sequence.h"
 
 #include <cmath>
 
@@ -491,6 +492,18 @@ LogicalResult ReduceSumOp::buildGradient(OpBuilder &builder,
   GradBuilder gb{builder, getLoc()};
   return unaryRule(*this, resultGrads, operandGrads, [&](Value g) {
     return gb.broadcastBack(g, getInput().getType(), getAxes());
+  });
+}
+
+LogicalResult
+SumSquaresOp::buildGradient(OpBuilder &builder, ArrayRef<Value> resultGrads,
+                            SmallVectorImpl<Value> &operandGrads) {
+  GradBuilder gb{builder, getLoc()};
+  // d Σx² = 2·x·g.
+  return unaryRule(*this, resultGrads, operandGrads, [&](Value g) {
+    RankedTensorType in = getInput().getType();
+    auto axes = llvm::to_vector(llvm::seq<int64_t>(0, in.getRank()));
+    return gb.mul(gb.scale(getInput(), 2.0), gb.broadcastBack(g, in, axes));
   });
 }
 

@@ -7,6 +7,7 @@
 #include "dialects/tsr/TsrOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/Sequence.h"
 #include <numeric>
 
 using namespace mlir;
@@ -130,6 +131,14 @@ ShardingRule ReduceSumOp::getShardingRule() {
       reduceRule(*this, getAxes(), getKeepdim(), /*reducedIsPartial=*/true);
   rule.linearGroups = {{0}};
   return rule;
+}
+/// Every input dimension is a reduction: a split input gives a result
+/// partial over its axes. Not linear (no linearGroups): a partial input is
+/// reduced first.
+ShardingRule SumSquaresOp::getShardingRule() {
+  auto rank = static_cast<int64_t>(shapeOf(getInput()).size());
+  return reduceRule(*this, llvm::to_vector(llvm::seq<int64_t>(0, rank)),
+                    /*keepdim=*/false, /*reducedIsPartial=*/true);
 }
 ShardingRule ReduceMeanOp::getShardingRule() {
   return reduceRule(*this, getAxes(), getKeepdim(), false);

@@ -273,6 +273,33 @@ def Tsr_ReduceSumOp : Tsr_ReduceOp<"reduce_sum", "Sum">;
 def Tsr_ReduceMeanOp : Tsr_ReduceOp<"reduce_mean", "Mean">;
 def Tsr_ReduceMaxOp : Tsr_ReduceOp<"reduce_max", "Maximum">;
 
+def Tsr_SumSquaresOp : Tsr_ContractOp<"sum_squares",
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getFlops"]>]> {
+  let summary = "Sum of the squares of every element, as an f32 scalar.";
+  let description = [{
+    `result = Σ_i input_i²` over every element of an f32 tensor of any rank
+    (the kernels accumulate in f64 and round once). The squared L2 norm of
+    one gradient: gradient clipping by the global norm (tsr-clip-grad, as
+    torch.nn.utils.clip_grad_norm_ and Megatron-LM's `--clip-grad`) sums
+    one per parameter.
+
+    Sharding rule: every input dimension is a reduction factor, so an input
+    split over grid axes gives a result that is partial over exactly those
+    axes (the partitioner all-reduces the scalar over them); an input
+    replicated over an axis gives a result replicated over it, which is
+    what counts a replicated parameter's term once. The op is not linear:
+    a partial input is all-reduced before it. Gradient: 2·input·g. Cost:
+    2 FLOPs per input element.
+
+    ```mlir
+    %n2 = tsr.sum_squares %grad : tensor<64x256xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra
 //===----------------------------------------------------------------------===//

@@ -387,6 +387,21 @@ TensorSharding sharding::project(const ShardingRule &rule,
   return t;
 }
 
+bool sharding::isReducedAnyway(
+    Value v, llvm::function_ref<const ShardingRule *(Operation *)> ruleOf) {
+  for (OpOperand &use : v.getUses()) {
+    const ShardingRule *rule = ruleOf(use.getOwner());
+    if (!rule)
+      continue;
+    unsigned n = use.getOperandNumber();
+    if (llvm::none_of(rule->linearGroups, [&](ArrayRef<unsigned> group) {
+          return llvm::is_contained(group, n);
+        }))
+      return true;
+  }
+  return false;
+}
+
 OpPlan sharding::planOp(const ShardingRule &rule,
                         ArrayRef<TensorSharding> operands,
                         ArrayRef<TensorSharding> results, const Grid &grid) {

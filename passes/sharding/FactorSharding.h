@@ -159,6 +159,18 @@ struct OpPlan {
   llvm::SmallVector<int64_t> localFactorSizes; ///< per factor
 };
 
+/// True when some reader of `v` needs it whole: `v` is in none of that
+/// reader's linear groups (`ruleOf` gives a reader's rule; readers it
+/// returns null for are ignored). A partial `v` is then reduced for that
+/// reader anyway, so its other readers are planned as reading the reduced
+/// value (its sharding without partial axes): the partition reduces it
+/// once for all of them (its reshard cache) instead of passing the partial
+/// sum through a linear reader and reducing that reader's result again
+/// (tsr-clip-grad's norm term and clipped update of a dp-partial gradient).
+bool isReducedAnyway(
+    mlir::Value v,
+    llvm::function_ref<const tsr::ShardingRule *(mlir::Operation *)> ruleOf);
+
 /// Plans an op from its operands' complete shardings (with partial axes) and
 /// its results' complete dims. A result is partial over the axes of the split
 /// factors it reduces (ShardingRule::isReductionFor) plus, when all operands

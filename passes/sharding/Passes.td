@@ -154,7 +154,12 @@ def ShardingPropagate
     row-parallel matmul's output over tp, a weight gradient contracting the
     batch over dp, the loss over dp), recorded only where the value is
     stored as the op computes it, and partial sums pass through ops that are
-    linear in them (rule's `linearGroups`).
+    linear in them (rule's `linearGroups`), except a partial sum that
+    another reader needs whole (it is in none of that reader's linear
+    groups): it is reduced for that reader anyway, so every reader reads
+    the reduced value and `tsr-sharding-partition` reduces it once
+    (tsr-clip-grad's norm term and clipped update of a dp-partial
+    gradient share one all-reduce).
 
     Every op gets `tsr.shardings = [...]`, one `#tsr.sharding` per result.
     Arguments keep their `tsr.sharding`.

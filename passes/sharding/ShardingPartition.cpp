@@ -414,6 +414,19 @@ struct Partitioner {
 
     for (BlockArgument arg : func.getArguments())
       arg.setType(localType(globalType[arg], sharding[arg], grid));
+    DenseMap<Operation *, size_t> indexOf;
+    for (auto [i, op] : llvm::enumerate(ops))
+      indexOf[op] = i;
+    auto ruleOf = [&](Operation *op) -> const ShardingRule * {
+      auto it = indexOf.find(op);
+      return it == indexOf.end() ? nullptr : &rules[it->second];
+    };
+    // Decided before the rewrite moves readers onto resharded values.
+    DenseSet<Value> readReduced;
+    for (Operation *op : ops)
+      for (Value v : op->getOperands())
+        if (isReducedAnyway(v, ruleOf))
+          readReduced.insert(v);
 
     for (auto [i, op] : llvm::enumerate(ops)) {
       const ShardingRule &rule = rules[i];
@@ -441,7 +454,13 @@ struct Partitioner {
         dead.push_back(c);
         continue;
       }
-      OpPlan plan = planOp(rule, operands, results, grid);
+      // A partial operand that another reader reduces anyway is read
+      // reduced (isReducedAnyway; the same plan tsr-sharding-propagate made).
+      SmallVector<TensorSharding> planned = operands;
+      for (auto [o, v] : llvm::enumerate(op->getOperands()))
+        if (!planned[o].partial.empty() && readReduced.contains(v))
+          planned[o].partial.clear();
+      OpPlan plan = planOp(rule, planned, results, grid);
       for (auto [o, v] : llvm::enumerate(op->getOperands())) {
         FailureOr<Value> nv = reshard(v, globalType[v], operands[o],
                                       plan.operands[o], op->getLoc());

@@ -162,10 +162,22 @@ struct ShardingPropagatePass
       for (Value r : op->getResults())
         state[r].complete(cast<RankedTensorType>(r.getType()));
     MLIRContext *ctx = func.getContext();
+    // Readers of a partial sum that another reader reduces anyway read it
+    // reduced (isReducedAnyway).
+    DenseMap<Operation *, size_t> indexOf;
+    for (auto [i, op] : llvm::enumerate(ops))
+      indexOf[op] = i;
+    auto ruleOf = [&](Operation *op) -> const ShardingRule * {
+      auto it = indexOf.find(op);
+      return it == indexOf.end() ? nullptr : &rules[it->second];
+    };
     for (auto [i, op] : llvm::enumerate(ops)) {
       SmallVector<TensorSharding> operands, results;
-      for (Value v : op->getOperands())
+      for (Value v : op->getOperands()) {
         operands.push_back(state[v]);
+        if (!operands.back().partial.empty() && isReducedAnyway(v, ruleOf))
+          operands.back().partial.clear();
+      }
       for (Value v : op->getResults())
         results.push_back(state[v]);
       OpPlan plan = planOp(rules[i], operands, results, grid);

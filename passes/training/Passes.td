@@ -371,4 +371,71 @@ def MixedPrecision : Pass<"tsr-mixed-precision", "::mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::tsr::TsrDialect"];
 }
 
+def ClipGrad : Pass<"tsr-clip-grad", "::mlir::ModuleOp"> {
+  let summary = "Gradient clipping by the global L2 norm (clip_grad_norm_).";
+  let description = [{
+    Clips the gradients of `@train_step`'s optimizer updates by their global
+    L2 norm, exactly `torch.nn.utils.clip_grad_norm_(params, C)` (norm type
+    2) and Megatron-LM's `--clip-grad C`:
+
+        norm = sqrt(Σ_k Σ_i g_k,i²)          over every update's gradient
+        coef = C / max(norm + 1e-6, C)       (= min(1, C / (norm + 1e-6)))
+        g_k ← g_k · coef                      before each update
+
+    One `tsr.sum_squares` per update (right after its gradient is made),
+    a chain of scalar `tsr.add`s, `tsr.sqrt`, and the coefficient; every
+    update (and what reads its results) moves after the coefficient. The
+    pre-clip norm becomes a new last result, an f32 scalar with
+    `tsr.role = "grad_norm"` and `tsr.name = "grad_norm"` (the runtime
+    reports it; tessera-run's metrics write it per step).
+
+    Why global: the pass runs before tsr-sharding-annotate, on global
+    values, with one term per parameter. The partitioner then reduces each
+    term by `tsr.sum_squares`'s sharding rule: a gradient split over grid
+    axes (tp column/row, vocab-parallel, ZeRO's dp shards, sp) gives a term
+    partial over exactly those axes, all-reduced as a scalar; a gradient
+    replicated over an axis (a LayerNorm weight under tp) gives a
+    replicated term, so each replicated parameter counts once (the bug
+    class of pytorch#170862 and torchtitan#596). tsr-pipeline-split sums
+    the per-stage terms with one scalar all-reduce over pp (the add chain
+    is a cross-chunk sum); tsr-zero-sharding computes a sharded gradient's
+    term on its dp shard and all-reduces it over dp.
+
+    Order: after tsr-mixed-precision, so the norm is taken on the f32
+    gradients each update reads (bf16: widened; fp16: unscaled by 1/S).
+    With fp16 dynamic loss scaling a step with an inf/NaN gradient has a
+    non-finite norm and is skipped as before (the clipped updates are
+    discarded by the skip's selects).
+
+    Before (SGD, one parameter):
+    ```mlir
+    %p1 = tsr.sgd_update %p, %g {lr = 1.0e-03 : f32, weight_decay = 0.0 : f32}
+        : tensor<64x64xf32>
+    return %loss, %p1 : tensor<f32>, tensor<64x64xf32>
+    ```
+    After (`max-norm=1.0`):
+    ```mlir
+    %t = tsr.sum_squares %g : tensor<64x64xf32> -> tensor<f32>
+    %n = tsr.sqrt %t : tensor<f32>
+    %d = tsr.max (tsr.add %n, 1e-6), 1.0
+    %c = tsr.div 1.0, %d : tensor<f32>
+    %cb = tsr.broadcast %c : tensor<f32> -> tensor<64x64xf32>
+    %gc = tsr.mul %g, %cb : tensor<64x64xf32>
+    %p1 = tsr.sgd_update %p, %gc {...} : tensor<64x64xf32>
+    return %loss, %p1, %n : tensor<f32>, tensor<64x64xf32>, tensor<f32>
+    ```
+
+    Errors (no crash): `max-norm` negative, NaN or infinite; no
+    `@train_step` with a body; a step that already has a "grad_norm"
+    result; no optimizer update; a gradient that is not f32. `max-norm=0`
+    (the default) leaves the module unchanged.
+  }];
+  let options = [
+    Option<"maxNorm", "max-norm", "double", /*default=*/"0.0",
+           "C: the largest global L2 norm of the gradients; larger ones are "
+           "scaled down to it. 0 (the default): no clipping">,
+  ];
+  let dependentDialects = ["::tessera::tsr::TsrDialect"];
+}
+
 #endif // TESSERA_PASSES_TRAINING_PASSES

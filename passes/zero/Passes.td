@@ -159,8 +159,19 @@ def ZeroSharding
         : tensor<32x32xf32> -> tensor<64x32xf32>
     ```
 
+    A whole-tensor reduction that reads the gradient besides the update
+    (an op whose sharding rule makes its rank-0 result partial over every
+    split of its operand, e.g. tsr-clip-grad's `tsr.sum_squares`) reads
+    the dp shard after the rewrite, and its scalar is all-reduced over dp;
+    a uniform operand of the gradient's elementwise ops (fp16's broadcast
+    1/S, the clip coefficient) is made again at the shard's shape. Ops the
+    rewrite moved are put back in dependence order (a stable topological
+    sort).
+
     Errors (naming the parameter): a dp gradient all-reduce or an optimizer
-    state argument with uses other than the update; an updated parameter,
+    state argument with uses other than the update and such reductions; a
+    reduction that reads the gradient before it is whole over the non-dp
+    axes; an updated parameter,
     or an optimizer state, that is not a function argument; a parameter
     whose gradient is not a dp all-reduce (the pass must run after
     `tsr-sharding-partition`), or that is already split over dp; a module

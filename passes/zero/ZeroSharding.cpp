@@ -9,9 +9,11 @@
 #include "passes/zero/Passes.h"
 
 #include "dialects/tsr/DiscardableAttrs.h"
+#include "dialects/tsr/ShardingRule.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsr/TsrOps.h"
 
+#include "mlir/Analysis/TopologicalSortUtils.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
@@ -44,6 +46,11 @@ struct ZeroParam {
   /// no dp all-reduce (gradReduce null) the gradient was computed whole on
   /// every dp rank (computedWhole).
   SmallVector<Operation *, 2> gather, elementwise;
+  /// Whole-tensor reductions that read a value of the chain besides it
+  /// (isScalarReduction: tsr-clip-grad's tsr.sum_squares of the gradient).
+  /// After the rewrite they read the dp shard, and their scalar result is
+  /// all-reduced over dp.
+  SmallVector<Operation *, 1> reductions;
   SmallVector<BlockArgument> optState; ///< AdamW's exp_avg, exp_avg_sq
   /// The ZeRO dimension (-1: the parameter stays replicated), the local
   /// sizes of its sub-factors (one entry for a plain dimension) and the
@@ -156,6 +163,51 @@ Value reshapeTo(OpBuilder &b, Location loc, Value v, RankedTensorType type) {
   return tsr::ReshapeOp::create(b, loc, type, v);
 }
 
+/// An op that reduces its single operand to a rank-0 result which its
+/// sharding rule makes partial over every axis the operand is split over
+/// (every operand factor is a reduction for the result), e.g.
+/// tsr.sum_squares: reading a dp shard instead of the whole value, its
+/// result is the dp-partial of the whole one.
+bool isScalarReduction(Operation *op) {
+  auto ruleOp = dyn_cast<tsr::ShardingRuleOpInterface>(op);
+  if (!ruleOp || op->getNumOperands() != 1 || op->getNumResults() != 1)
+    return false;
+  auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!result || result.getRank() != 0)
+    return false;
+  tsr::ShardingRule rule = ruleOp.getShardingRule();
+  if (rule.operands.size() != 1 || rule.results.size() != 1 ||
+      !rule.results[0].empty() || !rule.linearGroups.empty())
+    return false;
+  for (const auto &dim : rule.operands[0])
+    for (int64_t f : dim)
+      if (!rule.isReductionFor(f, 0))
+        return false;
+  return true;
+}
+
+/// True when `v` has exactly one use that is not a scalar reduction
+/// (isScalarReduction); appends those reductions to `reductions`.
+bool hasOneChainUse(Value v, SmallVectorImpl<Operation *> *reductions) {
+  int chainUses = 0;
+  SmallVector<Operation *, 1> found;
+  for (Operation *user : v.getUsers()) {
+    if (isScalarReduction(user))
+      found.push_back(user);
+    else
+      ++chainUses;
+  }
+  if (chainUses != 1)
+    return false;
+  if (reductions)
+    reductions->append(found.begin(), found.end());
+  return true;
+}
+bool hasOneChainUse(Operation *op, SmallVectorImpl<Operation *> *reductions) {
+  return op->getNumResults() == 1 &&
+         hasOneChainUse(op->getResult(0), reductions);
+}
+
 struct ZeroShardingPass
     : public zero::impl::ZeroShardingBase<ZeroShardingPass> {
   using Base::Base;
@@ -240,14 +292,41 @@ struct ZeroShardingPass
     if (p.gradReduce) {
       if (p.gradReduce.getReduction() != shard::ReductionKind::Sum)
         return fail("its gradient all-reduce is not a sum");
-      if (!p.gradReduce->hasOneUse())
-        return fail("its gradient all-reduce has uses other than the update");
+      if (!hasOneChainUse(p.gradReduce.getOperation(), &p.reductions))
+        return fail("its gradient all-reduce has uses other than the update "
+                    "and whole-tensor reductions (tsr.sum_squares)");
       Value whole = p.gather.empty() ? p.gradReduce.getResult()
                                      : p.gather.back()->getResult(0);
       if (cast<ShapedType>(whole.getType()).getShape() !=
           cast<ShapedType>(param.getType()).getShape())
         return fail("its dp-reduced gradient, made whole over the other grid "
                     "axes, does not have the parameter's local shape");
+    }
+    if (p.gradReduce) {
+      // Whole-tensor reductions of the gradient (tsr-clip-grad's norm
+      // terms) may read it where it is whole over the other axes: the dp
+      // all-reduce's result when nothing moves it, the end of the movement,
+      // or an elementwise op after it (each becomes the dp shard).
+      Value whole = p.gather.empty() ? p.gradReduce.getResult()
+                                     : p.gather.back()->getResult(0);
+      for (Operation *op : p.gather)
+        for (Operation *user : op->getResult(0).getUsers())
+          if (isScalarReduction(user) &&
+              !llvm::is_contained(p.reductions, user))
+            p.reductions.push_back(user);
+      for (Operation *op : p.elementwise)
+        for (Operation *user : op->getResult(0).getUsers())
+          if (isScalarReduction(user))
+            p.reductions.push_back(user);
+      for (Operation *r : p.reductions) {
+        Value in = r->getOperand(0);
+        Operation *def = in.getDefiningOp();
+        if (in != whole && !llvm::is_contained(p.elementwise, def))
+          return fail("a whole-tensor reduction (" +
+                      r->getName().getStringRef() +
+                      ") reads its gradient before the gradient is whole "
+                      "over the non-dp axes");
+      }
     }
     for (Value state : update.getOptimizerState()) {
       if (!hasRole(func, state, "opt_state"))
@@ -381,14 +460,14 @@ struct ZeroShardingPass
         moves = !overDp(ag.getGridAxes());
       if (auto ar = dyn_cast<shard::AllReduceOp>(d))
         moves = ar.getReduction() == shard::ReductionKind::Sum;
-      if (!moves || !d->hasOneUse())
+      if (!moves || !hasOneChainUse(d, nullptr))
         break;
       gather.push_back(d);
       u = chainOperand(d);
     }
     Operation *d = v.getDefiningOp();
     if (!d || !d->hasTrait<OpTrait::Elementwise>() || d->getNumResults() != 1 ||
-        !d->hasOneUse())
+        !hasOneChainUse(d, nullptr))
       return failure();
     auto shape = [](Value x) {
       return cast<ShapedType>(x.getType()).getShape();
@@ -557,6 +636,18 @@ struct ZeroShardingPass
         for (OpOperand &operand : op->getOpOperands()) {
           if (operand.get() == prev)
             continue;
+          if (isUniform(operand.get())) {
+            // A uniform operand (fp16's 1/S, tsr-clip-grad's coefficient,
+            // broadcast): its maker again, at the shard's shape.
+            Operation *maker = operand.get().getDefiningOp();
+            Operation *clone = b.clone(*maker);
+            auto type = cast<RankedTensorType>(clone->getResult(0).getType());
+            clone->getResult(0).setType(type.clone(local.getShape()));
+            operand.set(clone->getResult(0));
+            if (maker->use_empty())
+              maker->erase();
+            continue;
+          }
           auto type = cast<RankedTensorType>(operand.get().getType());
           Value v = reshapeTo(b, loc, operand.get(),
                               viewType(type, p, grid.dp, /*shard=*/false));
@@ -569,6 +660,16 @@ struct ZeroShardingPass
         retraceDpShards(op, type, p.dim, p.sub, grid);
         op->getResult(0).setType(type.clone(local.getShape()));
         prev = op->getResult(0);
+      }
+      // Whole-tensor reductions now read the dp shard: their results are
+      // dp-partial, summed by a scalar all-reduce over dp.
+      for (Operation *r : p.reductions) {
+        b.setInsertionPointAfter(r);
+        Value partial = r->getResult(0);
+        auto sum = shard::AllReduceOp::create(b, r->getLoc(), partial.getType(),
+                                              gridName, dpAxes, partial,
+                                              shard::ReductionKind::Sum);
+        partial.replaceAllUsesExcept(sum.getResult(), sum);
       }
     }
 
@@ -662,6 +763,12 @@ struct ZeroShardingPass
         r.setType(local);
       resultAttr(p.update.getUpdatedParam(), sharded);
     }
+    // Values the rewrite made later than their readers (an elementwise op
+    // moved after its reduce-scatter, read by a reduction; ZeRO-1's
+    // reduce-scatters in front of the first update) are read after them.
+    if (!sortTopologically(&body))
+      return func.emitError("tsr-zero-sharding: the rewritten step has a "
+                            "cycle");
     if (!replicated.empty())
       func->setAttr(tsr::kZeroReplicatedAttrName,
                     ArrayAttr::get(func.getContext(), replicated));

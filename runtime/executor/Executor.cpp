@@ -208,12 +208,16 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
       ex->labelsArg = a.index;
       break;
     case Role::Loss:
+    case Role::GradNorm:
       break;
     }
   }
-  for (const ResultSpec &r : m.results)
+  for (const ResultSpec &r : m.results) {
     if (r.role == Role::Loss)
       ex->lossResult = r.index;
+    if (r.role == Role::GradNorm)
+      ex->gradNormResult = r.index;
+  }
   return ex;
 }
 
@@ -327,6 +331,12 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
   llvm::Expected<Tensor> loss = backend->download((*results)[lossResult]);
   if (!loss)
     return stepError(loss.takeError());
+  if (gradNormResult >= 0) {
+    llvm::Expected<Tensor> norm = backend->download((*results)[gradNormResult]);
+    if (!norm)
+      return stepError(norm.takeError());
+    gradNorm = static_cast<double>(norm->data<float>()[0]);
+  }
   record(TraceEvent::Kind::Step, -1, -1, start);
   ++steps;
   return static_cast<double>(loss->data<float>()[0]);
@@ -430,15 +440,16 @@ llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
     for (const ResultSpec &r : m.results) {
       const Tensor &value = (*results)[r.index];
       Tensor *target = r.argument >= 0 ? &state[r.argument] : nullptr;
-      if (r.index == lossResult) {
-        if (lossBuffer.isNull()) {
+      if (r.index == lossResult || r.index == gradNormResult) {
+        Tensor &buffer = r.index == lossResult ? lossBuffer : gradNormBuffer;
+        if (buffer.isNull()) {
           llvm::Expected<Tensor> b =
               backend->allocate(value.dtype(), value.shape());
           if (!b)
             return b.takeError();
-          lossBuffer = std::move(*b);
+          buffer = std::move(*b);
         }
-        target = &lossBuffer;
+        target = &buffer;
       }
       if (!target || target->raw() == value.raw())
         continue;
@@ -481,6 +492,12 @@ llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
   llvm::Expected<Tensor> loss = backend->download(lossBuffer);
   if (!loss)
     return stepError(loss.takeError());
+  if (gradNormResult >= 0) {
+    llvm::Expected<Tensor> norm = backend->download(gradNormBuffer);
+    if (!norm)
+      return stepError(norm.takeError());
+    gradNorm = static_cast<double>(norm->data<float>()[0]);
+  }
   record(TraceEvent::Kind::Step, -1, -1, start);
   ++steps;
   return static_cast<double>(loss->data<float>()[0]);

@@ -56,6 +56,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -183,6 +184,10 @@ public:
   /// Sets the step counter, e.g. to a loaded checkpoint's step, so that
   /// trace events and traced tensors carry global step numbers.
   void setStepsRun(int64_t n) { steps = n; }
+  /// The last completed step's "grad_norm" result (tsr-clip-grad: the
+  /// global L2 norm of the gradients before clipping, the same on every
+  /// rank), or std::nullopt when the plan has none or no step ran.
+  std::optional<double> lastGradNorm() const { return gradNorm; }
   /// This rank's pipeline stage (its pp coordinate); 0 for other plans.
   int64_t stage() const { return myStage; }
 
@@ -239,7 +244,7 @@ private:
   Backend *backend = nullptr;
   /// --cuda-graph: capture requested / done; the batch and loss buffers.
   bool captureSteps = false, captured = false, warmedUp = false;
-  Tensor tokensBuffer, labelsBuffer, lossBuffer;
+  Tensor tokensBuffer, labelsBuffer, lossBuffer, gradNormBuffer;
   ExecContext ctx;
   /// The evaluation function's context: its own communicators, the same
   /// arena, no traffic counter or stats.
@@ -247,7 +252,8 @@ private:
   mpi::TrafficCounter counter;
   ExecContext::KernelStats stats;
   std::vector<Tensor> state; ///< one per argument (tokens/labels: null)
-  int64_t tokensArg = -1, labelsArg = -1, lossResult = -1;
+  int64_t tokensArg = -1, labelsArg = -1, lossResult = -1, gradNormResult = -1;
+  std::optional<double> gradNorm;
   int64_t steps = 0;
   /// The arena of a program with a static memory plan (allocated once).
   Arena arena;

@@ -441,6 +441,15 @@ llvm::Error decodeReduce(KernelDesc &d, Types ins, Types outs,
   return llvm::Error::success();
 }
 
+/// sum_squares: one f32 operand of any shape -> f32 scalar.
+llvm::Error decodeSumSquares(KernelDesc &, Types ins, Types outs,
+                             AttrReader &attrs, const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 1, 1));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  RETURN_IF_ERROR(attrs.takeError());
+  return expectResult(outs, 0, TensorType{DType::F32, {}});
+}
+
 llvm::Error decodeMatmul(KernelDesc &d, Types ins, Types outs,
                          AttrReader &attrs, const CompileOptions &) {
   RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));

@@ -312,6 +312,12 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
         if (!host)
           return stepError(name, host.takeError());
         loss = host->data<float>()[0];
+      } else if (r.role == Role::GradNorm) {
+        // Replicated: every chunk's apply returns the same value.
+        llvm::Expected<Tensor> host = backend->download((*results)[i]);
+        if (!host)
+          return stepError(name, host.takeError());
+        gradNorm = static_cast<double>(host->data<float>()[0]);
       } else
         next[r.argument] = (*results)[i];
     }

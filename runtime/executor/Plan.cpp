@@ -43,13 +43,15 @@ const char *exec::roleName(Role role) {
     return "labels";
   case Role::Loss:
     return "loss";
+  case Role::GradNorm:
+    return "grad_norm";
   }
   return "?";
 }
 
 static std::optional<Role> parseRole(llvm::StringRef s) {
   for (Role r : {Role::Param, Role::Frozen, Role::OptState, Role::Hyper,
-                 Role::Tokens, Role::Labels, Role::Loss})
+                 Role::Tokens, Role::Labels, Role::Loss, Role::GradNorm})
     if (s == roleName(r))
       return r;
   return std::nullopt;
@@ -286,7 +288,7 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
       return err("argument '" + spec.name + "': " + msg);
     };
     std::optional<Role> role = parseRole(a->getString("role").value_or(""));
-    if (!role || *role == Role::Loss)
+    if (!role || *role == Role::Loss || *role == Role::GradNorm)
       return what("unknown \"role\" (expected param, frozen, opt_state, "
                   "hyper, tokens or labels)");
     spec.role = *role;
@@ -370,7 +372,7 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
 
   m.results.resize(results->size());
   std::vector<bool> seenResult(results->size(), false);
-  int losses = 0;
+  int losses = 0, gradNorms = 0;
   for (const json::Value &v : *results) {
     const json::Object *r = v.getAsObject();
     std::optional<int64_t> index = r ? r->getInteger("index") : std::nullopt;
@@ -384,13 +386,18 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     spec.name = r->getString("name").value_or("").str();
     std::optional<Role> role = parseRole(r->getString("role").value_or(""));
     if (!role || (*role != Role::Loss && *role != Role::Param &&
-                  *role != Role::OptState))
-      return err(llvm::formatv("result {0}: \"role\" must be loss, param or "
-                               "opt_state",
+                  *role != Role::OptState && *role != Role::GradNorm))
+      return err(llvm::formatv("result {0}: \"role\" must be loss, param, "
+                               "opt_state or grad_norm",
                                *index));
     spec.role = *role;
     if (spec.role == Role::Loss) {
       ++losses;
+      continue;
+    }
+    if (spec.role == Role::GradNorm) {
+      if (++gradNorms > 1)
+        return err("more than one \"grad_norm\" result");
       continue;
     }
     spec.argument = m.findArgument(spec.name, spec.role);
@@ -779,10 +786,10 @@ llvm::Error PipelineCompiler::checkBindings(Pipeline &p) {
                     llvm::Twine(b.index) + " but the manifest has " +
                     llvm::Twine(numResults) + " results");
       const ResultSpec &r = m.results[b.index];
-      if (r.role == Role::Loss) {
+      if (r.role == Role::Loss || r.role == Role::GradNorm) {
         if (t.dtype != DType::F32 || shapeNumel(t.shape) != 1)
-          return fail(fnName(f) + ": " + what + " is the loss but is " +
-                      t.str() + ", expected an f32 scalar");
+          return fail(fnName(f) + ": " + what + " is the " + roleName(r.role) +
+                      " but is " + t.str() + ", expected an f32 scalar");
       } else {
         const ArgumentSpec &a = m.arguments[r.argument];
         TensorType expected{a.dtype, a.localShape};
@@ -812,6 +819,15 @@ llvm::Error PipelineCompiler::checkBindings(Pipeline &p) {
                                   "is produced on stages {3}",
                                   source, r.index, stages - 1,
                                   stageList(producers)));
+      continue;
+    }
+    if (r.role == Role::GradNorm) {
+      // Replicated over pp: every stage computes the same norm.
+      if (producers.size() != static_cast<size_t>(stages))
+        return fail(llvm::formatv("{0}: the grad_norm (result {1}) must be "
+                                  "produced on every stage, but is produced "
+                                  "on stages {2}",
+                                  source, r.index, stageList(producers)));
       continue;
     }
     std::set<int64_t> holders;
@@ -1005,11 +1021,11 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
     if (plan->pipe)
       break;
     const TensorType &t = p.resultTypes()[r.index];
-    if (r.role == Role::Loss) {
+    if (r.role == Role::Loss || r.role == Role::GradNorm) {
       if (t.dtype != DType::F32 || shapeNumel(t.shape) != 1)
-        return fail(llvm::formatv("{0}: the loss result is {1}, expected an "
+        return fail(llvm::formatv("{0}: the {1} result is {2}, expected an "
                                   "f32 scalar",
-                                  source, t.str()));
+                                  source, roleName(r.role), t.str()));
     } else if (t != p.argTypes()[r.argument]) {
       return fail(llvm::formatv("{0}: result {1} ('{2}') is {3} but its "
                                 "argument is {4}",

@@ -97,7 +97,18 @@ namespace runtime {
 namespace exec {
 
 /// Roles of program arguments and results.
-enum class Role { Param, Frozen, OptState, Hyper, Tokens, Labels, Loss };
+/// GradNorm: the result "grad_norm" (tsr-clip-grad), the step's global L2
+/// norm of the gradients before clipping, an f32 scalar equal on every rank.
+enum class Role {
+  Param,
+  Frozen,
+  OptState,
+  Hyper,
+  Tokens,
+  Labels,
+  Loss,
+  GradNorm
+};
 /// "param", "frozen", ...
 const char *roleName(Role role);
 

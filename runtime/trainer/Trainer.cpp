@@ -1002,6 +1002,10 @@ void Trainer::writeStepMetrics(int64_t s, double loss, double seconds,
               "_per_rank",
           std::move(perRank));
     }
+  // --clip-grad plans: the global gradient norm before clipping (the same
+  // on every rank).
+  if (std::optional<double> norm = executor->lastGradNorm())
+    rec.extra.emplace_back("grad_norm", *norm);
   if (after.scale && before.skippedSteps && after.skippedSteps) {
     rec.extra.emplace_back("loss_scale", *after.scale);
     rec.extra.emplace_back("skipped",

@@ -17,7 +17,7 @@ using namespace tessera::conformance;
 namespace {
 
 TESSERA_CONFORMANCE_FAMILY(ReductionTest, "reductions", "reduce_sum",
-                           "reduce_mean", "reduce_max");
+                           "reduce_mean", "reduce_max", "sum_squares");
 
 enum class Kind { Sum, Mean, Max };
 
@@ -159,6 +159,33 @@ TEST_P(ReductionTest, LoadErrors) {
                       {TensorType{DType::I64, {3}}},
                       {TensorType{DType::I64, {}}}),
             "operand has unsupported type tensor<3xi64>");
+}
+
+// sum_squares (tsr-clip-grad's norm terms): every element's square summed
+// into one f32 scalar, vs an f64 reference; rank 0, a single element and a
+// shape longer than one thread block's stride.
+TEST_P(ReductionTest, SumSquares) {
+  uint32_t seed = 40;
+  for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{
+           {}, {1}, {5}, {3, 4, 5}, {67, 129}, {2, 3000}}) {
+    Tensor x = randomF32(shape, seed++, -2.0f, 2.0f);
+    SCOPED_TRACE((TensorType{DType::F32, shape}.str()));
+    double want = 0;
+    for (double v : values(x))
+      want += v * v;
+    std::vector<Tensor> r = run("sum_squares", "", {x}, {{DType::F32, {}}});
+    ASSERT_EQ(r.size(), 1u);
+    expectNear(r[0], {}, {want}, 1e-6, 0);
+  }
+}
+
+TEST_P(ReductionTest, SumSquaresLoadErrors) {
+  TensorType x{DType::F32, {3, 4}};
+  EXPECT_EQ(loadError("sum_squares", "", {x}, {TensorType{DType::F32, {3}}}),
+            "result #0 has type tensor<3xf32>, expected tensor<f32>");
+  EXPECT_NE(loadError("sum_squares", "", {TensorType{DType::I64, {3}}},
+                      {TensorType{DType::F32, {}}}),
+            "");
 }
 
 } // namespace

@@ -229,6 +229,18 @@ static cl::opt<double> minLossScale(
     cl::desc("fp16 dynamic loss scaling: the scale never halves below this "
              "power of two > 0 (at most --initial-loss-scale)"),
     cl::init(1), cl::cat(category));
+static cl::opt<double> clipGrad(
+    "clip-grad",
+    cl::desc("Gradient clipping by the global L2 norm C (Megatron-LM's flag; "
+             "torch.nn.utils.clip_grad_norm_): every gradient is scaled by "
+             "min(1, C / (norm + 1e-6)), norm = sqrt of the sum of every "
+             "gradient element's square over all parameters, each "
+             "replicated parameter counted once, under any dp/tp/pp/sp/ZeRO "
+             "plan (fp16: on the unscaled gradients). The norm before "
+             "clipping is the step's \"grad_norm\" result (tessera-run's "
+             "metrics). 0 (the default): off; not with --schedule "
+             "interleaved yet"),
+    cl::init(0), cl::cat(category));
 static cl::opt<int64_t> zero(
     "zero",
     cl::desc("ZeRO stage over the dp axis (Rajbhandari et al. 2020): 0 off, "
@@ -508,6 +520,7 @@ static ExitCode planFromFlags(planner::Plan &plan) {
   plan.lossScaleWindow = lossScaleWindow;
   plan.minLossScale = minLossScale;
   plan.zero = zero;
+  plan.clipGrad = clipGrad;
   if (vocabParallel != "on" && vocabParallel != "off")
     return fail("--vocab-parallel must be on or off, got '" + vocabParallel +
                 "'");

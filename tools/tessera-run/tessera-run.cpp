@@ -270,9 +270,11 @@ static cl::opt<std::string> metricsPath(
              "step), and for fp16 plans with dynamic loss scaling "
              "\"loss_scale\" (after the step: the scale the next step uses) "
              "and \"skipped\" (1 when a non-finite gradient skipped the "
-             "step's update, else 0), and \"lr\" (the learning rate the "
+             "step's update, else 0), \"lr\" (the learning rate the "
              "step used, from the LR schedule; plans with the \"hyper\" "
-             "argument lr)}"),
+             "argument lr) and, for plans compiled with --clip-grad, "
+             "\"grad_norm\" (the global L2 norm of the gradients before "
+             "clipping)}"),
     cl::value_desc("metrics.jsonl"), cl::cat(category));
 
 static cl::opt<std::string> memoryPerDevice(

@@ -159,6 +159,11 @@ llvm::Error bindReduce(const KernelDesc &d, Instruction &inst) {
                     });
 }
 
+llvm::Error bindSumSquares(const KernelDesc &, Instruction &inst) {
+  return bindNoFail(inst,
+                    [](In in, Out out) { cpu::sumSquares(*in[0], out[0]); });
+}
+
 llvm::Error bindMatmul(const KernelDesc &d, Instruction &inst) {
   const MatmulAttrs &a = d.get<MatmulAttrs>();
   return bindNoFail(inst,
@@ -503,6 +508,7 @@ const BindTable &binders() {
     set({K::Select}, &bindSelect);
     set({K::Convert}, &bindConvert);
     set({K::ReduceSum, K::ReduceMean, K::ReduceMax}, &bindReduce);
+    set({K::SumSquares}, &bindSumSquares);
     set({K::Matmul}, &bindMatmul);
     set({K::Reshape}, &bindReshape);
     set({K::Transpose}, &bindTranspose);

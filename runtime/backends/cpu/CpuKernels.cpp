@@ -637,6 +637,14 @@ void cpu::reduceMax(const Tensor &in, ArrayRef<int64_t> axes, bool keepDim,
   reduceImpl(in, axes, out, RedKind::Max);
 }
 
+void cpu::sumSquares(const Tensor &in, Tensor &out) {
+  const float *x = in.data<float>();
+  double acc = 0;
+  for (int64_t i = 0, n = in.numel(); i < n; ++i)
+    acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  out.data<float>()[0] = static_cast<float>(acc);
+}
+
 //===----------------------------------------------------------------------===//
 // Matmul
 //===----------------------------------------------------------------------===//

@@ -127,6 +127,9 @@ void reduceMean(const Tensor &in, llvm::ArrayRef<int64_t> axes, bool keepDim,
 /// Max over an empty set is -inf.
 void reduceMax(const Tensor &in, llvm::ArrayRef<int64_t> axes, bool keepDim,
                Tensor &out);
+/// out (f32 scalar) = Σ in_i² over every element of `in` (f32), accumulated
+/// in f64 in element order and rounded once.
+void sumSquares(const Tensor &in, Tensor &out);
 
 //===----------------------------------------------------------------------===//
 // Matmul

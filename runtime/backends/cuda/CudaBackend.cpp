@@ -280,6 +280,7 @@ private:
   llvm::Error bindSelect(const KernelDesc &k, Instruction &inst);
   llvm::Error bindConvert(const KernelDesc &k, Instruction &inst);
   llvm::Error bindReduce(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindSumSquares(const KernelDesc &k, Instruction &inst);
   llvm::Error bindMatmul(const KernelDesc &k, Instruction &inst);
   llvm::Error bindReshape(const KernelDesc &k, Instruction &inst);
   llvm::Error bindTranspose(const KernelDesc &k, Instruction &inst);
@@ -1296,6 +1297,7 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::Select}, &CudaBackend::bindSelect);
     set({K::Convert}, &CudaBackend::bindConvert);
     set({K::ReduceSum, K::ReduceMean, K::ReduceMax}, &CudaBackend::bindReduce);
+    set({K::SumSquares}, &CudaBackend::bindSumSquares);
     set({K::Matmul}, &CudaBackend::bindMatmul);
     set({K::Reshape}, &CudaBackend::bindReshape);
     set({K::Transpose}, &CudaBackend::bindTranspose);
@@ -1586,6 +1588,13 @@ llvm::Error CudaBackend::bindSelect(const KernelDesc &k, Instruction &inst) {
 llvm::Error CudaBackend::bindConvert(const KernelDesc &k, Instruction &inst) {
   return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
     return cuda::convert(*in[0], out[0], s);
+  });
+}
+
+llvm::Error CudaBackend::bindSumSquares(const KernelDesc &k,
+                                        Instruction &inst) {
+  return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
+    return cuda::sumSquares(*in[0], out[0], s);
   });
 }
 

@@ -1243,6 +1243,35 @@ cudaError_t reduceMax(const Tensor &in, const std::vector<int64_t> &axes,
                                   stream);
 }
 
+constexpr int kSumSquaresThreads = 1024;
+
+__global__ void sumSquaresKernel(const float *x, int64_t n, float *out) {
+  __shared__ double part[kSumSquaresThreads];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kSumSquaresThreads) {
+    double v = x[i];
+    acc += v * v;
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int stride = kSumSquaresThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride)
+      part[threadIdx.x] += part[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    *out = static_cast<float>(part[0]);
+}
+
+cudaError_t sumSquares(const Tensor &in, Tensor &out, cudaStream_t stream) {
+  if (in.dtype() != DType::F32 || out.dtype() != DType::F32 || out.numel() != 1)
+    return cudaErrorInvalidValue;
+  sumSquaresKernel<<<1, kSumSquaresThreads, 0, stream>>>(
+      static_cast<const float *>(in.raw()), in.numel(),
+      static_cast<float *>(out.raw()));
+  return cudaGetLastError();
+}
+
 } // namespace cuda
 } // namespace runtime
 } // namespace tessera

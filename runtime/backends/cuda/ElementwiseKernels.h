@@ -306,6 +306,11 @@ cudaError_t reduceMax(const Tensor &in, const std::vector<int64_t> &axes,
                       bool keepDim, Tensor &out, void *scratch,
                       int64_t scratchBytes, cudaStream_t stream);
 
+/// out (f32 scalar) = Σ in_i² over every element of `in` (f32): one block
+/// accumulates in f64 with a fixed thread order (deterministic), rounding
+/// once. cudaErrorInvalidValue for other dtypes or shapes.
+cudaError_t sumSquares(const Tensor &in, Tensor &out, cudaStream_t stream);
+
 //===----------------------------------------------------------------------===//
 // Index math shared by the host and the kernels (tested on the host), in
 // namespace `elem` to keep short names away from the other kernel files.

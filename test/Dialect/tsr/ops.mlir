@@ -64,3 +64,10 @@ func.func @attention_gqa(%q: tensor<2x8x16x8xf32>, %k: tensor<2x2x16x8xf32>, %v:
   %dq, %dk, %dv = tsr.attention_grad %q, %k, %v, %o, %l, %o {causal = true, scale = 0.125 : f32} : tensor<2x8x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x6xf32>, tensor<2x8x16x6xf32>, tensor<2x8x16xf32>
   return %dk : tensor<2x2x16x8xf32>
 }
+
+// CHECK-LABEL: func.func @sum_squares
+// CHECK: tsr.sum_squares %{{.*}} : tensor<8x16xf32> -> tensor<f32>
+func.func @sum_squares(%g: tensor<8x16xf32>) -> tensor<f32> {
+  %0 = tsr.sum_squares %g : tensor<8x16xf32> -> tensor<f32>
+  return %0 : tensor<f32>
+}

@@ -61,7 +61,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 // fp16 (tsr-mixed-precision with a loss scale S): the f16 gradient is
 // reduced, converted to f32 and multiplied by 1/S. The f16 gradient is
 // reduce-scattered; the convert and the unscale run on the shard, the
-// broadcast 1/S cut to it by a local all_slice.
+// uniform 1/S broadcast again at the shard's shape (no all_slice).
 module attributes {tsr.grid_axes = ["dp", "tp"]} {
   shard.grid @grid(shape = 2x1)
   func.func @fp16(%w: tensor<8x4xf32> {tsr.name = "w", tsr.role = "param"},
@@ -80,10 +80,9 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 
 // Z1-LABEL: func.func @fp16
 // Z1: tsr.mul
-// Z1: %[[B:.*]] = tsr.broadcast
-// Z1-NEXT: %[[RS:.*]] = shard.reduce_scatter %arg1 on @grid grid_axes = [0] scatter_axis = 0 : tensor<8x4xf16> -> tensor<4x4xf16>
+// Z1: %[[RS:.*]] = shard.reduce_scatter %arg1 on @grid grid_axes = [0] scatter_axis = 0 : tensor<8x4xf16> -> tensor<4x4xf16>
 // Z1-NEXT: %[[C:.*]] = tsr.convert %[[RS]] : tensor<4x4xf16> -> tensor<4x4xf32>
-// Z1-NEXT: %[[BS:.*]] = shard.all_slice %[[B]] on @grid grid_axes = [0] slice_axis = 0 : tensor<8x4xf32> -> tensor<4x4xf32>
+// Z1-NEXT: %[[BS:.*]] = tsr.broadcast %{{.*}} : tensor<f32> -> tensor<4x4xf32>
 // Z1-NEXT: %[[U:.*]] = tsr.mul %[[C]], %[[BS]] : tensor<4x4xf32>
 // Z1-NEXT: %[[P:.*]] = shard.all_slice %arg0
 // Z1-NEXT: tsr.sgd_update %[[P]], %[[U]], {{.*}} : tensor<4x4xf32>
