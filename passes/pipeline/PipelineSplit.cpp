@@ -652,7 +652,7 @@ struct Splitter {
   /// Chunk `c`'s partial of the cross-chunk sum `op`: `op` on chunk c's
   /// terms and the partials of the sums it reads, zeros for the terms of
   /// other chunks.
-  DenseMap<Value, Value> partials;
+  DenseMap<Value, Value> partials = DenseMap<Value, Value>();
   void buildPartial(Fn &fn, Operation &op, int64_t c) {
     IRMapping map;
     for (Value v : op.getOperands()) {
