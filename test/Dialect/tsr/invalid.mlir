@@ -436,6 +436,10 @@ func.func @sigmoid_int(%x: tensor<4xi64>) {
 func.func @dropout_int(%x: tensor<4xi64>, %s: tensor<f32>) {
   // expected-error @+1 {{input must be a float tensor, got 'tensor<4xi64>'}}
   %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64} : tensor<4xi64>, tensor<f32>
+  return
+}
+
+// -----
 
 func.func @sum_squares_bf16(%x: tensor<4x8xbf16>) {
   // expected-error @+1 {{input must be an f32 tensor, got 'tensor<4x8xbf16>'}}
@@ -504,6 +508,10 @@ func.func @dropout_layout_axis(%x: tensor<4x8xf32>, %s: tensor<f32>) {
 func.func @dropout_layout_extra(%x: tensor<4x8xf32>, %s: tensor<f32>) {
   // expected-error @+1 {{layout has 1 entries past the last dimension}}
   %0 = tsr.dropout %x, %s {ratio = 1.0e-01 : f32, seed = 1234 : i64, op_id = 0 : i64, layout = array<i64: 1, 4, 0, 1, 8, 0, 3>} : tensor<4x8xf32>, tensor<f32>
+  return
+}
+
+// -----
 
 func.func @sum_squares_not_scalar(%x: tensor<4x8xf32>) {
   // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
