@@ -444,22 +444,6 @@ static json::Array rangesToJson(const ShardRanges &ranges) {
   return dims;
 }
 
-static const char *safetensorsDType(DType d) {
-  switch (d) {
-  case DType::F32:
-    return "F32";
-  case DType::I64:
-    return "I64";
-  case DType::I1:
-    return "BOOL";
-  case DType::BF16:
-    return "BF16";
-  case DType::F16:
-    return "F16";
-  }
-  return "?";
-}
-
 static std::optional<DType> parseDType(llvm::StringRef s) {
   if (s == "F32")
     return DType::F32;
@@ -493,7 +477,7 @@ json::Object ckpt::buildIndex(const ShardPlan &plan,
                                     {"ranges", rangesToJson(s.ranges)}});
     tensors[t.name] =
         json::Object{{"role", t.role},
-                     {"dtype", safetensorsDType(t.dtype)},
+                     {"dtype", safetensorsDTypeName(t.dtype)},
                      {"shape", json::Array(t.layout.globalShape())},
                      {"order", static_cast<int64_t>(ti)},
                      {"shards", std::move(shards)}};
@@ -517,7 +501,7 @@ static llvm::Error checkShardEntry(const SafeTensorsHeader &h,
         "checkpoint file '{0}': tensor '{1}' is stored as {2} {3}, the "
         "index says {4} {5}",
         h.source, tensor, e->dtypeName, shapeToString(e->shape),
-        safetensorsDType(dtype), shapeToString(want)));
+        safetensorsDTypeName(dtype), shapeToString(want)));
   return llvm::Error::success();
 }
 
@@ -966,7 +950,7 @@ llvm::Error CheckpointReader::checkTensor(llvm::StringRef name, DType dtype,
   if (info->dtype != dtype)
     return makeError("checkpoint '" + dir + "': tensor '" + name +
                      "' has dtype " + info->dtypeName + ", the model needs " +
-                     safetensorsDType(dtype));
+                     safetensorsDTypeName(dtype));
   return llvm::Error::success();
 }
 

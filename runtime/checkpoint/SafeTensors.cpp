@@ -23,7 +23,9 @@ llvm::Error stError(llvm::StringRef file, const std::string &msg) {
                                  msg.c_str());
 }
 
-const char *stDType(DType d) {
+} // namespace
+
+const char *tessera::runtime::safetensorsDTypeName(DType d) {
   switch (d) {
   case DType::F32:
     return "F32";
@@ -38,8 +40,6 @@ const char *stDType(DType d) {
   }
   return "?";
 }
-
-} // namespace
 
 const Tensor *SafeTensorsFile::find(llvm::StringRef name) const {
   for (size_t i = 0; i < names.size(); ++i)
@@ -77,7 +77,7 @@ llvm::Error tessera::runtime::writeSafeTensors(
       const Tensor &t = *nt.second;
       j.attributeObject(nt.first, [&] {
         bool raw = t.dtype() == DType::I1 && rawBytes.count(nt.first);
-        j.attribute("dtype", raw ? "U8" : stDType(t.dtype()));
+        j.attribute("dtype", raw ? "U8" : safetensorsDTypeName(t.dtype()));
         j.attributeArray("shape", [&] {
           for (int64_t d : t.shape())
             j.value(d);

@@ -45,6 +45,10 @@ struct SafeTensorsFile {
   const Tensor *find(llvm::StringRef name) const;
 };
 
+/// The header's "dtype" string of a runtime dtype: "F32", "I64", "BOOL"
+/// (I1), "BF16", "F16".
+const char *safetensorsDTypeName(DType d);
+
 using NamedTensor = std::pair<std::string, const Tensor *>;
 
 /// Names of I1 tensors to store as raw "U8" bytes (not normalised to 0/1

@@ -584,8 +584,8 @@ std::string Trainer::openJob(bool timeoutOk) {
       return llvm::toString(opened.takeError());
     into = std::move(*opened);
     if (plan->manifest().vocabSize > 0)
-      if (llvm::Error err = into->checkVocabulary(
-              plan->manifest().vocabSize, world->rank(), world->size()))
+      if (llvm::Error err = into->checkVocabulary(plan->manifest().vocabSize,
+                                                  world->rank(), world->size()))
         return llvm::toString(std::move(err));
     return "";
   };
