@@ -2,6 +2,7 @@
 
 #include "compiler/pipeline/Pipeline.h"
 
+#include "passes/fusion/Passes.h"
 #include "passes/lowering/Passes.h"
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
@@ -29,6 +30,7 @@ void pipeline::registerAllTesseraPasses() {
   training::registerTrainingPasses();
   sharding::registerShardingPasses();
   zero::registerZeroPasses();
+  fusion::registerFusionPasses();
   pipeline::registerPipelinePasses();
   lowering::registerLoweringPasses();
 }
@@ -134,6 +136,25 @@ pipeline::partitionStages(const planner::Plan &plan) {
     stages.push_back({"pipeline-split", [split](OpPassManager &pm) {
                         pm.addPass(pipeline::createPipelineSplit(split));
                       }});
+  }
+  // Fusions run on the partitioned step (local shapes, collectives placed),
+  // so the IR-level step model prices the fused kernels.
+  if (plan.fusion != "none") {
+    bool linear = plan.fuses("linear"), norm = plan.fuses("norm"),
+         elementwise = plan.fuses("elementwise"),
+         optimizer = plan.fuses("optimizer");
+    stages.push_back(
+        {"fusion", [=](OpPassManager &pm) {
+           OpPassManager &fn = pm.nest<func::FuncOp>();
+           if (linear)
+             fn.addPass(fusion::createFuseLinear());
+           if (norm)
+             fn.addPass(fusion::createFuseNorm());
+           if (elementwise)
+             fn.addPass(fusion::createFuseElementwise());
+           if (optimizer)
+             fn.addPass(fusion::createFuseOptimizer());
+         }});
   }
   return stages;
 }

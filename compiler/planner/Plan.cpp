@@ -16,6 +16,15 @@ static std::string shortDouble(double v) {
   return buf;
 }
 
+bool Plan::fuses(llvm::StringRef kind) const {
+  if (fusion == "all" || fusion == "none")
+    return fusion == "all";
+  llvm::SmallVector<llvm::StringRef> kinds;
+  llvm::StringRef(fusion).split(kinds, ',');
+  return llvm::any_of(kinds,
+                      [&](llvm::StringRef k) { return k.trim() == kind; });
+}
+
 llvm::Error Plan::validate() const {
   auto fail = [](const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
@@ -39,6 +48,15 @@ llvm::Error Plan::validate() const {
   if (recompute != "none" && recompute != "selective" && recompute != "full")
     return fail("--recompute must be none, selective or full, got '" +
                 recompute + "'");
+  if (fusion != "all" && fusion != "none") {
+    llvm::SmallVector<llvm::StringRef> kinds;
+    llvm::StringRef(fusion).split(kinds, ',');
+    for (llvm::StringRef kind : kinds)
+      if (!llvm::is_contained(kFusionKinds, kind.trim()))
+        return fail("--fusion must be all, none or a comma-separated list of "
+                    "linear, norm, elementwise, optimizer; got '" +
+                    fusion + "'");
+  }
   if (precision != "fp32" && precision != "bf16" && precision != "fp16")
     return fail("--precision must be fp32, bf16 or fp16, got '" + precision +
                 "'");
@@ -179,6 +197,8 @@ llvm::json::Object Plan::toJSON() const {
     out["zero"] = llvm::json::Object{{"stage", zero}};
   if (clipGrad > 0)
     out["clip_grad"] = clipGrad;
+  if (fusion != "all")
+    out["fusion"] = fusion;
   if (pipelined()) {
     llvm::json::Object pipeline{
         {"pp_axis", static_cast<int64_t>(*g.axisIndex("pp"))},
@@ -296,6 +316,8 @@ llvm::Expected<Plan> Plan::fromJSON(const llvm::json::Object &json) {
     plan.optimizer.weightDecayExclude = *b;
   }
   if (llvm::Error err = getString(json, "recompute", plan.recompute))
+    return std::move(err);
+  if (llvm::Error err = getString(json, "fusion", plan.fusion))
     return std::move(err);
   if (llvm::Error err = getString(json, "precision", plan.precision))
     return std::move(err);

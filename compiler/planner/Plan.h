@@ -60,6 +60,19 @@ struct Plan {
   /// Activation recomputation per layer (tsr-recompute): "none",
   /// "selective" (attention core, Korthikanti et al. 2022) or "full".
   std::string recompute = "none";
+  /// Compiler fusions (passes/fusion, run on the partitioned step before
+  /// lowering): "all" (the default), "none", or a comma-separated list of
+  /// kinds from kFusionKinds: "linear" (bias + activation into the GEMM's
+  /// epilogue, transposes into GEMM flags), "norm" (residual add +
+  /// LayerNorm/RMSNorm), "elementwise" (chains of elementwise ops as one
+  /// kernel), "optimizer" (every parameter's SGD/AdamW update as one
+  /// multi-tensor kernel). Fusions never change results beyond fp32
+  /// reassociation; `--fusion none` gives the unfused step to compare.
+  std::string fusion = "all";
+  static constexpr const char *kFusionKinds[] = {"linear", "norm",
+                                                 "elementwise", "optimizer"};
+  /// True if fusion kind `kind` (one of kFusionKinds) is on.
+  bool fuses(llvm::StringRef kind) const;
   /// Gradient bucketing and overlap (tsr-overlap-gradient-collectives):
   /// data-parallel gradient all-reduces are fused into buckets of about
   /// this many MiB and started, non-blocking, as soon as their gradients

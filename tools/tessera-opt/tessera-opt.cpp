@@ -9,6 +9,7 @@
 
 #include "dialects/tsr/TsrDialect.h"
 #include "dialects/tsrt/TsrtDialect.h"
+#include "passes/fusion/Passes.h"
 #include "passes/lowering/Passes.h"
 #include "passes/pipeline/Passes.h"
 #include "passes/sharding/Passes.h"
@@ -28,6 +29,7 @@ int main(int argc, char **argv) {
   tessera::training::registerTrainingPasses();
   tessera::sharding::registerShardingPasses();
   tessera::zero::registerZeroPasses();
+  tessera::fusion::registerFusionPasses();
   tessera::pipeline::registerPipelinePasses();
   tessera::lowering::registerLoweringPasses();
   tessera::trace::registerTracePasses();

@@ -188,6 +188,17 @@ static cl::opt<std::string> recompute(
              "recomputes its forward in backward from its input; Chen et al. "
              "2016). Training results are bit-identical"),
     cl::init("none"), cl::cat(category));
+static cl::opt<std::string> fusion(
+    "fusion",
+    cl::desc("Compiler fusions of the partitioned step (passes/fusion, "
+             "docs/Performance.md): all (default), none, or a "
+             "comma-separated list of linear (bias + activation in the "
+             "GEMM's epilogue, transposes as GEMM flags), norm (residual add "
+             "+ LayerNorm/RMSNorm), elementwise (chains of elementwise ops "
+             "as one kernel) and optimizer (all SGD/AdamW updates as one "
+             "multi-tensor kernel, NVIDIA apex's multi_tensor_apply). Errors: "
+             "an unknown kind"),
+    cl::value_desc("all|none|KIND,..."), cl::init("all"), cl::cat(category));
 static cl::opt<std::string> precision(
     "precision",
     cl::desc("Compute type of the forward and backward: fp32, bf16 or fp16 "
@@ -511,6 +522,7 @@ static ExitCode planFromFlags(planner::Plan &plan) {
   plan.ppStages.assign(ppStages.begin(), ppStages.end());
   plan.rankOrder.assign(rankOrder.begin(), rankOrder.end());
   plan.recompute = recompute;
+  plan.fusion = fusion;
   plan.bucketMb = bucketMb;
   plan.precision = precision;
   if (lossScale.getNumOccurrences())
