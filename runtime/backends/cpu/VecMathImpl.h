@@ -126,10 +126,13 @@ void vSilu(const float *x, float *y, int64_t n) {
 void vGeluErf(const float *x, float *y, int64_t n) {
   map1(x, y, n, [](F v) { return 0.5f * v * (1.0f + Isa::erf(v * kSqrt1_2)); });
 }
+// The tanh form through 0.5 (1 + tanh(u)) = sigmoid(2u) (so one exp, not a
+// tanh, and no cancellation of 1 + tanh(u) for x << 0):
+//   gelu(x) = x / (1 + exp(-2u)),  u = sqrt(2/pi) (x + 0.044715 x^3).
 void vGeluTanh(const float *x, float *y, int64_t n) {
   map1(x, y, n, [](F v) {
-    F inner = kGeluTanhBeta * (v + kGeluTanhKappa * v * v * v);
-    return 0.5f * v * (1.0f + Isa::tanh(inner));
+    F twoU = (2.0f * kGeluTanhBeta) * (v + kGeluTanhKappa * v * v * v);
+    return v / (1.0f + Isa::exp(-twoU));
   });
 }
 
@@ -140,18 +143,19 @@ void vGeluErfGrad(const float *x, const float *dy, float *dx, int64_t n) {
     return g * (cdf + v * pdf);
   });
 }
+// d/dx of the above, with s = sigmoid(2u) = (1 + tanh u) / 2 and
+// 1 - tanh^2 u = 4 s (1 - s):
+//   gelu'(x) = s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 void vGeluTanhGrad(const float *x, const float *dy, float *dx, int64_t n) {
   map2(x, dy, dx, n, [](F v, F g) {
     F v2 = v * v;
-    F t = Isa::tanh(kGeluTanhBeta * (v + kGeluTanhKappa * v2 * v));
-    F left = 0.5f * v;
-    F right = 1.0f + t;
-    F leftDerivative = 0.5f * right;
-    F rightDerivative = 1.0f - t * t;
+    F twoU = (2.0f * kGeluTanhBeta) * (v + kGeluTanhKappa * v2 * v);
+    F s = 1.0f / (1.0f + Isa::exp(-twoU));
     F innerDerivative = kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * v2);
-    return g * (leftDerivative + left * rightDerivative * innerDerivative);
+    return g * (s + 2.0f * v * s * (1.0f - s) * innerDerivative);
   });
 }
+
 void vSiluGrad(const float *x, const float *dy, float *dx, int64_t n) {
   map2(x, dy, dx, n, [](F v, F g) {
     F s = 1.0f / (1.0f + Isa::exp(-v));
