@@ -43,7 +43,8 @@ void sigmoid(const float *x, float *y, int64_t n);
 void silu(const float *x, float *y, int64_t n);
 /// GELU (Hendrycks and Gimpel 2016): 0.5 x (1 + erf(x / sqrt 2)).
 void geluErf(const float *x, float *y, int64_t n);
-/// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+/// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x +
+/// 0.044715 x^3), computed as x sigmoid(2u) (the same function; one exp).
 void geluTanh(const float *x, float *y, int64_t n);
 /// One of the two above (tanhForm: the approximation).
 inline void gelu(const float *x, float *y, int64_t n, bool tanhForm) {
