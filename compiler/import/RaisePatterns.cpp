@@ -772,6 +772,10 @@ struct AttentionMatch {
   DenseElementsAttr boolMaskKeep; // select form: true where a key is kept
   MaskKind boolMaskKind = MaskKind::Other; // what boolMaskKeep amounts to
   std::optional<APFloat> fill;             // select form: the dropped value
+  /// Both a select and an additive mask (GPT-2 given an attention mask:
+  /// where(causal, s, finfo.min) + extended mask); `addOuter` when the add
+  /// reads the select's result (the program order), not the other way round.
+  bool addOuter = false;
 };
 
 /// If `x` [a..., H, S, D] is Hugging Face's repeat_kv of a K/V tensor
@@ -889,7 +893,10 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
   LogicalResult walkToScores(Value x, int64_t sq, int64_t sk, AttentionMatch &m,
                              bool &scaledAfterMask) const {
     Type pType = x.getType();
-    bool masked = false, scaledLater = false;
+    bool added = false, selected = false, scaledLater = false;
+    // A scale between two masks would scale the inner one: not matched.
+    auto masked = [&] { return added || selected; };
+    bool scaledBetween = false;
     while (!m.scores) {
       Operation *def = x.getDefiningOp();
       if (!def || !def->hasOneUse() || x.getType() != pType)
@@ -910,12 +917,13 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         if (!c || *c == 0.0 || !std::isfinite(*c))
           return failure();
         m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
-        scaledLater |= !masked;
+        scaledLater |= !masked();
+        scaledBetween |= masked();
         x = next;
         continue;
       }
       if (auto add = dyn_cast<tsr::AddOp>(def)) {
-        if (masked)
+        if (added || (selected && scaledBetween))
           return failure();
         // The mask is the operand that reads a constant, or a [1..., Sq, Sk]
         // value, through broadcasts; the scores are the other one.
@@ -924,14 +932,15 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         if (bool(views[0]) == bool(views[1]))
           return failure();
         int k = views[0] ? 0 : 1;
-        masked = true;
+        m.addOuter = !selected;
+        added = true;
         scaledAfterMask = scaledLater;
         m.mask = views[k];
         x = add->getOperand(1 - k);
         continue;
       }
       if (auto sel = dyn_cast<tsr::SelectOp>(def)) {
-        if (masked)
+        if (selected || (added && scaledBetween))
           return failure();
         // select(cond, fill, s) or select(cond, s, fill), cond a constant,
         // fill a dropping splat (-inf, or finfo.min: see dropsKey).
@@ -948,7 +957,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         m.boolMaskKeep = keep;
         m.boolMaskKind = kind;
         m.fill = dropTrue ? *tv : *fv;
-        masked = true;
+        selected = true;
         scaledAfterMask = scaledLater;
         x = dropTrue ? sel.getFalseValue() : sel.getTrueValue();
         continue;
@@ -985,7 +994,44 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
                            DenseElementsAttr &maskAttr,
                            Value &maskValue) const {
     kind = MaskKind::None;
-    if (m.boolMaskKeep) {
+    if (m.boolMaskKeep && m.mask) {
+      // Select and add: fold both into one additive constant, kept where
+      // the select keeps a key, the fill (plus the add when the add is
+      // outer, rounded as the program rounds it) where it drops one.
+      auto elem = dyn_cast<FloatType>(pType.getElementType());
+      if (!elem ||
+          cast<RankedTensorType>(m.mask->src.getType()).getElementType() !=
+              elem)
+        return failure();
+      auto [add, addKind] = reducedMask(*m.mask, sq, sk);
+      if (!add)
+        return failure(); // not a constant, or differs across the batch
+      APFloat fill = *m.fill;
+      bool losesInfo = false;
+      (void)fill.convert(elem.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                         &losesInfo);
+      SmallVector<APFloat> vals;
+      auto keep = m.boolMaskKeep.getValues<bool>();
+      auto addVals = add.getValues<APFloat>();
+      for (int64_t i = 0, e = sq * sk; i < e; ++i) {
+        APFloat a = addVals[i];
+        if (keep[i]) {
+          vals.push_back(a);
+          continue;
+        }
+        APFloat dropped = fill;
+        if (m.addOuter)
+          (void)dropped.add(a, APFloat::rmNearestTiesToEven);
+        // A dropped key must stay dropped (see dropsKey): the fused op adds
+        // the scores to it, which a select would have discarded.
+        if (!dropsKey(dropped))
+          return failure();
+        vals.push_back(dropped);
+      }
+      maskAttr =
+          DenseElementsAttr::get(RankedTensorType::get({sq, sk}, elem), vals);
+      kind = classifyAdditive(maskAttr, sq, sk);
+    } else if (m.boolMaskKeep) {
       kind = m.boolMaskKind;
     } else if (m.mask) {
       if (cast<RankedTensorType>(m.mask->src.getType()).getElementType() !=
@@ -1035,7 +1081,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     if (kind != MaskKind::Other)
       return {};
     auto maskType = RankedTensorType::get({sq, sk}, pType.getElementType());
-    if (m.boolMaskKeep) {
+    if (m.boolMaskKeep && !maskAttr) {
       // 0 where kept, the select's fill value where dropped.
       auto elem = cast<FloatType>(pType.getElementType());
       APFloat fill = *m.fill;
@@ -1094,9 +1140,10 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     // A scale applied after the mask would scale the mask too: only a
     // causal mask (or none) is unchanged by a positive factor, and a select
     // with -inf.
-    if (scaledAfterMask && ((kind == MaskKind::Other &&
-                             (!m.boolMaskKeep || !m.fill->isInfinity())) ||
-                            m.scale <= 0))
+    if (scaledAfterMask &&
+        ((kind == MaskKind::Other &&
+          (!m.boolMaskKeep || m.mask || !m.fill->isInfinity())) ||
+         m.scale <= 0))
       return failure();
 
     Value k;
