@@ -768,6 +768,7 @@ std::optional<DimView> maskView(Value v) {
 struct AttentionMatch {
   tsr::MatmulOp scores;
   double scale = 1.0;
+  double scaleAfterMask = 1.0;    // the part of `scale` applied after the mask
   std::optional<DimView> mask;    // additive, [b..., Sq, Sk] view
   DenseElementsAttr boolMaskKeep; // select form: true where a key is kept
   MaskKind boolMaskKind = MaskKind::Other; // what boolMaskKeep amounts to
@@ -917,6 +918,8 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         if (!c || *c == 0.0 || !std::isfinite(*c))
           return failure();
         m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
+        if (!masked())
+          m.scaleAfterMask *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
         scaledLater |= !masked();
         scaledBetween |= masked();
         x = next;
@@ -967,24 +970,24 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     return success();
   }
 
-  /// Q with an optional constant scale (a single-use mul/div by a splat)
-  /// folded into `m.scale`.
-  static Value unscaledQuery(Value q, AttentionMatch &m) {
-    if (!isa_and_nonnull<tsr::MulOp, tsr::DivOp>(q.getDefiningOp()) ||
-        !q.getDefiningOp()->hasOneUse())
-      return q;
-    Operation *def = q.getDefiningOp();
+  /// `x` without an optional constant scale (a single-use mul/div by a
+  /// finite nonzero splat, of x's type), the scale folded into `m.scale`.
+  static Value unscaled(Value x, AttentionMatch &m) {
+    if (!isa_and_nonnull<tsr::MulOp, tsr::DivOp>(x.getDefiningOp()) ||
+        !x.getDefiningOp()->hasOneUse())
+      return x;
+    Operation *def = x.getDefiningOp();
     std::optional<double> c = splatValue(def->getOperand(1));
     Value next = def->getOperand(0);
     if (!c && isa<tsr::MulOp>(def)) {
       c = splatValue(def->getOperand(0));
       next = def->getOperand(1);
     }
-    if (c && *c != 0.0 && std::isfinite(*c) && next.getType() == q.getType()) {
+    if (c && *c != 0.0 && std::isfinite(*c) && next.getType() == x.getType()) {
       m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
       return next;
     }
-    return q;
+    return x;
   }
 
   /// The mask's kind, and its reduced [Sq, Sk] constant (`maskAttr`) or
@@ -1051,9 +1054,12 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
   /// K: the scores' rhs is Kᵀ [b..., Dh, Sk] unless transpose_rhs; undo
   /// (or compose with) its transpose. Sets `k` to the value to read and
   /// returns the permutation that takes it to [b..., Sk, Dh].
+  /// A constant scale on K (Kᵀ scaled, or K scaled before its transpose:
+  /// Q·d^-¼ and K·d^-¼, as Whisper and the original GPT-2 code scale both)
+  /// is folded into `m.scale`.
   static SmallVector<int64_t> keyPermutation(tsr::MatmulOp scores, int64_t rank,
-                                             Value &k) {
-    k = scores.getRhs();
+                                             Value &k, AttentionMatch &m) {
+    k = unscaled(scores.getRhs(), m);
     SmallVector<int64_t> perm;
     for (int64_t d = 0; d < rank; ++d)
       perm.push_back(d);
@@ -1065,7 +1071,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         for (int64_t d = 0; d < rank; ++d)
           composed.push_back(inner[perm[d]]);
         perm = composed;
-        k = t.getInput();
+        k = t->hasOneUse() ? unscaled(t.getInput(), m) : t.getInput();
       }
     }
     return perm;
@@ -1121,7 +1127,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
 
     // Q (with an optional constant scale folded in) and K in [b..., S, D].
     Location loc = root.getLoc();
-    Value q = unscaledQuery(m.scores.getLhs(), m);
+    Value q = unscaled(m.scores.getLhs(), m);
     auto qType = cast<RankedTensorType>(q.getType());
     Value v = root.getRhs();
     auto vType = cast<RankedTensorType>(v.getType());
@@ -1143,11 +1149,11 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     if (scaledAfterMask &&
         ((kind == MaskKind::Other &&
           (!m.boolMaskKeep || m.mask || !m.fill->isInfinity())) ||
-         m.scale <= 0))
+         m.scaleAfterMask <= 0))
       return failure();
 
     Value k;
-    SmallVector<int64_t> perm = keyPermutation(m.scores, rank, k);
+    SmallVector<int64_t> perm = keyPermutation(m.scores, rank, k, m);
     bool identity = llvm::all_of(llvm::seq<int64_t>(0, rank),
                                  [&](int64_t d) { return perm[d] == d; });
     auto kIn = cast<RankedTensorType>(k.getType());

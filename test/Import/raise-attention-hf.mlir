@@ -336,3 +336,59 @@ func.func @gpt2_select_add_not_raised(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x
   %o4 = tsr.matmul %p4, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
   return %o1, %o2, %o3, %o4 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
 }
+
+// The scale on both Q and K (Q·d^-¼ and K·d^-¼, the original GPT-2 and
+// Whisper code): K scaled before its transpose (1) or Kᵀ scaled (2); the
+// product of every constant factor is the op's scale.
+// CHECK-LABEL: func.func @scaled_q_and_k
+// CHECK-NEXT: %[[O1:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 2.500000e-01 : f32}
+// CHECK-NEXT: %[[O2:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 1.250000e-01 : f32}
+// CHECK-NEXT: return %[[O1]], %[[O2]]
+func.func @scaled_q_and_k(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>) {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %half = tsr.constant dense<0.5> : tensor<2x4x4x2xf32>
+  %two = tsr.constant dense<2.0> : tensor<2x4x4x2xf32>
+  %halft = tsr.constant dense<0.5> : tensor<2x4x2x4xf32>
+  %cs = tsr.constant dense<0.5> : tensor<2x4x4x4xf32>
+
+  %q1 = tsr.mul %q, %half : tensor<2x4x4x2xf32>
+  %k1 = tsr.div %k, %two : tensor<2x4x4x2xf32>
+  %kt1 = tsr.transpose %k1 {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %s1 = tsr.matmul %q1, %kt1 : tensor<2x4x4x2xf32>, tensor<2x4x2x4xf32> -> tensor<2x4x4x4xf32>
+  %m1 = tsr.select %kb, %s1, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p1 = tsr.softmax %m1 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o1 = tsr.matmul %p1, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %q2 = tsr.mul %half, %q : tensor<2x4x4x2xf32>
+  %kt2 = tsr.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %ks2 = tsr.mul %kt2, %halft : tensor<2x4x2x4xf32>
+  %s2 = tsr.matmul %q2, %ks2 : tensor<2x4x4x2xf32>, tensor<2x4x2x4xf32> -> tensor<2x4x4x4xf32>
+  %ss2 = tsr.mul %s2, %cs : tensor<2x4x4x4xf32>
+  %m2 = tsr.select %kb, %ss2, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p2 = tsr.softmax %m2 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o2 = tsr.matmul %p2, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o1, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+}
+
+// A negative scale after a causal mask would turn the dropped keys into the
+// largest scores: not raised, even when a negative scale on Q makes the
+// product of the factors positive.
+// CHECK-LABEL: func.func @negative_scale_after_mask
+// CHECK-NOT: tsr.attention
+// CHECK: return
+func.func @negative_scale_after_mask(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %nq = tsr.constant dense<-1.0> : tensor<2x4x4x2xf32>
+  %ns = tsr.constant dense<-1.0> : tensor<2x4x4x4xf32>
+  %q1 = tsr.mul %q, %nq : tensor<2x4x4x2xf32>
+  %s = tsr.matmul %q1, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %m = tsr.select %kb, %s, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %n = tsr.mul %m, %ns : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %n {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
