@@ -767,6 +767,11 @@ std::optional<DimView> maskView(Value v) {
 /// softmax.
 struct AttentionMatch {
   tsr::MatmulOp scores;
+  /// The scores matmul's result type: the softmax's input type, or
+  /// [b'..., Sq, Sk] with other leading dims of the same count when a
+  /// reshape views them so (GPT-2's reorder_and_upcast_attn: a
+  /// [B·H, Sq, Sk] baddbmm masked and softmaxed as [B, H, Sq, Sk]).
+  RankedTensorType scoresType;
   double scale = 1.0;
   double scaleAfterMask = 1.0;    // the part of `scale` applied after the mask
   std::optional<DimView> mask;    // additive, [b..., Sq, Sk] view
@@ -894,7 +899,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
   LogicalResult walkToScores(Value x, int64_t sq, int64_t sk, AttentionMatch &m,
                              bool &scaledAfterMask) const {
     Type pType = x.getType();
-    bool added = false, selected = false, scaledLater = false;
+    bool added = false, selected = false, scaledLater = false, viewed = false;
     // A scale between two masks would scale the inner one: not matched.
     auto masked = [&] { return added || selected; };
     bool scaledBetween = false;
@@ -906,7 +911,22 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         if (mm.getTransposeLhs())
           return failure();
         m.scores = mm;
+        m.scoresType = cast<RankedTensorType>(pType);
         break;
+      }
+      if (auto rs = dyn_cast<tsr::ReshapeOp>(def)) {
+        // Once: a reshape of the leading dims only ([B·H, Sq, Sk] viewed as
+        // [B, H, Sq, Sk]); Q and K are viewed the same way when raised.
+        auto in = cast<RankedTensorType>(rs.getInput().getType());
+        auto out = cast<RankedTensorType>(pType);
+        if (viewed || in.getRank() < 3 ||
+            in.getShape().take_back(2) != out.getShape().take_back(2) ||
+            in.getElementType() != out.getElementType())
+          return failure();
+        viewed = true;
+        pType = in;
+        x = rs.getInput();
+        continue;
       }
       if (isa<tsr::MulOp, tsr::DivOp>(def)) {
         std::optional<double> c = splatValue(def->getOperand(1));
@@ -1127,12 +1147,17 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
 
     // Q (with an optional constant scale folded in) and K in [b..., S, D].
     Location loc = root.getLoc();
+    // Q and K have the scores' leading dims, which a reshape may view as
+    // the softmax's (`viewed`): Q and K are then reshaped likewise.
+    int64_t srank = m.scoresType.getRank();
+    ArrayRef<int64_t> sLead = m.scoresType.getShape().drop_back(2);
+    bool viewed = m.scoresType != pType;
     Value q = unscaled(m.scores.getLhs(), m);
     auto qType = cast<RankedTensorType>(q.getType());
     Value v = root.getRhs();
     auto vType = cast<RankedTensorType>(v.getType());
-    if (qType.getRank() != rank || vType.getRank() != rank ||
-        qType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
+    if (qType.getRank() != srank || vType.getRank() != rank ||
+        qType.getShape().drop_back(2) != sLead ||
         vType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
         qType.getElementType() != pType.getElementType())
       return failure();
@@ -1153,17 +1178,16 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
       return failure();
 
     Value k;
-    SmallVector<int64_t> perm = keyPermutation(m.scores, rank, k, m);
-    bool identity = llvm::all_of(llvm::seq<int64_t>(0, rank),
+    SmallVector<int64_t> perm = keyPermutation(m.scores, srank, k, m);
+    bool identity = llvm::all_of(llvm::seq<int64_t>(0, srank),
                                  [&](int64_t d) { return perm[d] == d; });
     auto kIn = cast<RankedTensorType>(k.getType());
     SmallVector<int64_t> kShape;
     for (int64_t d : perm)
       kShape.push_back(kIn.getDimSize(d));
-    if (ArrayRef<int64_t>(kShape).drop_back(2) !=
-            pType.getShape().drop_back(2) ||
-        kShape[rank - 2] != sk ||
-        kShape[rank - 1] != qType.getDimSize(rank - 1) ||
+    if (ArrayRef<int64_t>(kShape).drop_back(2) != sLead ||
+        kShape[srank - 2] != sk ||
+        kShape[srank - 1] != qType.getDimSize(srank - 1) ||
         vType.getDimSize(rank - 2) != sk ||
         kIn.getElementType() != qType.getElementType() ||
         vType.getElementType() != qType.getElementType())
@@ -1172,7 +1196,8 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     // Grouped-query attention: K and V both repeat_kv'd by the same n_rep
     // from [a..., Hkv, S, D]; the op reads the K/V heads themselves.
     int64_t nRepK = 0, nRepV = 0;
-    Value kUnsq = identity ? unsqueezedBeforeRepeat(k, nRepK) : Value();
+    Value kUnsq =
+        identity && !viewed ? unsqueezedBeforeRepeat(k, nRepK) : Value();
     Value vUnsq = unsqueezedBeforeRepeat(v, nRepV);
     bool gqa = kUnsq && vUnsq && nRepK == nRepV && nRepK > 1;
 
@@ -1194,6 +1219,17 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
       k = tsr::TransposeOp::create(
           rewriter, loc, RankedTensorType::get(kShape, kIn.getElementType()), k,
           rewriter.getDenseI64ArrayAttr(perm));
+    }
+    if (viewed) {
+      auto view = [&](Value x) -> Value {
+        auto t = cast<RankedTensorType>(x.getType());
+        SmallVector<int64_t> shape(pType.getShape().drop_back(2));
+        shape.append({t.getDimSize(srank - 2), t.getDimSize(srank - 1)});
+        return tsr::ReshapeOp::create(
+            rewriter, loc, RankedTensorType::get(shape, t.getElementType()), x);
+      };
+      q = view(q);
+      k = view(k);
     }
 
     Value maskOperand = buildMaskOperand(rewriter, loc, m, kind, maskAttr,

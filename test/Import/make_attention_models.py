@@ -11,6 +11,9 @@ Inputs q, k, v float32 [B=2, H=2, S=8, D=4]; output o [2, 2, 8, 4].
   The padded keys above the diagonal add finfo.min twice: -inf in f32.
 - qk_scaled: q and k each multiplied by D^-1/4 (k before its transpose),
   Where(tril, q·kᵀ, -inf), softmax.
+- gpt2_reorder: GPT-2's reorder_and_upcast_attn: the scores a
+  [B·H, S, S] baddbmm (0 · empty + q·kᵀ · D^-1/2), viewed as [B, H, S, S]
+  for Where(tril, ·, finfo.min) and the softmax.
 """
 
 import os
@@ -68,6 +71,24 @@ def cases():
         helper.make_node("Transpose", ["ks"], ["kt"], perm=[0, 1, 3, 2]),
         helper.make_node("MatMul", ["qs", "kt"], ["s"]),
         helper.make_node("Where", ["tril", "s", "ninf"], ["sm"]),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o"])])
+
+
+    yield "gpt2_reorder", model("gpt2_reorder", [
+        const("tril", tril()), const("fmin", np.float32(FMIN)),
+        const("alpha", np.float32(D ** -0.5)),
+        const("zeros", np.zeros((B * H, S, S), np.float32)),
+        const("shape3", np.array([B * H, S, D], np.int64)),
+        const("shape4", np.array([B, H, S, S], np.int64)),
+        helper.make_node("Reshape", ["q", "shape3"], ["q3"]),
+        helper.make_node("Reshape", ["k", "shape3"], ["k3"]),
+        helper.make_node("Transpose", ["k3"], ["kt3"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q3", "kt3"], ["s3"]),
+        helper.make_node("Mul", ["s3", "alpha"], ["ss3"]),
+        helper.make_node("Add", ["zeros", "ss3"], ["b3"]),
+        helper.make_node("Reshape", ["b3", "shape4"], ["s4"]),
+        helper.make_node("Where", ["tril", "s4", "fmin"], ["sm"]),
         helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
         helper.make_node("MatMul", ["p", "v"], ["o"])])
 

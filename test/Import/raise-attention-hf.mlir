@@ -392,3 +392,35 @@ func.func @negative_scale_after_mask(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2
   %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
   return %o : tensor<2x4x4x2xf32>
 }
+
+// GPT-2's reorder_and_upcast_attn: a [B·H, S, S] baddbmm (0 · empty +
+// Q·Kᵀ · c) viewed as [B, H, S, S] for the mask and the softmax: raised with
+// Q and K viewed likewise. A view that changes the last two dims (the
+// softmax then runs over other keys) is not raised.
+// CHECK-LABEL: func.func @gpt2_reorder_view
+// CHECK: %[[Q:.*]] = tsr.reshape %arg0 : tensor<8x4x2xf32> -> tensor<2x4x4x2xf32>
+// CHECK: %[[K:.*]] = tsr.reshape %arg1 : tensor<8x4x2xf32> -> tensor<2x4x4x2xf32>
+// CHECK: tsr.attention %[[Q]], %[[K]], %arg2 {causal = true, scale = 5.000000e-01 : f32}
+// CHECK: tsr.softmax %{{.*}} {axis = 3 : i64} : tensor<2x4x2x8xf32>
+// CHECK-NOT: tsr.attention
+// CHECK: return
+func.func @gpt2_reorder_view(%q: tensor<8x4x2xf32>, %k: tensor<8x4x2xf32>, %v: tensor<2x4x4x2xf32>, %v2: tensor<2x4x8x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x2x2xf32>) {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %zeros = tsr.constant dense<0.0> : tensor<8x4x4xf32>
+  %c = tsr.constant dense<0.5> : tensor<8x4x4xf32>
+  %s = tsr.matmul %q, %k {transpose_rhs = true} : tensor<8x4x2xf32>, tensor<8x4x2xf32> -> tensor<8x4x4xf32>
+  %ss = tsr.mul %s, %c : tensor<8x4x4xf32>
+  %b = tsr.add %zeros, %ss : tensor<8x4x4xf32>
+  %s4 = tsr.reshape %b : tensor<8x4x4xf32> -> tensor<2x4x4x4xf32>
+  %m = tsr.select %kb, %s4, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p = tsr.softmax %m {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %t = tsr.matmul %q, %k {transpose_rhs = true} : tensor<8x4x2xf32>, tensor<8x4x2xf32> -> tensor<8x4x4xf32>
+  %t4 = tsr.reshape %t : tensor<8x4x4xf32> -> tensor<2x4x2x8xf32>
+  %p2 = tsr.softmax %t4 {axis = 3 : i64} : tensor<2x4x2x8xf32>
+  %o2 = tsr.matmul %p2, %v2 : tensor<2x4x2x8xf32>, tensor<2x4x8x2xf32> -> tensor<2x4x2x2xf32>
+  return %o, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x2x2xf32>
+}
