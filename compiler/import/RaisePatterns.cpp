@@ -1201,6 +1201,33 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     Value vUnsq = unsqueezedBeforeRepeat(v, nRepV);
     bool gqa = kUnsq && vUnsq && nRepK == nRepV && nRepK > 1;
 
+    // Viewed scores whose K was itself viewed from [lead..., ·, ·] (GPT-2's
+    // reorder_and_upcast_attn reshapes a [B, H, Dh, S] Kᵀ to [B·H, Dh, S]):
+    // K is read before that reshape, with one transpose in the softmax's
+    // rank composed with the one before it, instead of a transpose back.
+    Value k4;
+    SmallVector<int64_t> perm4;
+    if (viewed && llvm::all_of(llvm::seq<int64_t>(0, srank - 2),
+                               [&](int64_t d) { return perm[d] == d; }))
+      if (auto rs = defOp<tsr::ReshapeOp>(k)) {
+        auto in = cast<RankedTensorType>(rs.getInput().getType());
+        if (in.getRank() == rank &&
+            in.getShape().drop_back(2) == pType.getShape().drop_back(2) &&
+            in.getShape().take_back(2) == kIn.getShape().take_back(2)) {
+          k4 = rs.getInput();
+          for (int64_t d = 0; d < rank - 2; ++d)
+            perm4.push_back(d);
+          for (int64_t d = srank - 2; d < srank; ++d)
+            perm4.push_back(perm[d] - srank + rank);
+          if (auto t = defOp<tsr::TransposeOp>(k4)) {
+            ArrayRef<int64_t> inner = t.getPermutation();
+            for (int64_t &d : perm4)
+              d = inner[d];
+            k4 = t.getInput();
+          }
+        }
+      }
+
     rewriter.setInsertionPoint(root);
     auto dropUnitDim = [&](Value unsq) -> Value {
       auto t = cast<RankedTensorType>(unsq.getType());
@@ -1215,7 +1242,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     if (gqa) {
       k = dropUnitDim(kUnsq);
       v = dropUnitDim(vUnsq);
-    } else if (!identity) {
+    } else if (!identity && !k4) {
       k = tsr::TransposeOp::create(
           rewriter, loc, RankedTensorType::get(kShape, kIn.getElementType()), k,
           rewriter.getDenseI64ArrayAttr(perm));
@@ -1229,7 +1256,22 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
             rewriter, loc, RankedTensorType::get(shape, t.getElementType()), x);
       };
       q = view(q);
-      k = view(k);
+      if (k4) {
+        auto t = cast<RankedTensorType>(k4.getType());
+        SmallVector<int64_t> shape;
+        for (int64_t d : perm4)
+          shape.push_back(t.getDimSize(d));
+        k = llvm::all_of(llvm::seq<int64_t>(0, rank),
+                         [&](int64_t d) { return perm4[d] == d; })
+                ? k4
+                : tsr::TransposeOp::create(
+                      rewriter, loc,
+                      RankedTensorType::get(shape, t.getElementType()), k4,
+                      rewriter.getDenseI64ArrayAttr(perm4))
+                      .getResult();
+      } else {
+        k = view(k);
+      }
     }
 
     Value maskOperand = buildMaskOperand(rewriter, loc, m, kind, maskAttr,

@@ -424,3 +424,26 @@ func.func @gpt2_reorder_view(%q: tensor<8x4x2xf32>, %k: tensor<8x4x2xf32>, %v: t
   %o2 = tsr.matmul %p2, %v2 : tensor<2x4x2x8xf32>, tensor<2x4x8x2xf32> -> tensor<2x4x2x2xf32>
   return %o, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x2x2xf32>
 }
+
+// The reorder form as transformers writes it: Kᵀ [B, H, Dh, S] (a transpose
+// of K) reshaped to [B·H, Dh, S]: K is read before the reshape and the two
+// transposes cancel, so the op reads K itself (no transpose back).
+// CHECK-LABEL: func.func @gpt2_reorder_kt_view
+// CHECK-NEXT: %[[Q:.*]] = tsr.reshape %arg0 : tensor<8x4x2xf32> -> tensor<2x4x4x2xf32>
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = tsr.attention %[[Q]], %arg1, %arg2 {causal = true, scale = 5.000000e-01 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @gpt2_reorder_kt_view(%q: tensor<8x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %c = tsr.constant dense<0.5> : tensor<8x4x4xf32>
+  %kt = tsr.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %kt3 = tsr.reshape %kt : tensor<2x4x2x4xf32> -> tensor<8x2x4xf32>
+  %s = tsr.matmul %q, %kt3 : tensor<8x4x2xf32>, tensor<8x2x4xf32> -> tensor<8x4x4xf32>
+  %ss = tsr.mul %s, %c : tensor<8x4x4xf32>
+  %s4 = tsr.reshape %ss : tensor<8x4x4xf32> -> tensor<2x4x4x4xf32>
+  %m = tsr.select %kb, %s4, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p = tsr.softmax %m {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
