@@ -31,7 +31,10 @@
 //                 where(causal, s, finfo.min) + extended mask; the two
 //                 constants fold into one mask as the program rounds it),
 //                 with any constant scalings c (Mul or Div) before or (for
-//                 causal masks, positive c) after it       → tsr.attention
+//                 causal masks, positive c) after it, and at most one
+//                 reshape of the scores' leading dims (GPT-2's
+//                 reorder_and_upcast_attn: [B·H, S, S] scores masked as
+//                 [B, H, S, S]; Q and K are viewed alike) → tsr.attention
 //                 {scale = Πc, causal} [mask]. The mask is a constant seen
 //                 through broadcasts and unit reshapes whose [Sq, Sk] slices
 //                 are the same for every leading index ([B, 1, Sq, Sk] as
