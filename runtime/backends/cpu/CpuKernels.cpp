@@ -1098,74 +1098,54 @@ void cpu::setBlasThreads(int numThreads) {
 namespace {
 
 /// y[j] = act(c[j] + bias[j]) for one output row, the preactivation kept in
-/// pre[j] when pre is not null (it may be c). The scalar formulas of
-/// cpu::gelu, relu and silu; switching to runtime/backends/cpu/VecMath.h's
-/// vector forms is a change of this function only.
+/// pre[j] when pre is not null (it may be c; y may be c too). The
+/// activation is exactly cpu::gelu's, relu's and silu's: the same VecMath.h
+/// row functions (relu's comparison inline).
 void biasActivationRow(const float *c, const float *bias, int64_t n,
                        cpu::Activation act, float *pre, float *y) {
-  for (int64_t j = 0; j < n; ++j) {
-    float x = c[j] + bias[j];
-    if (pre)
-      pre[j] = x;
-    switch (act) {
-    case cpu::Activation::None:
-      break;
-    case cpu::Activation::Gelu:
-      x = 0.5f * x * (1.0f + std::erf(x * kSqrt1_2));
-      break;
-    case cpu::Activation::GeluTanh: {
-      float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x * x * x);
-      x = 0.5f * x * (1.0f + std::tanh(inner));
-      break;
-    }
-    case cpu::Activation::Relu:
-      x = x < 0.0f ? 0.0f : x;
-      break;
-    case cpu::Activation::Silu:
-      x = x == -std::numeric_limits<float>::infinity()
-              ? -0.0f
-              : x / (1.0f + std::exp(-x));
-      break;
-    }
-    y[j] = x;
+  float *sum = pre ? pre : y;
+  for (int64_t j = 0; j < n; ++j)
+    sum[j] = c[j] + bias[j];
+  switch (act) {
+  case cpu::Activation::None:
+    if (sum != y)
+      std::memcpy(y, sum, static_cast<size_t>(n) * sizeof(float));
+    break;
+  case cpu::Activation::Gelu:
+  case cpu::Activation::GeluTanh:
+    vecmath::gelu(sum, y, n, act == cpu::Activation::GeluTanh);
+    break;
+  case cpu::Activation::Relu:
+    for (int64_t j = 0; j < n; ++j)
+      y[j] = sum[j] < 0.0f ? 0.0f : sum[j];
+    break;
+  case cpu::Activation::Silu:
+    vecmath::silu(sum, y, n);
+    break;
   }
 }
 
-/// act'(x) · dy, the formulas of cpu::reluGrad, geluGrad and siluGrad.
-inline float activationGrad(float v, float dy, cpu::Activation act) {
+/// dx = dy * act'(x) for n contiguous elements, exactly cpu::reluGrad's,
+/// geluGrad's and siluGrad's (the same VecMath.h row functions).
+void activationGradRow(const float *x, const float *dy, cpu::Activation act,
+                       float *dx, int64_t n) {
   switch (act) {
   case cpu::Activation::None:
-    return dy;
+    if (dx != dy)
+      std::memcpy(dx, dy, static_cast<size_t>(n) * sizeof(float));
+    break;
   case cpu::Activation::Relu:
-    return v > 0.0f ? dy : 0.0f;
-  case cpu::Activation::Gelu: {
-    float cdf = 0.5f * (1.0f + std::erf(v * kSqrt1_2));
-    float pdf = std::exp(-0.5f * v * v) * kInvSqrt2Pi;
-    return dy * (cdf + v * pdf);
+    for (int64_t j = 0; j < n; ++j)
+      dx[j] = x[j] > 0.0f ? dy[j] : 0.0f;
+    break;
+  case cpu::Activation::Gelu:
+  case cpu::Activation::GeluTanh:
+    vecmath::geluGrad(x, dy, dx, n, act == cpu::Activation::GeluTanh);
+    break;
+  case cpu::Activation::Silu:
+    vecmath::siluGrad(x, dy, dx, n);
+    break;
   }
-  case cpu::Activation::GeluTanh: {
-    float v2 = v * v;
-    float inner = kGeluTanhBeta * (v + kGeluTanhKappa * v2 * v);
-    float t = std::tanh(inner);
-    float left = 0.5f * v;
-    float right = 1.0f + t;
-    float leftDerivative = 0.5f * right;
-    float rightDerivative = 1.0f - t * t;
-    float innerDerivative = kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * v2);
-    return dy * (leftDerivative + left * rightDerivative * innerDerivative);
-  }
-  case cpu::Activation::Silu: {
-    float d;
-    if (std::isinf(v)) {
-      d = v > 0 ? 1.0f : 0.0f;
-    } else {
-      float s = 1.0f / (1.0f + std::exp(-v));
-      d = s * (1.0f + v * (1.0f - s));
-    }
-    return dy * d;
-  }
-  }
-  return dy;
 }
 
 } // namespace
@@ -1251,11 +1231,9 @@ void cpu::biasActivationGrad(const Tensor &x, const Tensor &dy, Activation act,
     std::fill(acc, acc + w, 0.0);
     for (int64_t r = 0; r < rows; ++r) {
       int64_t o = r * n + j0;
-      for (int64_t j = 0; j < w; ++j) {
-        float g = activationGrad(px[o + j], pdy[o + j], act);
-        pdx[o + j] = g;
-        acc[j] += g;
-      }
+      activationGradRow(px + o, pdy + o, act, pdx + o, w);
+      for (int64_t j = 0; j < w; ++j)
+        acc[j] += pdx[o + j];
     }
     for (int64_t j = 0; j < w; ++j)
       pdb[j0 + j] = static_cast<float>(acc[j]);
