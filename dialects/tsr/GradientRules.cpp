@@ -832,4 +832,7 @@ TSR_NO_GRADIENT(CrossEntropyGradOp,
                 "second-order differentiation is not supported")
 TSR_NO_GRADIENT(SgdUpdateOp, "optimizer updates are not differentiable")
 TSR_NO_GRADIENT(AdamwUpdateOp, "optimizer updates are not differentiable")
+TSR_NO_GRADIENT(LinearOp, "fused by tsr-fuse-linear after autodiff")
+TSR_NO_GRADIENT(BiasActivationGradOp,
+                "second-order differentiation is not supported")
 #undef TSR_NO_GRADIENT

@@ -1090,3 +1090,152 @@ void cpu::adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
 void cpu::setBlasThreads(int numThreads) {
   openblas_set_num_threads(numThreads);
 }
+
+//===----------------------------------------------------------------------===//
+// Fused linear layer
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// y[j] = act(c[j] + bias[j]) for one output row, the preactivation kept in
+/// pre[j] when pre is not null (it may be c; y may be c too). The
+/// activation is exactly cpu::gelu's, relu's and silu's: the same VecMath.h
+/// row functions (relu's comparison inline).
+void biasActivationRow(const float *c, const float *bias, int64_t n,
+                       cpu::Activation act, float *pre, float *y) {
+  float *sum = pre ? pre : y;
+  for (int64_t j = 0; j < n; ++j)
+    sum[j] = c[j] + bias[j];
+  switch (act) {
+  case cpu::Activation::None:
+    if (sum != y)
+      std::memcpy(y, sum, static_cast<size_t>(n) * sizeof(float));
+    break;
+  case cpu::Activation::Gelu:
+  case cpu::Activation::GeluTanh:
+    vecmath::gelu(sum, y, n, act == cpu::Activation::GeluTanh);
+    break;
+  case cpu::Activation::Relu:
+    for (int64_t j = 0; j < n; ++j)
+      y[j] = sum[j] < 0.0f ? 0.0f : sum[j];
+    break;
+  case cpu::Activation::Silu:
+    vecmath::silu(sum, y, n);
+    break;
+  }
+}
+
+/// dx = dy * act'(x) for n contiguous elements, exactly cpu::reluGrad's,
+/// geluGrad's and siluGrad's (the same VecMath.h row functions).
+void activationGradRow(const float *x, const float *dy, cpu::Activation act,
+                       float *dx, int64_t n) {
+  switch (act) {
+  case cpu::Activation::None:
+    if (dx != dy)
+      std::memcpy(dx, dy, static_cast<size_t>(n) * sizeof(float));
+    break;
+  case cpu::Activation::Relu:
+    for (int64_t j = 0; j < n; ++j)
+      dx[j] = x[j] > 0.0f ? dy[j] : 0.0f;
+    break;
+  case cpu::Activation::Gelu:
+  case cpu::Activation::GeluTanh:
+    vecmath::geluGrad(x, dy, dx, n, act == cpu::Activation::GeluTanh);
+    break;
+  case cpu::Activation::Silu:
+    vecmath::siluGrad(x, dy, dx, n);
+    break;
+  }
+}
+
+} // namespace
+
+void cpu::linear(const Tensor &a, const Tensor &b, const Tensor &bias,
+                 bool transposeA, bool transposeB, Activation act, Tensor &out,
+                 Tensor *preactivation) {
+  assert(a.rank() >= 2 && b.rank() >= 2 && out.rank() >= 2);
+  int64_t M = transposeA ? a.dim(-1) : a.dim(-2);
+  int64_t K = transposeA ? a.dim(-2) : a.dim(-1);
+  int64_t N = transposeB ? b.dim(-2) : b.dim(-1);
+  assert((transposeB ? b.dim(-1) : b.dim(-2)) == K && "linear: K mismatch");
+  assert(out.dim(-2) == M && out.dim(-1) == N && bias.numel() == N);
+  assert(!preactivation || preactivation->shape() == out.shape());
+  int64_t batch = product(out.shape(), 0, out.rank() - 2);
+  if (out.numel() == 0)
+    return;
+  float *c = out.data<float>();
+  float *pre = preactivation ? preactivation->data<float>() : nullptr;
+  const float *pa = a.data<float>();
+  const float *pb = b.data<float>();
+  const float *pbias = bias.data<float>();
+  CBLAS_TRANSPOSE ta = transposeA ? CblasTrans : CblasNoTrans;
+  CBLAS_TRANSPOSE tb = transposeB ? CblasTrans : CblasNoTrans;
+  int lda = static_cast<int>(transposeA ? M : K);
+  int ldb = static_cast<int>(transposeB ? K : N);
+  int ldc = static_cast<int>(N);
+  // The GEMM of `rows` rows starting at a / out row offsets, then its
+  // epilogue while the block is in cache. The product goes to the
+  // preactivation when it is wanted, else to out (then activated in place).
+  auto block = [&](const float *ablock, const float *bmat, int64_t rows,
+                   int64_t outRow) {
+    float *dst = (pre ? pre : c) + outRow * N;
+    if (K == 0)
+      std::memset(dst, 0, static_cast<size_t>(rows * N) * sizeof(float));
+    else
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows),
+                  static_cast<int>(N), static_cast<int>(K), 1.0f, ablock, lda,
+                  bmat, ldb, 0.0f, dst, ldc);
+    for (int64_t r = 0; r < rows; ++r)
+      biasActivationRow(dst + r * N, pbias, N, act, pre ? dst + r * N : nullptr,
+                        c + (outRow + r) * N);
+  };
+  int64_t blockRows =
+      std::max<int64_t>(8, kLinearBlockBytes / (N * int64_t(sizeof(float))));
+  if (b.rank() == 2 && !transposeA) {
+    // The batch folded into the rows ([batch*M, K] x [K, N]), in blocks.
+    int64_t rows = batch * M;
+    for (int64_t r0 = 0; r0 < rows; r0 += blockRows)
+      block(pa + r0 * K, pb, std::min(blockRows, rows - r0), r0);
+    return;
+  }
+  int64_t strideA = a.rank() == 2 ? 0 : M * K;
+  int64_t strideB = b.rank() == 2 ? 0 : K * N;
+  for (int64_t i = 0; i < batch; ++i) {
+    if (!transposeA) {
+      for (int64_t r0 = 0; r0 < M; r0 += blockRows)
+        block(pa + i * strideA + r0 * K, pb + i * strideB,
+              std::min(blockRows, M - r0), i * M + r0);
+    } else {
+      // A transposed lhs's rows are columns of a: one GEMM per batch.
+      block(pa + i * strideA, pb + i * strideB, M, i * M);
+    }
+  }
+}
+
+void cpu::biasActivationGrad(const Tensor &x, const Tensor &dy, Activation act,
+                             Tensor &dx, Tensor &dbias) {
+  assert(x.rank() >= 1 && x.shape() == dy.shape() && x.shape() == dx.shape());
+  int64_t n = x.dim(-1);
+  assert(dbias.numel() == n);
+  int64_t rows = n ? x.numel() / n : 0;
+  const float *px = x.data<float>();
+  const float *pdy = dy.data<float>();
+  float *pdx = dx.data<float>();
+  float *pdb = dbias.data<float>();
+  // Columns in chunks whose f64 sums stay on the stack; each chunk walks
+  // every row (contiguous pieces of kChunk floats).
+  constexpr int64_t kChunk = 512;
+  double acc[kChunk];
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+    int64_t w = std::min(kChunk, n - j0);
+    std::fill(acc, acc + w, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t o = r * n + j0;
+      activationGradRow(px + o, pdy + o, act, pdx + o, w);
+      for (int64_t j = 0; j < w; ++j)
+        acc[j] += pdx[o + j];
+    }
+    for (int64_t j = 0; j < w; ++j)
+      pdb[j0 + j] = static_cast<float>(acc[j]);
+  }
+}
