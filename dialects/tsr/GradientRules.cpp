@@ -832,4 +832,6 @@ TSR_NO_GRADIENT(CrossEntropyGradOp,
                 "second-order differentiation is not supported")
 TSR_NO_GRADIENT(SgdUpdateOp, "optimizer updates are not differentiable")
 TSR_NO_GRADIENT(AdamwUpdateOp, "optimizer updates are not differentiable")
+TSR_NO_GRADIENT(FusedElementwiseOp,
+                "fused ops are made after autodiff (tsr-fuse-elementwise)")
 #undef TSR_NO_GRADIENT

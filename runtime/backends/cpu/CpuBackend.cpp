@@ -488,6 +488,12 @@ llvm::Error bindAdamwUpdate(const KernelDesc &d, Instruction &inst) {
   });
 }
 
+llvm::Error bindFusedElementwise(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [p = d.get<FusedElementwiseAttrs>()](In in, Out out) {
+    cpu::fusedElementwise(p, in, out);
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // The dispatch table
 //===----------------------------------------------------------------------===//
@@ -528,6 +534,7 @@ const BindTable &binders() {
     set({K::SgdUpdate}, &bindSgdUpdate);
     set({K::AdamwUpdate}, &bindAdamwUpdate);
     set({K::Dropout}, &bindDropout);
+    set({K::FusedElementwise}, &bindFusedElementwise);
   });
   return table;
 }

@@ -518,3 +518,107 @@ func.func @sum_squares_not_scalar(%x: tensor<4x8xf32>) {
   %0 = tsr.sum_squares %x : tensor<4x8xf32> -> tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @fused_unknown_opcode(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 has unknown opcode 'cosh'}}
+  %0 = tsr.fused_elementwise %x {ops = ["cosh"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_args_count(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'args' has 3 entries, expected 2}}
+  %0 = tsr.fused_elementwise %x {ops = ["add"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_forward_slot(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 ('exp') reads slot 1, not an earlier slot in [0, 1)}}
+  %0 = tsr.fused_elementwise %x {ops = ["exp"], args = array<i64: 1>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_condition_not_i1(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 ('select') argument 0 (slot 0) must be an i1 operand}}
+  %0 = tsr.fused_elementwise %x {ops = ["select"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_mask_as_value(%m: tensor<4xi1>) {
+  // expected-error @+1 {{instruction 0 ('neg') argument 0 (slot 0) must be an f32 value}}
+  %0 = tsr.fused_elementwise %m {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xi1>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_output_not_computed(%x: tensor<4xf32>) {
+  // expected-error @+1 {{output 0 is slot 0, not a computed slot in [1, 2)}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_output_twice(%x: tensor<4xf32>) {
+  // expected-error @+1 {{slot 1 is output twice}}
+  %0:2 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1, 1>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @fused_outputs_vs_results(%x: tensor<4xf32>) {
+  // expected-error @+1 {{has 1 results but 2 outputs}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_result_shapes(%x: tensor<4xf32>) {
+  // expected-error @+1 {{results must have one shape, got 'tensor<4xf32>' and 'tensor<2x2xf32>'}}
+  %0:2 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<2x2xf32>)
+  return
+}
+
+// -----
+
+func.func @fused_result_type(%x: tensor<4xf32>) {
+  // expected-error @+1 {{results must be f32, got 'tensor<4xbf16>'}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_input_type(%x: tensor<4xi64>) {
+  // expected-error @+1 {{inputs must be f32 or i1, got 'tensor<4xi64>'}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xi64>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_not_broadcastable(%x: tensor<3xf32>) {
+  // expected-error @+1 {{operand 0 does not broadcast to the result shape}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<3xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_empty(%x: tensor<4xf32>) {
+  // expected-error @+1 {{has an empty program}}
+  %0 = tsr.fused_elementwise %x {ops = [], args = array<i64>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}

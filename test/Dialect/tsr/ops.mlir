@@ -71,3 +71,10 @@ func.func @sum_squares(%g: tensor<8x16xf32>) -> tensor<f32> {
   %0 = tsr.sum_squares %g : tensor<8x16xf32> -> tensor<f32>
   return %0 : tensor<f32>
 }
+
+// CHECK-LABEL: func.func @fused_elementwise
+// CHECK: %{{.*}}:2 = tsr.fused_elementwise %arg0, %arg1, %arg2 {args = array<i64: 0, 1, 3, 2, 4>, ops = ["mul", "add", "gelu_tanh"], outputs = array<i64: 5, 3>} : (tensor<8x16x64xf32>, tensor<f32>, tensor<64xf32>) -> (tensor<8x16x64xf32>, tensor<8x16x64xf32>)
+func.func @fused_elementwise(%x: tensor<8x16x64xf32>, %s: tensor<f32>, %b: tensor<64xf32>) -> tensor<8x16x64xf32> {
+  %y, %xs = tsr.fused_elementwise %x, %s, %b {ops = ["mul", "add", "gelu_tanh"], args = array<i64: 0, 1, 3, 2, 4>, outputs = array<i64: 5, 3>} : (tensor<8x16x64xf32>, tensor<f32>, tensor<64xf32>) -> (tensor<8x16x64xf32>, tensor<8x16x64xf32>)
+  return %y : tensor<8x16x64xf32>
+}
