@@ -145,29 +145,30 @@ void runInstr(ElemOp op, const float *a, const float *b, const float *c,
 
 /// Gathers elements [start, start + n) of the iteration space from an
 /// operand with element strides `strides` (0 on broadcast dims) over
-/// `shape`.
+/// `shape`, one innermost row segment at a time: a copy where the operand
+/// runs along the innermost dimension, a fill where it is broadcast there.
 template <typename T>
 void gatherTile(const T *src, const std::vector<int64_t> &shape,
                 const std::vector<int64_t> &strides, int64_t start, int64_t n,
                 T *dst) {
   size_t rank = shape.size();
-  int64_t idx[tessera::fusion::kMaxFusedRank] = {};
-  int64_t rem = start, off = 0;
-  for (size_t d = rank; d-- > 0;) {
-    idx[d] = rem % shape[d];
-    rem /= shape[d];
-    off += idx[d] * strides[d];
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = src[off];
-    // Next multi-index, innermost first.
-    for (size_t d = rank; d-- > 0;) {
-      off += strides[d];
-      if (++idx[d] < shape[d])
-        break;
-      off -= strides[d] * shape[d];
-      idx[d] = 0;
+  int64_t width = rank ? shape[rank - 1] : 1;
+  int64_t inner = rank ? strides[rank - 1] : 0;
+  for (int64_t pos = start, end = start + n; pos < end;) {
+    int64_t row = pos / width, col = pos - row * width;
+    int64_t len = std::min(width - col, end - pos);
+    int64_t off = 0;
+    for (size_t d = rank ? rank - 1 : 0; d-- > 0;) {
+      int64_t q = row / shape[d];
+      off += (row - q * shape[d]) * strides[d];
+      row = q;
     }
+    if (inner)
+      std::memcpy(dst, src + off + col, static_cast<size_t>(len) * sizeof(T));
+    else
+      std::fill(dst, dst + len, src[off]);
+    dst += len;
+    pos += len;
   }
 }
 
