@@ -5,13 +5,16 @@
 // tile, each operand is a pointer into its tensor (full-shape operands) or
 // gathered through its index map into a tile buffer (broadcast ones); each
 // instruction is one tight loop over the tile writing its own tile buffer,
-// so the intermediates stay in L1; the result slots are copied out at the
-// end of the tile (after every read of the tile's operands, so a result may
-// share storage with an operand). No code is generated at run time.
+// so the intermediates stay in L1; a result slot is written straight into
+// its result tensor, or, when a result shares storage with an operand,
+// copied out at the end of the tile (after every read of the tile's
+// operands). No code is generated at run time.
 //
-// Each opcode's per-element expression is the unfused kernel's
-// (CpuKernels.cpp), written the same way, so the results are bitwise equal
-// to running the ops one by one (the conformance suite checks it).
+// Each opcode computes what the unfused kernel computes: the arithmetic
+// ones as inline loops with the same expressions, the transcendental ones
+// and the activation gradients by calling the unfused kernel itself on the
+// tile, so the results are bitwise equal to running the ops one by one (the
+// conformance suite checks it), whichever math the unfused kernels use.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,11 +35,6 @@ namespace {
 
 constexpr int64_t kTile = 512;
 
-constexpr float kSqrt1_2 = 0.70710678118654752440f;
-constexpr float kGeluTanhBeta = 0.7978845608028654f; // sqrt(2/pi)
-constexpr float kGeluTanhKappa = 0.044715f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f; // 1/sqrt(2 pi)
-
 template <typename F>
 inline void loop1(const float *a, float *o, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i)
@@ -48,22 +46,34 @@ inline void loop2(const float *a, const float *b, float *o, int64_t n, F f) {
     o[i] = f(a[i], b[i]);
 }
 
-float geluTanhGrad(float v, float dy) {
-  float v2 = v * v;
-  float inner = kGeluTanhBeta * (v + kGeluTanhKappa * v2 * v);
-  float t = std::tanh(inner);
-  float left = 0.5f * v;
-  float right = 1.0f + t;
-  float leftDerivative = 0.5f * right;
-  float rightDerivative = 1.0f - t * t;
-  float innerDerivative = kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * v2);
-  return dy * (leftDerivative + left * rightDerivative * innerDerivative);
+/// Runs an unfused kernel on tile views: the transcendental opcodes and
+/// the activation gradients call the very kernel of their tsr op on the
+/// tile (Tensor views of the tile buffers, no copy), so they compute what
+/// it computes element by element, however it is implemented (C library
+/// or vectorised math): a tile starts at a multiple of 512 elements, like
+/// the unfused kernel's vector blocks.
+Tensor tileView(const float *p, int64_t n) {
+  return Tensor::view(const_cast<float *>(p), DType::F32, {n});
+}
+template <typename K>
+void unaryKernel(K kernel, const float *a, float *o, int64_t n) {
+  Tensor in = tileView(a, n), out = tileView(o, n);
+  kernel(in, out);
+}
+template <typename K>
+void binaryKernel(K kernel, const float *a, const float *b, float *o,
+                  int64_t n) {
+  Tensor x = tileView(a, n), y = tileView(b, n), out = tileView(o, n);
+  kernel(x, y, out);
 }
 
 /// One instruction over n elements: `a`, `b`, `c` its operands' tile
-/// pointers (`mask` for select's condition), `o` its tile buffer.
+/// pointers (`mask` for select's condition), `o` its tile buffer. The
+/// arithmetic opcodes are inline loops with the unfused kernels' exact
+/// expressions (CpuKernels.cpp).
 void runInstr(ElemOp op, const float *a, const float *b, const float *c,
               const uint8_t *mask, float *o, int64_t n) {
+  using cpu::GeluApproximate;
   switch (op) {
   case ElemOp::Add:
     return loop2(a, b, o, n, [](float x, float y) { return x + y; });
@@ -73,8 +83,6 @@ void runInstr(ElemOp op, const float *a, const float *b, const float *c,
     return loop2(a, b, o, n, [](float x, float y) { return x * y; });
   case ElemOp::Div:
     return loop2(a, b, o, n, [](float x, float y) { return x / y; });
-  case ElemOp::Pow:
-    return loop2(a, b, o, n, [](float x, float y) { return std::pow(x, y); });
   case ElemOp::Max:
     return loop2(a, b, o, n, [](float x, float y) {
       if (std::isnan(x) || std::isnan(y))
@@ -83,37 +91,8 @@ void runInstr(ElemOp op, const float *a, const float *b, const float *c,
     });
   case ElemOp::Neg:
     return loop1(a, o, n, [](float x) { return -x; });
-  case ElemOp::Exp:
-    return loop1(a, o, n, [](float x) { return std::exp(x); });
-  case ElemOp::Log:
-    return loop1(a, o, n, [](float x) { return std::log(x); });
-  case ElemOp::Sqrt:
-    return loop1(a, o, n, [](float x) { return std::sqrt(x); });
-  case ElemOp::Rsqrt:
-    return loop1(a, o, n, [](float x) { return 1.0f / std::sqrt(x); });
-  case ElemOp::Tanh:
-    return loop1(a, o, n, [](float x) { return std::tanh(x); });
-  case ElemOp::Erf:
-    return loop1(a, o, n, [](float x) { return std::erf(x); });
   case ElemOp::Relu:
     return loop1(a, o, n, [](float x) { return x < 0.0f ? 0.0f : x; });
-  case ElemOp::Sigmoid:
-    return loop1(a, o, n, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
-  case ElemOp::Silu:
-    return loop1(a, o, n, [](float x) {
-      if (x == -std::numeric_limits<float>::infinity())
-        return -0.0f;
-      return x / (1.0f + std::exp(-x));
-    });
-  case ElemOp::Gelu:
-    return loop1(a, o, n, [](float x) {
-      return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2));
-    });
-  case ElemOp::GeluTanh:
-    return loop1(a, o, n, [](float x) {
-      float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x * x * x);
-      return 0.5f * x * (1.0f + std::tanh(inner));
-    });
   case ElemOp::Select:
     for (int64_t i = 0; i < n; ++i)
       o[i] = mask[i] ? b[i] : c[i];
@@ -121,25 +100,44 @@ void runInstr(ElemOp op, const float *a, const float *b, const float *c,
   case ElemOp::ReluGrad:
     return loop2(a, b, o, n,
                  [](float x, float dy) { return x > 0.0f ? dy : 0.0f; });
+  case ElemOp::Pow:
+    return binaryKernel(&cpu::pow, a, b, o, n);
+  case ElemOp::Exp:
+    return unaryKernel(&cpu::exp, a, o, n);
+  case ElemOp::Log:
+    return unaryKernel(&cpu::log, a, o, n);
+  case ElemOp::Sqrt:
+    return unaryKernel(&cpu::sqrt, a, o, n);
+  case ElemOp::Rsqrt:
+    return unaryKernel(&cpu::rsqrt, a, o, n);
+  case ElemOp::Tanh:
+    return unaryKernel(&cpu::tanh, a, o, n);
+  case ElemOp::Erf:
+    return unaryKernel(&cpu::erf, a, o, n);
+  case ElemOp::Sigmoid:
+    return unaryKernel(&cpu::sigmoid, a, o, n);
+  case ElemOp::Silu:
+    return unaryKernel(&cpu::silu, a, o, n);
+  case ElemOp::Gelu:
+  case ElemOp::GeluTanh: {
+    GeluApproximate approx =
+        op == ElemOp::Gelu ? GeluApproximate::None : GeluApproximate::Tanh;
+    return unaryKernel(
+        [approx](const Tensor &in, Tensor &out) { cpu::gelu(in, approx, out); },
+        a, o, n);
+  }
   case ElemOp::GeluGrad:
-    return loop2(a, b, o, n, [](float v, float dy) {
-      float cdf = 0.5f * (1.0f + std::erf(v * kSqrt1_2));
-      float pdf = std::exp(-0.5f * v * v) * kInvSqrt2Pi;
-      return dy * (cdf + v * pdf);
-    });
-  case ElemOp::GeluTanhGrad:
-    return loop2(a, b, o, n, geluTanhGrad);
+  case ElemOp::GeluTanhGrad: {
+    GeluApproximate approx =
+        op == ElemOp::GeluGrad ? GeluApproximate::None : GeluApproximate::Tanh;
+    return binaryKernel(
+        [approx](const Tensor &x, const Tensor &dy, Tensor &dx) {
+          cpu::geluGrad(x, dy, approx, dx);
+        },
+        a, b, o, n);
+  }
   case ElemOp::SiluGrad:
-    return loop2(a, b, o, n, [](float v, float dy) {
-      float d;
-      if (std::isinf(v)) {
-        d = v > 0 ? 1.0f : 0.0f;
-      } else {
-        float s = 1.0f / (1.0f + std::exp(-v));
-        d = s * (1.0f + v * (1.0f - s));
-      }
-      return dy * d;
-    });
+    return binaryKernel(&cpu::siluGrad, a, b, o, n);
   }
 }
 
@@ -198,6 +196,20 @@ void cpu::fusedElementwise(const ElementwiseProgram &p,
     direct[i] = p.inputNumel[i] == total;
   const float *ptr[kMaxSlots] = {};
   const uint8_t *maskPtr[tessera::fusion::kMaxFusedInputs] = {};
+  // An instruction whose slot is a result writes the result tensor directly
+  // unless some result shares storage with an input (then every result
+  // goes through the tile buffer and is copied out after the tile's reads).
+  bool overlap = false;
+  for (const Tensor &o : out)
+    for (const Tensor *i : in) {
+      auto *ob = static_cast<const char *>(o.raw());
+      auto *ib = static_cast<const char *>(i->raw());
+      overlap |= ob < ib + i->bytes() && ib < ob + o.bytes();
+    }
+  float *outOf[kMaxSlots] = {};
+  if (!overlap)
+    for (size_t r = 0; r < p.outputs.size(); ++r)
+      outOf[p.outputs[r]] = out[r].data<float>();
   for (int64_t start = 0; start < total; start += kTile) {
     int64_t n = std::min(kTile, total - start);
     for (int32_t i = 0; i < nIn; ++i) {
@@ -226,7 +238,9 @@ void cpu::fusedElementwise(const ElementwiseProgram &p,
     }
     for (size_t k = 0; k < nInstr; ++k) {
       const ElemInstr &ins = p.instrs[k];
-      float *o = scratch.data() + static_cast<size_t>(nIn + k) * kTile;
+      float *o = outOf[nIn + k]
+                     ? outOf[nIn + k] + start
+                     : scratch.data() + static_cast<size_t>(nIn + k) * kTile;
       if (ins.op == ElemOp::Select)
         runInstr(ins.op, nullptr, ptr[ins.args[1]], ptr[ins.args[2]],
                  maskPtr[ins.args[0]], o, n);
@@ -235,8 +249,9 @@ void cpu::fusedElementwise(const ElementwiseProgram &p,
                  nullptr, o, n);
       ptr[nIn + k] = o;
     }
-    for (size_t r = 0; r < p.outputs.size(); ++r)
-      std::memcpy(out[r].data<float>() + start, ptr[p.outputs[r]],
-                  static_cast<size_t>(n) * sizeof(float));
+    if (overlap)
+      for (size_t r = 0; r < p.outputs.size(); ++r)
+        std::memcpy(out[r].data<float>() + start, ptr[p.outputs[r]],
+                    static_cast<size_t>(n) * sizeof(float));
   }
 }
