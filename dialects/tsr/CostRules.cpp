@@ -282,9 +282,7 @@ static int64_t fusedPerElement(FusedElementwiseOp op, bool transcendentals) {
     }
   return op.getNumResults() ? per * elementsOf(op.getResult(0)) : 0;
 }
-int64_t FusedElementwiseOp::getFlops() {
-  return fusedPerElement(*this, false);
-}
+int64_t FusedElementwiseOp::getFlops() { return fusedPerElement(*this, false); }
 int64_t FusedElementwiseOp::getTranscendentals() {
   return fusedPerElement(*this, true);
 }

@@ -894,8 +894,8 @@ llvm::Error decodeFusedElementwise(KernelDesc &d, Types ins, Types outs,
   std::vector<int64_t> outputs = attrs.intArray("outputs");
   RETURN_IF_ERROR(attrs.takeError());
   if (outs.size() != outputs.size())
-    return fail(llvm::formatv("has {0} result(s) but {1} outputs",
-                              outs.size(), outputs.size()));
+    return fail(llvm::formatv("has {0} result(s) but {1} outputs", outs.size(),
+                              outputs.size()));
   if (outs.empty())
     return fail("has no results");
   for (size_t i = 0; i < outs.size(); ++i)

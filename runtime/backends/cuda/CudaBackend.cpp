@@ -1602,12 +1602,11 @@ llvm::Error CudaBackend::bindSumSquares(const KernelDesc &k,
 
 llvm::Error CudaBackend::bindFusedElementwise(const KernelDesc &k,
                                               Instruction &inst) {
-  return bindLaunch(k, inst,
-                    [p = k.get<FusedElementwiseAttrs>()](In in, Out out,
-                                                         cudaStream_t s) {
-                      return cuda::fusedElementwise(p, in.data(), out.data(),
-                                                    s);
-                    });
+  return bindLaunch(
+      k, inst,
+      [p = k.get<FusedElementwiseAttrs>()](In in, Out out, cudaStream_t s) {
+        return cuda::fusedElementwise(p, in.data(), out.data(), s);
+      });
 }
 
 llvm::Error CudaBackend::bindReduce(const KernelDesc &k, Instruction &inst) {

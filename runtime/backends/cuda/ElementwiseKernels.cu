@@ -1319,8 +1319,7 @@ struct FusedLaunch {
   int16_t args[tessera::fusion::kMaxFusedInstrs][3] = {};
 };
 
-__device__ __forceinline__ float fusedOp(ElemOp op, float a, float b,
-                                         float c) {
+__device__ __forceinline__ float fusedOp(ElemOp op, float a, float b, float c) {
   switch (op) {
   case ElemOp::Add:
     return binaryF<BinaryOp::Add>(a, b);
