@@ -336,3 +336,25 @@ int64_t BiasActivationGradOp::getFlops() {
 int64_t BiasActivationGradOp::getTranscendentals() {
   return elementsOf(getInput()) * activationGradCost(getActivation()).second;
 }
+
+/// The unfused ops' FLOPs per element, summed over the program's
+/// instructions (common/fusion/ElementwiseProgram.h), times the elements of
+/// the iteration shape. Bytes are the interface default: the inputs and
+/// results only; the intermediates stay in cache or registers.
+static int64_t fusedPerElement(FusedElementwiseOp op, bool transcendentals) {
+  int64_t per = 0;
+  for (StringRef name : op.getOps().getAsValueRange<StringAttr>())
+    if (auto code = ::tessera::fusion::elemOpNamed(
+            std::string_view(name.data(), name.size()))) {
+      const auto &info = ::tessera::fusion::elemOpInfo(*code);
+      per += transcendentals ? info.transcendentals : info.flops;
+    }
+  return op.getNumResults() ? per * elementsOf(op.getResult(0)) : 0;
+}
+int64_t FusedElementwiseOp::getFlops() { return fusedPerElement(*this, false); }
+int64_t FusedElementwiseOp::getTranscendentals() {
+  return fusedPerElement(*this, true);
+}
+/// Never timed per unit: a fused kernel has no calibrated figure (the
+/// roofline of its FLOPs and bytes times it).
+int64_t FusedElementwiseOp::getMeasuredUnits() { return -1; }

@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace tessera::tsr;
@@ -115,4 +116,91 @@ LogicalResult SumSquaresOp::verify() {
     return emitOpError("input must be an f32 tensor, got ")
            << getInput().getType();
   return success();
+}
+
+std::string
+FusedElementwiseOp::buildProgram(::tessera::fusion::ElementwiseProgram &p) {
+  std::vector<std::string_view> ops;
+  for (StringRef name : getOps().getAsValueRange<StringAttr>())
+    ops.emplace_back(name.data(), name.size());
+  std::vector<std::vector<int64_t>> inputShapes;
+  std::vector<bool> isMask;
+  for (Value in : getInputs()) {
+    auto t = cast<RankedTensorType>(in.getType());
+    inputShapes.emplace_back(t.getShape().begin(), t.getShape().end());
+    isMask.push_back(t.getElementType().isInteger(1));
+  }
+  std::vector<int64_t> shape;
+  if (getNumResults() > 0) {
+    auto t = cast<RankedTensorType>(getResult(0).getType());
+    shape.assign(t.getShape().begin(), t.getShape().end());
+  }
+  return ::tessera::fusion::buildElementwiseProgram(
+      ops, std::vector<int64_t>(getArgs().begin(), getArgs().end()),
+      std::vector<int64_t>(getOutputs().begin(), getOutputs().end()),
+      inputShapes, isMask, shape, p);
+}
+
+LogicalResult FusedElementwiseOp::verify() {
+  if (getOutputs().size() != getNumResults())
+    return emitOpError("has ") << getNumResults() << " results but "
+                               << getOutputs().size() << " outputs";
+  for (Value r : getResults()) {
+    auto t = cast<RankedTensorType>(r.getType());
+    auto first = cast<RankedTensorType>(getResult(0).getType());
+    if (!t.getElementType().isF32())
+      return emitOpError("results must be f32, got ") << t;
+    if (t.getShape() != first.getShape())
+      return emitOpError("results must have one shape, got ")
+             << first << " and " << t;
+  }
+  for (Value in : getInputs()) {
+    Type e = cast<RankedTensorType>(in.getType()).getElementType();
+    if (!e.isF32() && !e.isInteger(1))
+      return emitOpError("inputs must be f32 or i1, got ") << in.getType();
+  }
+  ::tessera::fusion::ElementwiseProgram program;
+  std::string problem = buildProgram(program);
+  if (!problem.empty())
+    return emitOpError(problem);
+  return success();
+}
+
+std::optional<::tessera::fusion::ElemOp>
+FusedElementwiseOp::opcodeOf(Operation *op) {
+  using ::tessera::fusion::ElemOp;
+  if (op->getNumResults() != 1)
+    return std::nullopt;
+  auto t = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!t || !t.hasStaticShape() || !t.getElementType().isF32())
+    return std::nullopt;
+  auto tanh = [](StringRef approximate) { return approximate == "tanh"; };
+  return llvm::TypeSwitch<Operation *, std::optional<ElemOp>>(op)
+      .Case([](AddOp) { return ElemOp::Add; })
+      .Case([](SubOp) { return ElemOp::Sub; })
+      .Case([](MulOp) { return ElemOp::Mul; })
+      .Case([](DivOp) { return ElemOp::Div; })
+      .Case([](PowOp) { return ElemOp::Pow; })
+      .Case([](MaxOp) { return ElemOp::Max; })
+      .Case([](NegOp) { return ElemOp::Neg; })
+      .Case([](ExpOp) { return ElemOp::Exp; })
+      .Case([](LogOp) { return ElemOp::Log; })
+      .Case([](SqrtOp) { return ElemOp::Sqrt; })
+      .Case([](RsqrtOp) { return ElemOp::Rsqrt; })
+      .Case([](TanhOp) { return ElemOp::Tanh; })
+      .Case([](ErfOp) { return ElemOp::Erf; })
+      .Case([](ReluOp) { return ElemOp::Relu; })
+      .Case([](SigmoidOp) { return ElemOp::Sigmoid; })
+      .Case([](SiluOp) { return ElemOp::Silu; })
+      .Case([&](GeluOp g) {
+        return tanh(g.getApproximate()) ? ElemOp::GeluTanh : ElemOp::Gelu;
+      })
+      .Case([](SelectOp) { return ElemOp::Select; })
+      .Case([](ReluGradOp) { return ElemOp::ReluGrad; })
+      .Case([&](GeluGradOp g) {
+        return tanh(g.getApproximate()) ? ElemOp::GeluTanhGrad
+                                        : ElemOp::GeluGrad;
+      })
+      .Case([](SiluGradOp) { return ElemOp::SiluGrad; })
+      .Default([](Operation *) { return std::nullopt; });
 }

@@ -835,4 +835,7 @@ TSR_NO_GRADIENT(AdamwUpdateOp, "optimizer updates are not differentiable")
 TSR_NO_GRADIENT(LinearOp, "fused by tsr-fuse-linear after autodiff")
 TSR_NO_GRADIENT(BiasActivationGradOp,
                 "second-order differentiation is not supported")
+
+TSR_NO_GRADIENT(FusedElementwiseOp,
+                "fused ops are made after autodiff (tsr-fuse-elementwise)")
 #undef TSR_NO_GRADIENT

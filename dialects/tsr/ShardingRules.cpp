@@ -105,6 +105,31 @@ ShardingRule BroadcastOp::getShardingRule() {
   return rule;
 }
 
+/// One factor per result dimension, shared by every result; an input's
+/// dimension of the result's size (trailing-aligned) takes its factor, a
+/// broadcast dimension of size 1 a factor of its own (size 1, never split).
+ShardingRule FusedElementwiseOp::getShardingRule() {
+  ShardingRule rule;
+  if (getNumResults() == 0)
+    return rule;
+  ArrayRef<int64_t> out = shapeOf(getResult(0));
+  TensorFactors result = addFactors(rule, out);
+  for (Value in : getInputs()) {
+    ArrayRef<int64_t> shape = shapeOf(in);
+    TensorFactors input;
+    int64_t offset = out.size() - shape.size();
+    for (auto [d, size] : llvm::enumerate(shape)) {
+      if (offset >= 0 && size == out[d + offset])
+        input.push_back(result[d + offset]);
+      else
+        input.push_back({rule.addFactor(size)});
+    }
+    rule.operands.push_back(input);
+  }
+  rule.results.assign(getNumResults(), result);
+  return rule;
+}
+
 /// Reductions: kept dims share factors. A reduced dim's factor is a
 /// reduction (partial result) for sum; mean and max need it whole.
 static ShardingRule reduceRule(Operation *op, ArrayRef<int64_t> axes,

@@ -3,6 +3,7 @@
 #ifndef TESSERA_DIALECTS_TSR_TSROPS_H
 #define TESSERA_DIALECTS_TSR_TSROPS_H
 
+#include "common/fusion/ElementwiseProgram.h"
 #include "dialects/tsr/ShardingRule.h"
 #include "dialects/tsr/TsrDialect.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"

@@ -301,6 +301,77 @@ def Tsr_SumSquaresOp : Tsr_ContractOp<"sum_squares",
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
+def Tsr_FusedElementwiseOp : Tsr_ContractOp<"fused_elementwise",
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+        ["getFlops", "getTranscendentals", "getMeasuredUnits"]>]> {
+  let summary = "A chain of elementwise ops run as one kernel.";
+  let description = [{
+    Made by `tsr-fuse-elementwise` after partition (on local shapes): a
+    group of elementwise ops (and the `tsr.broadcast`s that feed them an
+    operand) as one kernel that reads each operand and writes each result
+    once, keeping the intermediates in cache (CPU: tiles of 512 elements)
+    or in registers (CUDA: one thread per element), as XLA's loop fusion
+    and TorchInductor's pointwise fusion do.
+
+    The program is a register bytecode (common/fusion/ElementwiseProgram.h).
+    Slots 0 .. N-1 are the N `inputs`, each broadcast numpy-style to the
+    result shape (trailing dimensions aligned, each 1 or equal: a bias
+    [64] or a scalar [] against [8, 16, 64]). Instruction k, `ops[k]`,
+    writes slot N + k from the next arity(ops[k]) entries of `args`, each an
+    earlier slot. The results are the slots in `outputs`, in order, all of
+    one shape (the iteration shape) and f32. Opcodes, with their operands:
+    add, sub, mul, div, pow, max (a, b); neg, exp, log, sqrt, rsqrt, tanh,
+    erf, relu, sigmoid, silu, gelu, gelu_tanh (x; gelu is approximate =
+    "none", gelu_tanh "tanh"); select (condition, a, b), whose condition
+    must be an i1 input; relu_grad, gelu_grad, gelu_tanh_grad, silu_grad
+    (input, grad). Every other slot is f32. Each opcode computes what the
+    unfused op's kernel computes, operation by operation in f32, so the
+    fused results equal the unfused ones bit for bit.
+
+    Shape: the results' shape is the iteration shape; each input broadcasts
+    to it. Sharding rule: one factor per result dimension shared by every
+    result; an input's dimension of the result's size takes that factor,
+    a broadcast (size-1) dimension none; no linear groups (a partial
+    input is reduced before the op). Gradient: none: the op is made after
+    autodiff (its `buildGradient` fails). Cost: the sum over instructions
+    of the unfused ops' FLOPs and transcendentals per element times the
+    result's elements; bytes are the inputs and results only, since the
+    intermediates never reach memory (the saving over the unfused ops).
+    Limits: at most 16 inputs, 48 instructions, 16 results, rank 8.
+    Errors (verifier): an unknown opcode, a wrong `args` count, an
+    argument that is not an earlier slot, a condition that is not an i1
+    input (or an i1 input used as a value), outputs that are not distinct
+    computed slots or differ in number from the results, results of
+    different shapes or not f32, an input that does not broadcast.
+
+    ```mlir
+    // gelu_tanh(x * s + b) and x * s, with the bias [64] and the scale []
+    // broadcast in the kernel.
+    %y, %xs = tsr.fused_elementwise %x, %s, %b
+        {ops = ["mul", "add", "gelu_tanh"],
+         args = array<i64: 0, 1, 3, 2, 4>, outputs = array<i64: 5, 3>}
+        : (tensor<8x16x64xf32>, tensor<f32>, tensor<64xf32>)
+          -> (tensor<8x16x64xf32>, tensor<8x16x64xf32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Tsr_StaticTensor>:$inputs,
+                       StrArrayAttr:$ops, DenseI64ArrayAttr:$args,
+                       DenseI64ArrayAttr:$outputs);
+  let results = (outs Variadic<Tsr_StaticTensor>:$results);
+  let assemblyFormat =
+      "$inputs attr-dict `:` functional-type($inputs, $results)";
+  let extraClassDeclaration = [{
+    /// The validated program (common/fusion/ElementwiseProgram.h), or the
+    /// verifier's message.
+    std::string buildProgram(::tessera::fusion::ElementwiseProgram &p);
+    /// The opcode that computes `op` inside a fused program, or nothing
+    /// when the kernel cannot run it (not an elementwise op it knows, or
+    /// not on f32 values).
+    static std::optional<::tessera::fusion::ElemOp>
+    opcodeOf(::mlir::Operation *op);
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra
 //===----------------------------------------------------------------------===//

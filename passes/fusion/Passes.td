@@ -88,7 +88,46 @@ def FuseElementwise
     : InterfacePass<"tsr-fuse-elementwise", "::mlir::FunctionOpInterface"> {
   let summary = "Fuse chains of elementwise ops into one kernel.";
   let description = [{
-    Not implemented yet: changes nothing.
+    Groups elementwise ops of one shape that feed each other (add, sub, mul,
+    div, pow, max, neg, exp, log, sqrt, rsqrt, tanh, erf, relu, sigmoid,
+    silu, gelu, select and the gradients relu_grad, gelu_grad, silu_grad,
+    on f32 values: whatever `tsr::FusedElementwiseOp::opcodeOf` accepts)
+    into one `tsr.fused_elementwise`, whose kernel reads each operand and
+    writes each result once (XLA's loop fusion, TorchInductor's pointwise
+    fusion). A `tsr.broadcast` whose every reader is in the group is taken
+    in: the kernel broadcasts the smaller operand (a bias, a scalar). The
+    fused op's results are the group's values read outside it.
+
+    Grouping is greedy in block order: an op joins the groups of its
+    operands' producers (all of them when that stays legal, else the first
+    that does). A group is rewritten only if it replaces at least two
+    kernels (ops plus taken-in broadcasts) and the fused op can be placed
+    after every value it reads and before every outside reader of its
+    values (checked on the IR as the earlier rewrites left it, so fused ops
+    never depend on each other in a cycle). Not fused: reductions,
+    matmuls, collectives, layout ops, converts and comparisons, ops on
+    bf16/f16/i64 values, ops tagged with a `tsr.trace` id (tessera-check
+    dumps their results), groups past the kernel's limits (16 inputs, 48
+    instructions, 16 results). Runs after tsr-fuse-linear and
+    tsr-fuse-norm, so the epilogues and residual adds they take are gone.
+    The values are unchanged bit for bit: each opcode computes what the
+    unfused kernel computes.
+
+    Before:
+    ```mlir
+    %b = tsr.broadcast %bias : tensor<64xf32> -> tensor<8x64xf32>
+    %s = tsr.add %x, %b : tensor<8x64xf32>
+    %y = tsr.gelu %s {approximate = "tanh"} : tensor<8x64xf32>
+    %z = tsr.mul %y, %r : tensor<8x64xf32>
+    ```
+    After:
+    ```mlir
+    %z = tsr.fused_elementwise %x, %bias, %r
+        {args = array<i64: 0, 1, 3, 4, 2>, ops = ["add", "gelu_tanh", "mul"],
+         outputs = array<i64: 5>}
+        : (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>)
+          -> tensor<8x64xf32>
+    ```
   }];
 }
 

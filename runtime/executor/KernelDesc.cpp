@@ -140,6 +140,23 @@ public:
     return bad(name, "an array<i64: ...>"), std::vector<int64_t>{};
   }
 
+  std::vector<std::string> stringArray(StringRef name) {
+    mlir::Attribute a = get(name, false);
+    std::vector<std::string> v;
+    if (!a)
+      return v;
+    auto arr = llvm::dyn_cast<mlir::ArrayAttr>(a);
+    if (!arr)
+      return bad(name, "an array of strings"), v;
+    for (mlir::Attribute e : arr) {
+      auto str = llvm::dyn_cast<mlir::StringAttr>(e);
+      if (!str)
+        return bad(name, "an array of strings"), std::vector<std::string>{};
+      v.push_back(str.getValue().str());
+    }
+    return v;
+  }
+
   /// True when the attribute is present.
   bool has(StringRef name) const { return dict && dict.get(name); }
 
@@ -949,6 +966,41 @@ llvm::Error decodeAdamwUpdate(KernelDesc &d, Types ins, Types outs,
       hyperParameter(options, "weight_decay", attrs.floating("weight_decay"));
   RETURN_IF_ERROR(attrs.takeError());
   d.attrs = a;
+  return llvm::Error::success();
+}
+
+/// fused_elementwise (inputs...) -> (results...): f32 or i1 operands, f32
+/// results of one shape, and a program (`ops`, `args`, `outputs`) that
+/// fusion::buildElementwiseProgram accepts.
+llvm::Error decodeFusedElementwise(KernelDesc &d, Types ins, Types outs,
+                                   AttrReader &attrs, const CompileOptions &) {
+  std::vector<std::string> names = attrs.stringArray("ops");
+  std::vector<int64_t> args = attrs.intArray("args");
+  std::vector<int64_t> outputs = attrs.intArray("outputs");
+  RETURN_IF_ERROR(attrs.takeError());
+  if (outs.size() != outputs.size())
+    return fail(llvm::formatv("has {0} result(s) but {1} outputs", outs.size(),
+                              outputs.size()));
+  if (outs.empty())
+    return fail("has no results");
+  for (size_t i = 0; i < outs.size(); ++i)
+    RETURN_IF_ERROR(
+        expectResult(outs, i, TensorType{DType::F32, outs[0].shape}));
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<bool> mask;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    RETURN_IF_ERROR(expectDType(ins[i], {DType::F32, DType::I1},
+                                "operand #" + std::to_string(i)));
+    shapes.push_back(ins[i].shape);
+    mask.push_back(ins[i].dtype == DType::I1);
+  }
+  std::vector<std::string_view> ops(names.begin(), names.end());
+  FusedElementwiseAttrs program;
+  std::string problem = tessera::fusion::buildElementwiseProgram(
+      ops, args, outputs, shapes, mask, outs[0].shape, program);
+  if (!problem.empty())
+    return fail(problem);
+  d.attrs = std::move(program);
   return llvm::Error::success();
 }
 

@@ -31,6 +31,7 @@
 
 #include "runtime/executor/Program.h"
 
+#include "common/fusion/ElementwiseProgram.h"
 #include "common/random/Philox.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -231,11 +232,15 @@ struct LinearAttrs {
   bool preactivation = false;
 };
 
+/// fused_elementwise: the validated program (`ops`, `args`, `outputs`)
+/// with its operands' index maps over the iteration shape.
+using FusedElementwiseAttrs = tessera::fusion::ElementwiseProgram;
+
 using KernelAttrs =
     std::variant<NoAttrs, GeluAttrs, ReduceAttrs, MatmulAttrs, TransposeAttrs,
                  SliceAttrs, AxisAttrs, NormAttrs, AttentionAttrs,
                  CrossEntropyAttrs, SgdAttrs, AdamwAttrs, DropoutAttrs,
-                 LinearAttrs>;
+                 LinearAttrs, FusedElementwiseAttrs>;
 
 //===----------------------------------------------------------------------===//
 // The descriptor

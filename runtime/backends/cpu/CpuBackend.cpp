@@ -521,6 +521,13 @@ llvm::Error bindBiasActivationGrad(const KernelDesc &d, Instruction &inst) {
       });
 }
 
+
+llvm::Error bindFusedElementwise(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [p = d.get<FusedElementwiseAttrs>()](In in, Out out) {
+    cpu::fusedElementwise(p, in, out);
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // The dispatch table
 //===----------------------------------------------------------------------===//
@@ -563,6 +570,8 @@ const BindTable &binders() {
     set({K::Dropout}, &bindDropout);
     set({K::Linear}, &bindLinear);
     set({K::BiasActivationGrad}, &bindBiasActivationGrad);
+
+    set({K::FusedElementwise}, &bindFusedElementwise);
   });
   return table;
 }

@@ -17,6 +17,7 @@
 
 #include "runtime/Tensor.h"
 
+#include "common/fusion/ElementwiseProgram.h"
 #include "common/random/Philox.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -330,6 +331,21 @@ void biasActivationGrad(const Tensor &x, const Tensor &dy, Activation act,
 
 /// Sets the number of OpenBLAS threads (1 per rank under MPI).
 void setBlasThreads(int numThreads);
+
+//===----------------------------------------------------------------------===//
+// Fused elementwise (FusedElementwise.cpp)
+//===----------------------------------------------------------------------===//
+
+/// tsr.fused_elementwise: runs program `p` (validated by
+/// fusion::buildElementwiseProgram) over `in` (f32, or i1 select
+/// conditions, each broadcast to the iteration shape by p's index maps)
+/// into `out` (f32, the iteration shape, one per p.outputs). Tiles of 512
+/// elements, one loop per instruction, intermediates in a per-thread
+/// scratch; bitwise equal to the unfused kernels. In place OK (an output
+/// may share storage with a full-shape input).
+void fusedElementwise(const tessera::fusion::ElementwiseProgram &p,
+                      llvm::ArrayRef<const Tensor *> in,
+                      llvm::MutableArrayRef<Tensor> out);
 
 } // namespace cpu
 } // namespace runtime

@@ -276,6 +276,7 @@ private:
   llvm::Error bindUnary(const KernelDesc &k, Instruction &inst);
   llvm::Error bindActivationGrad(const KernelDesc &k, Instruction &inst);
   llvm::Error bindDropout(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindFusedElementwise(const KernelDesc &k, Instruction &inst);
   llvm::Error bindEqual(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSelect(const KernelDesc &k, Instruction &inst);
   llvm::Error bindConvert(const KernelDesc &k, Instruction &inst);
@@ -1295,6 +1296,7 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::ReluGrad, K::GeluGrad, K::SiluGrad},
         &CudaBackend::bindActivationGrad);
     set({K::Dropout}, &CudaBackend::bindDropout);
+    set({K::FusedElementwise}, &CudaBackend::bindFusedElementwise);
     set({K::Equal}, &CudaBackend::bindEqual);
     set({K::Select}, &CudaBackend::bindSelect);
     set({K::Convert}, &CudaBackend::bindConvert);
@@ -1600,6 +1602,15 @@ llvm::Error CudaBackend::bindSumSquares(const KernelDesc &k,
   return bindLaunch(k, inst, [](In in, Out out, cudaStream_t s) {
     return cuda::sumSquares(*in[0], out[0], s);
   });
+}
+
+llvm::Error CudaBackend::bindFusedElementwise(const KernelDesc &k,
+                                              Instruction &inst) {
+  return bindLaunch(
+      k, inst,
+      [p = k.get<FusedElementwiseAttrs>()](In in, Out out, cudaStream_t s) {
+        return cuda::fusedElementwise(p, in.data(), out.data(), s);
+      });
 }
 
 llvm::Error CudaBackend::bindReduce(const KernelDesc &k, Instruction &inst) {

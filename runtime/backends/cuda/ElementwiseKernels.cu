@@ -1293,6 +1293,152 @@ cudaError_t dropout(const Tensor &x, const Tensor &step,
                   static_cast<float *>(y.raw()), n);
 }
 
+//===----------------------------------------------------------------------===//
+// Fused elementwise (tsr.fused_elementwise)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+using tessera::fusion::ElemOp;
+constexpr int kFusedSlots =
+    tessera::fusion::kMaxFusedInputs + tessera::fusion::kMaxFusedInstrs;
+
+/// The program and its operands, passed by value (kernel parameter space).
+struct FusedLaunch {
+  int32_t nIn = 0, nInstr = 0, nOut = 0, rank = 0;
+  int64_t total = 0;
+  int64_t shape[tessera::fusion::kMaxFusedRank] = {};
+  int64_t strides[tessera::fusion::kMaxFusedInputs]
+                 [tessera::fusion::kMaxFusedRank] = {};
+  const void *in[tessera::fusion::kMaxFusedInputs] = {};
+  uint8_t mask[tessera::fusion::kMaxFusedInputs] = {};
+  uint8_t full[tessera::fusion::kMaxFusedInputs] = {};
+  float *out[tessera::fusion::kMaxFusedOutputs] = {};
+  int16_t outputs[tessera::fusion::kMaxFusedOutputs] = {};
+  uint8_t op[tessera::fusion::kMaxFusedInstrs] = {};
+  int16_t args[tessera::fusion::kMaxFusedInstrs][3] = {};
+};
+
+__device__ __forceinline__ float fusedOp(ElemOp op, float a, float b, float c) {
+  switch (op) {
+  case ElemOp::Add:
+    return binaryF<BinaryOp::Add>(a, b);
+  case ElemOp::Sub:
+    return binaryF<BinaryOp::Sub>(a, b);
+  case ElemOp::Mul:
+    return binaryF<BinaryOp::Mul>(a, b);
+  case ElemOp::Div:
+    return binaryF<BinaryOp::Div>(a, b);
+  case ElemOp::Pow:
+    return binaryF<BinaryOp::Pow>(a, b);
+  case ElemOp::Max:
+    return binaryF<BinaryOp::Max>(a, b);
+  case ElemOp::Neg:
+    return unaryF<UnaryOp::Neg>(a);
+  case ElemOp::Exp:
+    return unaryF<UnaryOp::Exp>(a);
+  case ElemOp::Log:
+    return unaryF<UnaryOp::Log>(a);
+  case ElemOp::Sqrt:
+    return unaryF<UnaryOp::Sqrt>(a);
+  case ElemOp::Rsqrt:
+    return unaryF<UnaryOp::Rsqrt>(a);
+  case ElemOp::Tanh:
+    return unaryF<UnaryOp::Tanh>(a);
+  case ElemOp::Erf:
+    return unaryF<UnaryOp::Erf>(a);
+  case ElemOp::Relu:
+    return unaryF<UnaryOp::Relu>(a);
+  case ElemOp::Sigmoid:
+    return unaryF<UnaryOp::Sigmoid>(a);
+  case ElemOp::Silu:
+    return unaryF<UnaryOp::Silu>(a);
+  case ElemOp::Gelu:
+    return unaryF<UnaryOp::Gelu>(a);
+  case ElemOp::GeluTanh:
+    return unaryF<UnaryOp::GeluTanh>(a);
+  case ElemOp::Select:
+    return a != 0.0f ? b : c; // a: the condition as 0 / 1
+  case ElemOp::ReluGrad:
+    return a > 0.0f ? b : 0.0f;
+  case ElemOp::GeluGrad:
+    return geluErfGradF(a, b);
+  case ElemOp::GeluTanhGrad:
+    return geluTanhGradF(a, b);
+  case ElemOp::SiluGrad:
+    return siluGradF(a, b);
+  }
+  return 0.0f;
+}
+
+__global__ void fusedElementwiseKernel(FusedLaunch l) {
+  float r[kFusedSlots];
+  for (int64_t e = globalThread(); e < l.total; e += gridThreads()) {
+    for (int i = 0; i < l.nIn; ++i) {
+      int64_t off = e;
+      if (!l.full[i]) {
+        off = 0;
+        int64_t rem = e;
+        for (int d = l.rank - 1; d >= 0; --d) {
+          int64_t q = rem / l.shape[d];
+          off += (rem - q * l.shape[d]) * l.strides[i][d];
+          rem = q;
+        }
+      }
+      r[i] = l.mask[i]
+                 ? (static_cast<const uint8_t *>(l.in[i])[off] ? 1.0f : 0.0f)
+                 : static_cast<const float *>(l.in[i])[off];
+    }
+    for (int k = 0; k < l.nInstr; ++k)
+      r[l.nIn + k] = fusedOp(static_cast<ElemOp>(l.op[k]), r[l.args[k][0]],
+                             r[l.args[k][1]], r[l.args[k][2]]);
+    for (int o = 0; o < l.nOut; ++o)
+      l.out[o][e] = r[l.outputs[o]];
+  }
+}
+
+} // namespace
+
+cudaError_t fusedElementwise(const tessera::fusion::ElementwiseProgram &p,
+                             const Tensor *const *in, Tensor *out,
+                             cudaStream_t stream) {
+  FusedLaunch l;
+  l.nIn = p.numInputs;
+  l.nInstr = static_cast<int32_t>(p.instrs.size());
+  l.nOut = static_cast<int32_t>(p.outputs.size());
+  l.rank = static_cast<int32_t>(p.shape.size());
+  if (l.nIn > tessera::fusion::kMaxFusedInputs ||
+      l.nInstr > tessera::fusion::kMaxFusedInstrs || l.nOut < 1 ||
+      l.nOut > tessera::fusion::kMaxFusedOutputs ||
+      l.rank > tessera::fusion::kMaxFusedRank)
+    return cudaErrorInvalidValue;
+  l.total = out[0].numel();
+  for (int d = 0; d < l.rank; ++d)
+    l.shape[d] = p.shape[d];
+  for (int i = 0; i < l.nIn; ++i) {
+    DType want = p.inputIsMask[i] ? DType::I1 : DType::F32;
+    if (in[i]->dtype() != want || in[i]->numel() != p.inputNumel[i])
+      return cudaErrorInvalidValue;
+    l.in[i] = in[i]->raw();
+    l.mask[i] = p.inputIsMask[i];
+    l.full[i] = p.inputNumel[i] == l.total;
+    for (int d = 0; d < l.rank; ++d)
+      l.strides[i][d] = p.inputStrides[i][d];
+  }
+  for (int o = 0; o < l.nOut; ++o) {
+    if (out[o].dtype() != DType::F32 || out[o].numel() != l.total)
+      return cudaErrorInvalidValue;
+    l.out[o] = static_cast<float *>(out[o].raw());
+    l.outputs[o] = static_cast<int16_t>(p.outputs[o]);
+  }
+  for (int k = 0; k < l.nInstr; ++k) {
+    l.op[k] = static_cast<uint8_t>(p.instrs[k].op);
+    for (int j = 0; j < 3; ++j)
+      l.args[k][j] = static_cast<int16_t>(p.instrs[k].args[j]);
+  }
+  return launch1D(l.total, stream, fusedElementwiseKernel, l);
+}
+
 } // namespace cuda
 } // namespace runtime
 } // namespace tessera

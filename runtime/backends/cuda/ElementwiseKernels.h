@@ -32,6 +32,7 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 
+#include "common/fusion/ElementwiseProgram.h"
 #include "common/random/Philox.h"
 
 #include <cstdint>
@@ -310,6 +311,17 @@ cudaError_t reduceMax(const Tensor &in, const std::vector<int64_t> &axes,
 /// accumulates in f64 with a fixed thread order (deterministic), rounding
 /// once. cudaErrorInvalidValue for other dtypes or shapes.
 cudaError_t sumSquares(const Tensor &in, Tensor &out, cudaStream_t stream);
+
+/// tsr.fused_elementwise (cpu::fusedElementwise's semantics): program `p`
+/// over `in[0 .. p.numInputs)` (f32, or i1 select conditions, broadcast by
+/// p's index maps) into `out[0 .. p.outputs.size())` (f32, the iteration
+/// shape). One thread per element (grid-stride loop) interprets the program
+/// with the slots in registers; each opcode is the unfused kernel's device
+/// arithmetic, so the results equal the unfused CUDA kernels'. In place OK
+/// (same index only). cudaErrorInvalidValue for other dtypes or shapes.
+cudaError_t fusedElementwise(const tessera::fusion::ElementwiseProgram &p,
+                             const Tensor *const *in, Tensor *out,
+                             cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Index math shared by the host and the kernels (tested on the host), in

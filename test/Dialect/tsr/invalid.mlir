@@ -524,6 +524,10 @@ func.func @sum_squares_not_scalar(%x: tensor<4x8xf32>) {
 func.func @linear_k_mismatch(%x: tensor<4x8xf32>, %w: tensor<7x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{matmul contracting dimensions differ: 8 vs 7}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<7x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
+
+func.func @fused_unknown_opcode(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 has unknown opcode 'cosh'}}
+  %0 = tsr.fused_elementwise %x {ops = ["cosh"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
 
@@ -532,6 +536,10 @@ func.func @linear_k_mismatch(%x: tensor<4x8xf32>, %w: tensor<7x16xf32>, %b: tens
 func.func @linear_result_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{result type 'tensor<4x8xf32>' should be 'tensor<4x16xf32>'}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x8xf32>
+
+func.func @fused_args_count(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'args' has 3 entries, expected 2}}
+  %0 = tsr.fused_elementwise %x {ops = ["add"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
 
@@ -540,6 +548,10 @@ func.func @linear_result_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: ten
 func.func @linear_bias_shape(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<1x16xf32>) {
   // expected-error @+1 {{bias must be of type 'tensor<16xf32>', got 'tensor<1x16xf32>'}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<1x16xf32> -> tensor<4x16xf32>
+
+func.func @fused_forward_slot(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 ('exp') reads slot 1, not an earlier slot in [0, 1)}}
+  %0 = tsr.fused_elementwise %x {ops = ["exp"], args = array<i64: 1>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
 
@@ -548,6 +560,10 @@ func.func @linear_bias_shape(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tens
 func.func @linear_activation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{activation must be "none", "gelu", "gelu_tanh", "relu" or "silu", got "swish"}}
   %0 = tsr.linear %x, %w, %b {activation = "swish"} : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
+
+func.func @fused_condition_not_i1(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 ('select') argument 0 (slot 0) must be an i1 operand}}
+  %0 = tsr.fused_elementwise %x {ops = ["select"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
 
@@ -556,6 +572,10 @@ func.func @linear_activation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tens
 func.func @linear_preactivation_without_activation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{has a preactivation result but no activation}}
   %0, %1 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>, tensor<4x16xf32>
+
+func.func @fused_mask_as_value(%m: tensor<4xi1>) {
+  // expected-error @+1 {{instruction 0 ('neg') argument 0 (slot 0) must be an f32 value}}
+  %0 = tsr.fused_elementwise %m {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xi1>) -> tensor<4xf32>
   return
 }
 
@@ -564,6 +584,10 @@ func.func @linear_preactivation_without_activation(%x: tensor<4x8xf32>, %w: tens
 func.func @linear_preactivation_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{preactivation type 'tensor<16x4xf32>' should be 'tensor<4x16xf32>'}}
   %0, %1 = tsr.linear %x, %w, %b {activation = "relu"} : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>, tensor<16x4xf32>
+
+func.func @fused_output_not_computed(%x: tensor<4xf32>) {
+  // expected-error @+1 {{output 0 is slot 0, not a computed slot in [1, 2)}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
 
@@ -572,6 +596,10 @@ func.func @linear_preactivation_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, 
 func.func @linear_integer(%x: tensor<4x8xi64>, %w: tensor<8x16xi64>, %b: tensor<16xi64>) {
   // expected-error @+1 {{expects a float element type, got 'tensor<4x16xi64>'}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xi64>, tensor<8x16xi64>, tensor<16xi64> -> tensor<4x16xi64>
+
+func.func @fused_output_twice(%x: tensor<4xf32>) {
+  // expected-error @+1 {{slot 1 is output twice}}
+  %0:2 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1, 1>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
   return
 }
 
@@ -580,6 +608,10 @@ func.func @linear_integer(%x: tensor<4x8xi64>, %w: tensor<8x16xi64>, %b: tensor<
 func.func @bias_activation_grad_none(%x: tensor<4x16xf32>, %dy: tensor<4x16xf32>) {
   // expected-error @+1 {{activation must be "gelu", "gelu_tanh", "relu" or "silu", got "none"}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "none"} : tensor<4x16xf32> -> tensor<16xf32>
+
+func.func @fused_outputs_vs_results(%x: tensor<4xf32>) {
+  // expected-error @+1 {{has 1 results but 2 outputs}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
 
@@ -588,6 +620,10 @@ func.func @bias_activation_grad_none(%x: tensor<4x16xf32>, %dy: tensor<4x16xf32>
 func.func @bias_activation_grad_bias_type(%x: tensor<4x16xf32>, %dy: tensor<4x16xf32>) {
   // expected-error @+1 {{bias_grad type 'tensor<4xf32>' should be 'tensor<16xf32>'}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "gelu"} : tensor<4x16xf32> -> tensor<4xf32>
+
+func.func @fused_result_shapes(%x: tensor<4xf32>) {
+  // expected-error @+1 {{results must have one shape, got 'tensor<4xf32>' and 'tensor<2x2xf32>'}}
+  %0:2 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<2x2xf32>)
   return
 }
 
@@ -596,6 +632,10 @@ func.func @bias_activation_grad_bias_type(%x: tensor<4x16xf32>, %dy: tensor<4x16
 func.func @bias_activation_grad_rank0(%x: tensor<f32>, %dy: tensor<f32>) {
   // expected-error @+1 {{expects an input of rank >= 1, got 'tensor<f32>'}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "relu"} : tensor<f32> -> tensor<1xf32>
+
+func.func @fused_result_type(%x: tensor<4xf32>) {
+  // expected-error @+1 {{results must be f32, got 'tensor<4xbf16>'}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xbf16>
   return
 }
 
@@ -604,5 +644,25 @@ func.func @bias_activation_grad_rank0(%x: tensor<f32>, %dy: tensor<f32>) {
 func.func @bias_activation_grad_integer(%x: tensor<4x16xi64>, %dy: tensor<4x16xi64>) {
   // expected-error @+1 {{expects a float element type, got 'tensor<4x16xi64>'}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "relu"} : tensor<4x16xi64> -> tensor<16xi64>
+
+func.func @fused_input_type(%x: tensor<4xi64>) {
+  // expected-error @+1 {{inputs must be f32 or i1, got 'tensor<4xi64>'}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xi64>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_not_broadcastable(%x: tensor<3xf32>) {
+  // expected-error @+1 {{operand 0 does not broadcast to the result shape}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<3xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_empty(%x: tensor<4xf32>) {
+  // expected-error @+1 {{has an empty program}}
+  %0 = tsr.fused_elementwise %x {ops = [], args = array<i64>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }

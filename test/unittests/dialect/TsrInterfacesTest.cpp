@@ -275,3 +275,66 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
 }
 
 } // namespace
+
+namespace {
+
+/// tsr.fused_elementwise's cost is the unfused ops' FLOPs and
+/// transcendentals, and its bytes are its inputs and results only: less
+/// than the unfused ops' bytes by the intermediates' writes and reads and
+/// the broadcast's materialisation.
+TEST_F(TsrInterfacesTest, FusedElementwiseCostShowsTheSaving) {
+  SmallVector<Operation *> o = ops(R"mlir(
+func.func @f(%x: tensor<8x64xf32>, %bias: tensor<64xf32>, %r: tensor<8x64xf32>) {
+  %b = tsr.broadcast %bias : tensor<64xf32> -> tensor<8x64xf32>
+  %s = tsr.add %x, %b : tensor<8x64xf32>
+  %y = tsr.gelu %s {approximate = "tanh"} : tensor<8x64xf32>
+  %z = tsr.silu %y : tensor<8x64xf32>
+  %f = tsr.fused_elementwise %x, %bias {ops = ["add", "gelu_tanh", "silu"], args = array<i64: 0, 1, 2, 3>, outputs = array<i64: 4>} : (tensor<8x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  return
+}
+)mlir");
+  ASSERT_EQ(o.size(), 5u);
+  auto cost = [&](size_t i) { return cast<tsr::CostOpInterface>(o[i]); };
+  int64_t flops = 0, transcendentals = 0, bytes = 0;
+  for (size_t i = 1; i < 4; ++i) { // add, gelu, silu (the broadcast moves)
+    flops += cost(i).getFlops();
+    transcendentals += cost(i).getTranscendentals();
+  }
+  for (size_t i = 0; i < 4; ++i)
+    bytes += cost(i).getBytesAccessed();
+  EXPECT_EQ(cost(4).getFlops(), flops);
+  EXPECT_EQ(flops, 512 * (1 + 1 + 4));
+  EXPECT_EQ(cost(4).getTranscendentals(), transcendentals);
+  EXPECT_EQ(transcendentals, 512 * 2);
+  // x, bias and the result: 2 * 512 * 4 + 64 * 4 bytes.
+  EXPECT_EQ(cost(4).getBytesAccessed(), 2 * 512 * 4 + 64 * 4);
+  EXPECT_LT(cost(4).getBytesAccessed(), bytes);
+  EXPECT_EQ(cost(4).getMeasuredUnits(), -1);
+}
+
+/// Its sharding rule: the result's dims are factors shared by every
+/// result; the bias's dim takes the result's last factor, a size-1 dim a
+/// factor of its own, a scalar none.
+TEST_F(TsrInterfacesTest, FusedElementwiseShardingRule) {
+  SmallVector<Operation *> o = ops(R"mlir(
+func.func @f(%x: tensor<8x64xf32>, %s: tensor<f32>, %c: tensor<8x1xf32>) {
+  %y, %z = tsr.fused_elementwise %x, %s, %c {ops = ["mul", "add"], args = array<i64: 0, 1, 3, 2>, outputs = array<i64: 4, 3>} : (tensor<8x64xf32>, tensor<f32>, tensor<8x1xf32>) -> (tensor<8x64xf32>, tensor<8x64xf32>)
+  return
+}
+)mlir");
+  ASSERT_EQ(o.size(), 1u);
+  tsr::ShardingRule rule =
+      cast<tsr::ShardingRuleOpInterface>(o[0]).getShardingRule();
+  ASSERT_EQ(rule.results.size(), 2u);
+  ASSERT_EQ(rule.operands.size(), 3u);
+  EXPECT_EQ(rule.results[0], rule.results[1]);
+  ASSERT_EQ(rule.results[0].size(), 2u);
+  EXPECT_EQ(rule.operands[0], rule.results[0]);
+  EXPECT_TRUE(rule.operands[1].empty());
+  ASSERT_EQ(rule.operands[2].size(), 2u);
+  EXPECT_EQ(rule.operands[2][0], rule.results[0][0]);
+  EXPECT_NE(rule.operands[2][1], rule.results[0][1]);
+  EXPECT_TRUE(rule.linearGroups.empty());
+}
+
+} // namespace
