@@ -267,3 +267,18 @@ int64_t SiluGradOp::getTranscendentals() { return elementsOf(getResult()); }
 /// its 4 words: 10 rounds of 2 multiplies and 4 xors per 4 elements, about
 /// 12 FLOP-equivalents per element in all.
 int64_t DropoutOp::getFlops() { return 14 * elementsOf(getResult()); }
+
+/// The multi-tensor updates are timed per parameter element, like the
+/// per-parameter updates (tessera-run --calibrate): all N parameters'.
+static int64_t paramElements(ValueRange params) {
+  int64_t n = 0;
+  for (Value p : params)
+    n += elementsOf(p);
+  return n;
+}
+int64_t MultiSgdUpdateOp::getMeasuredUnits() {
+  return paramElements(getParams());
+}
+int64_t MultiAdamwUpdateOp::getMeasuredUnits() {
+  return paramElements(getGroup(0));
+}

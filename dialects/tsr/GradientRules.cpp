@@ -832,4 +832,7 @@ TSR_NO_GRADIENT(CrossEntropyGradOp,
                 "second-order differentiation is not supported")
 TSR_NO_GRADIENT(SgdUpdateOp, "optimizer updates are not differentiable")
 TSR_NO_GRADIENT(AdamwUpdateOp, "optimizer updates are not differentiable")
+TSR_NO_GRADIENT(MultiSgdUpdateOp, "fused after autodiff: never differentiated")
+TSR_NO_GRADIENT(MultiAdamwUpdateOp,
+                "fused after autodiff: never differentiated")
 #undef TSR_NO_GRADIENT

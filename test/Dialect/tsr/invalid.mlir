@@ -518,3 +518,86 @@ func.func @sum_squares_not_scalar(%x: tensor<4x8xf32>) {
   %0 = tsr.sum_squares %x : tensor<4x8xf32> -> tensor<4xf32>
   return
 }
+
+// -----
+
+// Multi-tensor updates (tsr-fuse-optimizer): N parameters, then N of each
+// other operand group; entry i of every group is parameter i's type; the
+// result types are inferred.
+func.func @multi_sgd_count(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{expects 2 tensor operands per parameter and at least one parameter, got 3}}
+  %0:2 = tsr.multi_sgd_update [%p, %q, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xf32>, tensor<2xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_grad_type(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{tensor operand 3 has type 'tensor<4xf32>' but parameter 1 has 'tensor<2xf32>'}}
+  %0:2 = tsr.multi_sgd_update [%p, %q, %p, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_result_type(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{result 0 has type 'tensor<3xf32>' but parameter 0 has 'tensor<4xf32>'}}
+  %0 = "tsr.multi_sgd_update"(%p, %p, %lr) {weight_decay = 0.0 : f32} : (tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_none(%lr: tensor<f32>) {
+  // expected-error @+1 {{expects 1 results per parameter and at least one parameter, got 0 results}}
+  "tsr.multi_sgd_update"(%lr) {weight_decay = 0.0 : f32} : (tensor<f32>) -> ()
+  return
+}
+
+// -----
+
+func.func @multi_sgd_negative_weight_decay(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %0 = tsr.multi_sgd_update [%p, %p], %lr {weight_decay = -1.0 : f32} : tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_integer(%p: tensor<4xi64>, %lr: tensor<f32>) {
+  // expected-error @+1 {{parameter must be a floating-point tensor}}
+  %0 = tsr.multi_sgd_update [%p, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xi64>, tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @multi_adamw_count(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{expects 4 tensor operands per parameter and at least one parameter, got 6}}
+  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_adamw_state_type(%p: tensor<4xf32>, %v: tensor<2x2xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{tensor operand 3 has type 'tensor<2x2xf32>' but parameter 0 has 'tensor<4xf32>'}}
+  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %v], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @multi_adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{betas must be in [0, 1)}}
+  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 1.0 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_adamw_negative_weight_decay(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = -0.5 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
