@@ -488,6 +488,20 @@ llvm::Error bindAdamwUpdate(const KernelDesc &d, Instruction &inst) {
   });
 }
 
+llvm::Error bindMultiSgdUpdate(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [wd = d.get<SgdAttrs>().weightDecay](In in, Out out) {
+    cpu::sgdUpdateMulti(in.drop_back(), learningRate(*in.back()), wd, out);
+  });
+}
+
+llvm::Error bindMultiAdamwUpdate(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [a = d.get<AdamwAttrs>()](In in, Out out) {
+    cpu::adamwUpdateMulti(in.drop_back(2), *in[in.size() - 2],
+                          learningRate(*in.back()), a.beta1, a.beta2, a.eps,
+                          a.weightDecay, out);
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // The dispatch table
 //===----------------------------------------------------------------------===//
@@ -527,6 +541,8 @@ const BindTable &binders() {
     set({K::CrossEntropy, K::CrossEntropyGrad}, &bindCrossEntropy);
     set({K::SgdUpdate}, &bindSgdUpdate);
     set({K::AdamwUpdate}, &bindAdamwUpdate);
+    set({K::MultiSgdUpdate}, &bindMultiSgdUpdate);
+    set({K::MultiAdamwUpdate}, &bindMultiAdamwUpdate);
     set({K::Dropout}, &bindDropout);
   });
   return table;
