@@ -1068,10 +1068,14 @@ def Tsr_MultiSgdUpdateOp : Tsr_ContractOp<"multi_sgd_update",
     inferred (result i: parameter i's type).
 
     It appears only after autodiff, so it has no gradient rule. Sharding:
-    elementwise per parameter (parameter i, gradient i and result i share
-    their factors; `lr` is a replicated scalar). Cost: the sum of the N
-    updates' (every operand and result once); a calibration measures it
-    per parameter element (getMeasuredUnits: the N parameters' elements).
+    parameter i, gradient i and result i share their factors, each kept
+    whole (the factor model cannot express that result i does not depend
+    on parameter j: a split parameter would make the other results
+    partial), and `lr` is a replicated scalar; the op is formed after
+    partition, on local shapes, so nothing normally propagates through it.
+    Cost: the sum of the N updates' (every operand and result once); a
+    calibration measures it per parameter element (getMeasuredUnits: the
+    N parameters' elements).
 
     ```mlir
     %p0n, %p1n = tsr.multi_sgd_update [%p0, %p1, %g0, %g1], %lr
@@ -1117,11 +1121,12 @@ def Tsr_MultiAdamwUpdateOp : Tsr_ContractOp<"multi_adamw_update",
     types are inferred (parameter i's type for results i, N + i, 2N + i).
 
     It appears only after autodiff, so it has no gradient rule. Sharding:
-    elementwise per parameter (the four operands and three results of
-    parameter i share their factors; `step` and `lr` are replicated
-    scalars). Cost: the sum of the N updates' (every operand and result
-    once; the two scalars once instead of N times); a calibration
-    measures it per parameter element (getMeasuredUnits).
+    the four operands and three results of parameter i share their
+    factors, each kept whole (as for `tsr.multi_sgd_update`: formed after
+    partition, on local shapes); `step` and `lr` are replicated scalars.
+    Cost: the sum of the N updates' (every operand and result once; the
+    two scalars once instead of N times); a calibration measures it per
+    parameter element (getMeasuredUnits).
 
     ```mlir
     %p, %m, %v = tsr.multi_adamw_update [%p0, %g0, %m0, %v0], %t, %lr

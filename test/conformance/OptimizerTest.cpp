@@ -306,9 +306,6 @@ TEST_P(OptimizerTest, LoadErrors) {
   EXPECT_EQ(loadError("multi_sgd_update", sgdAttrs(0), {p, q, p, s}, {p, q}),
             "expects 2*N + 1 operand(s) and 1*N result(s) for N >= 1 "
             "parameters, got 4 and 2");
-  EXPECT_EQ(loadError("multi_sgd_update", sgdAttrs(0), {s}, {}),
-            "expects 2*N + 1 operand(s) and 1*N result(s) for N >= 1 "
-            "parameters, got 1 and 0");
   EXPECT_EQ(loadError("multi_sgd_update", sgdAttrs(0), {p, q, q, q, s}, {p, q}),
             "operand #2 has type tensor<2x2xf32> but parameter #0 has "
             "tensor<3xf32>; they must match");

@@ -16,7 +16,7 @@ module attributes {tsr.grid_axes = ["dp", "tp"]} {
   // CHECK: tsr.multi_adamw_update{{.*}}tsr.shardings = [#tsr.sharding<@grid, {{\[\[}}], []]>, #tsr.sharding<@grid, {{\[\[}}], []]>, #tsr.sharding<@grid, {{\[\[}}]]>, #tsr.sharding<@grid, {{\[\[}}], []]>, #tsr.sharding<@grid, {{\[\[}}], []]>, #tsr.sharding<@grid, {{\[\[}}]]>, #tsr.sharding<@grid, {{\[\[}}], []]>, #tsr.sharding<@grid, {{\[\[}}], []]>, #tsr.sharding<@grid, {{\[\[}}]]>]
   // PART-LABEL: func.func @multi_adamw
   // PART-COUNT-8: shard.all_gather
-  // PART: tsr.multi_adamw_update[{{.*}}] {{.*}}: tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>
+  // PART: tsr.multi_adamw_update[{{.*}}: tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<3xf32>
   // PART-NOT: shard.all_reduce
   // PART-COUNT-2: shard.all_slice
   // PART-NOT: shard.all_reduce
