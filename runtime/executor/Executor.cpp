@@ -295,19 +295,10 @@ llvm::Expected<double> Executor::runStep(const Tensor &tokens,
     return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": " +
                 llvm::toString(std::move(err)));
   };
-  for (auto [arg, global, spec, buffer] :
-       {std::tuple{tokensArg, &tokens, &tokSpec, &batchBuffers[0]},
-        std::tuple{labelsArg, &labels, &labSpec, &batchBuffers[1]}}) {
-    if (backend->hostMemory()) {
-      // The local batch goes into a buffer kept between steps (no
-      // allocation per step). Nothing holds it after a step: its slot is
-      // released by the program and it is never a result.
-      if (buffer->isNull())
-        *buffer = Tensor::empty(spec->dtype, spec->localShape);
-      sliceToLocalInto(*global, spec->layout, m.gridShape, coords, *buffer);
-      args[arg] = *buffer;
-      continue;
-    }
+  // The local batch: the only tensor storage a memory-planned CPU step
+  // allocates (two slices; the memory plan counts them as step heap).
+  for (auto [arg, global, spec] : {std::tuple{tokensArg, &tokens, &tokSpec},
+                                   std::tuple{labelsArg, &labels, &labSpec}}) {
     llvm::Expected<Tensor> local = backend->upload(
         sliceToLocal(*global, spec->layout, m.gridShape, coords));
     if (!local)

@@ -273,8 +273,6 @@ private:
   std::vector<const void *> seenBuffers;
   /// setHyper's host staging scalar for a device backend.
   Tensor hyperStaging;
-  /// A host-memory backend's local tokens and labels, kept between steps.
-  Tensor batchBuffers[2];
 
   // Pipeline plans.
   int64_t myStage = 0;
