@@ -10,10 +10,12 @@ using namespace tessera::runtime;
 
 static std::atomic<int64_t> liveBytes{0};
 static std::atomic<int64_t> peakBytes{0};
+static std::atomic<int64_t> allocations{0};
 
 int64_t tessera::runtime::heapBytesLive() { return liveBytes.load(); }
 int64_t tessera::runtime::heapBytesPeak() { return peakBytes.load(); }
 void tessera::runtime::resetHeapBytesPeak() { peakBytes = liveBytes.load(); }
+int64_t tessera::runtime::heapAllocations() { return allocations.load(); }
 
 size_t tessera::runtime::dtypeSize(DType dtype) {
   switch (dtype) {
@@ -77,6 +79,7 @@ Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
     alloc = 64;
   void *p = std::aligned_alloc(64, alloc);
   assert(p && "out of memory");
+  allocations.fetch_add(1, std::memory_order_relaxed);
   int64_t live = liveBytes.fetch_add(static_cast<int64_t>(alloc)) +
                  static_cast<int64_t>(alloc);
   int64_t peak = peakBytes.load();

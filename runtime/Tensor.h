@@ -160,6 +160,9 @@ int64_t heapBytesLive();
 int64_t heapBytesPeak();
 /// Sets the peak to the current live bytes.
 void resetHeapBytesPeak();
+/// Tensor storage allocations (Tensor::empty / zeros and what is built on
+/// them, e.g. the CPU backend's allocate) since the process started.
+int64_t heapAllocations();
 
 /// Owning, contiguous, row-major tensor. A default-constructed Tensor is
 /// "null" (`isNull()`), with no storage.

@@ -358,3 +358,18 @@ int64_t FusedElementwiseOp::getTranscendentals() {
 /// Never timed per unit: a fused kernel has no calibrated figure (the
 /// roofline of its FLOPs and bytes times it).
 int64_t FusedElementwiseOp::getMeasuredUnits() { return -1; }
+
+/// The multi-tensor updates are timed per parameter element, like the
+/// per-parameter updates (tessera-run --calibrate): all N parameters'.
+static int64_t paramElements(ValueRange params) {
+  int64_t n = 0;
+  for (Value p : params)
+    n += elementsOf(p);
+  return n;
+}
+int64_t MultiSgdUpdateOp::getMeasuredUnits() {
+  return paramElements(getParams());
+}
+int64_t MultiAdamwUpdateOp::getMeasuredUnits() {
+  return paramElements(getGroup(0));
+}

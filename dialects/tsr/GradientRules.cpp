@@ -838,4 +838,8 @@ TSR_NO_GRADIENT(BiasActivationGradOp,
 
 TSR_NO_GRADIENT(FusedElementwiseOp,
                 "fused ops are made after autodiff (tsr-fuse-elementwise)")
+
+TSR_NO_GRADIENT(MultiSgdUpdateOp, "fused after autodiff: never differentiated")
+TSR_NO_GRADIENT(MultiAdamwUpdateOp,
+                "fused after autodiff: never differentiated")
 #undef TSR_NO_GRADIENT

@@ -712,6 +712,41 @@ ShardingRule AdamwUpdateOp::getShardingRule() {
   return rule;
 }
 
+/// Multi-tensor updates: parameter i's factors are shared by entry i of
+/// every operand group and every result group; the scalars (step, lr) are
+/// replicated. Every factor is kept whole (needReplication): in the factor
+/// model every result depends on every factor of the op, so a result
+/// lacking another parameter's split factor would be taken as partial over
+/// its axes, and parameters split along different factors over one axis
+/// would conflict. The per-parameter independence of the update cannot be
+/// expressed, so a propagation through the fused op gathers split
+/// operands first (correct, not efficient). tsr-fuse-optimizer forms the op
+/// after partition, on local shapes, where nothing propagates through it.
+static ShardingRule multiUpdateRule(Operation *op, ValueRange tensors,
+                                    unsigned groups, unsigned resultGroups,
+                                    unsigned scalars) {
+  ShardingRule rule;
+  unsigned n = op->getNumResults() / resultGroups;
+  SmallVector<TensorFactors> perParam;
+  for (unsigned i = 0; i < n; ++i)
+    perParam.push_back(
+        addFactors(rule, shapeOf(tensors[i]), /*needReplication=*/true));
+  for (unsigned k = 0; k < groups; ++k)
+    rule.operands.append(perParam.begin(), perParam.end());
+  rule.operands.append(scalars, TensorFactors{});
+  for (unsigned k = 0; k < resultGroups; ++k)
+    rule.results.append(perParam.begin(), perParam.end());
+  return rule;
+}
+
+ShardingRule MultiSgdUpdateOp::getShardingRule() {
+  return multiUpdateRule(*this, getTensors(), 2, 1, 1);
+}
+
+ShardingRule MultiAdamwUpdateOp::getShardingRule() {
+  return multiUpdateRule(*this, getTensors(), 4, 3, 2);
+}
+
 //===----------------------------------------------------------------------===//
 // Dropout
 //===----------------------------------------------------------------------===//

@@ -9,7 +9,8 @@
 //   NNOps.cpp           gather, layer_norm, rms_norm, softmax, attention,
 //                       cross_entropy and the gradient ops (gelu_grad,
 //                       silu_grad, ...)
-//   OptimizerOps.cpp    sgd_update, adamw_update
+//   OptimizerOps.cpp    sgd_update, adamw_update, multi_sgd_update,
+//                       multi_adamw_update
 // Gradient rules live in GradientRules.cpp, sharding rules in
 // ShardingRules.cpp and costs in CostRules.cpp, each grouped by family.
 //
@@ -1235,6 +1236,109 @@ def Tsr_BiasActivationGradOp : Tsr_ContractOp<"bias_activation_grad",
                       Tsr_StaticTensor:$bias_grad);
   let assemblyFormat = [{
     $input `,` $grad attr-dict `:` type($input) `->` type($bias_grad)
+
+// Multi-tensor optimizer updates (tsr-fuse-optimizer): one kernel for the
+// updates of many parameters that share their hyper-parameters
+//===----------------------------------------------------------------------===//
+
+def Tsr_MultiSgdUpdateOp : Tsr_ContractOp<"multi_sgd_update",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getMeasuredUnits"]>]> {
+  let summary = "`tsr.sgd_update` of N parameters in one kernel.";
+  let description = [{
+    N `tsr.sgd_update`s with the same `weight_decay` and learning-rate
+    operand as one op, as `tsr-fuse-optimizer` forms it on the partitioned
+    step (local shapes): `tensors` holds the N parameters, then their N
+    gradients (gradient i has parameter i's type); result i is parameter i
+    updated exactly as `tsr.sgd_update` updates it (bit for bit: the kernel
+    runs the per-tensor arithmetic over each tensor in turn, in one call, as
+    NVIDIA apex's `multi_tensor_apply` and PyTorch's `foreach`/`fused`
+    optimizers do). N >= 1; the parameters may differ in shape. The memory
+    plan writes result i in place of parameter i. The result types are
+    inferred (result i: parameter i's type).
+
+    It appears only after autodiff, so it has no gradient rule. Sharding:
+    parameter i, gradient i and result i share their factors, each kept
+    whole (the factor model cannot express that result i does not depend
+    on parameter j: a split parameter would make the other results
+    partial), and `lr` is a replicated scalar; the op is formed after
+    partition, on local shapes, so nothing normally propagates through it.
+    Cost: the sum of the N updates' (every operand and result once); a
+    calibration measures it per parameter element (getMeasuredUnits: the
+    N parameters' elements).
+
+    ```mlir
+    %p0n, %p1n = tsr.multi_sgd_update [%p0, %p1, %g0, %g1], %lr
+        {weight_decay = 0.0 : f32}
+        : tensor<64x64xf32>, tensor<64xf32>, tensor<64x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Tsr_StaticTensor>:$tensors, Tsr_F32Scalar:$lr,
+                       F32Attr:$weight_decay);
+  let results = (outs Variadic<Tsr_StaticTensor>:$results);
+  let assemblyFormat = [{
+    `[` $tensors `]` `,` $lr attr-dict `:` type($tensors)
+  }];
+  let extraClassDeclaration = [{
+    /// N, the number of parameters.
+    unsigned getNumParams() { return getNumResults(); }
+    ::mlir::OperandRange getParams() {
+      return getTensors().take_front(getNumParams());
+    }
+    ::mlir::OperandRange getGrads() {
+      return getTensors().drop_front(getNumParams());
+    }
+  }];
+}
+
+def Tsr_MultiAdamwUpdateOp : Tsr_ContractOp<"multi_adamw_update",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface, ["getMeasuredUnits"]>]> {
+  let summary = "`tsr.adamw_update` of N parameters in one kernel.";
+  let description = [{
+    N `tsr.adamw_update`s with the same `beta1`, `beta2`, `eps`,
+    `weight_decay`, step operand and learning-rate operand as one op, as
+    `tsr-fuse-optimizer` forms it on the partitioned step (local shapes):
+    `tensors` holds the N parameters, their N gradients, N `exp_avg` and N
+    `exp_avg_sq` (entry i of each group has parameter i's type); the
+    results are the N updated parameters, then the N updated `exp_avg`,
+    then the N updated `exp_avg_sq`, each exactly what `tsr.adamw_update`
+    computes for parameter i (bit for bit: the bias corrections are
+    computed once and the per-tensor loop runs over each tensor in turn, as
+    NVIDIA apex's `multi_tensor_apply` and PyTorch's `foreach`/`fused`
+    AdamW do). N >= 1; the parameters may differ in shape. The memory plan
+    writes each result in place of the operand it replaces. The result
+    types are inferred (parameter i's type for results i, N + i, 2N + i).
+
+    It appears only after autodiff, so it has no gradient rule. Sharding:
+    the four operands and three results of parameter i share their
+    factors, each kept whole (as for `tsr.multi_sgd_update`: formed after
+    partition, on local shapes); `step` and `lr` are replicated scalars.
+    Cost: the sum of the N updates' (every operand and result once; the
+    two scalars once instead of N times); a calibration measures it per
+    parameter element (getMeasuredUnits).
+
+    ```mlir
+    %p, %m, %v = tsr.multi_adamw_update [%p0, %g0, %m0, %v0], %t, %lr
+        {beta1 = 0.9 : f32, beta2 = 0.999 : f32,
+         eps = 1.0e-08 : f32, weight_decay = 0.01 : f32}
+        : tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Tsr_StaticTensor>:$tensors, Tsr_F32Scalar:$step,
+                       Tsr_F32Scalar:$lr, F32Attr:$beta1, F32Attr:$beta2,
+                       F32Attr:$eps, F32Attr:$weight_decay);
+  let results = (outs Variadic<Tsr_StaticTensor>:$results);
+  let assemblyFormat = [{
+    `[` $tensors `]` `,` $step `,` $lr attr-dict `:` type($tensors)
+  }];
+  let extraClassDeclaration = [{
+    /// N, the number of parameters.
+    unsigned getNumParams() { return getNumResults() / 3; }
+    /// Operand group `k` (0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq).
+    ::mlir::OperandRange getGroup(unsigned k) {
+      return getTensors().slice(k * getNumParams(), getNumParams());
+    }
   }];
 }
 

@@ -136,7 +136,44 @@ def FuseOptimizer
   let summary = "Fuse every parameter's optimizer update into one "
                 "multi-tensor update.";
   let description = [{
-    Not implemented yet: changes nothing.
+    The `tsr.sgd_update`s (`tsr.adamw_update`s) of a block that share their
+    hyper-parameters (the op's attributes: weight decay, betas, eps) and
+    their learning-rate (and step) operands become one
+    `tsr.multi_sgd_update` (`tsr.multi_adamw_update`): one kernel call per
+    group instead of one per parameter, as NVIDIA apex's
+    `multi_tensor_apply` and PyTorch's `foreach` optimizers run them. With
+    `exclude-weight-decay` there are two groups (decayed and not). Results
+    are bit for bit those of the separate updates. A group of one is left
+    alone; so are non-f32 updates, updates stamped by `tsr-trace-values`
+    (tessera-check attributes their outputs to them), and updates whose old
+    parameter or state is read after them: fp16 dynamic loss scaling's
+    `select(ok, new, old)` keeps the old value on a skipped step, so the
+    new value cannot take its buffer, and fused, every parameter's new
+    value and state would be alive at once (its updates stay one kernel
+    per parameter).
+
+    The fused op takes the place of the group's last update; ops between
+    the first and the last update that read an earlier update's results
+    (ZeRO-3's all-gather of a new parameter shard) move, in order, right
+    after it. Each pipeline stage function gets its own fused update. The
+    tensors stay separate buffers (the memory plan writes every result in
+    place of the operand it replaces); they are not packed into one flat
+    buffer.
+
+    Before:
+    ```mlir
+    %w1 = tsr.sgd_update %w, %dw, %lr {weight_decay = 0.0 : f32}
+        : tensor<8x4xf32>
+    %b1 = tsr.sgd_update %b, %db, %lr {weight_decay = 0.0 : f32}
+        : tensor<4xf32>
+    ```
+    After:
+    ```mlir
+    %r:2 = tsr.multi_sgd_update [%w, %b, %dw, %db], %lr
+        {weight_decay = 0.0 : f32}
+        : tensor<8x4xf32>, tensor<4xf32>, tensor<8x4xf32>, tensor<4xf32>
+          -> tensor<8x4xf32>, tensor<4xf32>
+    ```
   }];
 }
 

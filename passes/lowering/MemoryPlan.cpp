@@ -82,6 +82,15 @@ int64_t inPlaceOperand(Operation *op, unsigned result) {
     return 0; // (param, grad) -> param'
   if (kernel.getKernel() == "adamw_update" && result < 3)
     return result == 0 ? 0 : result + 1; // (p, g, m, v, step) -> p', m', v'
+  // The multi-tensor forms: tensor i's outputs read only tensor i's inputs
+  // (runtime/backends/cpu CpuKernels.h sgdUpdateMulti, adamwUpdateMulti).
+  if (kernel.getKernel() == "multi_sgd_update")
+    return result; // (p_0.., g_0.., lr) -> p'_0..
+  if (kernel.getKernel() == "multi_adamw_update") {
+    // (p_0.., g_0.., m_0.., v_0.., step, lr) -> p'_0.., m'_0.., v'_0..
+    unsigned n = op->getNumResults() / 3, group = result / n, i = result % n;
+    return group == 0 ? i : (group + 1) * n + i;
+  }
   // Elementwise (cond, a, b) -> r reads element i of each before writing
   // r[i]: dynamic loss scaling's select(ok, new, old) may take old's place.
   if (kernel.getKernel() == "select" && result == 0)

@@ -223,6 +223,19 @@ llvm::Expected<std::unique_ptr<Executor>> Executor::create(const Plan &plan,
 
 llvm::Expected<double> Executor::step(const Tensor &tokens,
                                       const Tensor &labels) {
+  if (!stats.profile)
+    return runStep(tokens, labels);
+  // --profile: the step's own wall and processor time (KernelStats::steps).
+  double start = OpTimer::now(), cpuStart = OpTimer::cpuNow();
+  llvm::Expected<double> loss = runStep(tokens, labels);
+  stats.steps.seconds += OpTimer::now() - start;
+  stats.steps.cpuSeconds += OpTimer::cpuNow() - cpuStart;
+  ++stats.steps.calls;
+  return loss;
+}
+
+llvm::Expected<double> Executor::runStep(const Tensor &tokens,
+                                         const Tensor &labels) {
   const Manifest &m = planRef.manifest();
   const ArgumentSpec &tokSpec = m.arguments[tokensArg];
   const ArgumentSpec &labSpec = m.arguments[labelsArg];
@@ -237,7 +250,8 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
   // then the heap's and the arena's high-water marks during it.
   MemoryUse use;
   {
-    std::vector<const void *> seen;
+    std::vector<const void *> &seen = seenBuffers; // reused: no allocation
+    seen.clear();
     for (const Tensor &t : state)
       if (!t.isNull() && !llvm::is_contained(seen, t.raw())) {
         seen.push_back(t.raw());
@@ -281,6 +295,8 @@ llvm::Expected<double> Executor::step(const Tensor &tokens,
     return fail(planRef.source() + ": step " + llvm::Twine(steps) + ": " +
                 llvm::toString(std::move(err)));
   };
+  // The local batch: the only tensor storage a memory-planned CPU step
+  // allocates (two slices; the memory plan counts them as step heap).
   for (auto [arg, global, spec] : {std::tuple{tokensArg, &tokens, &tokSpec},
                                    std::tuple{labelsArg, &labels, &labSpec}}) {
     llvm::Expected<Tensor> local = backend->upload(
@@ -503,23 +519,49 @@ llvm::Expected<double> Executor::stepCaptured(const Tensor &tokens,
   return static_cast<double>(loss->data<float>()[0]);
 }
 
-llvm::Error Executor::setHyper(llvm::StringRef name, double value) {
+llvm::Expected<int64_t> Executor::hyperSlot(llvm::StringRef name) const {
   int64_t i = planRef.manifest().findArgument(name, Role::Hyper);
   if (i < 0)
     return fail(planRef.source() +
                 ": setHyper: the plan has no \"hyper\" "
                 "argument '" +
                 name + "'");
+  return i;
+}
+
+llvm::Error Executor::setHyper(llvm::StringRef name, double value) {
+  llvm::Expected<int64_t> slot = hyperSlot(name);
+  if (!slot)
+    return slot.takeError();
+  return setHyper(*slot, value);
+}
+
+llvm::Error Executor::setHyper(int64_t slot, double value) {
+  const Manifest &m = planRef.manifest();
+  if (slot < 0 || slot >= static_cast<int64_t>(m.arguments.size()) ||
+      m.arguments[slot].role != Role::Hyper)
+    return fail(llvm::formatv("setHyper: {0} is not a \"hyper\" argument's "
+                              "slot",
+                              slot));
   if (!std::isfinite(value))
-    return fail(
-        llvm::formatv("setHyper: '{0}' = {1} is not finite", name, value));
-  if (state[i].isNull()) // another pipeline stage's
+    return fail(llvm::formatv("setHyper: '{0}' = {1} is not finite",
+                              m.arguments[slot].name, value));
+  Tensor &target = state[slot];
+  if (target.isNull()) // another pipeline stage's
     return llvm::Error::success();
-  Tensor host = Tensor::zeros(DType::F32, {});
-  host.data<float>()[0] = static_cast<float>(value);
-  // In place: captured CUDA graphs keep the buffer's address.
-  if (llvm::Error err = backend->copyFromHost(host, state[i]))
-    return fail("setHyper: '" + name + "': " + llvm::toString(std::move(err)));
+  // In place: captured CUDA graphs keep the buffer's address. Host memory
+  // is written directly; a device scalar through one host staging scalar
+  // made on first use (no allocation per step).
+  if (backend->hostMemory()) {
+    target.data<float>()[0] = static_cast<float>(value);
+    return llvm::Error::success();
+  }
+  if (hyperStaging.isNull())
+    hyperStaging = Tensor::zeros(DType::F32, {});
+  hyperStaging.data<float>()[0] = static_cast<float>(value);
+  if (llvm::Error err = backend->copyFromHost(hyperStaging, target))
+    return fail("setHyper: '" + m.arguments[slot].name +
+                "': " + llvm::toString(std::move(err)));
   return llvm::Error::success();
 }
 

@@ -127,6 +127,14 @@ public:
   /// collective: every rank must set the same value. Errors: the plan has
   /// no such argument, the value is not finite, backend copy failures.
   llvm::Error setHyper(llvm::StringRef name, double value);
+  /// The argument slot of "hyper" argument `name`, resolved once (e.g. at
+  /// load) for setHyper(slot, value), which sets it per step without a
+  /// name lookup or an allocation. Error: the plan has no such argument.
+  llvm::Expected<int64_t> hyperSlot(llvm::StringRef name) const;
+  /// setHyper(name, value) by the slot hyperSlot(name) gave. Errors: not a
+  /// "hyper" argument's slot, the value is not finite, backend copy
+  /// failures.
+  llvm::Error setHyper(int64_t slot, double value);
 
   /// Evaluates the loss of the current state on the GLOBAL batch (`tokens`
   /// and `labels` i64 [global_batch, seq_len], sliced to this rank as
@@ -173,7 +181,8 @@ public:
   void setTracedSink(
       std::function<llvm::Error(int64_t, unsigned, const Tensor &)> sink);
   /// Starts (or stops) the per-instruction-kind profile of the steps that
-  /// follow (KernelStats::opTimes; tessera-run --profile).
+  /// follow (KernelStats::opTimes, and each step's own time in
+  /// KernelStats::steps; tessera-run --profile).
   void setProfiling(bool on) { stats.profile = on; }
   const Plan &plan() const { return planRef; }
   /// This rank's grid coordinates (rank axes only).
@@ -228,6 +237,7 @@ public:
 private:
   Executor(const Plan &plan, mpi::Grid &grid) : planRef(plan), gridRef(grid) {}
   llvm::Error initPipeline();
+  llvm::Expected<double> runStep(const Tensor &tokens, const Tensor &labels);
   llvm::Expected<double> stepPipeline(const Tensor &tokens,
                                       const Tensor &labels);
   llvm::Expected<double> stepCaptured(const Tensor &tokens,
@@ -258,6 +268,11 @@ private:
   /// The arena of a program with a static memory plan (allocated once).
   Arena arena;
   MemoryUse lastMemory;
+  /// step's scratch list of the state's distinct buffers (kept: no
+  /// allocation per step).
+  std::vector<const void *> seenBuffers;
+  /// setHyper's host staging scalar for a device backend.
+  Tensor hyperStaging;
 
   // Pipeline plans.
   int64_t myStage = 0;

@@ -1001,6 +1001,66 @@ llvm::Error decodeFusedElementwise(KernelDesc &d, Types ins, Types outs,
   if (!problem.empty())
     return fail(problem);
   d.attrs = std::move(program);
+
+/// The tensor operands of a multi-tensor update: `groups` groups of N f32
+/// tensors (N = outs / resultGroups >= 1), entry i of each group and of
+/// each result group of parameter i's type; then `scalars` f32 scalars.
+llvm::Error expectMultiTensor(Types ins, Types outs, size_t groups,
+                              size_t resultGroups,
+                              ArrayRef<StringRef> scalars) {
+  size_t n = outs.size() / resultGroups;
+  if (n == 0 || outs.size() % resultGroups != 0 ||
+      ins.size() != groups * n + scalars.size())
+    return fail(llvm::formatv("expects {0}*N + {1} operand(s) and {2}*N "
+                              "result(s) for N >= 1 parameters, got {3} and "
+                              "{4}",
+                              groups, scalars.size(), resultGroups, ins.size(),
+                              outs.size()));
+  for (size_t i = 0; i < n; ++i) {
+    RETURN_IF_ERROR(expectDType(ins[i], {DType::F32}, "param"));
+    for (size_t k = 1; k < groups; ++k)
+      if (ins[k * n + i] != ins[i])
+        return fail(llvm::formatv("operand #{0} has type {1} but parameter "
+                                  "#{2} has {3}; they must match",
+                                  k * n + i, typeStr(ins[k * n + i]), i,
+                                  typeStr(ins[i])));
+    for (size_t k = 0; k < resultGroups; ++k)
+      RETURN_IF_ERROR(expectResult(outs, k * n + i, ins[i]));
+  }
+  for (auto [j, what] : llvm::enumerate(scalars))
+    RETURN_IF_ERROR(expectScalarF32(ins[groups * n + j], what));
+  return llvm::Error::success();
+}
+
+/// multi_sgd_update (params..., grads..., lr) -> params': sgd_update's
+/// attributes.
+llvm::Error decodeMultiSgdUpdate(KernelDesc &d, Types ins, Types outs,
+                                 AttrReader &attrs,
+                                 const CompileOptions &options) {
+  RETURN_IF_ERROR(expectMultiTensor(ins, outs, 2, 1, {"lr"}));
+  SgdAttrs a;
+  a.weightDecay =
+      hyperParameter(options, "weight_decay", attrs.floating("weight_decay"));
+  RETURN_IF_ERROR(attrs.takeError());
+  d.attrs = a;
+  return llvm::Error::success();
+}
+
+/// multi_adamw_update (params..., grads..., exp_avgs..., exp_avg_sqs...,
+/// step, lr) -> (params'..., exp_avgs'..., exp_avg_sqs'...): adamw_update's
+/// attributes.
+llvm::Error decodeMultiAdamwUpdate(KernelDesc &d, Types ins, Types outs,
+                                   AttrReader &attrs,
+                                   const CompileOptions &options) {
+  RETURN_IF_ERROR(expectMultiTensor(ins, outs, 4, 3, {"step", "lr"}));
+  AdamwAttrs a;
+  a.beta1 = hyperParameter(options, "beta1", attrs.floating("beta1"));
+  a.beta2 = hyperParameter(options, "beta2", attrs.floating("beta2"));
+  a.eps = hyperParameter(options, "eps", attrs.floating("eps"));
+  a.weightDecay =
+      hyperParameter(options, "weight_decay", attrs.floating("weight_decay"));
+  RETURN_IF_ERROR(attrs.takeError());
+  d.attrs = a;
   return llvm::Error::success();
 }
 

@@ -186,6 +186,7 @@ struct CrossEntropyAttrs {
 
 /// sgd_update (param, grad, lr): `weight_decay` (hyperParameter-resolved).
 /// The learning rate is operand 2, an f32 scalar read at run time.
+/// multi_sgd_update (params..., grads..., lr) carries the same.
 struct SgdAttrs {
   double weightDecay = 0;
 };
@@ -193,6 +194,8 @@ struct SgdAttrs {
 /// adamw_update (param, grad, exp_avg, exp_avg_sq, step, lr): `beta1`,
 /// `beta2`, `eps`, `weight_decay` (hyperParameter-resolved). The learning
 /// rate is operand 5, an f32 scalar read at run time.
+/// multi_adamw_update (params..., grads..., exp_avgs..., exp_avg_sqs...,
+/// step, lr) carries the same.
 struct AdamwAttrs {
   double beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
 };

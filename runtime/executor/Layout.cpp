@@ -268,12 +268,20 @@ Tensor exec::sliceToLocal(const Tensor &global, const Layout &layout,
                           llvm::ArrayRef<int64_t> coords) {
   assert(global.shape() == layout.globalShape() && "global shape mismatch");
   Tensor local = Tensor::empty(global.dtype(), layout.localShape(gridShape));
+  sliceToLocalInto(global, layout, gridShape, coords, local);
+  return local;
+}
+
+void exec::sliceToLocalInto(const Tensor &global, const Layout &layout,
+                            llvm::ArrayRef<int64_t> gridShape,
+                            llvm::ArrayRef<int64_t> coords, Tensor &local) {
+  assert(global.shape() == layout.globalShape() && "global shape mismatch");
+  assert(local.dtype() == global.dtype() && "dtype mismatch");
   if (local.numel() == 0)
-    return local;
+    return;
   copyPiece(factorView(layout, gridShape, coords), dtypeSize(global.dtype()),
             static_cast<char *>(const_cast<void *>(global.raw())),
             static_cast<char *>(local.raw()), /*toGlobal=*/false);
-  return local;
 }
 
 void exec::placeLocal(const Tensor &local, const Layout &layout,

@@ -94,6 +94,12 @@ std::vector<int64_t> gridCoords(int64_t rank, llvm::ArrayRef<int64_t> gridShape,
 Tensor sliceToLocal(const Tensor &global, const Layout &layout,
                     llvm::ArrayRef<int64_t> gridShape,
                     llvm::ArrayRef<int64_t> coords);
+/// sliceToLocal into `local`, which already has the local shape and the
+/// global tensor's dtype (e.g. a buffer kept from the previous step: no
+/// allocation).
+void sliceToLocalInto(const Tensor &global, const Layout &layout,
+                      llvm::ArrayRef<int64_t> gridShape,
+                      llvm::ArrayRef<int64_t> coords, Tensor &local);
 
 /// The inverse: writes `local` (the piece of the rank at `coords`) into its
 /// place in `global` (preallocated, global shape, same dtype). Ranks whose

@@ -23,6 +23,11 @@ using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
 namespace schedule = tessera::tsrt::schedule;
 
+/// The pipeline executor's own profile kinds (KernelStats::opTimes).
+static const int kindAccumulate = profileKindId("pipeline.accumulate");
+static const int kindCompleteSends = profileKindId("pipeline.complete_sends");
+static const int kindLossBroadcast = profileKindId("pipeline.loss_broadcast");
+
 static llvm::Error fail(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
@@ -263,7 +268,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
       stash.erase(it);
     }
     {
-      OpTimer timer(&stats, "pipeline.accumulate");
+      OpTimer timer(&stats, kindAccumulate);
       for (auto [i, b] : llvm::enumerate(f.results))
         if (b.kind == Binding::Kind::Acc)
           if (llvm::Error err =
@@ -275,7 +280,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
     // (never earlier, so the peak does not depend on the receiver's timing;
     // their receives are posted by now: schedule::sendReleases).
     llvm::Error released = [&] {
-      OpTimer timer(&stats, "pipeline.complete_sends");
+      OpTimer timer(&stats, kindCompleteSends);
       return p2p->waitReleasedAfter(static_cast<int64_t>(k));
     }();
     if (released)
@@ -284,7 +289,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
            a.chunk, a.microBatch, start, p2p->recvWaitSeconds - waitBefore);
   }
   llvm::Error sent = [&] {
-    OpTimer timer(&stats, "pipeline.complete_sends");
+    OpTimer timer(&stats, kindCompleteSends);
     return p2p->waitAll();
   }();
   if (sent)
@@ -331,7 +336,7 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
   double value = loss;
   mpi::watchdog::Guard bcastGuard("broadcast", p2p->comm.size());
   int rc = [&] {
-    OpTimer timer(&stats, "pipeline.loss_broadcast");
+    OpTimer timer(&stats, kindLossBroadcast);
     return MPI_Bcast(&value, 1, MPI_DOUBLE,
                      static_cast<int>(p.shape.stages - 1), p2p->comm.handle());
   }();

@@ -131,6 +131,14 @@ struct Arena {
   static llvm::Expected<Arena> allocate(int64_t bytes);
 };
 
+/// A small integer for the profile kind `kind` ("matmul", "all_reduce",
+/// "pipeline.accumulate", ...), the same for the same name in this process
+/// (KernelStats::opTimes is indexed by it). Interning takes a lock and may
+/// allocate: call it when a program is compiled, not per instruction.
+int profileKindId(llvm::StringRef kind);
+/// The name profileKindId(name) interned.
+llvm::StringRef profileKindName(int id);
+
 /// What the instructions of one rank run with.
 struct ExecContext {
   /// Communicator for each entry of Program::commAxes (same order).
@@ -153,15 +161,32 @@ struct ExecContext {
       int64_t calls = 0;
     };
     /// When set (tessera-run --profile), Program::run adds every
-    /// instruction's host wall time to `opTimes` under its kind: the tsrt
-    /// kernel or op name ("matmul", "all_reduce", "recv", "send", "wait",
-    /// ...); the pipeline executor adds its own work between programs
+    /// instruction's host wall time to its kind's entry of `opTimes`
+    /// (indexed by profileKindId of the tsrt kernel or op name: "matmul",
+    /// "all_reduce", "recv", "send", "wait", ...; resolved when the
+    /// program is compiled, so timing an instruction costs no lookup); the
+    /// pipeline executor adds its own work between programs
     /// ("pipeline.accumulate", "pipeline.complete_sends",
     /// "pipeline.loss_broadcast"). A collective's time includes its wait
     /// for the other ranks. On the cuda backend a kernel's time is its
     /// launch, not its device time.
     bool profile = false;
-    llvm::StringMap<OpTime> opTimes;
+    std::vector<OpTime> opTimes;
+    /// While profiling, Executor::step adds its own wall and processor
+    /// time, entry to exit, here (`calls`: the steps): what the timed ops
+    /// leave of it is the executor's own work (dispatch, operand binding,
+    /// batch slicing, state swap) plus the profiler's clock reads.
+    OpTime steps;
+    /// Timed scopes so far (every OpTimer, each reading the wall and the
+    /// thread's processor clock twice), for the profiler's own cost.
+    int64_t timedScopes = 0;
+
+    /// Calls `f(kind, time)` for every kind timed at least once.
+    template <typename F> void forEachOp(F f) const {
+      for (size_t id = 0; id < opTimes.size(); ++id)
+        if (opTimes[id].calls > 0)
+          f(profileKindName(static_cast<int>(id)), opTimes[id]);
+    }
   };
   KernelStats *stats = nullptr;
   /// Pipeline plans: the transport of tsrt.send / tsrt.recv (null otherwise;
@@ -192,30 +217,40 @@ struct ExecContext {
   Communication *communication = nullptr;
 };
 
-/// Adds the host wall time of its scope to `stats->opTimes[kind]` when
-/// `stats` is non-null and profiling (KernelStats::profile); otherwise
-/// costs one branch.
+/// Adds the host wall time of its scope to `stats->opTimes[kind]` (`kind`
+/// a profileKindId) when `stats` is non-null and profiling
+/// (KernelStats::profile); otherwise costs one branch. No lookup, string
+/// or allocation once the kind's entry exists.
 class OpTimer {
 public:
-  OpTimer(ExecContext::KernelStats *stats, llvm::StringRef kind)
+  OpTimer(ExecContext::KernelStats *stats, int kind)
       : stats(stats && stats->profile ? stats : nullptr), kind(kind),
         start(this->stats ? now() : 0), cpuStart(this->stats ? cpuNow() : 0) {}
   ~OpTimer() {
     if (!stats)
       return;
+    if (static_cast<size_t>(kind) >= stats->opTimes.size())
+      stats->opTimes.resize(kind + 1);
     ExecContext::KernelStats::OpTime &t = stats->opTimes[kind];
     t.seconds += now() - start;
     t.cpuSeconds += cpuNow() - cpuStart;
     ++t.calls;
+    ++stats->timedScopes;
   }
   OpTimer(const OpTimer &) = delete;
   OpTimer &operator=(const OpTimer &) = delete;
 
-private:
+  /// The wall clock (steady, seconds) and this thread's processor clock.
   static double now();
   static double cpuNow();
+  /// The mean cost of one timed scope (its clock reads and bookkeeping),
+  /// measured once per process over an empty scope: the profiler's own
+  /// time per timed op, excluded from the executor's.
+  static double scopeOverhead();
+
+private:
   ExecContext::KernelStats *stats;
-  llvm::StringRef kind;
+  int kind;
   double start, cpuStart;
 };
 
@@ -256,6 +291,7 @@ struct Instruction {
   /// otherwise.
   int64_t trace = -1;
   std::string kernel; ///< "matmul", "all_reduce", ... (diagnostics)
+  int profileKind = -1; ///< profileKindId(kernel), set when compiled
   std::string where;  ///< the op's location (diagnostics)
   KernelFn fn;
   std::vector<int> operands; ///< slots read

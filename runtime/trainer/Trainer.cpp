@@ -141,11 +141,12 @@ Gathered<T> gatherOnRoot(const mpi::Communicator &world,
 
 /// Gathers every rank's --profile (KernelStats::opTimes over `steps`
 /// profiled steps of `stepSeconds` in all) on rank 0 and writes it there as
-/// JSON: {"steps": S, "ranks": [{"rank", "coords", "step_s", "ops":
-/// [{"kind", "calls_per_step", "seconds_per_step", "cpu_seconds_per_step"},
-/// ...]}]}, each rank's ops
-/// sorted by time, most first. Collective over `world`. Returns an error
-/// message (on rank 0 only) or "".
+/// JSON: {"steps": S, "ranks": [{"rank", "coords", "step_s",
+/// "executor_step_s", "ops": [{"kind", "calls_per_step", "seconds_per_step",
+/// "cpu_seconds_per_step"}, ...]}]}, each rank's ops sorted by time, most
+/// first, with the rows "executor" (Executor::step's time less its ops' and
+/// the profiler's) and "profiler" (the timed scopes' own clock reads).
+/// Collective over `world`. Returns an error message (on rank 0 only) or "".
 std::string writeProfile(const mpi::Communicator &world,
                          const exec::Executor &executor,
                          const exec::Manifest &m, int64_t steps,
@@ -154,8 +155,36 @@ std::string writeProfile(const mpi::Communicator &world,
   const double perStep = steps > 0 ? 1.0 / static_cast<double>(steps) : 0;
   std::vector<std::pair<std::string, exec::ExecContext::KernelStats::OpTime>>
       ops;
-  for (const auto &e : executor.kernelStats().opTimes)
-    ops.emplace_back(e.getKey().str(), e.getValue());
+  executor.kernelStats().forEachOp(
+      [&](llvm::StringRef kind,
+          const exec::ExecContext::KernelStats::OpTime &t) {
+        ops.emplace_back(kind.str(), t);
+      });
+  // The executor's own time: what the timed ops leave of Executor::step
+  // (entry to exit), less the profiler's own clock reads (timed scopes ×
+  // OpTimer::scopeOverhead, reported as "profiler"). The trainer's work
+  // around the step (the data loader's batch, metrics) is not in it.
+  const exec::ExecContext::KernelStats &stats = executor.kernelStats();
+  double opSeconds = 0, opCpuSeconds = 0;
+  for (const auto &[kind, t] : ops) {
+    opSeconds += t.seconds;
+    opCpuSeconds += t.cpuSeconds;
+  }
+  if (stats.steps.calls > 0) {
+    exec::ExecContext::KernelStats::OpTime profiler;
+    profiler.calls = stats.timedScopes;
+    profiler.seconds =
+        static_cast<double>(stats.timedScopes) * exec::OpTimer::scopeOverhead();
+    profiler.cpuSeconds = profiler.seconds;
+    exec::ExecContext::KernelStats::OpTime own;
+    own.calls = stats.steps.calls;
+    own.seconds =
+        std::max(0.0, stats.steps.seconds - opSeconds - profiler.seconds);
+    own.cpuSeconds = std::max(0.0, stats.steps.cpuSeconds - opCpuSeconds -
+                                       profiler.cpuSeconds);
+    ops.emplace_back("executor", own);
+    ops.emplace_back("profiler", profiler);
+  }
   llvm::sort(ops, [](const auto &a, const auto &b) {
     return a.second.seconds != b.second.seconds
                ? a.second.seconds > b.second.seconds
@@ -173,12 +202,18 @@ std::string writeProfile(const mpi::Communicator &world,
   for (size_t a = 0; a < axes.size(); ++a)
     coords +=
         (a ? " " : "") + axes[a] + "=" + std::to_string(executor.coords()[a]);
+  json::Object rank{{"rank", world.rank()},
+                    {"coords", coords},
+                    {"step_s", stepSeconds * perStep},
+                    {"ops", std::move(opList)}};
+  if (stats.steps.calls > 0) {
+    // Executor::step's own wall time per step (the "executor" row is what
+    // its ops leave of it).
+    double perExecStep = 1.0 / static_cast<double>(stats.steps.calls);
+    rank["executor_step_s"] = stats.steps.seconds * perExecStep;
+  }
   std::string mine;
-  llvm::raw_string_ostream(mine)
-      << json::Value(json::Object{{"rank", world.rank()},
-                                  {"coords", coords},
-                                  {"step_s", stepSeconds * perStep},
-                                  {"ops", std::move(opList)}});
+  llvm::raw_string_ostream(mine) << json::Value(std::move(rank));
 
   Gathered<char> g =
       gatherOnRoot(world, std::vector<char>(mine.begin(), mine.end()), MPI_CHAR,
@@ -672,6 +707,14 @@ int Trainer::run(const mpi::Communicator &comm) {
     else
       error = llvm::toString(ex.takeError());
   }
+  if (error.empty() && lrSchedule) {
+    // Resolved once: every step sets it by slot (no name lookup).
+    llvm::Expected<int64_t> slot = executor->hyperSlot("lr");
+    if (slot)
+      lrSlot = *slot;
+    else
+      error = llvm::toString(slot.takeError());
+  }
   if (error.empty() && opts.cudaGraph)
     error = take(executor->enableStepCapture());
   if (error.empty() && !opts.tracePath.empty())
@@ -885,7 +928,7 @@ void Trainer::setStepHypers(int64_t step) {
   if (!lrSchedule)
     return;
   double lr = lrSchedule->lr(step);
-  if (llvm::Error err = executor->setHyper("lr", lr))
+  if (llvm::Error err = executor->setHyper(lrSlot, lr))
     abortAll(*world, "step " + std::to_string(step) + ": " +
                          llvm::toString(std::move(err)));
   stepExtras.emplace_back("lr", lr);

@@ -209,6 +209,9 @@ private:
   /// The learning rate of every step, set before it (plans with the
   /// "hyper" argument "lr"; unset for older artifacts).
   std::optional<LrSchedule> lrSchedule;
+  /// The executor's slot of the "hyper" argument "lr" (Executor::hyperSlot,
+  /// resolved once after the executor is made), or -1.
+  int64_t lrSlot = -1;
 
   /// The first step to run: 0, or the step a --load checkpoint recorded.
   int64_t startStep = 0;

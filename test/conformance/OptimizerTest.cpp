@@ -1,12 +1,13 @@
-//===- OptimizerTest.cpp - sgd_update and adamw_update --------------------===//
+//===- OptimizerTest.cpp - sgd_update, adamw_update and their multi forms -===//
 //
 // Exact torch.optim arithmetic (torch 1.13): SGD with weight decay and
 // AdamW over two steps (the second from the first's outputs), against
 // PyTorch constants; a larger random tensor against a double reference of
 // the same formulas; the manifest's double hyper-parameters
 // (CompileOptions::optimizer: torch's AdamW constants are only reached with
-// them); load errors with the text both backends must
-// give.
+// them); the multi-tensor forms (tsr-fuse-optimizer) bit for bit against
+// the per-tensor kernels on tensors of several shapes, also when written
+// in place; load errors with the text both backends must give.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,7 +22,8 @@ using namespace tessera::conformance;
 namespace {
 
 TESSERA_CONFORMANCE_FAMILY(OptimizerTest, "optimizers", "sgd_update",
-                           "adamw_update");
+                           "adamw_update", "multi_sgd_update",
+                           "multi_adamw_update");
 
 std::string sgdAttrs(double wd) { return f32Attr("weight_decay", wd); }
 
@@ -147,6 +149,128 @@ TEST_P(OptimizerTest, RandomTensorsMatchTheFormulas) {
   expectNear(r[0], {n}, ws, 1e-6, 1e-8, "sgd p");
 }
 
+// tsr.multi_sgd_update / tsr.multi_adamw_update: N = 4 tensors of
+// different sizes (one past a vector width, one past the CUDA backend's
+// 65536-element multi-tensor chunk, one scalar-like), updated in one call,
+// must equal the per-tensor kernels bit for bit (same arithmetic, one
+// tensor after another), under torch's double hyper-parameters from the
+// manifest and at step 3.
+TEST_P(OptimizerTest, MultiTensorUpdatesEqualPerTensorBitForBit) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {4, 33}, {65536 + 17}, {1}, {5, 3, 7}};
+  size_t n = shapes.size();
+  std::vector<Tensor> p, g, m, v;
+  for (size_t i = 0; i < n; ++i) {
+    auto seed = static_cast<uint32_t>(10 * (i + 1));
+    p.push_back(randomF32(shapes[i], seed));
+    g.push_back(randomF32(shapes[i], seed + 1, -1e-2f, 1e-2f));
+    m.push_back(randomF32(shapes[i], seed + 2, -1e-2f, 1e-2f));
+    v.push_back(randomF32(shapes[i], seed + 3, 0, 1e-4f));
+  }
+  llvm::json::Object manifest{{"lr", 3e-4},
+                              {"beta1", 0.9},
+                              {"beta2", 0.95},
+                              {"eps", 1e-8},
+                              {"weight_decay", 0.1}};
+  tessera::runtime::exec::CompileOptions options;
+  options.optimizer = &manifest;
+  std::string attrs = adamwAttrs(0.9, 0.95, 1e-8, 0.1);
+  Tensor step = f32({}, {3.0f}), lr = lrOperand(3e-4);
+
+  std::vector<Tensor> ins;
+  std::vector<TensorType> outs;
+  for (const auto *group : {&p, &g, &m, &v})
+    ins.insert(ins.end(), group->begin(), group->end());
+  ins.push_back(step);
+  ins.push_back(lr);
+  for (int k = 0; k < 3; ++k)
+    for (const Tensor &t : p)
+      outs.push_back(typeOf(t));
+  std::vector<Tensor> multi =
+      run("multi_adamw_update", attrs, ins, outs, options);
+  ASSERT_EQ(multi.size(), 3 * n);
+  for (size_t i = 0; i < n; ++i) {
+    TensorType t = typeOf(p[i]);
+    std::vector<Tensor> one =
+        run("adamw_update", attrs, {p[i], g[i], m[i], v[i], step, lr},
+            {t, t, t}, options);
+    ASSERT_EQ(one.size(), 3u);
+    for (size_t k = 0; k < 3; ++k)
+      expectBitEqual(
+          multi[k * n + i], one[k],
+          ("adamw tensor " + std::to_string(i) + " result " + std::to_string(k))
+              .c_str());
+  }
+
+  std::vector<Tensor> sgdIns(p.begin(), p.end());
+  sgdIns.insert(sgdIns.end(), g.begin(), g.end());
+  sgdIns.push_back(lr);
+  std::vector<TensorType> sgdOuts(outs.begin(), outs.begin() + n);
+  std::vector<Tensor> sgd =
+      run("multi_sgd_update", sgdAttrs(0.1), sgdIns, sgdOuts, options);
+  ASSERT_EQ(sgd.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<Tensor> one = run("sgd_update", sgdAttrs(0.1), {p[i], g[i], lr},
+                                  {typeOf(p[i])}, options);
+    ASSERT_EQ(one.size(), 1u);
+    expectBitEqual(sgd[i], one[0], ("sgd tensor " + std::to_string(i)).c_str());
+  }
+}
+
+// In place, as the memory plan runs them (tsrt.in_place: every result
+// written over the argument it replaces): still the per-tensor values.
+TEST_P(OptimizerTest, MultiTensorAdamWInPlace) {
+  Tensor p0 = randomF32({7}, 1), p1 = randomF32({2, 5}, 2);
+  Tensor g0 = randomF32({7}, 3, -1e-2f, 1e-2f),
+         g1 = randomF32({2, 5}, 4, -1e-2f, 1e-2f);
+  Tensor m0 = randomF32({7}, 5, -1e-2f, 1e-2f),
+         m1 = randomF32({2, 5}, 6, -1e-2f, 1e-2f);
+  Tensor v0 = randomF32({7}, 7, 0, 1e-4f), v1 = randomF32({2, 5}, 8, 0, 1e-4f);
+  std::string attrs = adamwAttrs(0.9, 0.999, 1e-8, 0.01);
+  const char *program = R"mlir(module {
+  func.func @kernel(%p0: tensor<7xf32>, %p1: tensor<2x5xf32>,
+      %g0: tensor<7xf32>, %g1: tensor<2x5xf32>,
+      %m0: tensor<7xf32>, %m1: tensor<2x5xf32>,
+      %v0: tensor<7xf32>, %v1: tensor<2x5xf32>,
+      %t: tensor<f32>, %lr: tensor<f32>)
+      -> (tensor<7xf32>, tensor<2x5xf32>, tensor<7xf32>, tensor<2x5xf32>,
+          tensor<7xf32>, tensor<2x5xf32>) {
+    %r:6 = tsrt.kernel "multi_adamw_update"(%p0, %p1, %g0, %g1, %m0, %m1, %v0, %v1, %t, %lr)
+        {attrs = {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32,
+         weight_decay = 0.01 : f32}, tsrt.in_place = array<i64: 0, 1, 4, 5, 6, 7>,
+         tsrt.offsets = array<i64: -1, -1, -1, -1, -1, -1>}
+        : (tensor<7xf32>, tensor<2x5xf32>, tensor<7xf32>, tensor<2x5xf32>,
+           tensor<7xf32>, tensor<2x5xf32>, tensor<7xf32>, tensor<2x5xf32>,
+           tensor<f32>, tensor<f32>)
+        -> (tensor<7xf32>, tensor<2x5xf32>, tensor<7xf32>, tensor<2x5xf32>,
+            tensor<7xf32>, tensor<2x5xf32>)
+    return %r#0, %r#1, %r#2, %r#3, %r#4, %r#5 : tensor<7xf32>, tensor<2x5xf32>, tensor<7xf32>, tensor<2x5xf32>, tensor<7xf32>, tensor<2x5xf32>
+  }
+}
+)mlir";
+  Tensor step = f32({}, {2.0f}), lr = lrOperand(1e-3);
+  // The harness uploads copies: the program overwrites its arguments.
+  llvm::Expected<std::vector<Tensor>> inPlace =
+      tryRunProgram(program, {p0, p1, g0, g1, m0, m1, v0, v1, step, lr});
+  ASSERT_TRUE(static_cast<bool>(inPlace))
+      << llvm::toString(inPlace.takeError());
+  ASSERT_EQ(inPlace->size(), 6u);
+  const Tensor *ps[] = {&p0, &p1}, *gs[] = {&g0, &g1}, *ms[] = {&m0, &m1},
+               *vs[] = {&v0, &v1};
+  for (size_t i = 0; i < 2; ++i) {
+    TensorType t = typeOf(*ps[i]);
+    std::vector<Tensor> one =
+        run("adamw_update", attrs, {*ps[i], *gs[i], *ms[i], *vs[i], step, lr},
+            {t, t, t});
+    ASSERT_EQ(one.size(), 3u);
+    for (size_t k = 0; k < 3; ++k)
+      expectBitEqual(
+          (*inPlace)[2 * k + i], one[k],
+          ("tensor " + std::to_string(i) + " result " + std::to_string(k))
+              .c_str());
+  }
+}
+
 TEST_P(OptimizerTest, LoadErrors) {
   TensorType p{DType::F32, {3}}, s{DType::F32, {}};
   // The learning rate is operand 2 (sgd) / 5 (adamw), not an attribute.
@@ -176,6 +300,34 @@ TEST_P(OptimizerTest, LoadErrors) {
   EXPECT_EQ(loadError("adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
                       {p, p, p, p, s, s}, {p, p}),
             "expects 6 operand(s) and 3 result(s), got 6 and 2");
+  // Multi-tensor forms: N parameters (N = results / 3 for AdamW), each
+  // group's entry i of parameter i's type, then the scalars.
+  TensorType q{DType::F32, {2, 2}};
+  EXPECT_EQ(loadError("multi_sgd_update", sgdAttrs(0), {p, q, p, s}, {p, q}),
+            "expects 2*N + 1 operand(s) and 1*N result(s) for N >= 1 "
+            "parameters, got 4 and 2");
+  EXPECT_EQ(loadError("multi_sgd_update", sgdAttrs(0), {p, q, q, q, s}, {p, q}),
+            "operand #2 has type tensor<2x2xf32> but parameter #0 has "
+            "tensor<3xf32>; they must match");
+  EXPECT_EQ(loadError("multi_sgd_update", sgdAttrs(0), {p, q, p, q, s}, {p, p}),
+            "result #1 has type tensor<3xf32>, expected tensor<2x2xf32>");
+  EXPECT_EQ(loadError("multi_sgd_update", sgdAttrs(0),
+                      {p, q, p, q, TensorType{DType::F32, {2}}}, {p, q}),
+            "lr must have one element, got tensor<2xf32>");
+  EXPECT_EQ(loadError("multi_adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
+                      {p, p, p, p, s, s}, {p, p}),
+            "expects 4*N + 2 operand(s) and 3*N result(s) for N >= 1 "
+            "parameters, got 6 and 2");
+  EXPECT_EQ(loadError("multi_adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
+                      {p, p, p, p, TensorType{DType::I64, {}}, s}, {p, p, p}),
+            "step has unsupported type tensor<i64>");
+  EXPECT_EQ(loadError("multi_adamw_update", sgdAttrs(0), {p, p, p, p, s, s},
+                      {p, p, p}),
+            "missing attribute 'beta1'");
+  TensorType i{DType::I64, {3}};
+  EXPECT_EQ(loadError("multi_adamw_update", adamwAttrs(0.9, 0.999, 1e-8, 0.01),
+                      {i, i, i, i, s, s}, {i, i, i}),
+            "param has unsupported type tensor<3xi64>");
 }
 
 } // namespace

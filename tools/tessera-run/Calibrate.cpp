@@ -454,6 +454,12 @@ llvm::Error measureRowKernels(const Session &s, planner::Cluster &c) {
   for (auto &[name, op] : kernels)
     c.kernelSecondsPerElement[name] =
         s.timeCompute(op) / static_cast<double>(elems);
+  // The multi-tensor updates (tsr-fuse-optimizer) run the same loop over
+  // every parameter's elements (cpu::adamwUpdateMulti, sgdUpdateMulti).
+  c.kernelSecondsPerElement["multi_adamw_update"] =
+      c.kernelSecondsPerElement["adamw_update"];
+  c.kernelSecondsPerElement["multi_sgd_update"] =
+      c.kernelSecondsPerElement["sgd_update"];
   return kernelError;
 }
 

@@ -55,6 +55,7 @@
 // step time went, per instruction kind (torch.profiler's key_averages, per
 // rank):
 //   {"steps": S, "ranks": [{"rank": 0, "coords": "dp=0 tp=0", "step_s": s,
+//    "executor_step_s": e,
 //    "ops": [{"kind": "matmul", "calls_per_step": c,
 //             "seconds_per_step": t, "cpu_seconds_per_step": u}, ...]},
 //    ...]}
@@ -62,8 +63,14 @@
 // CPU clock, per step over the S profiled steps, step 0 left out as
 // warm-up; ops sorted by wall time). With ranks sharing cores, t − u is
 // time the rank was descheduled inside the op (a collective's wait, spent
-// partly spinning: u, partly yielding the core: t − u). What the ops leave of
-// step_s is the executor's own work (slicing the batch, copying the new state).
+// partly spinning: u, partly yielding the core: t − u). e is the wall time
+// of Executor::step itself (s also holds the trainer's data loading); two
+// rows are not instructions: "executor", what the timed ops leave of e (the
+// executor's own work: instruction dispatch, operand binding, result
+// buffers, slicing the batch, swapping in the new state), and "profiler",
+// the profiler's own clock reads (every timed op reads the wall and thread
+// clocks twice: timed ops × their cost measured once at start), which is
+// excluded from "executor".
 //
 // With --backend cuda the trace also holds, for the last step, one "X"
 // event per kernel (tid 1000, thread "compute") and per collective (tid
@@ -457,7 +464,11 @@ static cl::opt<std::string> profilePath(
              "its calls, host wall seconds and the rank's processor seconds "
              "(its thread's CPU clock) per step, sorted by wall time, next "
              "to the rank's mean step seconds; with ranks sharing cores, wall "
-             "minus processor seconds is time the rank was descheduled. Step "
+             "minus processor seconds is time the rank was descheduled. The "
+             "row \"executor\" is the executor's own time (the step's wall "
+             "time inside the executor less its instructions' and the "
+             "profiler's), \"profiler\" the profiler's own clock reads "
+             "(excluded from the others' rows as far as measured). Step "
              "0 is left out as warm-up "
              "when more than one step runs. A collective's time includes its "
              "wait for the other ranks; on --backend cuda a kernel's time is "

@@ -525,6 +525,18 @@ llvm::Error bindBiasActivationGrad(const KernelDesc &d, Instruction &inst) {
 llvm::Error bindFusedElementwise(const KernelDesc &d, Instruction &inst) {
   return bindNoFail(inst, [p = d.get<FusedElementwiseAttrs>()](In in, Out out) {
     cpu::fusedElementwise(p, in, out);
+
+llvm::Error bindMultiSgdUpdate(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [wd = d.get<SgdAttrs>().weightDecay](In in, Out out) {
+    cpu::sgdUpdateMulti(in.drop_back(), learningRate(*in.back()), wd, out);
+  });
+}
+
+llvm::Error bindMultiAdamwUpdate(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [a = d.get<AdamwAttrs>()](In in, Out out) {
+    cpu::adamwUpdateMulti(in.drop_back(2), *in[in.size() - 2],
+                          learningRate(*in.back()), a.beta1, a.beta2, a.eps,
+                          a.weightDecay, out);
   });
 }
 
@@ -567,6 +579,8 @@ const BindTable &binders() {
     set({K::CrossEntropy, K::CrossEntropyGrad}, &bindCrossEntropy);
     set({K::SgdUpdate}, &bindSgdUpdate);
     set({K::AdamwUpdate}, &bindAdamwUpdate);
+    set({K::MultiSgdUpdate}, &bindMultiSgdUpdate);
+    set({K::MultiAdamwUpdate}, &bindMultiAdamwUpdate);
     set({K::Dropout}, &bindDropout);
     set({K::Linear}, &bindLinear);
     set({K::BiasActivationGrad}, &bindBiasActivationGrad);

@@ -12,6 +12,7 @@
 
 using namespace tessera::runtime;
 using llvm::ArrayRef;
+using llvm::MutableArrayRef;
 
 namespace {
 
@@ -1053,23 +1054,34 @@ void cpu::sgdUpdate(const Tensor &p, const Tensor &g, double lr,
   }
 }
 
-void cpu::adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
-                      const Tensor &v, const Tensor &step, double lr,
-                      double beta1, double beta2, double eps,
-                      double weightDecay, Tensor &pOut, Tensor &mOut,
-                      Tensor &vOut) {
-  double t = static_cast<double>(step.data<float>()[0]);
-  double bc1 = 1.0 - std::pow(beta1, t);
-  double bc2 = 1.0 - std::pow(beta2, t);
-  double stepSize = lr / bc1;
-  float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  float decay = static_cast<float>(1.0 - lr * weightDecay);
-  float b1 = static_cast<float>(beta1),
-        oneMinusB1 = static_cast<float>(1.0 - beta1);
-  float b2 = static_cast<float>(beta2),
-        oneMinusB2 = static_cast<float>(1.0 - beta2);
-  float epsF = static_cast<float>(eps);
-  float negStep = static_cast<float>(-stepSize);
+namespace {
+
+/// The f32 per-step scalars of cpu::adamwUpdate, computed once per step.
+struct AdamwScalars {
+  float bc2Sqrt, decay, b1, oneMinusB1, b2, oneMinusB2, epsF, negStep;
+
+  AdamwScalars(const Tensor &step, double lr, double beta1, double beta2,
+               double eps, double weightDecay) {
+    double t = static_cast<double>(step.data<float>()[0]);
+    double bc1 = 1.0 - std::pow(beta1, t);
+    double bc2 = 1.0 - std::pow(beta2, t);
+    double stepSize = lr / bc1;
+    bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+    decay = static_cast<float>(1.0 - lr * weightDecay);
+    b1 = static_cast<float>(beta1);
+    oneMinusB1 = static_cast<float>(1.0 - beta1);
+    b2 = static_cast<float>(beta2);
+    oneMinusB2 = static_cast<float>(1.0 - beta2);
+    epsF = static_cast<float>(eps);
+    negStep = static_cast<float>(-stepSize);
+  }
+};
+
+/// One tensor's AdamW elements (the per-tensor and multi-tensor kernels
+/// share this loop, so they agree bit for bit).
+void adamwTensor(const AdamwScalars &c, const Tensor &p, const Tensor &g,
+                 const Tensor &m, const Tensor &v, Tensor &pOut, Tensor &mOut,
+                 Tensor &vOut) {
   const float *pp = p.data<float>(), *pg = g.data<float>();
   const float *pm = m.data<float>(), *pv = v.data<float>();
   float *po = pOut.data<float>(), *mo = mOut.data<float>(),
@@ -1077,14 +1089,42 @@ void cpu::adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
   int64_t n = p.numel();
   for (int64_t i = 0; i < n; ++i) {
     float gi = pg[i];
-    float pi = pp[i] * decay;
-    float mi = pm[i] * b1 + oneMinusB1 * gi;
-    float vi = pv[i] * b2 + oneMinusB2 * gi * gi;
-    float denom = std::sqrt(vi) / bc2Sqrt + epsF;
-    po[i] = pi + negStep * mi / denom;
+    float pi = pp[i] * c.decay;
+    float mi = pm[i] * c.b1 + c.oneMinusB1 * gi;
+    float vi = pv[i] * c.b2 + c.oneMinusB2 * gi * gi;
+    float denom = std::sqrt(vi) / c.bc2Sqrt + c.epsF;
+    po[i] = pi + c.negStep * mi / denom;
     mo[i] = mi;
     vo[i] = vi;
   }
+}
+
+} // namespace
+
+void cpu::adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
+                      const Tensor &v, const Tensor &step, double lr,
+                      double beta1, double beta2, double eps,
+                      double weightDecay, Tensor &pOut, Tensor &mOut,
+                      Tensor &vOut) {
+  adamwTensor(AdamwScalars(step, lr, beta1, beta2, eps, weightDecay), p, g, m,
+              v, pOut, mOut, vOut);
+}
+
+void cpu::adamwUpdateMulti(ArrayRef<const Tensor *> in, const Tensor &step,
+                           double lr, double beta1, double beta2, double eps,
+                           double weightDecay, MutableArrayRef<Tensor> out) {
+  AdamwScalars c(step, lr, beta1, beta2, eps, weightDecay);
+  size_t n = out.size() / 3;
+  for (size_t i = 0; i < n; ++i)
+    adamwTensor(c, *in[i], *in[n + i], *in[2 * n + i], *in[3 * n + i], out[i],
+                out[n + i], out[2 * n + i]);
+}
+
+void cpu::sgdUpdateMulti(ArrayRef<const Tensor *> in, double lr,
+                         double weightDecay, MutableArrayRef<Tensor> out) {
+  size_t n = out.size();
+  for (size_t i = 0; i < n; ++i)
+    sgdUpdate(*in[i], *in[n + i], lr, weightDecay, out[i]);
 }
 
 void cpu::setBlasThreads(int numThreads) {

@@ -294,6 +294,21 @@ void adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
                  double beta2, double eps, double weightDecay, Tensor &pOut,
                  Tensor &mOut, Tensor &vOut);
 
+/// sgdUpdate on N tensors in one call (tsr.multi_sgd_update):
+/// `in` = (p_0..p_{N-1}, g_0..g_{N-1}), out[i] = p_i' (N = out.size()).
+/// Bit for bit sgdUpdate(p_i, g_i, ...) for each i, in place OK.
+void sgdUpdateMulti(llvm::ArrayRef<const Tensor *> in, double lr,
+                    double weightDecay, llvm::MutableArrayRef<Tensor> out);
+
+/// adamwUpdate on N tensors in one call (tsr.multi_adamw_update):
+/// `in` = (p_0.., g_0.., m_0.., v_0..; 4N tensors), `out` = (p'_0..,
+/// m'_0.., v'_0..; 3N tensors). The step's bias corrections are computed
+/// once; bit for bit adamwUpdate(p_i, g_i, m_i, v_i, ...) for each i, in
+/// place OK.
+void adamwUpdateMulti(llvm::ArrayRef<const Tensor *> in, const Tensor &step,
+                      double lr, double beta1, double beta2, double eps,
+                      double weightDecay, llvm::MutableArrayRef<Tensor> out);
+
 //===----------------------------------------------------------------------===//
 // Fused linear layer (tsr.linear, tsr.bias_activation_grad)
 //===----------------------------------------------------------------------===//

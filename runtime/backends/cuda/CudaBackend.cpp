@@ -298,6 +298,9 @@ private:
   llvm::Error bindLinear(const KernelDesc &k, Instruction &inst);
   llvm::Error bindBiasActivationGrad(const KernelDesc &k, Instruction &inst);
 
+  llvm::Error bindMultiSgdUpdate(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindMultiAdamwUpdate(const KernelDesc &k, Instruction &inst);
+
   /// Wraps `inst.fn` so that, while tracing, CUDA events bracket it on the
   /// compute stream.
   void traceCompute(StringRef name, Instruction &inst);
@@ -1318,6 +1321,9 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::AdamwUpdate}, &CudaBackend::bindAdamwUpdate);
     set({K::Linear}, &CudaBackend::bindLinear);
     set({K::BiasActivationGrad}, &CudaBackend::bindBiasActivationGrad);
+
+    set({K::MultiSgdUpdate}, &CudaBackend::bindMultiSgdUpdate);
+    set({K::MultiAdamwUpdate}, &CudaBackend::bindMultiAdamwUpdate);
   });
   return table;
 }
@@ -2049,6 +2055,38 @@ llvm::Error CudaBackend::bindAdamwUpdate(const KernelDesc &k,
                              *in[0], *in[1], *in[2], *in[3], *in[4], *in[5],
                              a.beta1, a.beta2, a.eps, a.weightDecay, out[0],
                              out[1], out[2], s);
+                       });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindMultiSgdUpdate(const KernelDesc &k,
+                                            Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  double wd = k.get<SgdAttrs>().weightDecay;
+  // One multi-tensor launch sequence (planMultiTensor) for all N tensors.
+  inst.fn =
+      launchWith(inst, k.name(), false, 0,
+                 [s, wd](In in, Out out, cuda::DeviceStatus *, void *) {
+                   return cuda::sgdUpdateTensors(in.data(), out.data(),
+                                                 out.size(), *in.back(), wd, s);
+                 });
+  return llvm::Error::success();
+}
+
+llvm::Error CudaBackend::bindMultiAdamwUpdate(const KernelDesc &k,
+                                              Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  AdamwAttrs a = k.get<AdamwAttrs>();
+  inst.fn = launchWith(inst, k.name(), false, 0,
+                       [s, a](In in, Out out, cuda::DeviceStatus *, void *) {
+                         return cuda::adamwUpdateTensors(
+                             in.data(), out.data(), out.size() / 3,
+                             *in[in.size() - 2], *in.back(), a.beta1, a.beta2,
+                             a.eps, a.weightDecay, s);
                        });
   return llvm::Error::success();
 }

@@ -1200,6 +1200,49 @@ cudaError_t adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
                           eps, weightDecay, stream);
 }
 
+cudaError_t sgdUpdateTensors(const Tensor *const *ins, Tensor *out, size_t n,
+                             const Tensor &lr, double weightDecay,
+                             cudaStream_t stream) {
+  if (lr.dtype() != DType::F32)
+    return cudaErrorInvalidValue;
+  std::vector<SgdTensor> tensors(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (ins[i]->dtype() != DType::F32 || ins[n + i]->dtype() != DType::F32 ||
+        out[i].dtype() != DType::F32)
+      return cudaErrorInvalidValue;
+    tensors[i] = {in<float>(*ins[i]), in<float>(*ins[n + i]),
+                  outPtr<float>(out[i]), ins[i]->numel()};
+  }
+  return sgdUpdateMulti(tensors.data(), n, in<float>(lr), weightDecay, stream);
+}
+
+cudaError_t adamwUpdateTensors(const Tensor *const *ins, Tensor *out, size_t n,
+                               const Tensor &step, const Tensor &lr,
+                               double beta1, double beta2, double eps,
+                               double weightDecay, cudaStream_t stream) {
+  if (step.dtype() != DType::F32 || lr.dtype() != DType::F32)
+    return cudaErrorInvalidValue;
+  std::vector<AdamWTensor> tensors(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = 0; k < 4; ++k)
+      if (ins[k * n + i]->dtype() != DType::F32)
+        return cudaErrorInvalidValue;
+    for (size_t k = 0; k < 3; ++k)
+      if (out[k * n + i].dtype() != DType::F32)
+        return cudaErrorInvalidValue;
+    tensors[i] = {in<float>(*ins[i]),
+                  in<float>(*ins[n + i]),
+                  in<float>(*ins[2 * n + i]),
+                  in<float>(*ins[3 * n + i]),
+                  outPtr<float>(out[i]),
+                  outPtr<float>(out[n + i]),
+                  outPtr<float>(out[2 * n + i]),
+                  ins[i]->numel()};
+  }
+  return adamwUpdateMulti(tensors.data(), n, in<float>(step), in<float>(lr),
+                          beta1, beta2, eps, weightDecay, stream);
+}
+
 } // namespace cuda
 } // namespace runtime
 } // namespace tessera

@@ -503,6 +503,20 @@ cudaError_t adamwUpdate(const Tensor &p, const Tensor &g, const Tensor &m,
                         double weightDecay, Tensor &pOut, Tensor &mOut,
                         Tensor &vOut, cudaStream_t stream);
 
+/// tsr.multi_sgd_update's kernel: `in` holds 2n tensors (p_0.., g_0..),
+/// `out` n (p'_0..); the learning rate a device f32 scalar. One
+/// sgdUpdateMulti over the n tensors (f32; in place OK).
+cudaError_t sgdUpdateTensors(const Tensor *const *in, Tensor *out, size_t n,
+                             const Tensor &lr, double weightDecay,
+                             cudaStream_t stream);
+/// tsr.multi_adamw_update's kernel: `in` holds 4n tensors (p_0.., g_0..,
+/// m_0.., v_0..), `out` 3n (p'_0.., m'_0.., v'_0..). One adamwUpdateMulti
+/// over the n tensors (f32; in place OK).
+cudaError_t adamwUpdateTensors(const Tensor *const *in, Tensor *out, size_t n,
+                               const Tensor &step, const Tensor &lr,
+                               double beta1, double beta2, double eps,
+                               double weightDecay, cudaStream_t stream);
+
 } // namespace cuda
 } // namespace runtime
 } // namespace tessera

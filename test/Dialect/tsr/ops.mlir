@@ -87,4 +87,13 @@ func.func @linear(%x: tensor<8x16x64xf32>, %w: tensor<256x64xf32>, %w2: tensor<2
 func.func @fused_elementwise(%x: tensor<8x16x64xf32>, %s: tensor<f32>, %b: tensor<64xf32>) -> tensor<8x16x64xf32> {
   %y, %xs = tsr.fused_elementwise %x, %s, %b {ops = ["mul", "add", "gelu_tanh"], args = array<i64: 0, 1, 3, 2, 4>, outputs = array<i64: 5, 3>} : (tensor<8x16x64xf32>, tensor<f32>, tensor<64xf32>) -> (tensor<8x16x64xf32>, tensor<8x16x64xf32>)
   return %y : tensor<8x16x64xf32>
+
+// Multi-tensor updates (tsr-fuse-optimizer) round-trip.
+// CHECK-LABEL: func.func @multi_updates
+// CHECK: %{{.*}}:2 = tsr.multi_sgd_update[%arg0, %arg1, %arg0, %arg1], %arg2 {weight_decay = 0.000000e+00 : f32} : tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>
+// CHECK: %{{.*}}:6 = tsr.multi_adamw_update[%arg0, %arg1, %arg0, %arg1, %arg0, %arg1, %arg0, %arg1], %arg2, %arg2 {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, weight_decay = 0.00999999977 : f32} : tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>
+func.func @multi_updates(%p: tensor<4xf32>, %q: tensor<2x3xf32>, %s: tensor<f32>) -> (tensor<4xf32>, tensor<2x3xf32>) {
+  %0:2 = tsr.multi_sgd_update [%p, %q, %p, %q], %s {weight_decay = 0.0 : f32} : tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>
+  %1:6 = tsr.multi_adamw_update [%p, %q, %p, %q, %p, %q, %p, %q], %s, %s {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>
+  return %0#0, %1#1 : tensor<4xf32>, tensor<2x3xf32>
 }

@@ -29,8 +29,10 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
+#include <tuple>
 
 using namespace tessera::runtime;
 using namespace tessera::runtime::exec;
@@ -477,6 +479,139 @@ TEST(Executor, AdamWStateIsCarriedBetweenSteps) {
   expectClose(*(*ex)->localValue("p.exp_avg", Role::OptState), m, 1e-7, "m");
   expectClose(*(*ex)->localValue("p.exp_avg_sq", Role::OptState), v, 1e-7, "v");
   EXPECT_EQ((*ex)->localValue("step", Role::OptState)->data<float>()[0], 3.0f);
+}
+
+// The kAdamProgram step with a static memory plan, as tsr-plan-memory
+// writes it (tsrt.arena_bytes, tsrt.offsets, tsrt.in_place) and two
+// parameters updated by one multi_adamw_update (tsr-fuse-optimizer) in
+// place of their state.
+const char *kPlannedAdamProgram = R"mlir(
+module {
+  func.func @train_step(%p: tensor<4x3xf32>, %q: tensor<3xf32>,
+                        %pm: tensor<4x3xf32>, %qm: tensor<3xf32>,
+                        %pv: tensor<4x3xf32>, %qv: tensor<3xf32>,
+                        %step: tensor<f32>, %tok: tensor<2x3xi64>, %lab: tensor<2x3xi64>, %hlr: tensor<f32>)
+      -> (tensor<f32>, tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<f32>)
+      attributes {tsrt.arena_bytes = 448 : i64} {
+    %one = tsrt.constant dense<1.0> : tensor<f32>
+    %t = tsrt.kernel "add"(%step, %one) {attrs = {}, tsrt.offsets = array<i64: 0>} : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    %tf = tsrt.kernel "convert"(%tok) {attrs = {}, tsrt.offsets = array<i64: 64>} : (tensor<2x3xi64>) -> tensor<2x3xf32>
+    %pr = tsrt.kernel "slice"(%p) {attrs = {start_indices = array<i64: 0, 0>, limit_indices = array<i64: 2, 3>, strides = array<i64: 1, 1>}, tsrt.offsets = array<i64: 128>} : (tensor<4x3xf32>) -> tensor<2x3xf32>
+    %g0 = tsrt.kernel "mul"(%pr, %tf) {attrs = {}, tsrt.offsets = array<i64: 192>} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+    %zero = tsrt.constant dense<0.0> : tensor<2x3xf32>
+    %gp = tsrt.kernel "concat"(%g0, %zero) {attrs = {axis = 0 : i64}, tsrt.offsets = array<i64: 256>} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+    %gq = tsrt.kernel "reduce_sum"(%g0) {attrs = {axes = array<i64: 0>}, tsrt.offsets = array<i64: 320>} : (tensor<2x3xf32>) -> tensor<3xf32>
+    %loss = tsrt.kernel "reduce_sum"(%g0) {attrs = {axes = array<i64: 0, 1>}, tsrt.offsets = array<i64: 384>} : (tensor<2x3xf32>) -> tensor<f32>
+    %r:6 = tsrt.kernel "multi_adamw_update"(%p, %q, %gp, %gq, %pm, %qm, %pv, %qv, %t, %hlr) {attrs = {beta1 = 0.899999976 : f32, beta2 = 0.999000012 : f32, eps = 9.99999993e-09 : f32, weight_decay = 0.00999999977 : f32}, tsrt.offsets = array<i64: -1, -1, -1, -1, -1, -1>, tsrt.in_place = array<i64: 0, 1, 2, 3, 4, 5>} : (tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<f32>, tensor<f32>) -> (tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>)
+    return %loss, %r#0, %r#1, %r#2, %r#3, %r#4, %r#5, %t : tensor<f32>, tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<f32>
+  }
+}
+)mlir";
+
+json::Object plannedAdamManifest() {
+  std::vector<int64_t> g = {1};
+  json::Array args;
+  args.push_back(arg(0, "p", "param", "f32", {4, 3}, {}, g));
+  args.push_back(arg(1, "q", "param", "f32", {3}, {}, g));
+  args.push_back(arg(2, "p.exp_avg", "opt_state", "f32", {4, 3}, {}, g));
+  args.push_back(arg(3, "q.exp_avg", "opt_state", "f32", {3}, {}, g));
+  args.push_back(arg(4, "p.exp_avg_sq", "opt_state", "f32", {4, 3}, {}, g));
+  args.push_back(arg(5, "q.exp_avg_sq", "opt_state", "f32", {3}, {}, g));
+  args.push_back(arg(6, "step", "opt_state", "f32", {}, {}, g));
+  args.push_back(arg(7, "tokens", "tokens", "i64", {2, 3}, {}, g));
+  args.push_back(arg(8, "labels", "labels", "i64", {2, 3}, {}, g));
+  args.push_back(arg(9, "lr", "hyper", "f32", {}, {}, g));
+  json::Array results;
+  results.push_back(result(0, "loss", "loss"));
+  results.push_back(result(1, "param", "p"));
+  results.push_back(result(2, "param", "q"));
+  results.push_back(result(3, "opt_state", "p.exp_avg"));
+  results.push_back(result(4, "opt_state", "q.exp_avg"));
+  results.push_back(result(5, "opt_state", "p.exp_avg_sq"));
+  results.push_back(result(6, "opt_state", "q.exp_avg_sq"));
+  results.push_back(result(7, "opt_state", "step"));
+  return manifest(g, 2, 3, std::move(args), std::move(results),
+                  json::Object{{"name", "adamw"},
+                               {"lr", 0.1},
+                               {"beta1", 0.9},
+                               {"beta2", 0.999},
+                               {"eps", 1e-8},
+                               {"weight_decay", 0.01}});
+}
+
+// A lean executor: once warmed up, a step of a memory-planned program on
+// the CPU allocates no tensor storage but the local batch's two slices
+// (every value in the arena or in place; the learning rate set by slot),
+// and profiling it allocates none either. The multi-tensor AdamW update
+// writes both parameters and their state in place and matches the
+// per-tensor kernel bit for bit.
+TEST(Executor, SteadyStateStepAllocatesOnlyTheBatch) {
+  auto plan = loadPlan(kPlannedAdamProgram, plannedAdamManifest(),
+                       {{"q", Tensor::fromVector<float>({3}, {0.5f, -1, 2})}});
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  std::unique_ptr<mpi::Grid> grid = makeGrid(self(), {1});
+  auto ex = Executor::create(**plan, *grid);
+  ASSERT_TRUE(static_cast<bool>(ex)) << llvm::toString(ex.takeError());
+  llvm::Expected<int64_t> lrSlot = (*ex)->hyperSlot("lr");
+  ASSERT_TRUE(static_cast<bool>(lrSlot)) << llvm::toString(lrSlot.takeError());
+
+  Tensor p = (*plan)->initialValue("p")->clone();
+  Tensor q = (*plan)->initialValue("q")->clone();
+  Tensor pm = Tensor::zeros(DType::F32, {4, 3}),
+         qm = Tensor::zeros(DType::F32, {3});
+  Tensor pv = Tensor::zeros(DType::F32, {4, 3}),
+         qv = Tensor::zeros(DType::F32, {3});
+  const void *pBuffer = (*ex)->localValue("p")->raw();
+  std::vector<Tensor> toks;
+  for (int s = 0; s < 6; ++s)
+    toks.push_back(randomTokens({2, 3}, 7 + s, 5));
+  for (int s = 0; s < 6; ++s) {
+    double lr = 0.1 / (s + 1);
+    (*ex)->setProfiling(s == 5);
+    int64_t before = heapAllocations();
+    ASSERT_FALSE(static_cast<bool>((*ex)->setHyper(*lrSlot, lr)));
+    llvm::Expected<double> loss = (*ex)->step(toks[s], toks[s]);
+    int64_t allocated = heapAllocations() - before;
+    ASSERT_TRUE(static_cast<bool>(loss)) << llvm::toString(loss.takeError());
+    // Once warm, only the two local batch slices (tokens, labels) are
+    // allocated: every value is in the arena or in place, the learning rate
+    // is set by slot, profiling allocates nothing.
+    if (s >= 1)
+      EXPECT_EQ(allocated, 2) << "step " << s;
+    // In place: the state keeps its buffer.
+    EXPECT_EQ((*ex)->localValue("p")->raw(), pBuffer);
+    // Reference: the per-tensor kernel on each parameter.
+    Tensor gp = Tensor::zeros(DType::F32, {4, 3}),
+           gq = Tensor::zeros(DType::F32, {3});
+    for (int64_t i = 0; i < 6; ++i) {
+      float gi =
+          p.data<float>()[i] * static_cast<float>(toks[s].data<int64_t>()[i]);
+      gp.data<float>()[i] = gi;
+      gq.data<float>()[i % 3] += gi;
+    }
+    Tensor t = Tensor::scalar(static_cast<float>(s + 1));
+    double lrF = static_cast<double>(static_cast<float>(lr));
+    cpu::adamwUpdate(p, gp, pm, pv, t, lrF, 0.9, 0.999, 1e-8, 0.01, p, pm, pv);
+    cpu::adamwUpdate(q, gq, qm, qv, t, lrF, 0.9, 0.999, 1e-8, 0.01, q, qm, qv);
+  }
+  for (auto [name, role, want] :
+       {std::tuple{"p", Role::Param, &p}, std::tuple{"q", Role::Param, &q},
+        std::tuple{"p.exp_avg", Role::OptState, &pm},
+        std::tuple{"q.exp_avg_sq", Role::OptState, &qv}}) {
+    const Tensor *got = (*ex)->localValue(name, role);
+    ASSERT_NE(got, nullptr) << name;
+    EXPECT_EQ(std::memcmp(got->raw(), want->raw(), want->bytes()), 0) << name;
+  }
+  // The profiled step recorded its own time and every instruction's.
+  const ExecContext::KernelStats &stats = (*ex)->kernelStats();
+  EXPECT_EQ(stats.steps.calls, 1);
+  int64_t calls = 0;
+  stats.forEachOp(
+      [&](llvm::StringRef, const ExecContext::KernelStats::OpTime &t) {
+        calls += t.calls;
+      });
+  EXPECT_EQ(calls, 8); // the kernels (constants are materialised at load)
+  EXPECT_EQ(stats.timedScopes, 8);
 }
 
 TEST(Executor, SetHyperErrors) {
