@@ -151,6 +151,9 @@ struct ExecContext {
       /// the time the rank was descheduled.
       double cpuSeconds = 0;
       int64_t calls = 0;
+      /// Bytes its calls read and wrote: each call's operands and results
+      /// once (Instruction::bytes).
+      int64_t bytes = 0;
     };
     /// When set (tessera-run --profile), Program::run adds every
     /// instruction's host wall time to `opTimes` under its kind: the tsrt
@@ -197,9 +200,11 @@ struct ExecContext {
 /// costs one branch.
 class OpTimer {
 public:
-  OpTimer(ExecContext::KernelStats *stats, llvm::StringRef kind)
+  OpTimer(ExecContext::KernelStats *stats, llvm::StringRef kind,
+          int64_t bytes = 0)
       : stats(stats && stats->profile ? stats : nullptr), kind(kind),
-        start(this->stats ? now() : 0), cpuStart(this->stats ? cpuNow() : 0) {}
+        bytes(bytes), start(this->stats ? now() : 0),
+        cpuStart(this->stats ? cpuNow() : 0) {}
   ~OpTimer() {
     if (!stats)
       return;
@@ -207,6 +212,7 @@ public:
     t.seconds += now() - start;
     t.cpuSeconds += cpuNow() - cpuStart;
     ++t.calls;
+    t.bytes += bytes;
   }
   OpTimer(const OpTimer &) = delete;
   OpTimer &operator=(const OpTimer &) = delete;
@@ -216,6 +222,7 @@ private:
   static double cpuNow();
   ExecContext::KernelStats *stats;
   llvm::StringRef kind;
+  int64_t bytes;
   double start, cpuStart;
 };
 
@@ -261,6 +268,9 @@ struct Instruction {
   std::vector<int> operands; ///< slots read
   std::vector<int> results;  ///< slots written
   std::vector<TensorType> resultTypes;
+  /// Bytes one execution reads and writes, for --profile: the operands and
+  /// results once each; 0 for views and waits (ProgramCompiler sets it).
+  int64_t bytes = 0;
   bool allocateResults = true;
   /// Static memory plan: per result, its arena offset in bytes, or -1 for a
   /// heap allocation. Empty: every result on the heap.

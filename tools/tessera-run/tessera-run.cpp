@@ -56,14 +56,17 @@
 // rank):
 //   {"steps": S, "ranks": [{"rank": 0, "coords": "dp=0 tp=0", "step_s": s,
 //    "ops": [{"kind": "matmul", "calls_per_step": c,
-//             "seconds_per_step": t, "cpu_seconds_per_step": u}, ...]},
+//             "seconds_per_step": t, "cpu_seconds_per_step": u,
+//             "bytes_per_step": b}, ...]},
 //    ...]}
 // (host wall seconds t and the rank's processor seconds u, its thread's
 // CPU clock, per step over the S profiled steps, step 0 left out as
-// warm-up; ops sorted by wall time). With ranks sharing cores, t − u is
-// time the rank was descheduled inside the op (a collective's wait, spent
-// partly spinning: u, partly yielding the core: t − u). What the ops leave of
-// step_s is the executor's own work (slicing the batch, copying the new state).
+// warm-up; ops sorted by wall time; b the bytes the kind's calls read and
+// wrote, each call's operands and results once, views and waits none). With
+// ranks sharing cores, t − u is time the rank was descheduled inside the op (a
+// collective's wait, spent partly spinning: u, partly yielding the core: t −
+// u). What the ops leave of step_s is the executor's own work (slicing the
+// batch, copying the new state).
 //
 // With --backend cuda the trace also holds, for the last step, one "X"
 // event per kernel (tid 1000, thread "compute") and per collective (tid
@@ -454,8 +457,10 @@ static cl::opt<std::string> profilePath(
              "kind (tsrt kernel or op: \"matmul\", \"all_reduce\", "
              "\"recv\", ...; pipeline plans add \"pipeline.accumulate\", "
              "\"pipeline.complete_sends\" and \"pipeline.loss_broadcast\"), "
-             "its calls, host wall seconds and the rank's processor seconds "
-             "(its thread's CPU clock) per step, sorted by wall time, next "
+             "its calls, host wall seconds, the rank's processor seconds "
+             "(its thread's CPU clock) and the bytes its calls read and "
+             "wrote (operands and results once each; views none) per step, "
+             "sorted by wall time, next "
              "to the rank's mean step seconds; with ranks sharing cores, wall "
              "minus processor seconds is time the rank was descheduled. Step "
              "0 is left out as warm-up "
