@@ -18,8 +18,9 @@ convention over examples/data/corpus.u16), AdamW fp32 (lr 1e-3, betas
           torch.compile (inductor, CPU; the export-dynamo venv's PyPI torch
           2.x; AdamW(fused=True) when that torch has it), one thread each,
           every process pinned to the first core of --cores (taskset);
-  2rank   Tessera dp2 and tp2 (mpirun -np 2, rank r pinned to core r of
-          --cores) and PyTorch DDP over gloo on 2 processes pinned the same
+  2rank   Tessera dp2 (with --bucket-mb 25: bucketed gradient all-reduces
+          overlapped with backward, DDP's default bucket size) and tp2
+          (mpirun -np 2, rank r pinned to core r of --cores) and PyTorch DDP over gloo on 2 processes pinned the same
           way (global batch split in halves, as Tessera's dp2 splits it).
 
 The PyTorch sides are started once per model (bench/torch_peer.py: built,
@@ -53,7 +54,8 @@ step, with `--fusion none` and with the default fusion.
 
 A side that cannot run (a venv missing: create it with
 scripts/python-env.sh export-dynamo / export-ts) is reported as missing and
-left out of the ratios. Exit status: 0, or 2 when a command fails.
+left out of the ratios, and so is one whose process fails (its error is
+printed). Exit status: 0, or 2 when a Tessera command fails.
 """
 
 import argparse
@@ -70,6 +72,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "examples", "data", "corpus.u16")
 LR = 1e-3
+# Tessera's dp2 plan: gradients all-reduced in buckets of 25 MiB started
+# during backward, as DDP does by default (bucket_cap_mb=25).
+DP2_FLAGS = ["--dp", "2", "--bucket-mb", "25"]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 MODELS = {
@@ -238,6 +243,10 @@ class Tessera:
         pass
 
 
+class PeerFailed(Exception):
+    """A PyTorch side did not start or stopped answering."""
+
+
 class Peer:
     """bench/torch_peer.py processes (1, or 2 for DDP) serving timed steps."""
 
@@ -279,8 +288,11 @@ class Peer:
             if p.poll() is None:
                 p.kill()
         self.log.seek(0)
-        sys.stderr.write(f"{self.label}: {what}\n{self.log.read()[-4000:]}\n")
-        sys.exit(2)
+        log = self.log.read()
+        sys.stderr.write(f"{self.label}: {what}\n{log[-4000:]}\n")
+        last = [line for line in log.splitlines() if line.strip()]
+        raise PeerFailed(f"{self.label} {what}"
+                         + (f": {last[-1].strip()}" if last else ""))
 
     def measure(self, steps):
         self.procs[0].stdin.write(f"run {steps}\n")
@@ -353,7 +365,7 @@ def bench_model(name, args, tools, work, results):
         print("  counts: tessera-partition has no --kernel-counts-json")
 
     plans = {}
-    for label, flags in (("serial", []), ("dp2", ["--dp", "2"]),
+    for label, flags in (("serial", []), ("dp2", DP2_FLAGS),
                          ("tp2", ["--tp", "2"])):
         if label != "serial" and "2rank" not in args.modes:
             continue
@@ -373,7 +385,8 @@ def bench_model(name, args, tools, work, results):
                     f"{args.cores[0]}")
         else:
             cores = args.cores[:2]
-            sides = [Tessera("tessera dp2", tools, plans["dp2"], 2, cores,
+            sides = [Tessera("tessera dp2 " + " ".join(DP2_FLAGS[2:]), tools,
+                             plans["dp2"], 2, cores,
                              warmup, mwork),
                      Tessera("tessera tp2", tools, plans["tp2"], 2, cores,
                              warmup, mwork)]
@@ -389,7 +402,12 @@ def bench_model(name, args, tools, work, results):
                                "(scripts/python-env.sh export-dynamo)")
                 continue
             t0 = time.time()
-            peer = Peer(label, py, spec, compile_, world, cores, peer_warmup)
+            try:
+                peer = Peer(label, py, spec, compile_, world, cores,
+                            peer_warmup)
+            except PeerFailed as e:
+                missing.append(str(e))
+                continue
             peer.label = (f"{label} {peer.info['torch']}"
                           + (" (fused AdamW)" if peer.info.get("fused_adamw")
                              else ""))

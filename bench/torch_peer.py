@@ -175,6 +175,11 @@ def main():
     net = model
     if dist is not None:
         from torch.nn.parallel import DistributedDataParallel as DDP
+        # Non-float buffers (HF GPT-2's bool causal mask) are constants that
+        # every rank builds alike; gloo cannot broadcast bool tensors.
+        DDP._set_params_and_buffers_to_ignore_for_model(
+            model, [n for n, b in model.named_buffers()
+                    if not b.is_floating_point()])
         net = DDP(model)
 
     def loss_fn(inputs, labels):
