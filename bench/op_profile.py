@@ -30,7 +30,6 @@ not one op (its GEMMs and softmax land in those categories).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -143,7 +142,9 @@ def main():
               f"{op['calls_per_step']:6.0f} "
               f"{op.get('bytes_per_step', 0) / 1e6:9.1f}  "
               f"[{op_categories.category(op['kind'])}]")
-    print("PyTorch ops (self ms/step, calls/step):")
+    print("PyTorch ops (self ms/step, calls/step) [category of the op's own "
+          "name; in the table an op's internal calls count with their "
+          "caller]:")
     for op in p["ops"][:14]:
         print(f"  {op['name']:40s} {op['self_seconds_per_step'] * 1e3:9.2f} "
               f"{op['calls_per_step']:6.0f}  [{op['category']}]")
