@@ -5,7 +5,10 @@
 #   make docs   regenerate the dialect and pass references (mlir-tblgen from
 #               the .td files) into docs/dialects and docs/passes; the
 #               docs.generated test fails until the committed copies match
-#   make bench  serial CPU step time vs PyTorch; pipeline bubble, predicted
+#   make bench  Tessera vs PyTorch eager vs torch.compile per model, serial
+#               and 2-rank (dp2/tp2 vs DDP), with kernel counts
+#               (bench/compare.py; BENCH_REPEATS, BENCH_MODELS, ... for
+#               more); serial CPU step time vs PyTorch; pipeline bubble, predicted
 #               vs measured (bench/pipeline_bubble.sh); ZeRO memory per
 #               rank, formula vs predicted vs measured (bench/memory_table.sh);
 #               the plan search's speed and its fidelity to Narayanan et al.
@@ -45,6 +48,9 @@ demo: build
 	./scripts/demo.sh $(BUILD)
 
 bench: build
+	./scripts/python-env.sh export-ts >/dev/null
+	./scripts/python-env.sh export-dynamo >/dev/null
+	/usr/bin/python3 bench/compare.py --build $(BUILD)
 	./bench/run.sh $(BUILD)
 	./bench/pipeline_bubble.sh $(BUILD)
 	./bench/memory_table.sh $(BUILD)

@@ -425,6 +425,17 @@ llvm::Error ProgramCompiler::compileOp(Operation &op,
   }
   if (err)
     return err;
+  // --profile's bytes: what the instruction reads and writes, its operands
+  // and results once each; a view (a call whose kernel sets its results
+  // itself, e.g. the CPU reshape) and a wait move none.
+  if (inst.allocateResults || inst.kind == Instruction::Kind::Send) {
+    for (const exec::TensorType &t : inTypes)
+      inst.bytes +=
+          static_cast<int64_t>(shapeNumel(t.shape) * dtypeSize(t.dtype));
+    for (const exec::TensorType &t : outTypes)
+      inst.bytes +=
+          static_cast<int64_t>(shapeNumel(t.shape) * dtypeSize(t.dtype));
+  }
   return append(op, inst, outTypes, where);
 }
 
@@ -832,7 +843,7 @@ public:
     fillSlots(std::move(args));
     in.reserve(p.maxOperands);
     for (const Instruction &inst : p.insts) {
-      OpTimer timer(ctx.stats, inst.profileKind);
+      OpTimer timer(ctx.stats, inst.profileKind, inst.bytes);
       llvm::Error err = llvm::Error::success();
       switch (inst.kind) {
       case Instruction::Kind::Send:

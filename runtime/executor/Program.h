@@ -159,6 +159,9 @@ struct ExecContext {
       /// the time the rank was descheduled.
       double cpuSeconds = 0;
       int64_t calls = 0;
+      /// Bytes its calls read and wrote: each call's operands and results
+      /// once (Instruction::bytes).
+      int64_t bytes = 0;
     };
     /// When set (tessera-run --profile), Program::run adds every
     /// instruction's host wall time to its kind's entry of `opTimes`
@@ -223,9 +226,10 @@ struct ExecContext {
 /// or allocation once the kind's entry exists.
 class OpTimer {
 public:
-  OpTimer(ExecContext::KernelStats *stats, int kind)
+  OpTimer(ExecContext::KernelStats *stats, int kind, int64_t bytes = 0)
       : stats(stats && stats->profile ? stats : nullptr), kind(kind),
-        start(this->stats ? now() : 0), cpuStart(this->stats ? cpuNow() : 0) {}
+        bytes(bytes), start(this->stats ? now() : 0),
+        cpuStart(this->stats ? cpuNow() : 0) {}
   ~OpTimer() {
     if (!stats)
       return;
@@ -236,6 +240,7 @@ public:
     t.cpuSeconds += cpuNow() - cpuStart;
     ++t.calls;
     ++stats->timedScopes;
+    t.bytes += bytes;
   }
   OpTimer(const OpTimer &) = delete;
   OpTimer &operator=(const OpTimer &) = delete;
@@ -251,6 +256,7 @@ public:
 private:
   ExecContext::KernelStats *stats;
   int kind;
+  int64_t bytes;
   double start, cpuStart;
 };
 
@@ -297,6 +303,9 @@ struct Instruction {
   std::vector<int> operands; ///< slots read
   std::vector<int> results;  ///< slots written
   std::vector<TensorType> resultTypes;
+  /// Bytes one execution reads and writes, for --profile: the operands and
+  /// results once each; 0 for views and waits (ProgramCompiler sets it).
+  int64_t bytes = 0;
   bool allocateResults = true;
   /// Static memory plan: per result, its arena offset in bytes, or -1 for a
   /// heap allocation. Empty: every result on the heap.

@@ -143,10 +143,11 @@ Gathered<T> gatherOnRoot(const mpi::Communicator &world,
 /// profiled steps of `stepSeconds` in all) on rank 0 and writes it there as
 /// JSON: {"steps": S, "ranks": [{"rank", "coords", "step_s",
 /// "executor_step_s", "ops": [{"kind", "calls_per_step", "seconds_per_step",
-/// "cpu_seconds_per_step"}, ...]}]}, each rank's ops sorted by time, most
-/// first, with the rows "executor" (Executor::step's time less its ops' and
-/// the profiler's) and "profiler" (the timed scopes' own clock reads).
-/// Collective over `world`. Returns an error message (on rank 0 only) or "".
+/// "cpu_seconds_per_step", "bytes_per_step"}, ...]}]}, each rank's ops sorted
+/// by time, most first, with the rows "executor" (Executor::step's time less
+/// its ops' and the profiler's) and "profiler" (the timed scopes' own clock
+/// reads). Collective over `world`. Returns an error message (on rank 0 only)
+/// or "".
 std::string writeProfile(const mpi::Communicator &world,
                          const exec::Executor &executor,
                          const exec::Manifest &m, int64_t steps,
@@ -192,11 +193,12 @@ std::string writeProfile(const mpi::Communicator &world,
   });
   json::Array opList;
   for (const auto &[kind, t] : ops)
-    opList.push_back(
-        json::Object{{"kind", kind},
-                     {"calls_per_step", static_cast<double>(t.calls) * perStep},
-                     {"seconds_per_step", t.seconds * perStep},
-                     {"cpu_seconds_per_step", t.cpuSeconds * perStep}});
+    opList.push_back(json::Object{
+        {"kind", kind},
+        {"calls_per_step", static_cast<double>(t.calls) * perStep},
+        {"seconds_per_step", t.seconds * perStep},
+        {"cpu_seconds_per_step", t.cpuSeconds * perStep},
+        {"bytes_per_step", static_cast<double>(t.bytes) * perStep}});
   std::string coords;
   std::vector<std::string> axes = m.rankAxes();
   for (size_t a = 0; a < axes.size(); ++a)

@@ -15,7 +15,7 @@
 //     [--dump-ir-after-each DIR] [--explain] [--memory-per-device SIZE]
 //     [--cluster SPEC] [--gemm-efficiency X] [--predict-json FILE]
 //     [--devices N] [--explain-json FILE] [--plan-space runnable|all]
-//     [--plan-only]
+//     [--plan-only] [--kernel-counts-json FILE]
 //
 // With --devices N, or --cluster and no parallel degree flag, the plan is
 // chosen by the planner's search (compiler/planner/Search.h); any of --dp,
@@ -37,6 +37,7 @@
 #include "compiler/artifact/Memory.h"
 #include "compiler/import/OnnxImporter.h"
 #include "compiler/pipeline/Pipeline.h"
+#include "compiler/planner/KernelCounts.h"
 #include "compiler/planner/ModelShape.h"
 #include "compiler/planner/Plan.h"
 #include "compiler/planner/Search.h"
@@ -401,6 +402,14 @@ static cl::opt<std::string> explainJson(
     "explain-json",
     cl::desc("Write the plan search's report (chosen plan, prediction, "
              "runners-up, rejected regions) as JSON to FILE ('-': stdout)"),
+    cl::value_desc("FILE"), cl::init(""), cl::cat(category));
+static cl::opt<std::string> kernelCountsJson(
+    "kernel-counts-json",
+    cl::desc("Write the step's machine-independent kernel counts as JSON to "
+             "FILE ('-': stdout): kernels per step, GEMM kernels, operand + "
+             "result bytes of the non-GEMM kernels per step and per kernel "
+             "name (compiler/planner/KernelCounts.h; after the fusion stage, "
+             "local shapes). --explain prints the same"),
     cl::value_desc("FILE"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> planSpace(
     "plan-space",
@@ -872,6 +881,19 @@ static ExitCode predictStep(ModuleOp module, const planner::Plan &plan,
   return std::nullopt;
 }
 
+/// --kernel-counts-json of the partitioned module.
+static ExitCode writeKernelCounts(ModuleOp module) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(kernelCountsJson, ec);
+  if (ec)
+    return fail("--kernel-counts-json: cannot write '" + kernelCountsJson +
+                "': " + ec.message());
+  os << llvm::formatv("{0:2}", llvm::json::Value(planner::toJSON(
+                                   planner::countKernels(module))))
+     << "\n";
+  return std::nullopt;
+}
+
 /// The error when the memory plan's peak exceeds --memory-per-device: the
 /// plan's memory and the alternatives' peaks.
 static int failOverMemory(const llvm::json::Object &memory, int64_t peak,
@@ -922,8 +944,10 @@ explainAndCheckMemory(ModuleOp module, const planner::Plan &plan,
   FailureOr<llvm::json::Object> memory = artifact::predictMemory(module, plan);
   if (failed(memory))
     return 1;
-  if (explain)
+  if (explain) {
     artifact::explainMemory(*memory, llvm::outs());
+    planner::explainKernelCounts(planner::countKernels(module), llvm::outs());
+  }
   if (explain && stepCost)
     explainStepCost(*stepCost, *cluster, plan, llvm::outs());
   std::optional<int64_t> peak = artifact::predictedPeak(*memory);
@@ -979,7 +1003,7 @@ int main(int argc, char **argv) {
   if (missingWeight && emit == Emit::Plan &&
       (outputPath.getNumOccurrences() ||
        !(explain || memoryLimit || planOnly || !explainJson.empty() ||
-         clusterSpec.getNumOccurrences())))
+         !kernelCountsJson.empty() || clusterSpec.getNumOccurrences())))
     return fail("cannot write the plan artifact '" + outputPath +
                 "': the model is weight-free (parameter '" + *missingWeight +
                 "' has no data) and plan.tsr stores the initial weights; "
@@ -1024,6 +1048,9 @@ int main(int argc, char **argv) {
   // (The search already predicted a chosen pipeline plan analytically.)
   if (cluster && !(searched && plan.pipelined()))
     if (ExitCode exit = predictStep(*module, plan, *cluster, stepCost))
+      return *exit;
+  if (!kernelCountsJson.empty())
+    if (ExitCode exit = writeKernelCounts(*module))
       return *exit;
   if (ExitCode exit = explainAndCheckMemory(*module, plan, memoryLimit,
                                             imported ? *imported : ModuleOp(),

@@ -57,20 +57,22 @@
 //   {"steps": S, "ranks": [{"rank": 0, "coords": "dp=0 tp=0", "step_s": s,
 //    "executor_step_s": e,
 //    "ops": [{"kind": "matmul", "calls_per_step": c,
-//             "seconds_per_step": t, "cpu_seconds_per_step": u}, ...]},
+//             "seconds_per_step": t, "cpu_seconds_per_step": u,
+//             "bytes_per_step": b}, ...]},
 //    ...]}
 // (host wall seconds t and the rank's processor seconds u, its thread's
 // CPU clock, per step over the S profiled steps, step 0 left out as
-// warm-up; ops sorted by wall time). With ranks sharing cores, t − u is
-// time the rank was descheduled inside the op (a collective's wait, spent
-// partly spinning: u, partly yielding the core: t − u). e is the wall time
-// of Executor::step itself (s also holds the trainer's data loading); two
-// rows are not instructions: "executor", what the timed ops leave of e (the
-// executor's own work: instruction dispatch, operand binding, result
-// buffers, slicing the batch, swapping in the new state), and "profiler",
-// the profiler's own clock reads (every timed op reads the wall and thread
-// clocks twice: timed ops × their cost measured once at start), which is
-// excluded from "executor".
+// warm-up; ops sorted by wall time; b the bytes the kind's calls read and
+// wrote, each call's operands and results once, views and waits none). With
+// ranks sharing cores, t − u is time the rank was descheduled inside the op
+// (a collective's wait, spent partly spinning: u, partly yielding the core:
+// t − u). e is the wall time of Executor::step itself (s also holds the
+// trainer's data loading); two rows are not instructions: "executor", what
+// the timed ops leave of e (the executor's own work: instruction dispatch,
+// operand binding, result buffers, slicing the batch, swapping in the new
+// state), and "profiler", the profiler's own clock reads (every timed op
+// reads the wall and thread clocks twice: timed ops × their cost measured
+// once at start), which is excluded from "executor".
 //
 // With --backend cuda the trace also holds, for the last step, one "X"
 // event per kernel (tid 1000, thread "compute") and per collective (tid
@@ -461,8 +463,10 @@ static cl::opt<std::string> profilePath(
              "kind (tsrt kernel or op: \"matmul\", \"all_reduce\", "
              "\"recv\", ...; pipeline plans add \"pipeline.accumulate\", "
              "\"pipeline.complete_sends\" and \"pipeline.loss_broadcast\"), "
-             "its calls, host wall seconds and the rank's processor seconds "
-             "(its thread's CPU clock) per step, sorted by wall time, next "
+             "its calls, host wall seconds, the rank's processor seconds "
+             "(its thread's CPU clock) and the bytes its calls read and "
+             "wrote (operands and results once each; views none) per step, "
+             "sorted by wall time, next "
              "to the rank's mean step seconds; with ranks sharing cores, wall "
              "minus processor seconds is time the rank was descheduled. The "
              "row \"executor\" is the executor's own time (the step's wall "

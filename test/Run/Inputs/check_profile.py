@@ -15,7 +15,10 @@ lists exactly those kinds with those calls per step:
     actions, once more for the sends at the end, pipeline.loss_broadcast
     once).
 Also checks that times are non-negative and that a rank's ops add up to no
-more than its step time. Prints one line per rank and OK, or FAIL lines.
+more than its step time, and, for a plan with @train_step, that every
+tsrt.kernel kind's bytes_per_step is its calls' operand + result bytes
+from the types in the MLIR (a reshape, a view, moves none). Prints one
+line per rank and OK, or FAIL lines.
 """
 import collections
 import json
@@ -23,19 +26,40 @@ import re
 import sys
 
 
-def functions(mlir):
-    """{function name: Counter of instruction kinds}."""
+ELEMENT_BYTES = {"f32": 4, "i64": 8, "i32": 4, "bf16": 2, "f16": 2, "i1": 1}
+
+
+def type_bytes(text):
+    """Bytes of every tensor<...> type in `text`, summed."""
+    total = 0
+    for dims in re.findall(r"tensor<([^>]*)>", text):
+        parts = dims.split("x")
+        n = 1
+        for d in parts[:-1]:
+            n *= int(d)
+        total += n * ELEMENT_BYTES[parts[-1]]
+    return total
+
+
+def functions(mlir, kernel_bytes=None):
+    """{function name: Counter of instruction kinds}; adds each
+    tsrt.kernel's operand + result bytes to kernel_bytes[function][kind]."""
     out, name = {}, None
     for line in open(mlir):
         m = re.search(r"func\.func @(\w+)", line)
         if m:
             name = m.group(1)
             out[name] = collections.Counter()
+            if kernel_bytes is not None:
+                kernel_bytes[name] = collections.Counter()
             continue
         if name is None:
             continue
         for kernel in re.findall(r'tsrt\.kernel "(\w+)"', line):
             out[name][kernel] += 1
+            if kernel_bytes is not None and kernel != "reshape":
+                kernel_bytes[name][kernel] += type_bytes(
+                    line.rsplit(" : ", 1)[-1])
         for op in re.findall(r"=\s*tsrt\.(\w+)|^\s*tsrt\.(send)\b", line):
             op = op[0] or op[1]
             if op not in ("kernel", "constant"):
@@ -51,7 +75,8 @@ def main():
         micro = int(args[i + 1])
         del args[i:i + 2]
     profile, mlir, ranks = args[0], args[1], int(args[2])
-    fns = functions(mlir)
+    kernel_bytes = {}
+    fns = functions(mlir, kernel_bytes)
     prof = json.load(open(profile))
     ok = prof["steps"] >= 1 and len(prof["ranks"]) == ranks
     if not ok:
@@ -80,6 +105,17 @@ def main():
             ok = False
             print(f"FAIL rank {r}: calls per step {sorted(got.items())}, "
                   f"expected {sorted(expected.items())}")
+        if "train_step" in fns:
+            for o in rank["ops"]:
+                if o["kind"] not in kernel_bytes["train_step"] and \
+                        o["kind"] != "reshape":
+                    continue
+                want = kernel_bytes["train_step"][o["kind"]]
+                if o.get("bytes_per_step") != want:
+                    ok = False
+                    print(f"FAIL rank {r}: {o['kind']} moved "
+                          f"{o.get('bytes_per_step')} bytes per step, the "
+                          f"plan's types say {want}")
         # A rank's processor time in an op cannot exceed the op's wall
         # time (clock granularity aside).
         for o in rank["ops"]:
