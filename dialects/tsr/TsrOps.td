@@ -1236,7 +1236,10 @@ def Tsr_BiasActivationGradOp : Tsr_ContractOp<"bias_activation_grad",
                       Tsr_StaticTensor:$bias_grad);
   let assemblyFormat = [{
     $input `,` $grad attr-dict `:` type($input) `->` type($bias_grad)
+  }];
+}
 
+//===----------------------------------------------------------------------===//
 // Multi-tensor optimizer updates (tsr-fuse-optimizer): one kernel for the
 // updates of many parameters that share their hyper-parameters
 //===----------------------------------------------------------------------===//
