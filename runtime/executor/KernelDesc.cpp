@@ -1001,6 +1001,8 @@ llvm::Error decodeFusedElementwise(KernelDesc &d, Types ins, Types outs,
   if (!problem.empty())
     return fail(problem);
   d.attrs = std::move(program);
+  return llvm::Error::success();
+}
 
 /// The tensor operands of a multi-tensor update: `groups` groups of N f32
 /// tensors (N = outs / resultGroups >= 1), entry i of each group and of

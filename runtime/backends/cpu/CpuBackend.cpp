@@ -521,10 +521,11 @@ llvm::Error bindBiasActivationGrad(const KernelDesc &d, Instruction &inst) {
       });
 }
 
-
 llvm::Error bindFusedElementwise(const KernelDesc &d, Instruction &inst) {
   return bindNoFail(inst, [p = d.get<FusedElementwiseAttrs>()](In in, Out out) {
     cpu::fusedElementwise(p, in, out);
+  });
+}
 
 llvm::Error bindMultiSgdUpdate(const KernelDesc &d, Instruction &inst) {
   return bindNoFail(inst, [wd = d.get<SgdAttrs>().weightDecay](In in, Out out) {

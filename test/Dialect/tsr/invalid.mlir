@@ -524,17 +524,6 @@ func.func @sum_squares_not_scalar(%x: tensor<4x8xf32>) {
 func.func @linear_k_mismatch(%x: tensor<4x8xf32>, %w: tensor<7x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{matmul contracting dimensions differ: 8 vs 7}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<7x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
-
-func.func @fused_unknown_opcode(%x: tensor<4xf32>) {
-  // expected-error @+1 {{instruction 0 has unknown opcode 'cosh'}}
-  %0 = tsr.fused_elementwise %x {ops = ["cosh"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
-
-// Multi-tensor updates (tsr-fuse-optimizer): N parameters, then N of each
-// other operand group; entry i of every group is parameter i's type; the
-// result types are inferred.
-func.func @multi_sgd_count(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor<f32>) {
-  // expected-error @+1 {{expects 2 tensor operands per parameter and at least one parameter, got 3}}
-  %0:2 = tsr.multi_sgd_update [%p, %q, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xf32>, tensor<2xf32>, tensor<4xf32>
   return
 }
 
@@ -543,14 +532,6 @@ func.func @multi_sgd_count(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor<f32
 func.func @linear_result_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{result type 'tensor<4x8xf32>' should be 'tensor<4x16xf32>'}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x8xf32>
-
-func.func @fused_args_count(%x: tensor<4xf32>) {
-  // expected-error @+1 {{'args' has 3 entries, expected 2}}
-  %0 = tsr.fused_elementwise %x {ops = ["add"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
-
-func.func @multi_sgd_grad_type(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor<f32>) {
-  // expected-error @+1 {{tensor operand 3 has type 'tensor<4xf32>' but parameter 1 has 'tensor<2xf32>'}}
-  %0:2 = tsr.multi_sgd_update [%p, %q, %p, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<4xf32>
   return
 }
 
@@ -559,14 +540,6 @@ func.func @multi_sgd_grad_type(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor
 func.func @linear_bias_shape(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<1x16xf32>) {
   // expected-error @+1 {{bias must be of type 'tensor<16xf32>', got 'tensor<1x16xf32>'}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<1x16xf32> -> tensor<4x16xf32>
-
-func.func @fused_forward_slot(%x: tensor<4xf32>) {
-  // expected-error @+1 {{instruction 0 ('exp') reads slot 1, not an earlier slot in [0, 1)}}
-  %0 = tsr.fused_elementwise %x {ops = ["exp"], args = array<i64: 1>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
-
-func.func @multi_sgd_result_type(%p: tensor<4xf32>, %lr: tensor<f32>) {
-  // expected-error @+1 {{result 0 has type 'tensor<3xf32>' but parameter 0 has 'tensor<4xf32>'}}
-  %0 = "tsr.multi_sgd_update"(%p, %p, %lr) {weight_decay = 0.0 : f32} : (tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<3xf32>
   return
 }
 
@@ -575,14 +548,6 @@ func.func @multi_sgd_result_type(%p: tensor<4xf32>, %lr: tensor<f32>) {
 func.func @linear_activation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{activation must be "none", "gelu", "gelu_tanh", "relu" or "silu", got "swish"}}
   %0 = tsr.linear %x, %w, %b {activation = "swish"} : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
-
-func.func @fused_condition_not_i1(%x: tensor<4xf32>) {
-  // expected-error @+1 {{instruction 0 ('select') argument 0 (slot 0) must be an i1 operand}}
-  %0 = tsr.fused_elementwise %x {ops = ["select"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
-
-func.func @multi_sgd_none(%lr: tensor<f32>) {
-  // expected-error @+1 {{expects 1 results per parameter and at least one parameter, got 0 results}}
-  "tsr.multi_sgd_update"(%lr) {weight_decay = 0.0 : f32} : (tensor<f32>) -> ()
   return
 }
 
@@ -591,14 +556,6 @@ func.func @multi_sgd_none(%lr: tensor<f32>) {
 func.func @linear_preactivation_without_activation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{has a preactivation result but no activation}}
   %0, %1 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>, tensor<4x16xf32>
-
-func.func @fused_mask_as_value(%m: tensor<4xi1>) {
-  // expected-error @+1 {{instruction 0 ('neg') argument 0 (slot 0) must be an f32 value}}
-  %0 = tsr.fused_elementwise %m {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xi1>) -> tensor<4xf32>
-
-func.func @multi_sgd_negative_weight_decay(%p: tensor<4xf32>, %lr: tensor<f32>) {
-  // expected-error @+1 {{weight_decay must be >= 0}}
-  %0 = tsr.multi_sgd_update [%p, %p], %lr {weight_decay = -1.0 : f32} : tensor<4xf32>, tensor<4xf32>
   return
 }
 
@@ -607,14 +564,6 @@ func.func @multi_sgd_negative_weight_decay(%p: tensor<4xf32>, %lr: tensor<f32>) 
 func.func @linear_preactivation_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
   // expected-error @+1 {{preactivation type 'tensor<16x4xf32>' should be 'tensor<4x16xf32>'}}
   %0, %1 = tsr.linear %x, %w, %b {activation = "relu"} : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>, tensor<16x4xf32>
-
-func.func @fused_output_not_computed(%x: tensor<4xf32>) {
-  // expected-error @+1 {{output 0 is slot 0, not a computed slot in [1, 2)}}
-  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<4xf32>
-
-func.func @multi_sgd_integer(%p: tensor<4xi64>, %lr: tensor<f32>) {
-  // expected-error @+1 {{parameter must be a floating-point tensor}}
-  %0 = tsr.multi_sgd_update [%p, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xi64>, tensor<4xi64>
   return
 }
 
@@ -623,14 +572,6 @@ func.func @multi_sgd_integer(%p: tensor<4xi64>, %lr: tensor<f32>) {
 func.func @linear_integer(%x: tensor<4x8xi64>, %w: tensor<8x16xi64>, %b: tensor<16xi64>) {
   // expected-error @+1 {{expects a float element type, got 'tensor<4x16xi64>'}}
   %0 = tsr.linear %x, %w, %b : tensor<4x8xi64>, tensor<8x16xi64>, tensor<16xi64> -> tensor<4x16xi64>
-
-func.func @fused_output_twice(%x: tensor<4xf32>) {
-  // expected-error @+1 {{slot 1 is output twice}}
-  %0:2 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1, 1>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
-
-func.func @multi_adamw_count(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
-  // expected-error @+1 {{expects 4 tensor operands per parameter and at least one parameter, got 6}}
-  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
   return
 }
 
@@ -639,14 +580,6 @@ func.func @multi_adamw_count(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32
 func.func @bias_activation_grad_none(%x: tensor<4x16xf32>, %dy: tensor<4x16xf32>) {
   // expected-error @+1 {{activation must be "gelu", "gelu_tanh", "relu" or "silu", got "none"}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "none"} : tensor<4x16xf32> -> tensor<16xf32>
-
-func.func @fused_outputs_vs_results(%x: tensor<4xf32>) {
-  // expected-error @+1 {{has 1 results but 2 outputs}}
-  %0 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> tensor<4xf32>
-
-func.func @multi_adamw_state_type(%p: tensor<4xf32>, %v: tensor<2x2xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
-  // expected-error @+1 {{tensor operand 3 has type 'tensor<2x2xf32>' but parameter 0 has 'tensor<4xf32>'}}
-  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %v], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<2x2xf32>
   return
 }
 
@@ -655,14 +588,6 @@ func.func @multi_adamw_state_type(%p: tensor<4xf32>, %v: tensor<2x2xf32>, %t: te
 func.func @bias_activation_grad_bias_type(%x: tensor<4x16xf32>, %dy: tensor<4x16xf32>) {
   // expected-error @+1 {{bias_grad type 'tensor<4xf32>' should be 'tensor<16xf32>'}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "gelu"} : tensor<4x16xf32> -> tensor<4xf32>
-
-func.func @fused_result_shapes(%x: tensor<4xf32>) {
-  // expected-error @+1 {{results must have one shape, got 'tensor<4xf32>' and 'tensor<2x2xf32>'}}
-  %0:2 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<2x2xf32>)
-
-func.func @multi_adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
-  // expected-error @+1 {{betas must be in [0, 1)}}
-  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 1.0 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
   return
 }
 
@@ -671,10 +596,6 @@ func.func @multi_adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>
 func.func @bias_activation_grad_rank0(%x: tensor<f32>, %dy: tensor<f32>) {
   // expected-error @+1 {{expects an input of rank >= 1, got 'tensor<f32>'}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "relu"} : tensor<f32> -> tensor<1xf32>
-
-func.func @fused_result_type(%x: tensor<4xf32>) {
-  // expected-error @+1 {{results must be f32, got 'tensor<4xbf16>'}}
-  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xbf16>
   return
 }
 
@@ -683,6 +604,90 @@ func.func @fused_result_type(%x: tensor<4xf32>) {
 func.func @bias_activation_grad_integer(%x: tensor<4x16xi64>, %dy: tensor<4x16xi64>) {
   // expected-error @+1 {{expects a float element type, got 'tensor<4x16xi64>'}}
   %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "relu"} : tensor<4x16xi64> -> tensor<16xi64>
+  return
+}
+
+// -----
+
+func.func @fused_unknown_opcode(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 has unknown opcode 'cosh'}}
+  %0 = tsr.fused_elementwise %x {ops = ["cosh"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_args_count(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'args' has 3 entries, expected 2}}
+  %0 = tsr.fused_elementwise %x {ops = ["add"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_forward_slot(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 ('exp') reads slot 1, not an earlier slot in [0, 1)}}
+  %0 = tsr.fused_elementwise %x {ops = ["exp"], args = array<i64: 1>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_condition_not_i1(%x: tensor<4xf32>) {
+  // expected-error @+1 {{instruction 0 ('select') argument 0 (slot 0) must be an i1 operand}}
+  %0 = tsr.fused_elementwise %x {ops = ["select"], args = array<i64: 0, 0, 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_mask_as_value(%m: tensor<4xi1>) {
+  // expected-error @+1 {{instruction 0 ('neg') argument 0 (slot 0) must be an f32 value}}
+  %0 = tsr.fused_elementwise %m {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xi1>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_output_not_computed(%x: tensor<4xf32>) {
+  // expected-error @+1 {{output 0 is slot 0, not a computed slot in [1, 2)}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 0>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_output_twice(%x: tensor<4xf32>) {
+  // expected-error @+1 {{slot 1 is output twice}}
+  %0:2 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1, 1>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @fused_outputs_vs_results(%x: tensor<4xf32>) {
+  // expected-error @+1 {{has 1 results but 2 outputs}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @fused_result_shapes(%x: tensor<4xf32>) {
+  // expected-error @+1 {{results must have one shape, got 'tensor<4xf32>' and 'tensor<2x2xf32>'}}
+  %0:2 = tsr.fused_elementwise %x {ops = ["neg", "exp"], args = array<i64: 0, 1>, outputs = array<i64: 1, 2>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<2x2xf32>)
+  return
+}
+
+// -----
+
+func.func @fused_result_type(%x: tensor<4xf32>) {
+  // expected-error @+1 {{results must be f32, got 'tensor<4xbf16>'}}
+  %0 = tsr.fused_elementwise %x {ops = ["neg"], args = array<i64: 0>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xbf16>
+  return
+}
+
+// -----
 
 func.func @fused_input_type(%x: tensor<4xi64>) {
   // expected-error @+1 {{inputs must be f32 or i1, got 'tensor<4xi64>'}}
@@ -703,6 +708,85 @@ func.func @fused_not_broadcastable(%x: tensor<3xf32>) {
 func.func @fused_empty(%x: tensor<4xf32>) {
   // expected-error @+1 {{has an empty program}}
   %0 = tsr.fused_elementwise %x {ops = [], args = array<i64>, outputs = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// Multi-tensor updates (tsr-fuse-optimizer): N parameters, then N of each
+// other operand group; entry i of every group is parameter i's type; the
+// result types are inferred.
+func.func @multi_sgd_count(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{expects 2 tensor operands per parameter and at least one parameter, got 3}}
+  %0:2 = tsr.multi_sgd_update [%p, %q, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xf32>, tensor<2xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_grad_type(%p: tensor<4xf32>, %q: tensor<2xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{tensor operand 3 has type 'tensor<4xf32>' but parameter 1 has 'tensor<2xf32>'}}
+  %0:2 = tsr.multi_sgd_update [%p, %q, %p, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_result_type(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{result 0 has type 'tensor<3xf32>' but parameter 0 has 'tensor<4xf32>'}}
+  %0 = "tsr.multi_sgd_update"(%p, %p, %lr) {weight_decay = 0.0 : f32} : (tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_none(%lr: tensor<f32>) {
+  // expected-error @+1 {{expects 1 results per parameter and at least one parameter, got 0 results}}
+  "tsr.multi_sgd_update"(%lr) {weight_decay = 0.0 : f32} : (tensor<f32>) -> ()
+  return
+}
+
+// -----
+
+func.func @multi_sgd_negative_weight_decay(%p: tensor<4xf32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{weight_decay must be >= 0}}
+  %0 = tsr.multi_sgd_update [%p, %p], %lr {weight_decay = -1.0 : f32} : tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_sgd_integer(%p: tensor<4xi64>, %lr: tensor<f32>) {
+  // expected-error @+1 {{parameter must be a floating-point tensor}}
+  %0 = tsr.multi_sgd_update [%p, %p], %lr {weight_decay = 0.0 : f32} : tensor<4xi64>, tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @multi_adamw_count(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{expects 4 tensor operands per parameter and at least one parameter, got 6}}
+  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @multi_adamw_state_type(%p: tensor<4xf32>, %v: tensor<2x2xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{tensor operand 3 has type 'tensor<2x2xf32>' but parameter 0 has 'tensor<4xf32>'}}
+  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %v], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @multi_adamw_beta(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
+  // expected-error @+1 {{betas must be in [0, 1)}}
+  %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 1.0 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
 
 func.func @multi_adamw_negative_weight_decay(%p: tensor<4xf32>, %t: tensor<f32>, %lr: tensor<f32>) {
   // expected-error @+1 {{weight_decay must be >= 0}}

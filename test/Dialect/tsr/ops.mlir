@@ -81,12 +81,14 @@ func.func @linear(%x: tensor<8x16x64xf32>, %w: tensor<256x64xf32>, %w2: tensor<2
   %a, %pre = tsr.linear %y, %w2, %b {activation = "gelu_tanh"} : tensor<8x16x256xf32>, tensor<256x256xf32>, tensor<256xf32> -> tensor<8x16x256xf32>, tensor<8x16x256xf32>
   %dx, %db = tsr.bias_activation_grad %pre, %a {activation = "silu"} : tensor<8x16x256xf32> -> tensor<256xf32>
   return %dx, %db : tensor<8x16x256xf32>, tensor<256xf32>
+}
 
 // CHECK-LABEL: func.func @fused_elementwise
 // CHECK: %{{.*}}:2 = tsr.fused_elementwise %arg0, %arg1, %arg2 {args = array<i64: 0, 1, 3, 2, 4>, ops = ["mul", "add", "gelu_tanh"], outputs = array<i64: 5, 3>} : (tensor<8x16x64xf32>, tensor<f32>, tensor<64xf32>) -> (tensor<8x16x64xf32>, tensor<8x16x64xf32>)
 func.func @fused_elementwise(%x: tensor<8x16x64xf32>, %s: tensor<f32>, %b: tensor<64xf32>) -> tensor<8x16x64xf32> {
   %y, %xs = tsr.fused_elementwise %x, %s, %b {ops = ["mul", "add", "gelu_tanh"], args = array<i64: 0, 1, 3, 2, 4>, outputs = array<i64: 5, 3>} : (tensor<8x16x64xf32>, tensor<f32>, tensor<64xf32>) -> (tensor<8x16x64xf32>, tensor<8x16x64xf32>)
   return %y : tensor<8x16x64xf32>
+}
 
 // Multi-tensor updates (tsr-fuse-optimizer) round-trip.
 // CHECK-LABEL: func.func @multi_updates
