@@ -37,6 +37,8 @@ Tessera's CUDA backend against PyTorch eager, measured in the same run.
    use CUBLAS_COMPUTE_32F). Eager: the hand-written attention materialises
    the S x S scores, no torch.compile, no fused attention. Every step is
    timed between two torch.cuda.synchronize(); median after --warmup.
+   --peer compile wraps the same model in torch.compile (default mode;
+   the first, compiling steps fall in the warm-up) instead.
 5. Prints the model shape and parameter count; the FLOPs of one step by the
    standard formula without recomputation (Narayanan et al. 2021, eq. 3;
    PaLM, Chowdhery et al. 2022, appendix B):
@@ -159,14 +161,26 @@ def tessera_times(metrics, warmup):
 
 # ------------------------------------------------------------ PyTorch peer --
 
-def torch_peer(args, onnx_path, device, log=print):
-    """Trains HandwrittenGPT loaded with onnx_path's initializers on device
-    for warmup + steps steps; returns (median step s after warmup, losses)."""
-    import numpy as np
+def initial_weights(path):
+    """name -> float32 array: an ONNX file's initializers, or a
+    safetensors file's tensors (tessera-run --save-weights: ONNX names)."""
+    if path.endswith(".safetensors"):
+        sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+        import compare
+        return compare.load_weights(path)
     import onnx
+    from onnx import numpy_helper
+    return {init.name: numpy_helper.to_array(init)
+            for init in onnx.load(path).graph.initializer}
+
+
+def torch_peer(args, onnx_path, device, log=print):
+    """Trains HandwrittenGPT loaded with onnx_path's initializers (or a
+    .safetensors file's tensors) on device for warmup + steps steps;
+    returns (median step s after warmup, losses)."""
+    import numpy as np
     import torch
     import torch.nn.functional as F
-    from onnx import numpy_helper
 
     sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
     sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
@@ -181,32 +195,33 @@ def torch_peer(args, onnx_path, device, log=print):
     model = build_model(cfg)
     params = dict(model.named_parameters())
     seen = set()
-    for init in onnx.load(onnx_path).graph.initializer:
-        if init.name not in params:
-            sys.exit(f"{onnx_path}: initializer {init.name!r} is not a "
+    for name, value in initial_weights(onnx_path).items():
+        if name not in params:
+            sys.exit(f"{onnx_path}: initializer {name!r} is not a "
                      "parameter of HandwrittenGPT")
-        value = numpy_helper.to_array(init)
-        p = params[init.name]
+        p = params[name]
         if tuple(value.shape) != tuple(p.shape):
-            sys.exit(f"{onnx_path}: {init.name} has shape "
+            sys.exit(f"{onnx_path}: {name} has shape "
                      f"{list(value.shape)}, HandwrittenGPT's is "
                      f"{list(p.shape)}")
         with torch.no_grad():
             p.copy_(torch.from_numpy(np.array(value, copy=True)))
-        seen.add(init.name)
+        seen.add(name)
     missing = sorted(set(params) - seen)
     if missing:
         sys.exit(f"{onnx_path}: no initializer for {len(missing)} "
                  f"parameter(s): {', '.join(missing[:5])}")
     log(f"pytorch peer: loaded {len(seen)} parameters "
         f"({sum(p.numel() for p in params.values()):,} values) from the "
-        "ONNX initializers")
+        f"initial weights of {os.path.basename(onnx_path)}")
 
     cuda = device == "cuda"
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     model = model.to(device).train()
+    if getattr(args, "peer", "eager") == "compile":
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999),
                             eps=1e-8, weight_decay=0.01,
                             foreach=True if cuda else None)
@@ -313,16 +328,18 @@ def make_model(args, work):
 
 
 def run_tessera(args, tools, onnx_path, work, backend):
-    plan = os.path.join(work, "plan.tsr")
+    plan = args.plan or os.path.join(work, "plan.tsr")
     metrics = os.path.join(work, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    run([tools["partition"], onnx_path, "-o", plan, "--optimizer", "adamw",
-         "--lr", f"{LR:g}"]
-        + (["--precision", "bf16"] if args.precision == "bf16" else []))
+    if not args.plan:
+        run([tools["partition"], onnx_path, "-o", plan, "--optimizer",
+             "adamw", "--lr", f"{LR:g}"]
+            + (["--precision", "bf16"] if args.precision == "bf16" else []))
     run([tools["run"], plan, "--backend", backend, "--data", CORPUS,
          "--steps", str(args.warmup + args.steps), "--metrics", metrics,
-         "--log-every", "0"])
+         "--log-every", "0"]
+        + (["--trace", args.trace] if args.trace else []))
     return tessera_times(metrics, args.warmup)
 
 
@@ -360,6 +377,19 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--keep", help="keep the model, plan and metrics here")
+    ap.add_argument("--plan",
+                    help="a plan already compiled (tessera-partition "
+                         "--optimizer adamw --lr 1e-4 [--precision bf16]) "
+                         "from make_gpt_onnx.py's model at the size flags "
+                         "given: skips making and compiling the model, for "
+                         "a GPU node without the compiler; the PyTorch peer "
+                         "takes the plan's initial weights (tessera-run "
+                         "PLAN --steps 0 --save-weights)")
+    ap.add_argument("--peer", choices=["eager", "compile"], default="eager",
+                    help="the PyTorch peer: eager, or the same model under "
+                         "torch.compile")
+    ap.add_argument("--trace", help="tessera-run --trace file (per-kernel "
+                    "CUDA-event times of the last step)")
     ap.add_argument("--peak", type=float, default=989e12,
                     help="peak FLOP/s for MFU (default 989e12: H100 SXM "
                          "dense bf16)")
@@ -382,6 +412,10 @@ def main(argv=None):
                                        "tessera-partition"),
              "run": os.path.join(build, "tools", "tessera-run",
                                  "tessera-run")}
+    if args.plan:
+        if args.peer_only_cpu_smoke:
+            ap.error("--plan and --peer-only-cpu-smoke exclude each other")
+        del tools["partition"]
     for path in tools.values():
         if not os.access(path, os.X_OK):
             sys.stderr.write(f"{path}: not built (--build {args.build})\n")
@@ -413,12 +447,19 @@ def main(argv=None):
     try:
         if args.peer_only_cpu_smoke:
             return smoke(args, tools, work)
-        onnx_path = make_model(args, work)
+        if args.plan:
+            onnx_path = os.path.join(work, "initial.safetensors")
+            run([tools["run"], args.plan, "--data", CORPUS, "--steps", "0",
+                 "--save-weights", onnx_path])
+        else:
+            onnx_path = make_model(args, work)
         tessera = run_tessera(args, tools, onnx_path, work, "cuda")
         peer = None if peer_missing else torch_peer(args, onnx_path, "cuda")
         worst = report(args, tessera, peer, peer_missing,
                        "one GPU, tessera-run --backend cuda vs PyTorch "
-                       "eager (hand-written attention, no torch.compile)")
+                       + ("eager (hand-written attention, no torch.compile)"
+                          if args.peer == "eager" else
+                          "torch.compile (hand-written attention)"))
         if worst is not None and worst > LOSS_RTOL[args.precision]:
             print(f"losses differ by {worst:.2e} relative (limit "
                   f"{LOSS_RTOL[args.precision]:g}): the two sides do not "

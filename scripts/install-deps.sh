@@ -8,7 +8,7 @@ PKGS=(
   cmake ninja-build g++ make
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
-  libopenmpi-dev openmpi-bin libopenblas-dev
+  libopenmpi-dev openmpi-bin libopenblas-dev libsleef-dev
   libgtest-dev
   debootstrap
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev

@@ -767,11 +767,21 @@ std::optional<DimView> maskView(Value v) {
 /// softmax.
 struct AttentionMatch {
   tsr::MatmulOp scores;
+  /// The scores matmul's result type: the softmax's input type, or
+  /// [b'..., Sq, Sk] with other leading dims of the same count when a
+  /// reshape views them so (GPT-2's reorder_and_upcast_attn: a
+  /// [B·H, Sq, Sk] baddbmm masked and softmaxed as [B, H, Sq, Sk]).
+  RankedTensorType scoresType;
   double scale = 1.0;
+  double scaleAfterMask = 1.0;    // the part of `scale` applied after the mask
   std::optional<DimView> mask;    // additive, [b..., Sq, Sk] view
   DenseElementsAttr boolMaskKeep; // select form: true where a key is kept
   MaskKind boolMaskKind = MaskKind::Other; // what boolMaskKeep amounts to
   std::optional<APFloat> fill;             // select form: the dropped value
+  /// Both a select and an additive mask (GPT-2 given an attention mask:
+  /// where(causal, s, finfo.min) + extended mask); `addOuter` when the add
+  /// reads the select's result (the program order), not the other way round.
+  bool addOuter = false;
 };
 
 /// If `x` [a..., H, S, D] is Hugging Face's repeat_kv of a K/V tensor
@@ -889,7 +899,10 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
   LogicalResult walkToScores(Value x, int64_t sq, int64_t sk, AttentionMatch &m,
                              bool &scaledAfterMask) const {
     Type pType = x.getType();
-    bool masked = false, scaledLater = false;
+    bool added = false, selected = false, scaledLater = false, viewed = false;
+    // A scale between two masks would scale the inner one: not matched.
+    auto masked = [&] { return added || selected; };
+    bool scaledBetween = false;
     while (!m.scores) {
       Operation *def = x.getDefiningOp();
       if (!def || !def->hasOneUse() || x.getType() != pType)
@@ -898,7 +911,22 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         if (mm.getTransposeLhs())
           return failure();
         m.scores = mm;
+        m.scoresType = cast<RankedTensorType>(pType);
         break;
+      }
+      if (auto rs = dyn_cast<tsr::ReshapeOp>(def)) {
+        // Once: a reshape of the leading dims only ([B·H, Sq, Sk] viewed as
+        // [B, H, Sq, Sk]); Q and K are viewed the same way when raised.
+        auto in = cast<RankedTensorType>(rs.getInput().getType());
+        auto out = cast<RankedTensorType>(pType);
+        if (viewed || in.getRank() < 3 ||
+            in.getShape().take_back(2) != out.getShape().take_back(2) ||
+            in.getElementType() != out.getElementType())
+          return failure();
+        viewed = true;
+        pType = in;
+        x = rs.getInput();
+        continue;
       }
       if (isa<tsr::MulOp, tsr::DivOp>(def)) {
         std::optional<double> c = splatValue(def->getOperand(1));
@@ -910,12 +938,15 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         if (!c || *c == 0.0 || !std::isfinite(*c))
           return failure();
         m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
-        scaledLater |= !masked;
+        if (!masked())
+          m.scaleAfterMask *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
+        scaledLater |= !masked();
+        scaledBetween |= masked();
         x = next;
         continue;
       }
       if (auto add = dyn_cast<tsr::AddOp>(def)) {
-        if (masked)
+        if (added || (selected && scaledBetween))
           return failure();
         // The mask is the operand that reads a constant, or a [1..., Sq, Sk]
         // value, through broadcasts; the scores are the other one.
@@ -924,14 +955,15 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         if (bool(views[0]) == bool(views[1]))
           return failure();
         int k = views[0] ? 0 : 1;
-        masked = true;
+        m.addOuter = !selected;
+        added = true;
         scaledAfterMask = scaledLater;
         m.mask = views[k];
         x = add->getOperand(1 - k);
         continue;
       }
       if (auto sel = dyn_cast<tsr::SelectOp>(def)) {
-        if (masked)
+        if (selected || (added && scaledBetween))
           return failure();
         // select(cond, fill, s) or select(cond, s, fill), cond a constant,
         // fill a dropping splat (-inf, or finfo.min: see dropsKey).
@@ -948,7 +980,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         m.boolMaskKeep = keep;
         m.boolMaskKind = kind;
         m.fill = dropTrue ? *tv : *fv;
-        masked = true;
+        selected = true;
         scaledAfterMask = scaledLater;
         x = dropTrue ? sel.getFalseValue() : sel.getTrueValue();
         continue;
@@ -958,24 +990,24 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     return success();
   }
 
-  /// Q with an optional constant scale (a single-use mul/div by a splat)
-  /// folded into `m.scale`.
-  static Value unscaledQuery(Value q, AttentionMatch &m) {
-    if (!isa_and_nonnull<tsr::MulOp, tsr::DivOp>(q.getDefiningOp()) ||
-        !q.getDefiningOp()->hasOneUse())
-      return q;
-    Operation *def = q.getDefiningOp();
+  /// `x` without an optional constant scale (a single-use mul/div by a
+  /// finite nonzero splat, of x's type), the scale folded into `m.scale`.
+  static Value unscaled(Value x, AttentionMatch &m) {
+    if (!isa_and_nonnull<tsr::MulOp, tsr::DivOp>(x.getDefiningOp()) ||
+        !x.getDefiningOp()->hasOneUse())
+      return x;
+    Operation *def = x.getDefiningOp();
     std::optional<double> c = splatValue(def->getOperand(1));
     Value next = def->getOperand(0);
     if (!c && isa<tsr::MulOp>(def)) {
       c = splatValue(def->getOperand(0));
       next = def->getOperand(1);
     }
-    if (c && *c != 0.0 && std::isfinite(*c) && next.getType() == q.getType()) {
+    if (c && *c != 0.0 && std::isfinite(*c) && next.getType() == x.getType()) {
       m.scale *= isa<tsr::DivOp>(def) ? 1.0 / *c : *c;
       return next;
     }
-    return q;
+    return x;
   }
 
   /// The mask's kind, and its reduced [Sq, Sk] constant (`maskAttr`) or
@@ -985,7 +1017,44 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
                            DenseElementsAttr &maskAttr,
                            Value &maskValue) const {
     kind = MaskKind::None;
-    if (m.boolMaskKeep) {
+    if (m.boolMaskKeep && m.mask) {
+      // Select and add: fold both into one additive constant, kept where
+      // the select keeps a key, the fill (plus the add when the add is
+      // outer, rounded as the program rounds it) where it drops one.
+      auto elem = dyn_cast<FloatType>(pType.getElementType());
+      if (!elem ||
+          cast<RankedTensorType>(m.mask->src.getType()).getElementType() !=
+              elem)
+        return failure();
+      auto [add, addKind] = reducedMask(*m.mask, sq, sk);
+      if (!add)
+        return failure(); // not a constant, or differs across the batch
+      APFloat fill = *m.fill;
+      bool losesInfo = false;
+      (void)fill.convert(elem.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                         &losesInfo);
+      SmallVector<APFloat> vals;
+      auto keep = m.boolMaskKeep.getValues<bool>();
+      auto addVals = add.getValues<APFloat>();
+      for (int64_t i = 0, e = sq * sk; i < e; ++i) {
+        APFloat a = addVals[i];
+        if (keep[i]) {
+          vals.push_back(a);
+          continue;
+        }
+        APFloat dropped = fill;
+        if (m.addOuter)
+          (void)dropped.add(a, APFloat::rmNearestTiesToEven);
+        // A dropped key must stay dropped (see dropsKey): the fused op adds
+        // the scores to it, which a select would have discarded.
+        if (!dropsKey(dropped))
+          return failure();
+        vals.push_back(dropped);
+      }
+      maskAttr =
+          DenseElementsAttr::get(RankedTensorType::get({sq, sk}, elem), vals);
+      kind = classifyAdditive(maskAttr, sq, sk);
+    } else if (m.boolMaskKeep) {
       kind = m.boolMaskKind;
     } else if (m.mask) {
       if (cast<RankedTensorType>(m.mask->src.getType()).getElementType() !=
@@ -1005,9 +1074,12 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
   /// K: the scores' rhs is Kᵀ [b..., Dh, Sk] unless transpose_rhs; undo
   /// (or compose with) its transpose. Sets `k` to the value to read and
   /// returns the permutation that takes it to [b..., Sk, Dh].
+  /// A constant scale on K (Kᵀ scaled, or K scaled before its transpose:
+  /// Q·d^-¼ and K·d^-¼, as Whisper and the original GPT-2 code scale both)
+  /// is folded into `m.scale`.
   static SmallVector<int64_t> keyPermutation(tsr::MatmulOp scores, int64_t rank,
-                                             Value &k) {
-    k = scores.getRhs();
+                                             Value &k, AttentionMatch &m) {
+    k = unscaled(scores.getRhs(), m);
     SmallVector<int64_t> perm;
     for (int64_t d = 0; d < rank; ++d)
       perm.push_back(d);
@@ -1019,7 +1091,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
         for (int64_t d = 0; d < rank; ++d)
           composed.push_back(inner[perm[d]]);
         perm = composed;
-        k = t.getInput();
+        k = t->hasOneUse() ? unscaled(t.getInput(), m) : t.getInput();
       }
     }
     return perm;
@@ -1035,7 +1107,7 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     if (kind != MaskKind::Other)
       return {};
     auto maskType = RankedTensorType::get({sq, sk}, pType.getElementType());
-    if (m.boolMaskKeep) {
+    if (m.boolMaskKeep && !maskAttr) {
       // 0 where kept, the select's fill value where dropped.
       auto elem = cast<FloatType>(pType.getElementType());
       APFloat fill = *m.fill;
@@ -1075,12 +1147,17 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
 
     // Q (with an optional constant scale folded in) and K in [b..., S, D].
     Location loc = root.getLoc();
-    Value q = unscaledQuery(m.scores.getLhs(), m);
+    // Q and K have the scores' leading dims, which a reshape may view as
+    // the softmax's (`viewed`): Q and K are then reshaped likewise.
+    int64_t srank = m.scoresType.getRank();
+    ArrayRef<int64_t> sLead = m.scoresType.getShape().drop_back(2);
+    bool viewed = m.scoresType != pType;
+    Value q = unscaled(m.scores.getLhs(), m);
     auto qType = cast<RankedTensorType>(q.getType());
     Value v = root.getRhs();
     auto vType = cast<RankedTensorType>(v.getType());
-    if (qType.getRank() != rank || vType.getRank() != rank ||
-        qType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
+    if (qType.getRank() != srank || vType.getRank() != rank ||
+        qType.getShape().drop_back(2) != sLead ||
         vType.getShape().drop_back(2) != pType.getShape().drop_back(2) ||
         qType.getElementType() != pType.getElementType())
       return failure();
@@ -1094,23 +1171,23 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     // A scale applied after the mask would scale the mask too: only a
     // causal mask (or none) is unchanged by a positive factor, and a select
     // with -inf.
-    if (scaledAfterMask && ((kind == MaskKind::Other &&
-                             (!m.boolMaskKeep || !m.fill->isInfinity())) ||
-                            m.scale <= 0))
+    if (scaledAfterMask &&
+        ((kind == MaskKind::Other &&
+          (!m.boolMaskKeep || m.mask || !m.fill->isInfinity())) ||
+         m.scaleAfterMask <= 0))
       return failure();
 
     Value k;
-    SmallVector<int64_t> perm = keyPermutation(m.scores, rank, k);
-    bool identity = llvm::all_of(llvm::seq<int64_t>(0, rank),
+    SmallVector<int64_t> perm = keyPermutation(m.scores, srank, k, m);
+    bool identity = llvm::all_of(llvm::seq<int64_t>(0, srank),
                                  [&](int64_t d) { return perm[d] == d; });
     auto kIn = cast<RankedTensorType>(k.getType());
     SmallVector<int64_t> kShape;
     for (int64_t d : perm)
       kShape.push_back(kIn.getDimSize(d));
-    if (ArrayRef<int64_t>(kShape).drop_back(2) !=
-            pType.getShape().drop_back(2) ||
-        kShape[rank - 2] != sk ||
-        kShape[rank - 1] != qType.getDimSize(rank - 1) ||
+    if (ArrayRef<int64_t>(kShape).drop_back(2) != sLead ||
+        kShape[srank - 2] != sk ||
+        kShape[srank - 1] != qType.getDimSize(srank - 1) ||
         vType.getDimSize(rank - 2) != sk ||
         kIn.getElementType() != qType.getElementType() ||
         vType.getElementType() != qType.getElementType())
@@ -1119,9 +1196,37 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     // Grouped-query attention: K and V both repeat_kv'd by the same n_rep
     // from [a..., Hkv, S, D]; the op reads the K/V heads themselves.
     int64_t nRepK = 0, nRepV = 0;
-    Value kUnsq = identity ? unsqueezedBeforeRepeat(k, nRepK) : Value();
+    Value kUnsq =
+        identity && !viewed ? unsqueezedBeforeRepeat(k, nRepK) : Value();
     Value vUnsq = unsqueezedBeforeRepeat(v, nRepV);
     bool gqa = kUnsq && vUnsq && nRepK == nRepV && nRepK > 1;
+
+    // Viewed scores whose K was itself viewed from [lead..., ·, ·] (GPT-2's
+    // reorder_and_upcast_attn reshapes a [B, H, Dh, S] Kᵀ to [B·H, Dh, S]):
+    // K is read before that reshape, with one transpose in the softmax's
+    // rank composed with the one before it, instead of a transpose back.
+    Value k4;
+    SmallVector<int64_t> perm4;
+    if (viewed && llvm::all_of(llvm::seq<int64_t>(0, srank - 2),
+                               [&](int64_t d) { return perm[d] == d; }))
+      if (auto rs = defOp<tsr::ReshapeOp>(k)) {
+        auto in = cast<RankedTensorType>(rs.getInput().getType());
+        if (in.getRank() == rank &&
+            in.getShape().drop_back(2) == pType.getShape().drop_back(2) &&
+            in.getShape().take_back(2) == kIn.getShape().take_back(2)) {
+          k4 = rs.getInput();
+          for (int64_t d = 0; d < rank - 2; ++d)
+            perm4.push_back(d);
+          for (int64_t d = srank - 2; d < srank; ++d)
+            perm4.push_back(perm[d] - srank + rank);
+          if (auto t = defOp<tsr::TransposeOp>(k4)) {
+            ArrayRef<int64_t> inner = t.getPermutation();
+            for (int64_t &d : perm4)
+              d = inner[d];
+            k4 = t.getInput();
+          }
+        }
+      }
 
     rewriter.setInsertionPoint(root);
     auto dropUnitDim = [&](Value unsq) -> Value {
@@ -1137,10 +1242,36 @@ struct RaiseAttention : OpRewritePattern<tsr::MatmulOp> {
     if (gqa) {
       k = dropUnitDim(kUnsq);
       v = dropUnitDim(vUnsq);
-    } else if (!identity) {
+    } else if (!identity && !k4) {
       k = tsr::TransposeOp::create(
           rewriter, loc, RankedTensorType::get(kShape, kIn.getElementType()), k,
           rewriter.getDenseI64ArrayAttr(perm));
+    }
+    if (viewed) {
+      auto view = [&](Value x) -> Value {
+        auto t = cast<RankedTensorType>(x.getType());
+        SmallVector<int64_t> shape(pType.getShape().drop_back(2));
+        shape.append({t.getDimSize(srank - 2), t.getDimSize(srank - 1)});
+        return tsr::ReshapeOp::create(
+            rewriter, loc, RankedTensorType::get(shape, t.getElementType()), x);
+      };
+      q = view(q);
+      if (k4) {
+        auto t = cast<RankedTensorType>(k4.getType());
+        SmallVector<int64_t> shape;
+        for (int64_t d : perm4)
+          shape.push_back(t.getDimSize(d));
+        k = llvm::all_of(llvm::seq<int64_t>(0, rank),
+                         [&](int64_t d) { return perm4[d] == d; })
+                ? k4
+                : tsr::TransposeOp::create(
+                      rewriter, loc,
+                      RankedTensorType::get(shape, t.getElementType()), k4,
+                      rewriter.getDenseI64ArrayAttr(perm4))
+                      .getResult();
+      } else {
+        k = view(k);
+      }
     }
 
     Value maskOperand = buildMaskOperand(rewriter, loc, m, kind, maskAttr,

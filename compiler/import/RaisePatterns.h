@@ -23,11 +23,18 @@
 //                 → matmul with transpose_lhs/rhs flipped (Linear weights
 //                   are used directly, in PyTorch layout).
 //   * reshape(reshape(x)) → reshape(x) (Squeeze/Unsqueeze/Flatten chains).
-//   * Attention   matmul(softmax(M(c · matmul(Q', Kᵀ))), V) over the last
-//                 axis, where Q' is Q or Q·c / Q÷c and M is + mask or
-//                 select(bool mask, fill, ·) (masked_fill), with any
-//                 constant scalings c (Mul or Div) before or (for causal
-//                 masks) after it                           → tsr.attention
+//   * Attention   matmul(softmax(M(c · matmul(Q', K'ᵀ))), V) over the last
+//                 axis, where Q' is Q or Q·c / Q÷c, K' likewise (K or Kᵀ
+//                 scaled: Q·d^-¼ and K·d^-¼), and M is + mask,
+//                 select(bool mask, fill, ·) (masked_fill), or both in
+//                 either order (GPT-2 given an attention mask:
+//                 where(causal, s, finfo.min) + extended mask; the two
+//                 constants fold into one mask as the program rounds it),
+//                 with any constant scalings c (Mul or Div) before or (for
+//                 causal masks, positive c) after it, and at most one
+//                 reshape of the scores' leading dims (GPT-2's
+//                 reorder_and_upcast_attn: [B·H, S, S] scores masked as
+//                 [B, H, S, S]; Q and K are viewed alike) → tsr.attention
 //                 {scale = Πc, causal} [mask]. The mask is a constant seen
 //                 through broadcasts and unit reshapes whose [Sq, Sk] slices
 //                 are the same for every leading index ([B, 1, Sq, Sk] as

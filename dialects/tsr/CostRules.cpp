@@ -22,21 +22,27 @@ int64_t MatmulOp::getFlops() {
 /// As the CPU kernel (cpu::matmul) runs it: a rank-2 rhs without a
 /// transposed lhs folds the batch into M (one GEMM [batch·M, K] x [K, N]);
 /// otherwise one GEMM per batch element.
-SmallVector<GemmShape> MatmulOp::getGemmShapes() {
-  auto lhs = getLhs().getType();
-  auto result = getResult().getType();
+static SmallVector<GemmShape> matmulGemms(RankedTensorType lhs,
+                                          RankedTensorType rhs,
+                                          RankedTensorType result,
+                                          bool transposeLhs) {
   int64_t rank = result.getRank();
   int64_t m = result.getDimSize(rank - 2), n = result.getDimSize(rank - 1);
   int64_t k =
-      lhs.getDimSize(getTransposeLhs() ? lhs.getRank() - 2 : lhs.getRank() - 1);
+      lhs.getDimSize(transposeLhs ? lhs.getRank() - 2 : lhs.getRank() - 1);
   int64_t batch = 1;
   for (int64_t i = 0; i + 2 < rank; ++i)
     batch *= result.getDimSize(i);
   if (batch == 0 || m == 0 || n == 0 || k == 0)
     return {};
-  if (getRhs().getType().getRank() == 2 && !getTransposeLhs())
+  if (rhs.getRank() == 2 && !transposeLhs)
     return {GemmShape{1, batch * m, n, k}};
   return {GemmShape{batch, m, n, k}};
+}
+
+SmallVector<GemmShape> MatmulOp::getGemmShapes() {
+  return matmulGemms(getLhs().getType(), getRhs().getType(),
+                     getResult().getType(), getTransposeLhs());
 }
 
 /// b·Sq·Sk, the number of attention scores (b = product of leading dims).
@@ -313,3 +319,66 @@ int64_t SiluGradOp::getTranscendentals() { return elementsOf(getResult()); }
 /// its 4 words: 10 rounds of 2 multiplies and 4 xors per 4 elements, about
 /// 12 FLOP-equivalents per element in all.
 int64_t DropoutOp::getFlops() { return 14 * elementsOf(getResult()); }
+
+//===----------------------------------------------------------------------===//
+// Fused linear layer (tsr-fuse-linear)
+//===----------------------------------------------------------------------===//
+
+/// Epilogue FLOPs and transcendentals per element of an activation (as the
+/// CPU kernels evaluate it): gelu 0.5·x·(1 + erf(x/√2)), gelu_tanh
+/// 0.5·x·(1 + tanh(β·(x + κ·x³))), relu, silu x / (1 + exp(−x)).
+static std::pair<int64_t, int64_t> activationCost(StringRef activation) {
+  if (activation == "gelu")
+    return {4, 1};
+  if (activation == "gelu_tanh")
+    return {8, 1};
+  if (activation == "relu")
+    return {1, 0};
+  if (activation == "silu")
+    return {4, 1};
+  return {0, 0};
+}
+
+/// The activation gradients' FLOPs and transcendentals per element
+/// (cpu::geluGrad, reluGrad, siluGrad).
+static std::pair<int64_t, int64_t> activationGradCost(StringRef activation) {
+  if (activation == "gelu")
+    return {9, 2};
+  if (activation == "gelu_tanh")
+    return {14, 1};
+  if (activation == "relu")
+    return {1, 0};
+  if (activation == "silu")
+    return {7, 1};
+  return {0, 0};
+}
+
+/// The GEMM, then per output element the bias (1) and the activation.
+int64_t LinearOp::getFlops() {
+  auto lhs = getLhs().getType();
+  int64_t k =
+      lhs.getDimSize(getTransposeLhs() ? lhs.getRank() - 2 : lhs.getRank() - 1);
+  int64_t n = elementsOf(getResult());
+  return 2 * n * k + n * (1 + activationCost(getActivation()).first);
+}
+
+int64_t LinearOp::getTranscendentals() {
+  return elementsOf(getResult()) * activationCost(getActivation()).second;
+}
+
+/// As tsr.matmul's (the CPU kernel runs the same GEMMs, in blocks of rows
+/// whose count does not change their total work).
+SmallVector<GemmShape> LinearOp::getGemmShapes() {
+  return matmulGemms(getLhs().getType(), getRhs().getType(),
+                     getResult().getType(), getTransposeLhs());
+}
+
+/// The activation gradient and one add into the column sum per element.
+int64_t BiasActivationGradOp::getFlops() {
+  return elementsOf(getInput()) *
+         (activationGradCost(getActivation()).first + 1);
+}
+
+int64_t BiasActivationGradOp::getTranscendentals() {
+  return elementsOf(getInput()) * activationGradCost(getActivation()).second;
+}

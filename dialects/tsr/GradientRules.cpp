@@ -837,4 +837,7 @@ TSR_NO_GRADIENT(AddLayerNormOp, "fused ops are created after autodiff")
 TSR_NO_GRADIENT(AddRmsNormOp, "fused ops are created after autodiff")
 TSR_NO_GRADIENT(LayerNormGradAddOp, "fused ops are created after autodiff")
 TSR_NO_GRADIENT(RmsNormGradAddOp, "fused ops are created after autodiff")
+TSR_NO_GRADIENT(LinearOp, "fused by tsr-fuse-linear after autodiff")
+TSR_NO_GRADIENT(BiasActivationGradOp,
+                "second-order differentiation is not supported")
 #undef TSR_NO_GRADIENT

@@ -1,4 +1,4 @@
-//===- LinalgOps.cpp - matmul ---------------------------------------------===//
+//===- LinalgOps.cpp - matmul and the fused linear layer ------------------===//
 
 #include "dialects/tsr/TsrOps.h"
 
@@ -65,5 +65,71 @@ LogicalResult MatmulOp::verify() {
   if (*type != getResult().getType())
     return emitOpError("result type ")
            << getResult().getType() << " should be " << *type;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Fused linear layer (tsr-fuse-linear)
+//===----------------------------------------------------------------------===//
+
+FailureOr<RankedTensorType>
+LinearOp::inferResultType(std::optional<Location> loc, Type lhs, Type rhs,
+                          bool transposeLhs, bool transposeRhs) {
+  return inferMatmulType(loc, lhs, rhs, transposeLhs, transposeRhs);
+}
+
+bool LinearOp::isKnownActivation(StringRef activation) {
+  return activation == "none" || activation == "gelu" ||
+         activation == "gelu_tanh" || activation == "relu" ||
+         activation == "silu";
+}
+
+LogicalResult LinearOp::verify() {
+  auto type = inferResultType(getLoc(), getLhs().getType(), getRhs().getType(),
+                              getTransposeLhs(), getTransposeRhs());
+  if (failed(type))
+    return failure();
+  if (*type != getResult().getType())
+    return emitOpError("result type ")
+           << getResult().getType() << " should be " << *type;
+  if (!isa<FloatType>(type->getElementType()))
+    return emitOpError("expects a float element type, got ") << *type;
+  int64_t n = type->getDimSize(type->getRank() - 1);
+  auto bias = getBias().getType();
+  if (bias.getRank() != 1 || bias.getDimSize(0) != n ||
+      bias.getElementType() != type->getElementType())
+    return emitOpError("bias must be of type ")
+           << RankedTensorType::get({n}, type->getElementType()) << ", got "
+           << bias;
+  if (!isKnownActivation(getActivation()))
+    return emitOpError("activation must be \"none\", \"gelu\", "
+                       "\"gelu_tanh\", \"relu\" or \"silu\", got \"")
+           << getActivation() << "\"";
+  if (Value pre = getPreactivation()) {
+    if (getActivation() == "none")
+      return emitOpError("has a preactivation result but no activation");
+    if (pre.getType() != *type)
+      return emitOpError("preactivation type ")
+             << pre.getType() << " should be " << *type;
+  }
+  return success();
+}
+
+LogicalResult BiasActivationGradOp::verify() {
+  auto input = getInput().getType();
+  if (getActivation() == "none" ||
+      !LinearOp::isKnownActivation(getActivation()))
+    return emitOpError("activation must be \"gelu\", \"gelu_tanh\", \"relu\" "
+                       "or \"silu\", got \"")
+           << getActivation() << "\"";
+  if (input.getRank() < 1)
+    return emitOpError("expects an input of rank >= 1, got ") << input;
+  if (!isa<FloatType>(input.getElementType()))
+    return emitOpError("expects a float element type, got ") << input;
+  auto expected = RankedTensorType::get({input.getDimSize(input.getRank() - 1)},
+                                        input.getElementType());
+  if (getBiasGrad().getType() != expected)
+    return emitOpError("bias_grad type ")
+           << getBiasGrad().getType() << " should be " << expected;
   return success();
 }

@@ -177,6 +177,45 @@ ShardingRule MatmulOp::getShardingRule() {
   return rule;
 }
 
+/// tsr.linear: matmul's factors with `bias` following N, but K needs
+/// replication: the bias and the activation are applied to the complete
+/// product, so the op never yields a partial sum (and has no linearGroups).
+ShardingRule LinearOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> lhs = shapeOf(getLhs()), rhs = shapeOf(getRhs());
+  int64_t lr = lhs.size(), rr = rhs.size();
+  TensorFactors batch = addFactors(rule, lhs.drop_back(2));
+  int64_t m = rule.addFactor(lhs[getTransposeLhs() ? lr - 1 : lr - 2]);
+  int64_t k = rule.addFactor(lhs[getTransposeLhs() ? lr - 2 : lr - 1],
+                             /*needReplication=*/true);
+  int64_t n = rule.addFactor(rhs[getTransposeRhs() ? rr - 2 : rr - 1]);
+  TensorFactors l = batch, r, res = batch;
+  if (getTransposeLhs())
+    l.append({{k}, {m}});
+  else
+    l.append({{m}, {k}});
+  if (rr != 2)
+    r = batch;
+  if (getTransposeRhs())
+    r.append({{n}, {k}});
+  else
+    r.append({{k}, {n}});
+  res.append({{m}, {n}});
+  rule.operands = {l, r, {{n}}};
+  rule.results.assign(getNumResults(), res);
+  return rule;
+}
+
+/// tsr.bias_activation_grad: elementwise over x, dy and dx; bias_grad has
+/// only the last factor, so a split leading dimension makes it partial.
+ShardingRule BiasActivationGradOp::getShardingRule() {
+  ShardingRule rule;
+  TensorFactors x = addFactors(rule, shapeOf(getInput()));
+  rule.operands = {x, x};
+  rule.results = {x, {x.back()}};
+  return rule;
+}
+
 //===----------------------------------------------------------------------===//
 // Shape ops
 //===----------------------------------------------------------------------===//

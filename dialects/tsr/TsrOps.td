@@ -3,7 +3,8 @@
 // Families (one C++ file each holds verifiers and shape inference):
 //   ElementwiseOps.cpp  constant, unary/binary elementwise, compare, select,
 //                       convert, broadcast, reductions
-//   LinalgOps.cpp       matmul
+//   LinalgOps.cpp       matmul and the fused linear layer (linear,
+//                       bias_activation_grad)
 //   ShapeOps.cpp        reshape, transpose, slice, concat
 //   NNOps.cpp           gather, layer_norm, rms_norm, softmax, attention,
 //                       cross_entropy and the gradient ops (gelu_grad,
@@ -1209,6 +1210,127 @@ def Tsr_AdamwUpdateOp : Tsr_ContractOp<"adamw_update",
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step `,` $lr attr-dict
     `:`
     type($param) `,` type($step)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Fused linear layers (tsr-fuse-linear; appear only after autodiff)
+//===----------------------------------------------------------------------===//
+
+def Tsr_LinearOp : Tsr_ContractOp<"linear",
+    [DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getGemmShapes",
+                                "getTranscendentals"]>]> {
+  let summary = "GEMM with its bias and activation applied in the epilogue.";
+  let description = [{
+    `preactivation = lhs · rhs + bias` (the product exactly as `tsr.matmul`
+    with the same `transpose_lhs` / `transpose_rhs`, `bias` of shape [N]
+    added to every row) and `result = activation(preactivation)`, in one
+    kernel: the bias and the activation are applied to each block of the
+    GEMM's output while it is in cache (CPU: OpenBLAS sgemm on a block of
+    rows whose output fits in L2, then the epilogue on that block; CUDA:
+    cuBLASLt's BIAS / GELU_BIAS / GELU_AUX_BIAS epilogues), instead of
+    writing the product and reading it back for a broadcast, an add and an
+    activation kernel. The cuBLASLt / Megatron-LM "fused bias-GeLU".
+
+    `activation` is "none", "gelu" (x·Φ(x), erf form), "gelu_tanh"
+    (PyTorch's approximate="tanh"), "relu" or "silu", with exactly the
+    numerics of `tsr.gelu`, `tsr.relu` and `tsr.silu`. The optional second
+    result `preactivation` is returned when the backward reads the
+    activation's input (gelu_grad, relu_grad and silu_grad take it); it
+    needs an activation other than "none".
+
+    Created by `tsr-fuse-linear` from `tsr.add(tsr.matmul, tsr.broadcast
+    (bias))` and an optional following activation, after autodiff, so it
+    has no gradient rule (asking for one is an error).
+
+    Sharding: as `tsr.matmul` (batch, M and N split freely; `bias` follows
+    N), except that K must stay whole: the bias and the activation are not
+    linear, so the op never produces a partial sum. Cost: the GEMM's
+    2·batch·M·N·K FLOP plus the epilogue's per element (1 for the bias;
+    the activation's: gelu 4, gelu_tanh 8, relu 1, silu 4, and one
+    transcendental for gelu, gelu_tanh and silu); bytes are the operands
+    and results once: the product is never written and read back.
+
+    Errors: the matmul shape errors of `tsr.matmul`; `bias` not of shape
+    [N] or of another element type; an unknown `activation`; a
+    `preactivation` result without an activation or not of the result's
+    type; a non-float element type.
+
+    ```mlir
+    %y, %pre = tsr.linear %x, %w, %b {activation = "gelu_tanh",
+                                      transpose_rhs = true}
+        : tensor<8x64x64xf32>, tensor<256x64xf32>, tensor<256xf32>
+        -> tensor<8x64x256xf32>, tensor<8x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$lhs, Tsr_StaticTensor:$rhs,
+                       Tsr_StaticTensor:$bias,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs,
+                       DefaultValuedStrAttr<StrAttr, "none">:$activation);
+  let results = (outs Tsr_StaticTensor:$result,
+                      Optional<Tsr_StaticTensor>:$preactivation);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $bias attr-dict `:` type($lhs) `,` type($rhs) `,`
+    type($bias) `->` type($result) (`,` type($preactivation)^)?
+  }];
+  let extraClassDeclaration = [{
+    /// The result type of `lhs · rhs` (the matmul rules of tsr.matmul), or
+    /// failure with a diagnostic at `loc` when given.
+    static ::mlir::FailureOr<::mlir::RankedTensorType>
+    inferResultType(std::optional<::mlir::Location> loc, ::mlir::Type lhs,
+                    ::mlir::Type rhs, bool transposeLhs, bool transposeRhs);
+    /// True for the activations the kernels know ("none", "gelu",
+    /// "gelu_tanh", "relu", "silu").
+    static bool isKnownActivation(::llvm::StringRef activation);
+  }];
+}
+
+def Tsr_BiasActivationGradOp : Tsr_ContractOp<"bias_activation_grad",
+    [AllTypesMatch<["input", "grad", "input_grad"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "Activation gradient and bias gradient of a linear layer in "
+                "one pass.";
+  let description = [{
+    With x = `input` (the activation's input, `tsr.linear`'s
+    `preactivation`) and dy = `grad` of shape [..., N]:
+    `input_grad = dy · activation'(x)` (exactly `tsr.gelu_grad`,
+    `tsr.relu_grad` or `tsr.silu_grad`) and `bias_grad[n] = Σ over every
+    leading index of input_grad[..., n]` (the `tsr.reduce_sum` over all
+    dimensions but the last), computed in one pass over dy and x: each
+    element's gradient is added to the column sum while it is in a
+    register (the kernels accumulate the sums in f64 on the CPU). The
+    backward half of the fused bias-activation epilogue (cuBLASLt's
+    DGELU_BGRAD).
+
+    `activation` is "gelu", "gelu_tanh", "relu" or "silu". Created by
+    `tsr-fuse-linear` from a gradient op followed by that reduce_sum, after
+    autodiff, so it has no gradient rule.
+
+    Sharding: every dimension splits freely (the elementwise rule); the
+    leading dimensions are reductions for `bias_grad`, which is then a
+    partial sum over their axes (as layer_norm_grad's bias gradient).
+    Cost: the activation gradient's FLOP per element (gelu 9, gelu_tanh
+    14, relu 1, silu 7) plus 1 for the sum, and its transcendentals per
+    element (gelu 2: erf and exp; gelu_tanh 1; relu 0; silu 1); bytes are x, dy, input_grad
+    and bias_grad once.
+
+    Errors: an unknown activation (or "none"); rank 0; `bias_grad` not of
+    shape [N] and the input's element type; a non-float element type.
+
+    ```mlir
+    %dx, %db = tsr.bias_activation_grad %x, %dy {activation = "gelu_tanh"}
+        : tensor<8x64x256xf32> -> tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$grad,
+                       StrAttr:$activation);
+  let results = (outs Tsr_StaticTensor:$input_grad,
+                      Tsr_StaticTensor:$bias_grad);
+  let assemblyFormat = [{
+    $input `,` $grad attr-dict `:` type($input) `->` type($bias_grad)
   }];
 }
 

@@ -19,10 +19,60 @@ include "mlir/Pass/PassBase.td"
 
 def FuseLinear
     : InterfacePass<"tsr-fuse-linear", "::mlir::FunctionOpInterface"> {
-  let summary = "Fold bias + activation into the GEMM's epilogue and "
-                "transposes into GEMM flags.";
+  let summary = "Fold bias + activation into the GEMM's epilogue, and the "
+                "bias gradient into the activation gradient.";
   let description = [{
-    Not implemented yet: changes nothing.
+    Forward: `tsr.add` of a `tsr.matmul` (used only there) and a
+    `tsr.broadcast` of a bias of shape [N] or [1, ..., 1, N] (how the
+    importer lowers ONNX Gemm and MatMul + Add, i.e. torch.nn.Linear and
+    HF GPT-2's Conv1D) becomes one `tsr.linear`; an activation reading the
+    sum (`tsr.gelu` in either form, `tsr.relu`, `tsr.silu`) is fused too,
+    and when the sum has other readers (the backward's gelu_grad reads the
+    activation's input) the op also returns the preactivation. The GEMM's
+    output is then never written and read back for the broadcast, add and
+    activation kernels (cuBLASLt's GELU_AUX_BIAS epilogue; on the CPU the
+    epilogue runs on each block of rows right after its sgemm).
+
+    Backward: `tsr.reduce_sum` over every dimension but the last (the bias
+    gradient) of a `tsr.gelu_grad`, `tsr.relu_grad` or `tsr.silu_grad`
+    becomes one `tsr.bias_activation_grad` returning both (one pass over x
+    and dy instead of two).
+
+    ```mlir
+    // Before
+    %mm = tsr.matmul %x, %w {transpose_rhs = true}
+        : tensor<8x64x64xf32>, tensor<256x64xf32> -> tensor<8x64x256xf32>
+    %b3 = tsr.reshape %b : tensor<256xf32> -> tensor<1x1x256xf32>
+    %bb = tsr.broadcast %b3 : tensor<1x1x256xf32> -> tensor<8x64x256xf32>
+    %h = tsr.add %bb, %mm : tensor<8x64x256xf32>
+    %a = tsr.gelu %h : tensor<8x64x256xf32>
+    ...
+    %dh = tsr.gelu_grad %h, %da : tensor<8x64x256xf32>
+    %db = tsr.reduce_sum %dh {axes = array<i64: 0, 1>}
+        : tensor<8x64x256xf32> -> tensor<256xf32>
+    // After
+    %a, %h = tsr.linear %x, %w, %b {activation = "gelu",
+                                    transpose_rhs = true}
+        : tensor<8x64x64xf32>, tensor<256x64xf32>, tensor<256xf32>
+        -> tensor<8x64x256xf32>, tensor<8x64x256xf32>
+    ...
+    %dh, %db = tsr.bias_activation_grad %h, %da {activation = "gelu"}
+        : tensor<8x64x256xf32> -> tensor<256xf32>
+    ```
+
+    Not fused: a matmul with other readers; an add whose other operand is
+    not a broadcast along the last dimension only (a position embedding,
+    a residual); a partial matmul (a row-parallel linear's product is
+    all-reduced before its bias is added, so the add reads the
+    all-reduce); f16/bf16 (the fused kernels are f32); a reduce_sum that
+    keeps dimensions or leaves out a leading one; an op whose values
+    tessera-check traces (`tsr.trace`).
+
+    Transposes and reshapes: `tsr.reshape` is already a view on both
+    backends (no kernel, no bytes). The transposes of the example GPT
+    (PyTorch's nn.MultiheadAttention in [S, B, D] layout) permute batch
+    dimensions around the attention, not a GEMM's last two, so they are
+    not GEMM flags and are left alone.
   }];
 }
 

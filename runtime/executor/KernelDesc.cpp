@@ -450,6 +450,40 @@ llvm::Error decodeSumSquares(KernelDesc &, Types ins, Types outs,
   return expectResult(outs, 0, TensorType{DType::F32, {}});
 }
 
+/// The result type of matmul(a, b) with the transposes (the tsr.matmul
+/// rules), or the load error.
+llvm::Expected<TensorType> matmulResultType(const TensorType &lhs,
+                                            const TensorType &rhs, bool ta,
+                                            bool tb) {
+  const auto &a = lhs.shape, &b = rhs.shape;
+  size_t ra = a.size(), rb = b.size();
+  if (ra < 2 || rb < 2)
+    return fail("operands must have rank >= 2, got " + typeStr(lhs) + " and " +
+                typeStr(rhs));
+  int64_t m = ta ? a[ra - 1] : a[ra - 2], ka = ta ? a[ra - 2] : a[ra - 1];
+  int64_t kb = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
+  if (ka != kb)
+    return fail(llvm::formatv("contracting sizes differ: {0} vs {1} ({2}, {3})",
+                              ka, kb, typeStr(lhs), typeStr(rhs)));
+  std::vector<int64_t> batchA(a.begin(), a.end() - 2),
+      batchB(b.begin(), b.end() - 2), batch;
+  if (ra == rb) {
+    if (batchA != batchB)
+      return fail("batch dimensions differ: " + typeStr(lhs) + " and " +
+                  typeStr(rhs));
+    batch = batchA;
+  } else if (rb == 2) {
+    batch = batchA;
+  } else if (ra == 2) {
+    batch = batchB;
+  } else {
+    return fail("batch ranks differ: " + typeStr(lhs) + " and " + typeStr(rhs));
+  }
+  batch.push_back(m);
+  batch.push_back(n);
+  return TensorType{DType::F32, batch};
+}
+
 llvm::Error decodeMatmul(KernelDesc &d, Types ins, Types outs,
                          AttrReader &attrs, const CompileOptions &) {
   RETURN_IF_ERROR(expectCounts(ins, outs, 2, 1));
@@ -458,35 +492,86 @@ llvm::Error decodeMatmul(KernelDesc &d, Types ins, Types outs,
   bool ta = attrs.boolean("transpose_lhs", false);
   bool tb = attrs.boolean("transpose_rhs", false);
   RETURN_IF_ERROR(attrs.takeError());
-  const auto &a = ins[0].shape, &b = ins[1].shape;
-  size_t ra = a.size(), rb = b.size();
-  if (ra < 2 || rb < 2)
-    return fail("operands must have rank >= 2, got " + typeStr(ins[0]) +
-                " and " + typeStr(ins[1]));
-  int64_t m = ta ? a[ra - 1] : a[ra - 2], ka = ta ? a[ra - 2] : a[ra - 1];
-  int64_t kb = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
-  if (ka != kb)
-    return fail(llvm::formatv("contracting sizes differ: {0} vs {1} ({2}, {3})",
-                              ka, kb, typeStr(ins[0]), typeStr(ins[1])));
-  std::vector<int64_t> batchA(a.begin(), a.end() - 2),
-      batchB(b.begin(), b.end() - 2), batch;
-  if (ra == rb) {
-    if (batchA != batchB)
-      return fail("batch dimensions differ: " + typeStr(ins[0]) + " and " +
-                  typeStr(ins[1]));
-    batch = batchA;
-  } else if (rb == 2) {
-    batch = batchA;
-  } else if (ra == 2) {
-    batch = batchB;
-  } else {
-    return fail("batch ranks differ: " + typeStr(ins[0]) + " and " +
-                typeStr(ins[1]));
-  }
-  batch.push_back(m);
-  batch.push_back(n);
-  RETURN_IF_ERROR(expectResult(outs, 0, TensorType{DType::F32, batch}));
+  llvm::Expected<TensorType> result = matmulResultType(ins[0], ins[1], ta, tb);
+  if (!result)
+    return result.takeError();
+  RETURN_IF_ERROR(expectResult(outs, 0, *result));
   d.attrs = MatmulAttrs{ta, tb};
+  return llvm::Error::success();
+}
+
+/// tsr.linear's / tsr.bias_activation_grad's `activation`; `allowNone`
+/// for linear.
+llvm::Error decodeActivation(AttrReader &attrs, bool allowNone,
+                             Activation &out) {
+  std::string s =
+      attrs.string("activation",
+                   allowNone ? std::optional<StringRef>("none") : std::nullopt);
+  RETURN_IF_ERROR(attrs.takeError());
+  if (s == "none" && allowNone)
+    out = Activation::None;
+  else if (s == "gelu")
+    out = Activation::Gelu;
+  else if (s == "gelu_tanh")
+    out = Activation::GeluTanh;
+  else if (s == "relu")
+    out = Activation::Relu;
+  else if (s == "silu")
+    out = Activation::Silu;
+  else
+    return fail(llvm::formatv("attribute 'activation' must be {0}\"gelu\", "
+                              "\"gelu_tanh\", \"relu\" or \"silu\", got "
+                              "\"{1}\"",
+                              allowNone ? "\"none\", " : "", s));
+  return llvm::Error::success();
+}
+
+/// linear (lhs, rhs, bias [N]) -> result [, preactivation], f32.
+llvm::Error decodeLinear(KernelDesc &d, Types ins, Types outs,
+                         AttrReader &attrs, const CompileOptions &) {
+  if (ins.size() != 3 || (outs.size() != 1 && outs.size() != 2))
+    return fail(llvm::formatv("expects 3 operand(s) and 1 or 2 result(s), "
+                              "got {0} and {1}",
+                              ins.size(), outs.size()));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "lhs"));
+  RETURN_IF_ERROR(expectDType(ins[1], {DType::F32}, "rhs"));
+  RETURN_IF_ERROR(expectDType(ins[2], {DType::F32}, "bias"));
+  LinearAttrs a;
+  a.transposeLhs = attrs.boolean("transpose_lhs", false);
+  a.transposeRhs = attrs.boolean("transpose_rhs", false);
+  RETURN_IF_ERROR(decodeActivation(attrs, /*allowNone=*/true, a.activation));
+  RETURN_IF_ERROR(attrs.takeError());
+  llvm::Expected<TensorType> result =
+      matmulResultType(ins[0], ins[1], a.transposeLhs, a.transposeRhs);
+  if (!result)
+    return result.takeError();
+  if (ins[2] != TensorType{DType::F32, {result->shape.back()}})
+    return fail("bias has type " + typeStr(ins[2]) + ", expected " +
+                typeStr(TensorType{DType::F32, {result->shape.back()}}));
+  for (size_t i = 0; i < outs.size(); ++i)
+    RETURN_IF_ERROR(expectResult(outs, i, *result));
+  a.preactivation = outs.size() == 2;
+  if (a.preactivation && a.activation == Activation::None)
+    return fail("a preactivation result needs an activation");
+  d.attrs = a;
+  return llvm::Error::success();
+}
+
+/// bias_activation_grad (x, dy) -> (dx, dbias [N]), f32.
+llvm::Error decodeBiasActivationGrad(KernelDesc &d, Types ins, Types outs,
+                                     AttrReader &attrs,
+                                     const CompileOptions &) {
+  RETURN_IF_ERROR(expectCounts(ins, outs, 2, 2));
+  RETURN_IF_ERROR(expectDType(ins[0], {DType::F32}, "operand"));
+  RETURN_IF_ERROR(expectSame(ins));
+  if (ins[0].shape.empty())
+    return fail("expects an operand of rank >= 1, got " + typeStr(ins[0]));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  RETURN_IF_ERROR(
+      expectResult(outs, 1, TensorType{DType::F32, {ins[0].shape.back()}}));
+  LinearAttrs a;
+  RETURN_IF_ERROR(decodeActivation(attrs, /*allowNone=*/false, a.activation));
+  d.attrs = a;
   return llvm::Error::success();
 }
 

@@ -218,10 +218,24 @@ struct DropoutAttrs {
   std::vector<Factor> factors;
 };
 
+/// The activation of a fused linear layer (tsr.linear's `activation`).
+enum class Activation { None, Gelu, GeluTanh, Relu, Silu };
+
+/// linear (lhs, rhs, bias) -> (result [, preactivation]): the matmul's
+/// flags, the activation and whether the preactivation is a result.
+/// bias_activation_grad (x, dy) -> (dx, dbias): `activation` only (never
+/// None).
+struct LinearAttrs {
+  bool transposeLhs = false, transposeRhs = false;
+  Activation activation = Activation::None;
+  bool preactivation = false;
+};
+
 using KernelAttrs =
     std::variant<NoAttrs, GeluAttrs, ReduceAttrs, MatmulAttrs, TransposeAttrs,
                  SliceAttrs, AxisAttrs, NormAttrs, AttentionAttrs,
-                 CrossEntropyAttrs, SgdAttrs, AdamwAttrs, DropoutAttrs>;
+                 CrossEntropyAttrs, SgdAttrs, AdamwAttrs, DropoutAttrs,
+                 LinearAttrs>;
 
 //===----------------------------------------------------------------------===//
 // The descriptor

@@ -245,3 +245,205 @@ func.func @gqa_near_misses(%q: tensor<2x4x4x2xf32>, %k: tensor<2x2x4x2xf32>, %v:
   %o2 = tsr.matmul %p2, %vfull : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
   return %o, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
 }
+
+// GPT-2 given an attention mask (transformers 4.49's eager attention):
+// where(causal, scores, finfo.min) + the extended mask. Folded into one
+// additive mask as the program rounds it: (1) an unpadded batch's all-zero
+// mask leaves the causal select; (2) a mask that pads the last key of every
+// sample gives the exact sums, finfo.min + finfo.min = -inf included;
+// (3) the add inside the select (select(causal, s + m, -inf)): the dropped
+// keys get the fill alone.
+// CHECK-LABEL: func.func @gpt2_select_then_add
+// CHECK-NEXT: %[[M:.*]] = tsr.constant dense<{{\[}}[0.000000e+00, -3.40282347E+38, -3.40282347E+38, 0xFF800000], [0.000000e+00, 0.000000e+00, -3.40282347E+38, 0xFF800000], [0.000000e+00, 0.000000e+00, 0.000000e+00, 0xFF800000], [0.000000e+00, 0.000000e+00, 0.000000e+00, -3.40282347E+38]]> : tensor<4x4xf32>
+// CHECK-NEXT: %[[O1:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 5.000000e-01 : f32}
+// CHECK-NEXT: %[[O2:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2, %[[M]] {scale = 5.000000e-01 : f32}
+// CHECK-NEXT: %[[O3:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 5.000000e-01 : f32}
+// CHECK-NEXT: return %[[O1]], %[[O2]], %[[O3]]
+func.func @gpt2_select_then_add(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>) {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %ninf = tsr.constant dense<0xFF800000> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %zero = tsr.constant dense<-0.0> : tensor<2x1x1x4xf32>
+  %pad = tsr.constant dense<[[[[0.0, 0.0, 0.0, -3.40282347E+38]]], [[[0.0, 0.0, 0.0, -3.40282347E+38]]]]> : tensor<2x1x1x4xf32>
+  %c = tsr.constant dense<2.0> : tensor<2x4x4x4xf32>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+
+  %s1 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %ss1 = tsr.div %s1, %c : tensor<2x4x4x4xf32>
+  %sel1 = tsr.select %kb, %ss1, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %zb = tsr.broadcast %zero : tensor<2x1x1x4xf32> -> tensor<2x4x4x4xf32>
+  %a1 = tsr.add %sel1, %zb : tensor<2x4x4x4xf32>
+  %p1 = tsr.softmax %a1 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o1 = tsr.matmul %p1, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %s2 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %ss2 = tsr.div %s2, %c : tensor<2x4x4x4xf32>
+  %sel2 = tsr.select %kb, %ss2, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %pb = tsr.broadcast %pad : tensor<2x1x1x4xf32> -> tensor<2x4x4x4xf32>
+  %a2 = tsr.add %pb, %sel2 : tensor<2x4x4x4xf32>
+  %p2 = tsr.softmax %a2 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o2 = tsr.matmul %p2, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %s3 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %ss3 = tsr.div %s3, %c : tensor<2x4x4x4xf32>
+  %zb3 = tsr.broadcast %zero : tensor<2x1x1x4xf32> -> tensor<2x4x4x4xf32>
+  %a3 = tsr.add %ss3, %zb3 : tensor<2x4x4x4xf32>
+  %sel3 = tsr.select %kb, %a3, %ninf : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p3 = tsr.softmax %sel3 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o3 = tsr.matmul %p3, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o1, %o2, %o3 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+}
+
+// Near misses of the select + add form, not raised: (1) the extended mask is
+// a runtime value per sample ([B, 1, 1, S], tsr.attention's mask is one
+// [Sq, Sk] for every sample); (2) a scale between the select and the add
+// (it would scale the fill); (3) the select's fill is 0, not a dropping
+// value; (4) the softmax runs over the query axis.
+// CHECK-LABEL: func.func @gpt2_select_add_not_raised
+// CHECK-NOT: tsr.attention
+// CHECK: return
+func.func @gpt2_select_add_not_raised(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>, %am: tensor<2x1x1x4xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>) {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %zerof = tsr.constant dense<0.0> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %zero = tsr.constant dense<0.0> : tensor<2x1x1x4xf32>
+  %c = tsr.constant dense<2.0> : tensor<2x4x4x4xf32>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+
+  %s1 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %sel1 = tsr.select %kb, %s1, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %amb = tsr.broadcast %am : tensor<2x1x1x4xf32> -> tensor<2x4x4x4xf32>
+  %a1 = tsr.add %sel1, %amb : tensor<2x4x4x4xf32>
+  %p1 = tsr.softmax %a1 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o1 = tsr.matmul %p1, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %s2 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %sel2 = tsr.select %kb, %s2, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %ss2 = tsr.div %sel2, %c : tensor<2x4x4x4xf32>
+  %zb = tsr.broadcast %zero : tensor<2x1x1x4xf32> -> tensor<2x4x4x4xf32>
+  %a2 = tsr.add %ss2, %zb : tensor<2x4x4x4xf32>
+  %p2 = tsr.softmax %a2 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o2 = tsr.matmul %p2, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %s3 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %sel3 = tsr.select %kb, %s3, %zerof : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p3 = tsr.softmax %sel3 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o3 = tsr.matmul %p3, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %s4 = tsr.matmul %q, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %sel4 = tsr.select %kb, %s4, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p4 = tsr.softmax %sel4 {axis = 2 : i64} : tensor<2x4x4x4xf32>
+  %o4 = tsr.matmul %p4, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o1, %o2, %o3, %o4 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+}
+
+// The scale on both Q and K (Q·d^-¼ and K·d^-¼, the original GPT-2 and
+// Whisper code): K scaled before its transpose (1) or Kᵀ scaled (2); the
+// product of every constant factor is the op's scale.
+// CHECK-LABEL: func.func @scaled_q_and_k
+// CHECK-NEXT: %[[O1:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 2.500000e-01 : f32}
+// CHECK-NEXT: %[[O2:.*]], %{{.*}} = tsr.attention %arg0, %arg1, %arg2 {causal = true, scale = 1.250000e-01 : f32}
+// CHECK-NEXT: return %[[O1]], %[[O2]]
+func.func @scaled_q_and_k(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>) {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %half = tsr.constant dense<0.5> : tensor<2x4x4x2xf32>
+  %two = tsr.constant dense<2.0> : tensor<2x4x4x2xf32>
+  %halft = tsr.constant dense<0.5> : tensor<2x4x2x4xf32>
+  %cs = tsr.constant dense<0.5> : tensor<2x4x4x4xf32>
+
+  %q1 = tsr.mul %q, %half : tensor<2x4x4x2xf32>
+  %k1 = tsr.div %k, %two : tensor<2x4x4x2xf32>
+  %kt1 = tsr.transpose %k1 {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %s1 = tsr.matmul %q1, %kt1 : tensor<2x4x4x2xf32>, tensor<2x4x2x4xf32> -> tensor<2x4x4x4xf32>
+  %m1 = tsr.select %kb, %s1, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p1 = tsr.softmax %m1 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o1 = tsr.matmul %p1, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %q2 = tsr.mul %half, %q : tensor<2x4x4x2xf32>
+  %kt2 = tsr.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %ks2 = tsr.mul %kt2, %halft : tensor<2x4x2x4xf32>
+  %s2 = tsr.matmul %q2, %ks2 : tensor<2x4x4x2xf32>, tensor<2x4x2x4xf32> -> tensor<2x4x4x4xf32>
+  %ss2 = tsr.mul %s2, %cs : tensor<2x4x4x4xf32>
+  %m2 = tsr.select %kb, %ss2, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p2 = tsr.softmax %m2 {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o2 = tsr.matmul %p2, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o1, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32>
+}
+
+// A negative scale after a causal mask would turn the dropped keys into the
+// largest scores: not raised, even when a negative scale on Q makes the
+// product of the factors positive.
+// CHECK-LABEL: func.func @negative_scale_after_mask
+// CHECK-NOT: tsr.attention
+// CHECK: return
+func.func @negative_scale_after_mask(%q: tensor<2x4x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %nq = tsr.constant dense<-1.0> : tensor<2x4x4x2xf32>
+  %ns = tsr.constant dense<-1.0> : tensor<2x4x4x4xf32>
+  %q1 = tsr.mul %q, %nq : tensor<2x4x4x2xf32>
+  %s = tsr.matmul %q1, %k {transpose_rhs = true} : tensor<2x4x4x2xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x4xf32>
+  %m = tsr.select %kb, %s, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %n = tsr.mul %m, %ns : tensor<2x4x4x4xf32>
+  %p = tsr.softmax %n {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}
+
+// GPT-2's reorder_and_upcast_attn: a [B·H, S, S] baddbmm (0 · empty +
+// Q·Kᵀ · c) viewed as [B, H, S, S] for the mask and the softmax: raised with
+// Q and K viewed likewise. A view that changes the last two dims (the
+// softmax then runs over other keys) is not raised.
+// CHECK-LABEL: func.func @gpt2_reorder_view
+// CHECK: %[[Q:.*]] = tsr.reshape %arg0 : tensor<8x4x2xf32> -> tensor<2x4x4x2xf32>
+// CHECK: %[[K:.*]] = tsr.reshape %arg1 : tensor<8x4x2xf32> -> tensor<2x4x4x2xf32>
+// CHECK: tsr.attention %[[Q]], %[[K]], %arg2 {causal = true, scale = 5.000000e-01 : f32}
+// CHECK: tsr.softmax %{{.*}} {axis = 3 : i64} : tensor<2x4x2x8xf32>
+// CHECK-NOT: tsr.attention
+// CHECK: return
+func.func @gpt2_reorder_view(%q: tensor<8x4x2xf32>, %k: tensor<8x4x2xf32>, %v: tensor<2x4x4x2xf32>, %v2: tensor<2x4x8x2xf32>) -> (tensor<2x4x4x2xf32>, tensor<2x4x2x2xf32>) {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %zeros = tsr.constant dense<0.0> : tensor<8x4x4xf32>
+  %c = tsr.constant dense<0.5> : tensor<8x4x4xf32>
+  %s = tsr.matmul %q, %k {transpose_rhs = true} : tensor<8x4x2xf32>, tensor<8x4x2xf32> -> tensor<8x4x4xf32>
+  %ss = tsr.mul %s, %c : tensor<8x4x4xf32>
+  %b = tsr.add %zeros, %ss : tensor<8x4x4xf32>
+  %s4 = tsr.reshape %b : tensor<8x4x4xf32> -> tensor<2x4x4x4xf32>
+  %m = tsr.select %kb, %s4, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p = tsr.softmax %m {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+
+  %t = tsr.matmul %q, %k {transpose_rhs = true} : tensor<8x4x2xf32>, tensor<8x4x2xf32> -> tensor<8x4x4xf32>
+  %t4 = tsr.reshape %t : tensor<8x4x4xf32> -> tensor<2x4x2x8xf32>
+  %p2 = tsr.softmax %t4 {axis = 3 : i64} : tensor<2x4x2x8xf32>
+  %o2 = tsr.matmul %p2, %v2 : tensor<2x4x2x8xf32>, tensor<2x4x8x2xf32> -> tensor<2x4x2x2xf32>
+  return %o, %o2 : tensor<2x4x4x2xf32>, tensor<2x4x2x2xf32>
+}
+
+// The reorder form as transformers writes it: Kᵀ [B, H, Dh, S] (a transpose
+// of K) reshaped to [B·H, Dh, S]: K is read before the reshape and the two
+// transposes cancel, so the op reads K itself (no transpose back).
+// CHECK-LABEL: func.func @gpt2_reorder_kt_view
+// CHECK-NEXT: %[[Q:.*]] = tsr.reshape %arg0 : tensor<8x4x2xf32> -> tensor<2x4x4x2xf32>
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = tsr.attention %[[Q]], %arg1, %arg2 {causal = true, scale = 5.000000e-01 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @gpt2_reorder_kt_view(%q: tensor<8x4x2xf32>, %k: tensor<2x4x4x2xf32>, %v: tensor<2x4x4x2xf32>) -> tensor<2x4x4x2xf32> {
+  %min = tsr.constant dense<-3.40282347E+38> : tensor<2x4x4x4xf32>
+  %keep = tsr.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %kb = tsr.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x4x4x4xi1>
+  %c = tsr.constant dense<0.5> : tensor<8x4x4xf32>
+  %kt = tsr.transpose %k {permutation = array<i64: 0, 1, 3, 2>} : tensor<2x4x4x2xf32> -> tensor<2x4x2x4xf32>
+  %kt3 = tsr.reshape %kt : tensor<2x4x2x4xf32> -> tensor<8x2x4xf32>
+  %s = tsr.matmul %q, %kt3 : tensor<8x4x2xf32>, tensor<8x2x4xf32> -> tensor<8x4x4xf32>
+  %ss = tsr.mul %s, %c : tensor<8x4x4xf32>
+  %s4 = tsr.reshape %ss : tensor<8x4x4xf32> -> tensor<2x4x4x4xf32>
+  %m = tsr.select %kb, %s4, %min : tensor<2x4x4x4xi1>, tensor<2x4x4x4xf32>
+  %p = tsr.softmax %m {axis = 3 : i64} : tensor<2x4x4x4xf32>
+  %o = tsr.matmul %p, %v : tensor<2x4x4x4xf32>, tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32>
+  return %o : tensor<2x4x4x2xf32>
+}

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/backends/cpu/Attention.h"
+#include "runtime/backends/cpu/VecMath.h"
 
 #include "dialects/tsrt/AttentionWorkspace.h"
 
@@ -113,9 +114,7 @@ void tessera::runtime::cpu::attentionBlockForward(
                     kPos, s);
       for (int64_t ii = 0; ii < rows; ++ii) {
         float *srow = s + ii * nc;
-        float bmax = kNegInf;
-        for (int64_t j = 0; j < nc; ++j)
-          bmax = std::max(bmax, srow[j]);
+        const float bmax = tessera::runtime::vecmath::max(srow, nc);
         const float mOld = rowMax[row0 + ii];
         const float mNew = std::max(mOld, bmax);
         if (mNew == kNegInf) {
@@ -123,12 +122,9 @@ void tessera::runtime::cpu::attentionBlockForward(
           std::fill(srow, srow + nc, 0.0f);
           continue;
         }
-        double sum = 0.0;
-        for (int64_t j = 0; j < nc; ++j) {
-          float p = std::exp(srow[j] - mNew); // exp(-inf) == 0
-          srow[j] = p;
-          sum += p;
-        }
+        // P = exp(S - mNew) in place (exp(-inf) == 0) and its row sum.
+        const double sum =
+            tessera::runtime::vecmath::expSum(srow, mNew, srow, nc);
         if (mOld != mNew) {
           // mOld == -inf means the state is empty (sum 0, acc 0).
           float alpha = mOld == kNegInf ? 0.0f : std::exp(mOld - mNew);
@@ -215,8 +211,7 @@ void tessera::runtime::cpu::attentionBlockBackward(
           std::fill(prow, prow + nc, 0.0f);
           continue;
         }
-        for (int64_t j = 0; j < nc; ++j)
-          prow[j] = std::exp(prow[j] - l);
+        tessera::runtime::vecmath::expScale(prow, l, 1.0f, prow, nc);
       }
       // dV[0:nc] += P^T dO
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, d.dv, rows, 1.0f,

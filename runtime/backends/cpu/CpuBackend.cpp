@@ -508,6 +508,39 @@ llvm::Error bindAdamwUpdate(const KernelDesc &d, Instruction &inst) {
   });
 }
 
+cpu::Activation activationOf(const LinearAttrs &a) {
+  switch (a.activation) {
+  case Activation::None:
+    return cpu::Activation::None;
+  case Activation::Gelu:
+    return cpu::Activation::Gelu;
+  case Activation::GeluTanh:
+    return cpu::Activation::GeluTanh;
+  case Activation::Relu:
+    return cpu::Activation::Relu;
+  case Activation::Silu:
+    return cpu::Activation::Silu;
+  }
+  return cpu::Activation::None;
+}
+
+/// linear (lhs, rhs, bias) -> result [, preactivation].
+llvm::Error bindLinear(const KernelDesc &d, Instruction &inst) {
+  const LinearAttrs &a = d.get<LinearAttrs>();
+  return bindNoFail(inst, [a, act = activationOf(a)](In in, Out out) {
+    cpu::linear(*in[0], *in[1], *in[2], a.transposeLhs, a.transposeRhs, act,
+                out[0], a.preactivation ? &out[1] : nullptr);
+  });
+}
+
+/// bias_activation_grad (x, dy) -> (dx, dbias).
+llvm::Error bindBiasActivationGrad(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(
+      inst, [act = activationOf(d.get<LinearAttrs>())](In in, Out out) {
+        cpu::biasActivationGrad(*in[0], *in[1], act, out[0], out[1]);
+      });
+}
+
 //===----------------------------------------------------------------------===//
 // The dispatch table
 //===----------------------------------------------------------------------===//
@@ -551,6 +584,8 @@ const BindTable &binders() {
     set({K::AddLayerNorm, K::AddRmsNorm, K::LayerNormGradAdd,
          K::RmsNormGradAdd},
         &bindFusedNorm);
+    set({K::Linear}, &bindLinear);
+    set({K::BiasActivationGrad}, &bindBiasActivationGrad);
   });
   return table;
 }

@@ -1,6 +1,7 @@
 //===- CpuKernels.cpp - CPU kernels for the tsr ops -----------------------===//
 
 #include "runtime/backends/cpu/CpuKernels.h"
+#include "runtime/backends/cpu/VecMath.h"
 
 #include <cblas.h>
 
@@ -83,13 +84,6 @@ template <typename F> void dispatchBySize(DType dtype, F &&f) {
     break;
   }
 }
-
-constexpr float kSqrt1_2 = 0.70710678118654752440f;
-// sqrt(2/pi)
-constexpr float kGeluTanhBeta = 0.7978845608028654f;
-constexpr float kGeluTanhKappa = 0.044715f;
-// 1/sqrt(2 pi)
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
 } // namespace
 
@@ -195,10 +189,10 @@ void cpu::neg(const Tensor &in, Tensor &out) {
 }
 
 void cpu::exp(const Tensor &in, Tensor &out) {
-  unaryLoop<float>(in, out, [](float x) { return std::exp(x); });
+  vecmath::exp(in.data<float>(), out.data<float>(), out.numel());
 }
 void cpu::log(const Tensor &in, Tensor &out) {
-  unaryLoop<float>(in, out, [](float x) { return std::log(x); });
+  vecmath::log(in.data<float>(), out.data<float>(), out.numel());
 }
 void cpu::sqrt(const Tensor &in, Tensor &out) {
   unaryLoop<float>(in, out, [](float x) { return std::sqrt(x); });
@@ -207,10 +201,10 @@ void cpu::rsqrt(const Tensor &in, Tensor &out) {
   unaryLoop<float>(in, out, [](float x) { return 1.0f / std::sqrt(x); });
 }
 void cpu::tanh(const Tensor &in, Tensor &out) {
-  unaryLoop<float>(in, out, [](float x) { return std::tanh(x); });
+  vecmath::tanh(in.data<float>(), out.data<float>(), out.numel());
 }
 void cpu::erf(const Tensor &in, Tensor &out) {
-  unaryLoop<float>(in, out, [](float x) { return std::erf(x); });
+  vecmath::erf(in.data<float>(), out.data<float>(), out.numel());
 }
 void cpu::relu(const Tensor &in, Tensor &out) {
   // NaN propagates, like torch.relu.
@@ -218,17 +212,11 @@ void cpu::relu(const Tensor &in, Tensor &out) {
 }
 
 void cpu::sigmoid(const Tensor &in, Tensor &out) {
-  unaryLoop<float>(in, out,
-                   [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  vecmath::sigmoid(in.data<float>(), out.data<float>(), out.numel());
 }
 
 void cpu::silu(const Tensor &in, Tensor &out) {
-  unaryLoop<float>(in, out, [](float x) {
-    // -inf / (1 + inf) would be NaN; the limit is -0.
-    if (x == -std::numeric_limits<float>::infinity())
-      return -0.0f;
-    return x / (1.0f + std::exp(-x));
-  });
+  vecmath::silu(in.data<float>(), out.data<float>(), out.numel());
 }
 
 void cpu::dropout(const Tensor &in, const tessera::random::DropoutKey &key,
@@ -255,16 +243,8 @@ void cpu::dropout(const Tensor &in, const tessera::random::DropoutKey &key,
 }
 
 void cpu::gelu(const Tensor &in, GeluApproximate approximate, Tensor &out) {
-  if (approximate == GeluApproximate::None) {
-    unaryLoop<float>(in, out, [](float x) {
-      return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2));
-    });
-    return;
-  }
-  unaryLoop<float>(in, out, [](float x) {
-    float inner = kGeluTanhBeta * (x + kGeluTanhKappa * x * x * x);
-    return 0.5f * x * (1.0f + std::tanh(inner));
-  });
+  vecmath::gelu(in.data<float>(), out.data<float>(), out.numel(),
+                approximate != GeluApproximate::None);
 }
 
 namespace {
@@ -767,23 +747,6 @@ llvm::Error cpu::gatherGradMasked(const Tensor &ids, const Tensor &dy,
 // Normalisation and activations
 //===----------------------------------------------------------------------===//
 
-namespace {
-void rowStats(const float *x, int64_t cols, float epsilon, double &mean,
-              double &rstd) {
-  double s = 0;
-  for (int64_t j = 0; j < cols; ++j)
-    s += x[j];
-  mean = cols ? s / cols : 0.0;
-  double var = 0;
-  for (int64_t j = 0; j < cols; ++j) {
-    double d = x[j] - mean;
-    var += d * d;
-  }
-  var = cols ? var / cols : 0.0;
-  rstd = 1.0 / std::sqrt(var + (double)epsilon);
-}
-} // namespace
-
 void cpu::layerNorm(const Tensor &x, const Tensor &gamma, const Tensor &beta,
                     int64_t axis, float epsilon, Tensor &out) {
   int64_t rows = product(x.shape(), 0, axis);
@@ -794,13 +757,10 @@ void cpu::layerNorm(const Tensor &x, const Tensor &gamma, const Tensor &beta,
   const float *b = beta.data<float>();
   float *po = out.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
-    const float *xr = px + r * cols;
-    float *yr = po + r * cols;
     double mean, rstd;
-    rowStats(xr, cols, epsilon, mean, rstd);
-    float fm = static_cast<float>(mean), fr = static_cast<float>(rstd);
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = (xr[j] - fm) * fr * g[j] + b[j];
+    vecmath::rowMeanRstd(px + r * cols, cols, epsilon, mean, rstd);
+    vecmath::normalizeRow(px + r * cols, static_cast<float>(mean),
+                          static_cast<float>(rstd), g, b, po + r * cols, cols);
   }
 }
 
@@ -816,25 +776,10 @@ void cpu::layerNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
   std::vector<double> dg(cols, 0.0), db(cols, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = px + r * cols;
-    const float *dyr = pdy + r * cols;
-    float *dxr = pdx + r * cols;
     double mean, rstd;
-    rowStats(xr, cols, epsilon, mean, rstd);
-    double sumDxhat = 0, sumDxhatXhat = 0;
-    for (int64_t j = 0; j < cols; ++j) {
-      double xhat = (xr[j] - mean) * rstd;
-      double d = (double)dyr[j] * g[j];
-      sumDxhat += d;
-      sumDxhatXhat += d * xhat;
-      dg[j] += (double)dyr[j] * xhat;
-      db[j] += dyr[j];
-    }
-    double mA = sumDxhat / cols, mB = sumDxhatXhat / cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      double xhat = (xr[j] - mean) * rstd;
-      double d = (double)dyr[j] * g[j];
-      dxr[j] = static_cast<float>(rstd * (d - mA - xhat * mB));
-    }
+    vecmath::rowMeanRstd(xr, cols, epsilon, mean, rstd);
+    vecmath::layerNormGradRow(xr, g, pdy + r * cols, mean, rstd, pdx + r * cols,
+                              dg.data(), db.data(), cols);
   }
   float *pdg = dgamma.data<float>();
   float *pdb = dbeta.data<float>();
@@ -843,17 +788,6 @@ void cpu::layerNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
     pdb[j] = static_cast<float>(db[j]);
   }
 }
-
-namespace {
-/// 1 / sqrt(mean(x^2) + eps) of one row, accumulated in double.
-double rmsRstd(const float *x, int64_t cols, float epsilon) {
-  double s = 0;
-  for (int64_t j = 0; j < cols; ++j)
-    s += (double)x[j] * x[j];
-  double ms = cols ? s / cols : 0.0;
-  return 1.0 / std::sqrt(ms + (double)epsilon);
-}
-} // namespace
 
 void cpu::rmsNorm(const Tensor &x, const Tensor &gamma, int64_t axis,
                   float epsilon, Tensor &out) {
@@ -865,10 +799,9 @@ void cpu::rmsNorm(const Tensor &x, const Tensor &gamma, int64_t axis,
   float *po = out.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = px + r * cols;
-    float *yr = po + r * cols;
-    float fr = static_cast<float>(rmsRstd(xr, cols, epsilon));
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = xr[j] * fr * g[j];
+    float fr = static_cast<float>(vecmath::rowRmsRstd(xr, cols, epsilon));
+    vecmath::normalizeRow(xr, 0.0f, fr, g, /*beta=*/nullptr, po + r * cols,
+                          cols);
   }
 }
 
@@ -883,20 +816,9 @@ void cpu::rmsNormGrad(const Tensor &x, const Tensor &gamma, const Tensor &dy,
   std::vector<double> dg(cols, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = px + r * cols;
-    const float *dyr = pdy + r * cols;
-    float *dxr = pdx + r * cols;
-    double rstd = rmsRstd(xr, cols, epsilon);
-    double dot = 0;
-    for (int64_t j = 0; j < cols; ++j) {
-      double xhat = xr[j] * rstd;
-      dot += (double)dyr[j] * g[j] * xhat;
-      dg[j] += (double)dyr[j] * xhat;
-    }
-    double c = cols ? dot / cols : 0.0;
-    for (int64_t j = 0; j < cols; ++j) {
-      double xhat = xr[j] * rstd;
-      dxr[j] = static_cast<float>(rstd * ((double)dyr[j] * g[j] - xhat * c));
-    }
+    double rstd = vecmath::rowRmsRstd(xr, cols, epsilon);
+    vecmath::rmsNormGradRow(xr, g, pdy + r * cols, rstd, pdx + r * cols,
+                            dg.data(), cols);
   }
   float *pdg = dgamma.data<float>();
   for (int64_t j = 0; j < cols; ++j)
@@ -909,6 +831,12 @@ void cpu::softmax(const Tensor &x, int64_t axis, Tensor &out) {
   int64_t inner = product(x.shape(), axis + 1, x.rank());
   const float *px = x.data<float>();
   float *po = out.data<float>();
+  if (inner == 1) {
+    // The axis is innermost: contiguous rows.
+    for (int64_t o = 0; o < outer; ++o)
+      vecmath::softmaxRow(px + o * d, po + o * d, d);
+    return;
+  }
   std::vector<float> mx(inner);
   std::vector<double> sum(inner);
   for (int64_t o = 0; o < outer; ++o) {
@@ -919,12 +847,14 @@ void cpu::softmax(const Tensor &x, int64_t axis, Tensor &out) {
     for (int64_t k = 0; k < d; ++k)
       for (int64_t j = 0; j < inner; ++j)
         mx[j] = std::max(mx[j], xb[k * inner + j]);
-    for (int64_t k = 0; k < d; ++k)
-      for (int64_t j = 0; j < inner; ++j) {
-        float e = std::exp(xb[k * inner + j] - mx[j]);
-        yb[k * inner + j] = e;
-        sum[j] += e;
-      }
+    for (int64_t k = 0; k < d; ++k) {
+      float *yk = yb + k * inner;
+      for (int64_t j = 0; j < inner; ++j)
+        yk[j] = xb[k * inner + j] - mx[j];
+      vecmath::exp(yk, yk, inner);
+      for (int64_t j = 0; j < inner; ++j)
+        sum[j] += yk[j];
+    }
     for (int64_t j = 0; j < inner; ++j)
       mx[j] = static_cast<float>(1.0 / sum[j]); // reuse as 1/sum
     for (int64_t k = 0; k < d; ++k)
@@ -941,6 +871,11 @@ void cpu::softmaxGrad(const Tensor &y, const Tensor &dy, int64_t axis,
   const float *py = y.data<float>();
   const float *pdy = dy.data<float>();
   float *pdx = dx.data<float>();
+  if (inner == 1) {
+    for (int64_t o = 0; o < outer; ++o)
+      vecmath::softmaxGradRow(py + o * d, pdy + o * d, pdx + o * d, d);
+    return;
+  }
   std::vector<double> dot(inner);
   for (int64_t o = 0; o < outer; ++o) {
     size_t base = o * d * inner;
@@ -967,50 +902,13 @@ void cpu::reluGrad(const Tensor &x, const Tensor &dy, Tensor &dx) {
 
 void cpu::geluGrad(const Tensor &x, const Tensor &dy,
                    GeluApproximate approximate, Tensor &dx) {
-  const float *px = x.data<float>();
-  const float *pdy = dy.data<float>();
-  float *pdx = dx.data<float>();
-  int64_t n = x.numel();
-  if (approximate == GeluApproximate::None) {
-    for (int64_t i = 0; i < n; ++i) {
-      float v = px[i];
-      float cdf = 0.5f * (1.0f + std::erf(v * kSqrt1_2));
-      float pdf = std::exp(-0.5f * v * v) * kInvSqrt2Pi;
-      pdx[i] = pdy[i] * (cdf + v * pdf);
-    }
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    float v = px[i];
-    float v2 = v * v;
-    float inner = kGeluTanhBeta * (v + kGeluTanhKappa * v2 * v);
-    float t = std::tanh(inner);
-    float left = 0.5f * v;
-    float right = 1.0f + t;
-    float leftDerivative = 0.5f * right;
-    float rightDerivative = 1.0f - t * t;
-    float innerDerivative = kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * v2);
-    pdx[i] =
-        pdy[i] * (leftDerivative + left * rightDerivative * innerDerivative);
-  }
+  vecmath::geluGrad(x.data<float>(), dy.data<float>(), dx.data<float>(),
+                    x.numel(), approximate != GeluApproximate::None);
 }
 
 void cpu::siluGrad(const Tensor &x, const Tensor &dy, Tensor &dx) {
-  const float *px = x.data<float>();
-  const float *pdy = dy.data<float>();
-  float *pdx = dx.data<float>();
-  int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    float v = px[i];
-    float d;
-    if (std::isinf(v)) {
-      d = v > 0 ? 1.0f : 0.0f; // the limits; the formula gives inf · 0
-    } else {
-      float s = 1.0f / (1.0f + std::exp(-v));
-      d = s * (1.0f + v * (1.0f - s));
-    }
-    pdx[i] = pdy[i] * d;
-  }
+  vecmath::siluGrad(x.data<float>(), dy.data<float>(), dx.data<float>(),
+                    x.numel());
 }
 
 //===----------------------------------------------------------------------===//
@@ -1025,14 +923,13 @@ llvm::Error badLabel(const char *op, int64_t label, int64_t row, int64_t v) {
       (long long)label, (long long)row, (long long)v);
 }
 
-double rowLogSumExp(const float *x, int64_t v, float &mx) {
-  mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < v; ++j)
-    mx = std::max(mx, x[j]);
-  double s = 0;
-  for (int64_t j = 0; j < v; ++j)
-    s += std::exp((double)x[j] - mx);
-  return std::log(s) + mx;
+/// g = (exp(x - mx) / sumExp - [j == label]) * scale over one row of v
+/// logits (label outside [0, v): no column gets the -1).
+void crossEntropyGradRow(const float *x, int64_t v, int64_t label, float mx,
+                         double sumExp, double scale, float *g) {
+  vecmath::expScale(x, mx, static_cast<float>(scale / sumExp), g, v);
+  if (label >= 0 && label < v)
+    g[label] -= static_cast<float>(scale);
 }
 } // namespace
 
@@ -1048,7 +945,7 @@ llvm::Error cpu::crossEntropy(const Tensor &logits, const Tensor &labels,
     if (l < 0 || l >= v)
       return badLabel("cross_entropy", l, r, v);
     float mx;
-    double lse = rowLogSumExp(x + r * v, v, mx);
+    double lse = vecmath::logSumExp(x + r * v, v, mx);
     total += lse - x[r * v + l];
   }
   out.data<float>()[0] = static_cast<float>(total);
@@ -1067,12 +964,14 @@ llvm::Error cpu::crossEntropyGrad(const Tensor &logits, const Tensor &labels,
     int64_t l = lab[r];
     if (l < 0 || l >= v)
       return badLabel("cross_entropy_grad", l, r, v);
-    float mx;
-    double lse = rowLogSumExp(x + r * v, v, mx);
-    for (int64_t j = 0; j < v; ++j) {
-      double p = std::exp((double)x[r * v + j] - lse);
-      g[r * v + j] = static_cast<float>((p - (j == l ? 1.0 : 0.0)) * scale);
-    }
+    // exp(x - max) into g, their sum, then g scaled in place: one exp per
+    // logit.
+    const float *xr = x + r * v;
+    float *gr = g + r * v;
+    float mx = vecmath::max(xr, v);
+    double sumExp = vecmath::expSum(xr, mx, gr, v);
+    vecmath::scale(gr, static_cast<float>(scale / sumExp), gr, v);
+    gr[l] -= static_cast<float>(scale);
   }
   return llvm::Error::success();
 }
@@ -1082,10 +981,7 @@ void cpu::crossEntropyRowMax(const Tensor &logits, double *rowMax) {
   int64_t n = logits.dim(0), v = logits.dim(1);
   const float *x = logits.data<float>();
   for (int64_t r = 0; r < n; ++r) {
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < v; ++j)
-      mx = std::max(mx, x[r * v + j]);
-    rowMax[r] = mx;
+    rowMax[r] = vecmath::max(x + r * v, v);
   }
 }
 
@@ -1103,10 +999,7 @@ llvm::Error cpu::crossEntropyRowSums(const Tensor &logits, const Tensor &labels,
       return badLabel("cross_entropy", l, r, vocab);
     // The serial kernel subtracts the f32 max; rowMax holds it exactly.
     float mx = static_cast<float>(rowMax[r]);
-    double s = 0;
-    for (int64_t j = 0; j < v; ++j)
-      s += std::exp((double)x[r * v + j] - mx);
-    sumExp[r] = s;
+    sumExp[r] = vecmath::expSum(x + r * v, mx, nullptr, v);
     if (target)
       target[r] = l >= offset && l < offset + v ? x[r * v + (l - offset)] : 0.0;
   }
@@ -1136,12 +1029,8 @@ void cpu::crossEntropyGradFromStats(const Tensor &logits, const Tensor &labels,
   float *g = dlogits.data<float>();
   for (int64_t r = 0; r < n; ++r) {
     int64_t l = lab[r] - offset; // local column of the label, maybe outside
-    float mx = static_cast<float>(rowMax[r]);
-    double lse = std::log(sumExp[r]) + mx;
-    for (int64_t j = 0; j < v; ++j) {
-      double p = std::exp((double)x[r * v + j] - lse);
-      g[r * v + j] = static_cast<float>((p - (j == l ? 1.0 : 0.0)) * scale);
-    }
+    crossEntropyGradRow(x + r * v, v, l, static_cast<float>(rowMax[r]),
+                        sumExp[r], scale, g + r * v);
   }
 }
 
@@ -1438,4 +1327,153 @@ void cpu::rmsNormGradAdd(const Tensor &x, const Tensor &gamma, const Tensor &dy,
   float *pdg = dgamma.data<float>();
   for (int64_t j = 0; j < cols; ++j)
     pdg[j] = static_cast<float>(dg[j]);
+}
+
+//===----------------------------------------------------------------------===//
+// Fused linear layer
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// y[j] = act(c[j] + bias[j]) for one output row, the preactivation kept in
+/// pre[j] when pre is not null (it may be c; y may be c too). The
+/// activation is exactly cpu::gelu's, relu's and silu's: the same VecMath.h
+/// row functions (relu's comparison inline).
+void biasActivationRow(const float *c, const float *bias, int64_t n,
+                       cpu::Activation act, float *pre, float *y) {
+  float *sum = pre ? pre : y;
+  for (int64_t j = 0; j < n; ++j)
+    sum[j] = c[j] + bias[j];
+  switch (act) {
+  case cpu::Activation::None:
+    if (sum != y)
+      std::memcpy(y, sum, static_cast<size_t>(n) * sizeof(float));
+    break;
+  case cpu::Activation::Gelu:
+  case cpu::Activation::GeluTanh:
+    vecmath::gelu(sum, y, n, act == cpu::Activation::GeluTanh);
+    break;
+  case cpu::Activation::Relu:
+    for (int64_t j = 0; j < n; ++j)
+      y[j] = sum[j] < 0.0f ? 0.0f : sum[j];
+    break;
+  case cpu::Activation::Silu:
+    vecmath::silu(sum, y, n);
+    break;
+  }
+}
+
+/// dx = dy * act'(x) for n contiguous elements, exactly cpu::reluGrad's,
+/// geluGrad's and siluGrad's (the same VecMath.h row functions).
+void activationGradRow(const float *x, const float *dy, cpu::Activation act,
+                       float *dx, int64_t n) {
+  switch (act) {
+  case cpu::Activation::None:
+    if (dx != dy)
+      std::memcpy(dx, dy, static_cast<size_t>(n) * sizeof(float));
+    break;
+  case cpu::Activation::Relu:
+    for (int64_t j = 0; j < n; ++j)
+      dx[j] = x[j] > 0.0f ? dy[j] : 0.0f;
+    break;
+  case cpu::Activation::Gelu:
+  case cpu::Activation::GeluTanh:
+    vecmath::geluGrad(x, dy, dx, n, act == cpu::Activation::GeluTanh);
+    break;
+  case cpu::Activation::Silu:
+    vecmath::siluGrad(x, dy, dx, n);
+    break;
+  }
+}
+
+} // namespace
+
+void cpu::linear(const Tensor &a, const Tensor &b, const Tensor &bias,
+                 bool transposeA, bool transposeB, Activation act, Tensor &out,
+                 Tensor *preactivation) {
+  assert(a.rank() >= 2 && b.rank() >= 2 && out.rank() >= 2);
+  int64_t M = transposeA ? a.dim(-1) : a.dim(-2);
+  int64_t K = transposeA ? a.dim(-2) : a.dim(-1);
+  int64_t N = transposeB ? b.dim(-2) : b.dim(-1);
+  assert((transposeB ? b.dim(-1) : b.dim(-2)) == K && "linear: K mismatch");
+  assert(out.dim(-2) == M && out.dim(-1) == N && bias.numel() == N);
+  assert(!preactivation || preactivation->shape() == out.shape());
+  int64_t batch = product(out.shape(), 0, out.rank() - 2);
+  if (out.numel() == 0)
+    return;
+  float *c = out.data<float>();
+  float *pre = preactivation ? preactivation->data<float>() : nullptr;
+  const float *pa = a.data<float>();
+  const float *pb = b.data<float>();
+  const float *pbias = bias.data<float>();
+  CBLAS_TRANSPOSE ta = transposeA ? CblasTrans : CblasNoTrans;
+  CBLAS_TRANSPOSE tb = transposeB ? CblasTrans : CblasNoTrans;
+  int lda = static_cast<int>(transposeA ? M : K);
+  int ldb = static_cast<int>(transposeB ? K : N);
+  int ldc = static_cast<int>(N);
+  // The GEMM of `rows` rows starting at a / out row offsets, then its
+  // epilogue while the block is in cache. The product goes to the
+  // preactivation when it is wanted, else to out (then activated in place).
+  auto block = [&](const float *ablock, const float *bmat, int64_t rows,
+                   int64_t outRow) {
+    float *dst = (pre ? pre : c) + outRow * N;
+    if (K == 0)
+      std::memset(dst, 0, static_cast<size_t>(rows * N) * sizeof(float));
+    else
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows),
+                  static_cast<int>(N), static_cast<int>(K), 1.0f, ablock, lda,
+                  bmat, ldb, 0.0f, dst, ldc);
+    for (int64_t r = 0; r < rows; ++r)
+      biasActivationRow(dst + r * N, pbias, N, act, pre ? dst + r * N : nullptr,
+                        c + (outRow + r) * N);
+  };
+  int64_t blockRows =
+      std::max<int64_t>(8, kLinearBlockBytes / (N * int64_t(sizeof(float))));
+  if (b.rank() == 2 && !transposeA) {
+    // The batch folded into the rows ([batch*M, K] x [K, N]), in blocks.
+    int64_t rows = batch * M;
+    for (int64_t r0 = 0; r0 < rows; r0 += blockRows)
+      block(pa + r0 * K, pb, std::min(blockRows, rows - r0), r0);
+    return;
+  }
+  int64_t strideA = a.rank() == 2 ? 0 : M * K;
+  int64_t strideB = b.rank() == 2 ? 0 : K * N;
+  for (int64_t i = 0; i < batch; ++i) {
+    if (!transposeA) {
+      for (int64_t r0 = 0; r0 < M; r0 += blockRows)
+        block(pa + i * strideA + r0 * K, pb + i * strideB,
+              std::min(blockRows, M - r0), i * M + r0);
+    } else {
+      // A transposed lhs's rows are columns of a: one GEMM per batch.
+      block(pa + i * strideA, pb + i * strideB, M, i * M);
+    }
+  }
+}
+
+void cpu::biasActivationGrad(const Tensor &x, const Tensor &dy, Activation act,
+                             Tensor &dx, Tensor &dbias) {
+  assert(x.rank() >= 1 && x.shape() == dy.shape() && x.shape() == dx.shape());
+  int64_t n = x.dim(-1);
+  assert(dbias.numel() == n);
+  int64_t rows = n ? x.numel() / n : 0;
+  const float *px = x.data<float>();
+  const float *pdy = dy.data<float>();
+  float *pdx = dx.data<float>();
+  float *pdb = dbias.data<float>();
+  // Columns in chunks whose f64 sums stay on the stack; each chunk walks
+  // every row (contiguous pieces of kChunk floats).
+  constexpr int64_t kChunk = 512;
+  double acc[kChunk];
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+    int64_t w = std::min(kChunk, n - j0);
+    std::fill(acc, acc + w, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t o = r * n + j0;
+      activationGradRow(px + o, pdy + o, act, pdx + o, w);
+      for (int64_t j = 0; j < w; ++j)
+        acc[j] += pdx[o + j];
+    }
+    for (int64_t j = 0; j < w; ++j)
+      pdb[j0 + j] = static_cast<float>(acc[j]);
+  }
 }

@@ -324,6 +324,37 @@ void rmsNormGradAdd(const Tensor &x, const Tensor &gamma, const Tensor &dy,
                     Tensor &dx, Tensor &dgamma);
 
 //===----------------------------------------------------------------------===//
+// Fused linear layer (tsr.linear, tsr.bias_activation_grad)
+//===----------------------------------------------------------------------===//
+
+/// The activation of a fused linear layer, with exactly the numerics of
+/// gelu (None / Tanh), relu and silu above.
+enum class Activation { None, Gelu, GeluTanh, Relu, Silu };
+
+/// Output bytes of one row block of `linear` (1 MiB, half of a 2 MiB L2):
+/// the GEMM writes a block of rows this large and the epilogue reads it
+/// back from cache.
+constexpr int64_t kLinearBlockBytes = int64_t(1) << 20;
+
+/// preactivation = matmul(a, b) + bias (bias [N] added to every row) and
+/// out = act(preactivation), with matmul's shapes and flags. The GEMM runs
+/// on blocks of rows (about kLinearBlockBytes of output each) and the
+/// bias and activation are applied to each block right after its GEMM,
+/// while it is in cache. `preactivation` may be null (not wanted); when
+/// given it has out's shape. No aliasing.
+void linear(const Tensor &a, const Tensor &b, const Tensor &bias,
+            bool transposeA, bool transposeB, Activation act, Tensor &out,
+            Tensor *preactivation);
+
+/// dx = dy * act'(x) (exactly reluGrad / geluGrad / siluGrad) and
+/// dbias[n] = sum over every leading index of dx[..., n] (accumulated in
+/// double, as reduceSum), in one pass over x and dy. x, dy, dx of one
+/// shape of rank >= 1; dbias [N] with N = x.dim(-1). act is not None. In
+/// place OK (dx may be x or dy).
+void biasActivationGrad(const Tensor &x, const Tensor &dy, Activation act,
+                        Tensor &dx, Tensor &dbias);
+
+//===----------------------------------------------------------------------===//
 // Configuration
 //===----------------------------------------------------------------------===//
 

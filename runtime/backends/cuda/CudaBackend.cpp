@@ -295,6 +295,8 @@ private:
   llvm::Error bindCrossEntropy(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSgdUpdate(const KernelDesc &k, Instruction &inst);
   llvm::Error bindAdamwUpdate(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindLinear(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindBiasActivationGrad(const KernelDesc &k, Instruction &inst);
 
   /// Wraps `inst.fn` so that, while tracing, CUDA events bracket it on the
   /// compute stream.
@@ -1320,6 +1322,8 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::AddLayerNorm, K::AddRmsNorm, K::LayerNormGradAdd,
          K::RmsNormGradAdd},
         &CudaBackend::bindFusedNorm);
+    set({K::Linear}, &CudaBackend::bindLinear);
+    set({K::BiasActivationGrad}, &CudaBackend::bindBiasActivationGrad);
   });
   return table;
 }
@@ -1636,6 +1640,121 @@ llvm::Error CudaBackend::bindMatmul(const KernelDesc &k, Instruction &inst) {
     return cuda::matmul(blas(), *in[0], *in[1], ta, tb, out[0],
                         cuda::MatmulEpilogue::none(), stream());
   };
+  return llvm::Error::success();
+}
+
+/// The elementwise kernel of a fused linear layer's activation.
+static std::optional<cuda::UnaryOp> unaryOfActivation(Activation act) {
+  switch (act) {
+  case Activation::None:
+    return std::nullopt;
+  case Activation::Gelu:
+    return cuda::UnaryOp::Gelu;
+  case Activation::GeluTanh:
+    return cuda::UnaryOp::GeluTanh;
+  case Activation::Relu:
+    return cuda::UnaryOp::Relu;
+  case Activation::Silu:
+    return cuda::UnaryOp::Silu;
+  }
+  return std::nullopt;
+}
+
+/// linear (lhs, rhs, bias) -> result [, preactivation] through cuBLASLt's
+/// epilogues where they apply: one GEMM (out batch 1, or a shared rank-2
+/// rhs folded into rows) with K > 0 gets BIAS, or for the tanh GELU
+/// GELU_BIAS (no preactivation) or GELU_AUX_BIAS (preactivation as aux;
+/// needs N % 8 == 0). cuBLASLt has no erf-GELU or SiLU epilogue: those
+/// (and the other cases) take the BIAS epilogue (or a bias kernel after a
+/// batched GEMM) followed by the activation kernel.
+llvm::Error CudaBackend::bindLinear(const KernelDesc &k, Instruction &inst) {
+  const LinearAttrs a = k.get<LinearAttrs>();
+  cuda::MatmulGeometry g =
+      cuda::planMatmul(k.operands[0].shape, k.operands[1].shape,
+                       k.results[0].shape, a.transposeLhs, a.transposeRhs);
+  if (!g.error.empty())
+    return fail(g.error);
+  using E = cuda::MatmulEpilogue::Kind;
+  bool single = (g.folded || g.outBatch == 1) && g.k > 0;
+  bool tanh = a.activation == Activation::GeluTanh;
+  E kind = !single                                   ? E::None
+           : tanh && a.preactivation && g.n % 8 == 0 ? E::BiasGeluAux
+           : tanh && !a.preactivation                ? E::BiasGelu
+                                                     : E::Bias;
+  // The activation kernel run after the GEMM when its epilogue did not.
+  std::optional<cuda::UnaryOp> after;
+  if (kind != E::BiasGeluAux && kind != E::BiasGelu)
+    after = unaryOfActivation(a.activation);
+  inst.fn = [this, a, kind, after, kernel = k.name().str()](
+                const ExecContext &, In in, Out out) -> llvm::Error {
+    // The product (+ bias) goes to the preactivation when it is a result.
+    Tensor &pre = a.preactivation ? out[1] : out[0];
+    cuda::MatmulEpilogue e;
+    Tensor *target = &pre;
+    switch (kind) {
+    case E::BiasGeluAux:
+      e = cuda::MatmulEpilogue::biasGeluAux(*in[2], out[1]);
+      target = &out[0];
+      break;
+    case E::BiasGelu:
+      e = cuda::MatmulEpilogue::biasGelu(*in[2]);
+      target = &out[0];
+      break;
+    case E::Bias:
+      e = cuda::MatmulEpilogue::withBias(*in[2]);
+      break;
+    default:
+      e = cuda::MatmulEpilogue::none();
+      break;
+    }
+    if (llvm::Error err = cuda::matmul(blas(), *in[0], *in[1], a.transposeLhs,
+                                       a.transposeRhs, *target, e, stream()))
+      return err;
+    if (kind == E::None)
+      if (llvm::Error err = launched(
+              cuda::biasActivation(pre, *in[2], cuda::BiasActivation::None, pre,
+                                   stream()),
+              kernel))
+        return err;
+    if (after)
+      return launched(cuda::unary(*after, pre, out[0], stream()), kernel);
+    return llvm::Error::success();
+  };
+  return llvm::Error::success();
+}
+
+/// bias_activation_grad (x, dy) -> (dx, dbias): the activation gradient
+/// kernel, then dbias as the deterministic column reduction of dx (f64
+/// partials through the shared scratch), as reduce_sum.
+llvm::Error CudaBackend::bindBiasActivationGrad(const KernelDesc &k,
+                                                Instruction &inst) {
+  Activation act = k.get<LinearAttrs>().activation;
+  const TensorType &x = k.operands[0];
+  int64_t cols = x.shape.back();
+  int64_t rows = cols ? shapeNumel(x.shape) / cols : 0;
+  int64_t bytes = cuda::reduceScratchBytes(x.dtype, {rows, cols}, {0});
+  if (bytes < 0)
+    return fail("bias_activation_grad: no column reduction for " + x.str());
+  cudaStream_t s = stream();
+  inst.fn = launchWith(
+      inst, k.name(), false, static_cast<size_t>(bytes),
+      [act, rows, cols, bytes, s](In in, Out out, cuda::DeviceStatus *,
+                                  void *ws) -> cudaError_t {
+        cudaError_t err =
+            act == Activation::Relu ? cuda::reluGrad(*in[0], *in[1], out[0], s)
+            : act == Activation::Silu
+                ? cuda::siluGrad(*in[0], *in[1], out[0], s)
+                : cuda::geluGrad(*in[0], *in[1],
+                                 act == Activation::GeluTanh
+                                     ? cuda::GeluApproximate::Tanh
+                                     : cuda::GeluApproximate::None,
+                                 out[0], s);
+        if (err != cudaSuccess)
+          return err;
+        Tensor dx = Tensor::view(out[0].raw(), out[0].dtype(), {rows, cols});
+        return cuda::reduceSum(dx, {0}, /*keepDim=*/false, out[1], ws, bytes,
+                               s);
+      });
   return llvm::Error::success();
 }
 

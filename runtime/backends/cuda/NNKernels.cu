@@ -633,6 +633,31 @@ ceGradFromStatsKernel(const T *x, const int64_t *labels, int64_t rows,
 //===----------------------------------------------------------------------===//
 
 constexpr int kOptThreads = 256;
+/// Blocks per multi-tensor chunk in the optimizer kernels: each block of
+/// kOptThreads threads takes 1/kOptBlocksPerChunk of a chunk (32 elements a
+/// thread), so that a launch for one large tensor fills the GPU. With one
+/// block per 65536-element chunk, a 768 x 3072 weight got 36 blocks on an
+/// H100's 132 SMs, and the AdamW updates of a GPT-2-small step ran at about
+/// 480 GB/s (9.5 ms of a 71 ms step).
+constexpr int kOptBlocksPerChunk = 8;
+static_assert(kMultiTensorChunk % kOptBlocksPerChunk == 0,
+              "a chunk splits evenly over its blocks");
+
+/// The element range [begin, end) of this block of a multi-tensor launch
+/// whose chunk list (slot, chunk) has kOptBlocksPerChunk blocks per entry;
+/// sets `slot` to the entry's tensor slot. Empty past the tensor's end.
+__device__ inline void optimizerRange(const uint8_t *slots,
+                                      const int32_t *chunks,
+                                      const int64_t *numel, int &slot,
+                                      int64_t &begin, int64_t &end) {
+  constexpr int64_t kPart = kMultiTensorChunk / kOptBlocksPerChunk;
+  unsigned entry = blockIdx.x / kOptBlocksPerChunk;
+  unsigned part = blockIdx.x % kOptBlocksPerChunk;
+  slot = slots[entry];
+  begin = static_cast<int64_t>(chunks[entry]) * kMultiTensorChunk +
+          static_cast<int64_t>(part) * kPart;
+  end = std::min(numel[slot], begin + kPart);
+}
 
 struct SgdArgs {
   const float *p[kMultiTensorMaxTensors];
@@ -661,9 +686,9 @@ static_assert(kMultiTensorMaxTensors <= 256, "slot is a uint8_t");
 
 __global__ void sgdKernel(SgdArgs a, const float *lr, double weightDecay) {
   SgdCoeffs c = sgdCoeffs(static_cast<double>(*lr), weightDecay);
-  int s = a.slot[blockIdx.x];
-  int64_t begin = static_cast<int64_t>(a.chunk[blockIdx.x]) * kMultiTensorChunk;
-  int64_t end = std::min(a.numel[s], begin + kMultiTensorChunk);
+  int s;
+  int64_t begin, end;
+  optimizerRange(a.slot, a.chunk, a.numel, s, begin, end);
   const float *p = a.p[s], *g = a.g[s];
   float *po = a.pOut[s];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
@@ -676,9 +701,9 @@ __global__ void adamwKernel(AdamWArgs a, const float *step, const float *lr,
   AdamWCoeffs c =
       adamwCoeffs(static_cast<double>(*step), static_cast<double>(*lr), beta1,
                   beta2, eps, weightDecay);
-  int s = a.slot[blockIdx.x];
-  int64_t begin = static_cast<int64_t>(a.chunk[blockIdx.x]) * kMultiTensorChunk;
-  int64_t end = std::min(a.numel[s], begin + kMultiTensorChunk);
+  int s;
+  int64_t begin, end;
+  optimizerRange(a.slot, a.chunk, a.numel, s, begin, end);
   const float *p = a.p[s], *g = a.g[s], *m = a.m[s], *v = a.v[s];
   float *po = a.pOut[s], *mo = a.mOut[s], *vo = a.vOut[s];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -1108,8 +1133,8 @@ cudaError_t sgdUpdateMulti(const SgdTensor *tensors, size_t count,
       a.slot[b] = static_cast<uint8_t>(l.blockSlot[b]);
       a.chunk[b] = static_cast<int32_t>(l.blockChunk[b]);
     }
-    sgdKernel<<<static_cast<unsigned>(l.blockSlot.size()), kOptThreads, 0,
-                stream>>>(a, lr, weightDecay);
+    sgdKernel<<<static_cast<unsigned>(l.blockSlot.size() * kOptBlocksPerChunk),
+                kOptThreads, 0, stream>>>(a, lr, weightDecay);
     if (cudaError_t err = cudaGetLastError())
       return err;
   }
@@ -1140,8 +1165,10 @@ cudaError_t adamwUpdateMulti(const AdamWTensor *tensors, size_t count,
       a.slot[b] = static_cast<uint8_t>(l.blockSlot[b]);
       a.chunk[b] = static_cast<int32_t>(l.blockChunk[b]);
     }
-    adamwKernel<<<static_cast<unsigned>(l.blockSlot.size()), kOptThreads, 0,
-                  stream>>>(a, step, lr, beta1, beta2, eps, weightDecay);
+    adamwKernel<<<static_cast<unsigned>(l.blockSlot.size() *
+                                        kOptBlocksPerChunk),
+                  kOptThreads, 0, stream>>>(a, step, lr, beta1, beta2, eps,
+                                            weightDecay);
     if (cudaError_t err = cudaGetLastError())
       return err;
   }

@@ -336,7 +336,17 @@ NcclCommunicator::split(NcclCommunicator &parent, int color, int key,
     (void)slot.release(); // the aborted job may still write to it
     return std::move(e);
   }
-  ncclComm_t child = slot->child;
+  // ncclCommSplit may return ncclSuccess while the split still runs (seen on
+  // an H100 with NCCL 2.2x: its group end's ncclInProgress passes through
+  // NCCLCHECK and the call returns its own ncclSuccess). The parent reports
+  // ncclInProgress until the job has written *newcomm and ncclSuccess once
+  // it has (ncclCommGetAsyncError also joins the job), so wait for the
+  // parent before reading the child.
+  if (llvm::Error e = waitReady(ps, "ncclCommSplit")) {
+    (void)slot.release();
+    return std::move(e);
+  }
+  ncclComm_t child = __atomic_load_n(&slot->child, __ATOMIC_ACQUIRE);
   if (color < 0 || !child) {
     if (color >= 0)
       return plainError("ncclCommSplit", "returned no communicator for color " +

@@ -521,6 +521,94 @@ func.func @sum_squares_not_scalar(%x: tensor<4x8xf32>) {
 
 // -----
 
+func.func @linear_k_mismatch(%x: tensor<4x8xf32>, %w: tensor<7x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{matmul contracting dimensions differ: 8 vs 7}}
+  %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<7x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_result_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x8xf32>' should be 'tensor<4x16xf32>'}}
+  %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_bias_shape(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<1x16xf32>) {
+  // expected-error @+1 {{bias must be of type 'tensor<16xf32>', got 'tensor<1x16xf32>'}}
+  %0 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<1x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_activation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{activation must be "none", "gelu", "gelu_tanh", "relu" or "silu", got "swish"}}
+  %0 = tsr.linear %x, %w, %b {activation = "swish"} : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_preactivation_without_activation(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{has a preactivation result but no activation}}
+  %0, %1 = tsr.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>, tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_preactivation_type(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{preactivation type 'tensor<16x4xf32>' should be 'tensor<4x16xf32>'}}
+  %0, %1 = tsr.linear %x, %w, %b {activation = "relu"} : tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<4x16xf32>, tensor<16x4xf32>
+  return
+}
+
+// -----
+
+func.func @linear_integer(%x: tensor<4x8xi64>, %w: tensor<8x16xi64>, %b: tensor<16xi64>) {
+  // expected-error @+1 {{expects a float element type, got 'tensor<4x16xi64>'}}
+  %0 = tsr.linear %x, %w, %b : tensor<4x8xi64>, tensor<8x16xi64>, tensor<16xi64> -> tensor<4x16xi64>
+  return
+}
+
+// -----
+
+func.func @bias_activation_grad_none(%x: tensor<4x16xf32>, %dy: tensor<4x16xf32>) {
+  // expected-error @+1 {{activation must be "gelu", "gelu_tanh", "relu" or "silu", got "none"}}
+  %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "none"} : tensor<4x16xf32> -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @bias_activation_grad_bias_type(%x: tensor<4x16xf32>, %dy: tensor<4x16xf32>) {
+  // expected-error @+1 {{bias_grad type 'tensor<4xf32>' should be 'tensor<16xf32>'}}
+  %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "gelu"} : tensor<4x16xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @bias_activation_grad_rank0(%x: tensor<f32>, %dy: tensor<f32>) {
+  // expected-error @+1 {{expects an input of rank >= 1, got 'tensor<f32>'}}
+  %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "relu"} : tensor<f32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @bias_activation_grad_integer(%x: tensor<4x16xi64>, %dy: tensor<4x16xi64>) {
+  // expected-error @+1 {{expects a float element type, got 'tensor<4x16xi64>'}}
+  %0, %1 = tsr.bias_activation_grad %x, %dy {activation = "relu"} : tensor<4x16xi64> -> tensor<16xi64>
+  return
+}
+
+// -----
+
 func.func @add_layer_norm_scale(%x: tensor<4x8xf32>, %g: tensor<4xf32>) {
   // expected-error @+1 {{scale shape must be input.shape[1:], got 'tensor<4xf32>'}}
   %h, %y = tsr.add_layer_norm %x, %x, %g, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<4x8xf32>, tensor<4xf32>

@@ -72,6 +72,17 @@ func.func @sum_squares(%g: tensor<8x16xf32>) -> tensor<f32> {
   return %0 : tensor<f32>
 }
 
+// CHECK-LABEL: func.func @linear
+// CHECK: %[[Y:.*]] = tsr.linear %{{.*}}, %{{.*}}, %{{.*}} {transpose_rhs = true} : tensor<8x16x64xf32>, tensor<256x64xf32>, tensor<256xf32> -> tensor<8x16x256xf32>
+// CHECK: %{{.*}}, %{{.*}} = tsr.linear %[[Y]], %{{.*}}, %{{.*}} {activation = "gelu_tanh"} : tensor<8x16x256xf32>, tensor<256x256xf32>, tensor<256xf32> -> tensor<8x16x256xf32>, tensor<8x16x256xf32>
+// CHECK: tsr.bias_activation_grad %{{.*}}, %{{.*}} {activation = "silu"} : tensor<8x16x256xf32> -> tensor<256xf32>
+func.func @linear(%x: tensor<8x16x64xf32>, %w: tensor<256x64xf32>, %w2: tensor<256x256xf32>, %b: tensor<256xf32>) -> (tensor<8x16x256xf32>, tensor<256xf32>) {
+  %y = tsr.linear %x, %w, %b {transpose_rhs = true} : tensor<8x16x64xf32>, tensor<256x64xf32>, tensor<256xf32> -> tensor<8x16x256xf32>
+  %a, %pre = tsr.linear %y, %w2, %b {activation = "gelu_tanh"} : tensor<8x16x256xf32>, tensor<256x256xf32>, tensor<256xf32> -> tensor<8x16x256xf32>, tensor<8x16x256xf32>
+  %dx, %db = tsr.bias_activation_grad %pre, %a {activation = "silu"} : tensor<8x16x256xf32> -> tensor<256xf32>
+  return %dx, %db : tensor<8x16x256xf32>, tensor<256xf32>
+}
+
 // The fused residual add + norm ops of tsr-fuse-norm; result types are
 // inferred.
 // CHECK-LABEL: func.func @fused_norm

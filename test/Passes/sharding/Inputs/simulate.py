@@ -158,6 +158,26 @@ def gelu_grad(x, dy):
     return dy * (cdf + x * pdf)
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_tanh_grad(x, dy):
+    t = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))
+    return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * math.sqrt(2 / math.pi)
+                 * (1 + 3 * 0.044715 * x * x))
+
+
+# tsr.linear's / tsr.bias_activation_grad's activations: (f, dy * f').
+ACTIVATIONS = {
+    '"none"': (lambda a: a, lambda a, dy: dy),
+    '"gelu"': (lambda a: gelu(a), gelu_grad),
+    '"gelu_tanh"': (gelu_tanh, gelu_tanh_grad),
+    '"relu"': (lambda a: np.maximum(a, 0.0), lambda a, dy: np.where(a > 0, dy, 0.0)),
+    '"silu"': (lambda a: a * sigmoid(a), lambda a, dy: silu_grad(a, dy)),
+}
+
+
 def softmax(x, axis):
     m = np.max(x, axis=axis, keepdims=True)
     e = np.exp(x - m)
@@ -327,6 +347,13 @@ def run(ops, env, collective=None):
             r = [np.transpose(x[0], arr_prop(p, "permutation"))]
         elif name == "tsr.matmul":
             r = [matmul(x[0], x[1], prop(p, "transpose_lhs") == "true", prop(p, "transpose_rhs") == "true")]
+        elif name == "tsr.linear":
+            pre = matmul(x[0], x[1], prop(p, "transpose_lhs") == "true", prop(p, "transpose_rhs") == "true") + x[2]
+            act = ACTIVATIONS[prop(p, "activation") or '"none"'][0]
+            r = [act(pre), pre][:len(outs)]
+        elif name == "tsr.bias_activation_grad":
+            dx = ACTIVATIONS[prop(p, "activation")][1](x[0], x[1])
+            r = [dx, np.sum(dx, axis=tuple(range(dx.ndim - 1)))]
         elif name == "tsr.reshape":
             r = [x[0].reshape(outs[0][0])]
         elif name == "tsr.slice":
