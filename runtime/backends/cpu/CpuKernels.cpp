@@ -1095,107 +1095,23 @@ void cpu::setBlasThreads(int numThreads) {
 // Residual add fused with a norm (tsr-fuse-norm)
 //===----------------------------------------------------------------------===//
 //
-// The row sums run in kLanes independent f64 accumulators, so the compiler
-// vectorises them without reassociating; the elementwise steps repeat the
-// unfused kernels' f32 expressions.
+// One row at a time with the unfused kernels' row functions (VecMath.h), so
+// the results are bit-equal to the add kernel followed by the norm (and to
+// the norm gradient followed by the add): the sum is formed and normalized
+// while the row is in cache.
 
 namespace {
-constexpr int64_t kLanes = 8;
-
-double laneTotal(const double (&acc)[kLanes], double tail) {
-  double s = 0;
-  for (int64_t k = 0; k < kLanes; ++k)
-    s += acc[k];
-  return s + tail;
+/// h = x + r over one row (as the add kernel).
+void addRow(const float *x, const float *r, float *h, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    h[j] = x[j] + r[j];
 }
 
-/// h = x + r (f32) for one row; returns Σ h (f64).
-double addRowSum(const float *x, const float *r, float *h, int64_t n) {
-  double acc[kLanes] = {}, tail = 0;
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k) {
-      float v = x[j + k] + r[j + k];
-      h[j + k] = v;
-      acc[k] += v;
-    }
-  for (; j < n; ++j) {
-    float v = x[j] + r[j];
-    h[j] = v;
-    tail += v;
-  }
-  return laneTotal(acc, tail);
-}
-
-/// h = x + r (f32) for one row; returns Σ h² (f64).
-double addRowSumSquares(const float *x, const float *r, float *h, int64_t n) {
-  double acc[kLanes] = {}, tail = 0;
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k) {
-      float v = x[j + k] + r[j + k];
-      h[j + k] = v;
-      acc[k] += (double)v * v;
-    }
-  for (; j < n; ++j) {
-    float v = x[j] + r[j];
-    h[j] = v;
-    tail += (double)v * v;
-  }
-  return laneTotal(acc, tail);
-}
-
-/// Σ x (f64) of one row.
-double rowSum(const float *x, int64_t n) {
-  double acc[kLanes] = {}, tail = 0;
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k)
-      acc[k] += x[j + k];
-  for (; j < n; ++j)
-    tail += x[j];
-  return laneTotal(acc, tail);
-}
-
-/// Σ (x − mean)² (f64) of one row.
-double rowCentredSquares(const float *x, int64_t n, double mean) {
-  double acc[kLanes] = {}, tail = 0;
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k) {
-      double d = x[j + k] - mean;
-      acc[k] += d * d;
-    }
-  for (; j < n; ++j) {
-    double d = x[j] - mean;
-    tail += d * d;
-  }
-  return laneTotal(acc, tail);
-}
-
-/// Σ x² (f64) of one row.
-double rowSquares(const float *x, int64_t n) {
-  double acc[kLanes] = {}, tail = 0;
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k)
-      acc[k] += (double)x[j + k] * x[j + k];
-  for (; j < n; ++j)
-    tail += (double)x[j] * x[j];
-  return laneTotal(acc, tail);
-}
-
-/// Mean and rstd (biased variance) of a row whose sum is `sum`.
-void layerNormStats(const float *x, int64_t n, double sum, float epsilon,
-                    double &mean, double &rstd) {
-  mean = n ? sum / n : 0.0;
-  double var = n ? rowCentredSquares(x, n, mean) / n : 0.0;
-  rstd = 1.0 / std::sqrt(var + (double)epsilon);
-}
-
-double rmsRstdOf(int64_t n, double sumSquares, float epsilon) {
-  double ms = n ? sumSquares / n : 0.0;
-  return 1.0 / std::sqrt(ms + (double)epsilon);
+/// dx += addend over one row (the callers pass a saved copy of the
+/// addend's row when dx is its buffer).
+void addAddendRow(float *dx, const float *addend, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    dx[j] += addend[j];
 }
 } // namespace
 
@@ -1210,13 +1126,11 @@ void cpu::addLayerNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
   float *ph = sum.data<float>(), *po = out.data<float>();
   for (int64_t i = 0; i < rows; ++i) {
     float *hr = ph + i * cols;
-    float *yr = po + i * cols;
-    double s = addRowSum(px + i * cols, pr + i * cols, hr, cols);
+    addRow(px + i * cols, pr + i * cols, hr, cols);
     double mean, rstd;
-    layerNormStats(hr, cols, s, epsilon, mean, rstd);
-    float fm = static_cast<float>(mean), fr = static_cast<float>(rstd);
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = (hr[j] - fm) * fr * g[j] + b[j];
+    vecmath::rowMeanRstd(hr, cols, epsilon, mean, rstd);
+    vecmath::normalizeRow(hr, static_cast<float>(mean),
+                          static_cast<float>(rstd), g, b, po + i * cols, cols);
   }
 }
 
@@ -1230,11 +1144,10 @@ void cpu::addRmsNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
   float *ph = sum.data<float>(), *po = out.data<float>();
   for (int64_t i = 0; i < rows; ++i) {
     float *hr = ph + i * cols;
-    float *yr = po + i * cols;
-    double sq = addRowSumSquares(px + i * cols, pr + i * cols, hr, cols);
-    float fr = static_cast<float>(rmsRstdOf(cols, sq, epsilon));
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = hr[j] * fr * g[j];
+    addRow(px + i * cols, pr + i * cols, hr, cols);
+    float fr = static_cast<float>(vecmath::rowRmsRstd(hr, cols, epsilon));
+    vecmath::normalizeRow(hr, 0.0f, fr, g, /*beta=*/nullptr, po + i * cols,
+                          cols);
   }
 }
 
@@ -1247,40 +1160,21 @@ void cpu::layerNormGradAdd(const Tensor &x, const Tensor &gamma,
   const float *px = x.data<float>(), *g = gamma.data<float>();
   const float *pdy = dy.data<float>(), *pa = addend.data<float>();
   float *pdx = dx.data<float>();
+  bool aliased = pdx == pa;
+  std::vector<float> saved(aliased ? cols : 0);
   std::vector<double> dg(cols, 0.0), db(cols, 0.0);
   for (int64_t i = 0; i < rows; ++i) {
     const float *xr = px + i * cols;
-    const float *dyr = pdy + i * cols;
     const float *ar = pa + i * cols;
-    float *dxr = pdx + i * cols;
+    if (aliased) {
+      std::copy(ar, ar + cols, saved.begin());
+      ar = saved.data();
+    }
     double mean, rstd;
-    layerNormStats(xr, cols, rowSum(xr, cols), epsilon, mean, rstd);
-    double accA[kLanes] = {}, accB[kLanes] = {}, tailA = 0, tailB = 0;
-    int64_t j = 0;
-    for (; j + kLanes <= cols; j += kLanes)
-      for (int64_t k = 0; k < kLanes; ++k) {
-        double xhat = (xr[j + k] - mean) * rstd;
-        double d = (double)dyr[j + k] * g[j + k];
-        accA[k] += d;
-        accB[k] += d * xhat;
-        dg[j + k] += (double)dyr[j + k] * xhat;
-        db[j + k] += dyr[j + k];
-      }
-    for (; j < cols; ++j) {
-      double xhat = (xr[j] - mean) * rstd;
-      double d = (double)dyr[j] * g[j];
-      tailA += d;
-      tailB += d * xhat;
-      dg[j] += (double)dyr[j] * xhat;
-      db[j] += dyr[j];
-    }
-    double mA = laneTotal(accA, tailA) / cols;
-    double mB = laneTotal(accB, tailB) / cols;
-    for (j = 0; j < cols; ++j) {
-      double xhat = (xr[j] - mean) * rstd;
-      double d = (double)dyr[j] * g[j];
-      dxr[j] = static_cast<float>(rstd * (d - mA - xhat * mB)) + ar[j];
-    }
+    vecmath::rowMeanRstd(xr, cols, epsilon, mean, rstd);
+    vecmath::layerNormGradRow(xr, g, pdy + i * cols, mean, rstd, pdx + i * cols,
+                              dg.data(), db.data(), cols);
+    addAddendRow(pdx + i * cols, ar, cols);
   }
   float *pdg = dgamma.data<float>(), *pdb = dbeta.data<float>();
   for (int64_t j = 0; j < cols; ++j) {
@@ -1297,32 +1191,20 @@ void cpu::rmsNormGradAdd(const Tensor &x, const Tensor &gamma, const Tensor &dy,
   const float *px = x.data<float>(), *g = gamma.data<float>();
   const float *pdy = dy.data<float>(), *pa = addend.data<float>();
   float *pdx = dx.data<float>();
+  bool aliased = pdx == pa;
+  std::vector<float> saved(aliased ? cols : 0);
   std::vector<double> dg(cols, 0.0);
   for (int64_t i = 0; i < rows; ++i) {
     const float *xr = px + i * cols;
-    const float *dyr = pdy + i * cols;
     const float *ar = pa + i * cols;
-    float *dxr = pdx + i * cols;
-    double rstd = rmsRstdOf(cols, rowSquares(xr, cols), epsilon);
-    double acc[kLanes] = {}, tail = 0;
-    int64_t j = 0;
-    for (; j + kLanes <= cols; j += kLanes)
-      for (int64_t k = 0; k < kLanes; ++k) {
-        double xhat = xr[j + k] * rstd;
-        acc[k] += (double)dyr[j + k] * g[j + k] * xhat;
-        dg[j + k] += (double)dyr[j + k] * xhat;
-      }
-    for (; j < cols; ++j) {
-      double xhat = xr[j] * rstd;
-      tail += (double)dyr[j] * g[j] * xhat;
-      dg[j] += (double)dyr[j] * xhat;
+    if (aliased) {
+      std::copy(ar, ar + cols, saved.begin());
+      ar = saved.data();
     }
-    double c = cols ? laneTotal(acc, tail) / cols : 0.0;
-    for (j = 0; j < cols; ++j) {
-      double xhat = xr[j] * rstd;
-      dxr[j] =
-          static_cast<float>(rstd * ((double)dyr[j] * g[j] - xhat * c)) + ar[j];
-    }
+    double rstd = vecmath::rowRmsRstd(xr, cols, epsilon);
+    vecmath::rmsNormGradRow(xr, g, pdy + i * cols, rstd, pdx + i * cols,
+                            dg.data(), cols);
+    addAddendRow(pdx + i * cols, ar, cols);
   }
   float *pdg = dgamma.data<float>();
   for (int64_t j = 0; j < cols; ++j)
