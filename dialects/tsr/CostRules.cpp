@@ -252,6 +252,52 @@ int64_t RmsNormGradOp::getTranscendentals() {
   return elementsAndRows(getInput(), getAxis()).second;
 }
 
+/// The add (1) and the layer norm: Σx (1), (x − mean)² and its sum (3),
+/// ((x − mean) · rstd) · scale + bias (4) per element; per row: the mean,
+/// the variance's division and + ε (3).
+int64_t AddLayerNormOp::getFlops() {
+  auto [n, rows] = elementsAndRows(getInput(), getAxis());
+  return 9 * n + 3 * rows;
+}
+
+/// One square root per row.
+int64_t AddLayerNormOp::getTranscendentals() {
+  return elementsAndRows(getInput(), getAxis()).second;
+}
+
+/// The add (1) and tsr.rms_norm's 4 per element, 2 per row.
+int64_t AddRmsNormOp::getFlops() {
+  auto [n, rows] = elementsAndRows(getInput(), getAxis());
+  return 5 * n + 2 * rows;
+}
+
+int64_t AddRmsNormOp::getTranscendentals() {
+  return elementsAndRows(getInput(), getAxis()).second;
+}
+
+/// Per element: the statistics (4), x̂ (2), g = dy · scale (1), Σ g and
+/// Σ g · x̂ (3), dscale += dy · x̂ and dbias += dy (3), dx = rstd · (g −
+/// mean(g) − x̂ · mean(g · x̂)) (4) and + addend (1); per row: the two
+/// means, + ε and the two dot-product means (4).
+int64_t LayerNormGradAddOp::getFlops() {
+  auto [n, rows] = elementsAndRows(getInput(), getAxis());
+  return 18 * n + 4 * rows;
+}
+
+int64_t LayerNormGradAddOp::getTranscendentals() {
+  return elementsAndRows(getInput(), getAxis()).second;
+}
+
+/// tsr.rms_norm_grad's 11 per element and 3 per row, + addend (1).
+int64_t RmsNormGradAddOp::getFlops() {
+  auto [n, rows] = elementsAndRows(getInput(), getAxis());
+  return 12 * n + 3 * rows;
+}
+
+int64_t RmsNormGradAddOp::getTranscendentals() {
+  return elementsAndRows(getInput(), getAxis()).second;
+}
+
 static int64_t elementsOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getNumElements();
 }

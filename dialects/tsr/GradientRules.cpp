@@ -832,6 +832,11 @@ TSR_NO_GRADIENT(CrossEntropyGradOp,
                 "second-order differentiation is not supported")
 TSR_NO_GRADIENT(SgdUpdateOp, "optimizer updates are not differentiable")
 TSR_NO_GRADIENT(AdamwUpdateOp, "optimizer updates are not differentiable")
+// The fused ops of passes/fusion exist only after autodiff.
+TSR_NO_GRADIENT(AddLayerNormOp, "fused ops are created after autodiff")
+TSR_NO_GRADIENT(AddRmsNormOp, "fused ops are created after autodiff")
+TSR_NO_GRADIENT(LayerNormGradAddOp, "fused ops are created after autodiff")
+TSR_NO_GRADIENT(RmsNormGradAddOp, "fused ops are created after autodiff")
 TSR_NO_GRADIENT(LinearOp, "fused by tsr-fuse-linear after autodiff")
 TSR_NO_GRADIENT(BiasActivationGradOp,
                 "second-order differentiation is not supported")

@@ -117,6 +117,30 @@ LogicalResult RmsNormGradOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Residual add fused with a normalization (tsr-fuse-norm)
+//===----------------------------------------------------------------------===//
+
+LogicalResult AddLayerNormOp::verify() {
+  return verifyNormalizedShape(*this, getInput().getType(),
+                               getScale().getType(), getAxis());
+}
+
+LogicalResult AddRmsNormOp::verify() {
+  return verifyRmsNorm(*this, getInput().getType(), getScale().getType(),
+                       getAxis());
+}
+
+LogicalResult LayerNormGradAddOp::verify() {
+  return verifyNormalizedShape(*this, getInput().getType(),
+                               getScale().getType(), getAxis());
+}
+
+LogicalResult RmsNormGradAddOp::verify() {
+  return verifyRmsNorm(*this, getInput().getType(), getScale().getType(),
+                       getAxis());
+}
+
+//===----------------------------------------------------------------------===//
 // Softmax and activation gradients
 //===----------------------------------------------------------------------===//
 

@@ -526,6 +526,41 @@ ShardingRule RmsNormGradOp::getShardingRule() {
   return rule;
 }
 
+/// The fused residual add + norm: input, residual, sum and result all
+/// follow the norm's input.
+ShardingRule AddLayerNormOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, x, norm, norm};
+  rule.results = {x, x};
+  return rule;
+}
+
+ShardingRule AddRmsNormOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, x, norm};
+  rule.results = {x, x};
+  return rule;
+}
+
+/// The norm's gradient rule with the addend laid out as the input gradient.
+ShardingRule LayerNormGradAddOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, norm, x, x};
+  rule.results = {x, norm, norm};
+  return rule;
+}
+
+ShardingRule RmsNormGradAddOp::getShardingRule() {
+  ShardingRule rule;
+  auto [x, norm] = normalizedFactors(rule, shapeOf(getInput()), getAxis());
+  rule.operands = {x, norm, x, x};
+  rule.results = {x, norm};
+  return rule;
+}
+
 static ShardingRule softmaxRule(Operation *op, int64_t axis) {
   ShardingRule rule;
   TensorFactors x;

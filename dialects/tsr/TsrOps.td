@@ -689,6 +689,173 @@ def Tsr_RmsNormGradOp : Tsr_ContractOp<"rms_norm_grad",
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Residual add fused with a normalization (tsr-fuse-norm)
+//===----------------------------------------------------------------------===//
+
+def Tsr_AddLayerNormOp : Tsr_ContractOp<"add_layer_norm",
+    [AllTypesMatch<["input", "residual", "sum", "result"]>,
+     AllTypesMatch<["scale", "bias"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "Residual add fused with the `tsr.layer_norm` of its sum.";
+  let description = [{
+    `sum = input + residual` and `result = layer_norm(sum, scale, bias)`
+    over dimensions [axis, rank) (as `tsr.layer_norm`: biased variance,
+    `(h - mean) / sqrt(var + epsilon) * scale + bias`), in one kernel that
+    reads `input` and `residual` once and writes both the sum (the residual
+    stream of a pre-norm transformer, read again by the next residual add
+    and by the norm's gradient) and the normalized rows. This is ONNX
+    Runtime's SkipLayerNormalization and the fused "add + LayerNorm" of
+    Megatron-LM/apex, without the bias and dropout. Created by
+    `tsr-fuse-norm` from `tsr.add` + `tsr.layer_norm` on the partitioned
+    step, after autodiff, so it has no gradient rule (its gradient is
+    `tsr.layer_norm_grad` and the identity).
+
+    Sharding: as `tsr.layer_norm` for all of `input`, `residual`, `sum` and
+    `result`: the leading dims split freely; the normalized dims, and
+    `scale` and `bias` with them, stay whole. Cost: 9 FLOP per element (the
+    add, the two row sums, the centring, the square and the affine
+    normalization) plus 3 per row, one square root per row; bytes: the
+    operands and results once each, one tensor read fewer than the add and
+    the norm apart.
+
+    Errors: `axis` outside [0, rank); `scale` not of shape
+    input.shape[axis:].
+
+    ```mlir
+    %h, %y = tsr.add_layer_norm %x, %r, %g, %b
+        {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$residual,
+                       Tsr_StaticTensor:$scale, Tsr_StaticTensor:$bias,
+                       I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$sum, Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $residual `,` $scale `,` $bias attr-dict `:` type($input) `,`
+    type($scale)
+  }];
+}
+
+def Tsr_AddRmsNormOp : Tsr_ContractOp<"add_rms_norm",
+    [AllTypesMatch<["input", "residual", "sum", "result"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "Residual add fused with the `tsr.rms_norm` of its sum.";
+  let description = [{
+    `sum = input + residual` and `result = rms_norm(sum, scale)` over
+    dimensions [axis, rank) (as `tsr.rms_norm`, Zhang & Sennrich 2019:
+    `h / sqrt(mean(h²) + epsilon) * scale`), in one kernel that reads
+    `input` and `residual` once and writes the sum and the normalized rows:
+    the residual stream and the pre-norm of LLaMA-style blocks (ONNX
+    Runtime's SkipSimplifiedLayerNormalization). Created by `tsr-fuse-norm`
+    from `tsr.add` + `tsr.rms_norm` after autodiff; no gradient rule.
+
+    Sharding: as `tsr.rms_norm`: the leading dims split freely; the
+    normalized dims and `scale` stay whole. Cost: 5 FLOP per element (the
+    add and `tsr.rms_norm`'s 4) plus 2 per row, one rsqrt per row; bytes:
+    one tensor read fewer than the add and the norm apart.
+
+    Errors: as `tsr.rms_norm`.
+
+    ```mlir
+    %h, %y = tsr.add_rms_norm %x, %r, %w
+        {axis = 2 : i64, epsilon = 1.0e-06 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$residual,
+                       Tsr_StaticTensor:$scale, I64Attr:$axis,
+                       F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$sum, Tsr_StaticTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $residual `,` $scale attr-dict `:` type($input) `,`
+    type($scale)
+  }];
+}
+
+def Tsr_LayerNormGradAddOp : Tsr_ContractOp<"layer_norm_grad_add",
+    [AllTypesMatch<["input", "grad", "addend", "input_grad"]>,
+     AllTypesMatch<["scale", "scale_grad", "bias_grad"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "`tsr.layer_norm_grad` whose input gradient is added to "
+                "another cotangent.";
+  let description = [{
+    As `tsr.layer_norm_grad` (mean and rstd recomputed from `input`), with
+    `input_grad = layer_norm_grad(input, scale, grad).input_grad + addend`
+    written in the same pass: the backward of a pre-norm residual block,
+    where the residual stream's cotangent `addend` (from the next block)
+    and the norm's input gradient are summed by autodiff's `tsr.add`.
+    `scale_grad` and `bias_grad` are the norm's, unchanged. Created by
+    `tsr-fuse-norm` after autodiff; no gradient rule.
+
+    Sharding: as `tsr.layer_norm_grad`, `addend` as `grad`: the leading
+    dims split freely (then `scale_grad` and `bias_grad` are partial sums
+    over them); the normalized dims stay whole. Cost: 18 FLOP per element
+    plus 4 per row, one square root per row; bytes: the operands and
+    results once each, two tensor accesses fewer than the gradient and the
+    add apart.
+
+    Errors: as `tsr.layer_norm_grad`.
+
+    ```mlir
+    %dx, %dg, %db = tsr.layer_norm_grad_add %x, %g, %dy, %dres
+        {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$scale,
+                       Tsr_StaticTensor:$grad, Tsr_StaticTensor:$addend,
+                       I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$input_grad,
+                      Tsr_StaticTensor:$scale_grad,
+                      Tsr_StaticTensor:$bias_grad);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $grad `,` $addend attr-dict `:` type($input) `,`
+    type($scale)
+  }];
+}
+
+def Tsr_RmsNormGradAddOp : Tsr_ContractOp<"rms_norm_grad_add",
+    [AllTypesMatch<["input", "grad", "addend", "input_grad"]>,
+     AllTypesMatch<["scale", "scale_grad"]>,
+     DeclareOpInterfaceMethods<Tsr_CostOpInterface,
+                               ["getFlops", "getTranscendentals"]>]> {
+  let summary = "`tsr.rms_norm_grad` whose input gradient is added to "
+                "another cotangent.";
+  let description = [{
+    As `tsr.rms_norm_grad` (rstd recomputed from `input`), with
+    `input_grad = rms_norm_grad(input, scale, grad).input_grad + addend`
+    written in the same pass (the residual stream's cotangent of a
+    LLaMA-style block). `scale_grad` is the norm's. Created by
+    `tsr-fuse-norm` after autodiff; no gradient rule.
+
+    Sharding: as `tsr.rms_norm_grad`, `addend` as `grad`. Cost: 12 FLOP per
+    element plus 3 per row, one rsqrt per row; bytes: two tensor accesses
+    fewer than the gradient and the add apart.
+
+    Errors: as `tsr.rms_norm_grad`.
+
+    ```mlir
+    %dx, %dw = tsr.rms_norm_grad_add %x, %w, %dy, %dres
+        {axis = 2 : i64, epsilon = 1.0e-06 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Tsr_StaticTensor:$input, Tsr_StaticTensor:$scale,
+                       Tsr_StaticTensor:$grad, Tsr_StaticTensor:$addend,
+                       I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs Tsr_StaticTensor:$input_grad,
+                      Tsr_StaticTensor:$scale_grad);
+  let assemblyFormat = [{
+    $input `,` $scale `,` $grad `,` $addend attr-dict `:` type($input) `,`
+    type($scale)
+  }];
+}
+
 def Tsr_SoftmaxOp : Tsr_ContractOp<"softmax",
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "Numerically stable softmax along `axis`.";

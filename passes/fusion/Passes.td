@@ -80,7 +80,54 @@ def FuseNorm
     : InterfacePass<"tsr-fuse-norm", "::mlir::FunctionOpInterface"> {
   let summary = "Fuse a residual add into the LayerNorm/RMSNorm that reads it.";
   let description = [{
-    Not implemented yet: changes nothing.
+    Pre-norm transformers (GPT-2, LLaMA) add each sub-layer's output to the
+    residual stream and normalize the sum for the next sub-layer:
+    `h = x + f(x)`, `y = norm(h)`; the backward sums the norm's input
+    gradient with the residual stream's cotangent. Each pair runs as two
+    memory-bound kernels, the second re-reading what the first wrote. This
+    pass fuses them (as ONNX Runtime's SkipLayerNormalization and apex's
+    fused add + LayerNorm):
+
+    * `tsr.add` whose result is the input of a `tsr.layer_norm` /
+      `tsr.rms_norm` → `tsr.add_layer_norm` / `tsr.add_rms_norm`, which
+      reads both addends once and writes the sum (still read by the next
+      residual add and by the norm's gradient) and the normalized rows;
+    * `tsr.add` of a `tsr.layer_norm_grad` / `tsr.rms_norm_grad` input
+      gradient (read by nothing else) and another cotangent →
+      `tsr.layer_norm_grad_add` / `tsr.rms_norm_grad_add`, which writes the
+      sum instead of the input gradient.
+
+    Before:
+    ```mlir
+    %h = tsr.add %x, %r : tensor<8x16x64xf32>
+    %y = tsr.layer_norm %h, %g, %b {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    %dx, %dg, %db = tsr.layer_norm_grad %h, %g, %dy
+        {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    %s = tsr.add %dres, %dx : tensor<8x16x64xf32>
+    ```
+    After:
+    ```mlir
+    %h, %y = tsr.add_layer_norm %x, %r, %g, %b
+        {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    %s, %dg, %db = tsr.layer_norm_grad_add %h, %g, %dy, %dres
+        {axis = 2 : i64, epsilon = 1.0e-05 : f32}
+        : tensor<8x16x64xf32>, tensor<64xf32>
+    ```
+
+    Runs on the partitioned step (local shapes): under tensor parallelism
+    the residual add follows the row-parallel layer's all-reduce, under
+    Megatron sequence parallelism its reduce-scatter, so the pair is still
+    adjacent. Left alone: a pair in two blocks; a pair that cannot be
+    placed at one point (the norm's scale or bias, or the other cotangent,
+    defined after the first op while the first op's results are read
+    before the second); an input gradient with another reader; ops stamped
+    by `tsr-trace-values` (tessera-check compares every traced value). The
+    bias add of a linear layer before the residual add is not folded here:
+    `tsr-fuse-linear` puts it in the GEMM's epilogue. Results are those of
+    the unfused ops up to the order of the kernels' f64 row sums.
   }];
 }
 

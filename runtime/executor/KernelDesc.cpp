@@ -770,6 +770,43 @@ llvm::Error decodeRmsNorm(KernelDesc &d, Types ins, Types outs,
                           grad ? 2 : 1);
 }
 
+/// add_layer_norm (x, r, scale, bias) and add_rms_norm (x, r, scale) ->
+/// (x + r, y): r has x's type, the rest as the norm's.
+llvm::Error decodeAddNorm(KernelDesc &d, Types ins, Types outs,
+                          AttrReader &attrs, const CompileOptions &) {
+  bool rms = d.kind == KernelKind::AddRmsNorm;
+  RETURN_IF_ERROR(expectCounts(ins, outs, rms ? 3 : 4, 2));
+  if (ins[1] != ins[0])
+    return fail("residual " + typeStr(ins[1]) + " does not match input " +
+                typeStr(ins[0]));
+  RETURN_IF_ERROR(expectResult(outs, 0, ins[0]));
+  RETURN_IF_ERROR(expectResult(outs, 1, ins[0]));
+  std::vector<TensorType> normIns(ins.begin(), ins.end());
+  normIns.erase(normIns.begin() + 1);
+  RETURN_IF_ERROR(decodeNormFamily(d, normIns, outs.take_back(), attrs,
+                                   /*grad=*/false, normIns.size(), 1));
+  d.attrs = NormAttrs{d.get<NormAttrs>().axis, d.get<NormAttrs>().epsilon, rms,
+                      false};
+  return llvm::Error::success();
+}
+
+/// layer_norm_grad_add (x, scale, dy, addend) -> (dx + addend, dscale,
+/// dbias); rms_norm_grad_add (x, scale, dy, addend) -> (dx + addend,
+/// dscale): addend has x's type, the rest as the norm's gradient.
+llvm::Error decodeNormGradAdd(KernelDesc &d, Types ins, Types outs,
+                              AttrReader &attrs, const CompileOptions &) {
+  bool rms = d.kind == KernelKind::RmsNormGradAdd;
+  RETURN_IF_ERROR(expectCounts(ins, outs, 4, rms ? 2 : 3));
+  if (ins[3] != ins[0])
+    return fail("addend " + typeStr(ins[3]) + " does not match input " +
+                typeStr(ins[0]));
+  RETURN_IF_ERROR(decodeNormFamily(d, ins.take_front(3), outs, attrs,
+                                   /*grad=*/true, 3, outs.size()));
+  d.attrs =
+      NormAttrs{d.get<NormAttrs>().axis, d.get<NormAttrs>().epsilon, rms, true};
+  return llvm::Error::success();
+}
+
 /// tsr.attention (q, k, v [, mask]) -> (o, lse) and tsr.attention_grad
 /// (q, k, v, o, lse, do [, mask]) -> (dq, dk, dv), all f32 (bf16/f16 are
 /// widened; lse is f32 by contract). The shapes of

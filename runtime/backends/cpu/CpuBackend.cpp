@@ -244,6 +244,26 @@ llvm::Error bindNorm(const KernelDesc &d, Instruction &inst) {
   });
 }
 
+/// add_layer_norm / add_rms_norm (x, r, scale[, bias]) -> (x + r, y) and
+/// layer_norm_grad_add / rms_norm_grad_add (x, scale, dy, addend) ->
+/// (dx + addend, dscale[, dbias]).
+llvm::Error bindFusedNorm(const KernelDesc &d, Instruction &inst) {
+  return bindNoFail(inst, [a = d.get<NormAttrs>()](In in, Out out) {
+    if (a.rms && a.grad)
+      cpu::rmsNormGradAdd(*in[0], *in[1], *in[2], *in[3], a.axis, a.epsilon,
+                          out[0], out[1]);
+    else if (a.rms)
+      cpu::addRmsNorm(*in[0], *in[1], *in[2], a.axis, a.epsilon, out[0],
+                      out[1]);
+    else if (a.grad)
+      cpu::layerNormGradAdd(*in[0], *in[1], *in[2], *in[3], a.axis, a.epsilon,
+                            out[0], out[1], out[2]);
+    else
+      cpu::addLayerNorm(*in[0], *in[1], *in[2], *in[3], a.axis, a.epsilon,
+                        out[0], out[1]);
+  });
+}
+
 llvm::Error bindSoftmax(const KernelDesc &d, Instruction &inst) {
   return bindNoFail(inst, [axis = d.get<AxisAttrs>().axis](In in, Out out) {
     cpu::softmax(*in[0], axis, out[0]);
@@ -583,6 +603,9 @@ const BindTable &binders() {
     set({K::MultiSgdUpdate}, &bindMultiSgdUpdate);
     set({K::MultiAdamwUpdate}, &bindMultiAdamwUpdate);
     set({K::Dropout}, &bindDropout);
+    set({K::AddLayerNorm, K::AddRmsNorm, K::LayerNormGradAdd,
+         K::RmsNormGradAdd},
+        &bindFusedNorm);
     set({K::Linear}, &bindLinear);
     set({K::BiasActivationGrad}, &bindBiasActivationGrad);
 

@@ -1132,6 +1132,126 @@ void cpu::setBlasThreads(int numThreads) {
 }
 
 //===----------------------------------------------------------------------===//
+// Residual add fused with a norm (tsr-fuse-norm)
+//===----------------------------------------------------------------------===//
+//
+// One row at a time with the unfused kernels' row functions (VecMath.h), so
+// the results are bit-equal to the add kernel followed by the norm (and to
+// the norm gradient followed by the add): the sum is formed and normalized
+// while the row is in cache.
+
+namespace {
+/// h = x + r over one row (as the add kernel).
+void addRow(const float *x, const float *r, float *h, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    h[j] = x[j] + r[j];
+}
+
+/// dx += addend over one row (the callers pass a saved copy of the
+/// addend's row when dx is its buffer).
+void addAddendRow(float *dx, const float *addend, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    dx[j] += addend[j];
+}
+} // namespace
+
+void cpu::addLayerNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                       const Tensor &beta, int64_t axis, float epsilon,
+                       Tensor &sum, Tensor &out) {
+  int64_t rows = product(x.shape(), 0, axis);
+  int64_t cols = product(x.shape(), axis, x.rank());
+  assert(gamma.numel() == cols && beta.numel() == cols);
+  const float *px = x.data<float>(), *pr = r.data<float>();
+  const float *g = gamma.data<float>(), *b = beta.data<float>();
+  float *ph = sum.data<float>(), *po = out.data<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    float *hr = ph + i * cols;
+    addRow(px + i * cols, pr + i * cols, hr, cols);
+    double mean, rstd;
+    vecmath::rowMeanRstd(hr, cols, epsilon, mean, rstd);
+    vecmath::normalizeRow(hr, static_cast<float>(mean),
+                          static_cast<float>(rstd), g, b, po + i * cols, cols);
+  }
+}
+
+void cpu::addRmsNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                     int64_t axis, float epsilon, Tensor &sum, Tensor &out) {
+  int64_t rows = product(x.shape(), 0, axis);
+  int64_t cols = product(x.shape(), axis, x.rank());
+  assert(gamma.numel() == cols);
+  const float *px = x.data<float>(), *pr = r.data<float>();
+  const float *g = gamma.data<float>();
+  float *ph = sum.data<float>(), *po = out.data<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    float *hr = ph + i * cols;
+    addRow(px + i * cols, pr + i * cols, hr, cols);
+    float fr = static_cast<float>(vecmath::rowRmsRstd(hr, cols, epsilon));
+    vecmath::normalizeRow(hr, 0.0f, fr, g, /*beta=*/nullptr, po + i * cols,
+                          cols);
+  }
+}
+
+void cpu::layerNormGradAdd(const Tensor &x, const Tensor &gamma,
+                           const Tensor &dy, const Tensor &addend, int64_t axis,
+                           float epsilon, Tensor &dx, Tensor &dgamma,
+                           Tensor &dbeta) {
+  int64_t rows = product(x.shape(), 0, axis);
+  int64_t cols = product(x.shape(), axis, x.rank());
+  const float *px = x.data<float>(), *g = gamma.data<float>();
+  const float *pdy = dy.data<float>(), *pa = addend.data<float>();
+  float *pdx = dx.data<float>();
+  bool aliased = pdx == pa;
+  std::vector<float> saved(aliased ? cols : 0);
+  std::vector<double> dg(cols, 0.0), db(cols, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float *xr = px + i * cols;
+    const float *ar = pa + i * cols;
+    if (aliased) {
+      std::copy(ar, ar + cols, saved.begin());
+      ar = saved.data();
+    }
+    double mean, rstd;
+    vecmath::rowMeanRstd(xr, cols, epsilon, mean, rstd);
+    vecmath::layerNormGradRow(xr, g, pdy + i * cols, mean, rstd, pdx + i * cols,
+                              dg.data(), db.data(), cols);
+    addAddendRow(pdx + i * cols, ar, cols);
+  }
+  float *pdg = dgamma.data<float>(), *pdb = dbeta.data<float>();
+  for (int64_t j = 0; j < cols; ++j) {
+    pdg[j] = static_cast<float>(dg[j]);
+    pdb[j] = static_cast<float>(db[j]);
+  }
+}
+
+void cpu::rmsNormGradAdd(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                         const Tensor &addend, int64_t axis, float epsilon,
+                         Tensor &dx, Tensor &dgamma) {
+  int64_t rows = product(x.shape(), 0, axis);
+  int64_t cols = product(x.shape(), axis, x.rank());
+  const float *px = x.data<float>(), *g = gamma.data<float>();
+  const float *pdy = dy.data<float>(), *pa = addend.data<float>();
+  float *pdx = dx.data<float>();
+  bool aliased = pdx == pa;
+  std::vector<float> saved(aliased ? cols : 0);
+  std::vector<double> dg(cols, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float *xr = px + i * cols;
+    const float *ar = pa + i * cols;
+    if (aliased) {
+      std::copy(ar, ar + cols, saved.begin());
+      ar = saved.data();
+    }
+    double rstd = vecmath::rowRmsRstd(xr, cols, epsilon);
+    vecmath::rmsNormGradRow(xr, g, pdy + i * cols, rstd, pdx + i * cols,
+                            dg.data(), cols);
+    addAddendRow(pdx + i * cols, ar, cols);
+  }
+  float *pdg = dgamma.data<float>();
+  for (int64_t j = 0; j < cols; ++j)
+    pdg[j] = static_cast<float>(dg[j]);
+}
+
+//===----------------------------------------------------------------------===//
 // Fused linear layer
 //===----------------------------------------------------------------------===//
 

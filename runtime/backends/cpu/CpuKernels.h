@@ -310,6 +310,36 @@ void adamwUpdateMulti(llvm::ArrayRef<const Tensor *> in, const Tensor &step,
                       double weightDecay, llvm::MutableArrayRef<Tensor> out);
 
 //===----------------------------------------------------------------------===//
+// Residual add fused with a norm (tsr-fuse-norm)
+//===----------------------------------------------------------------------===//
+
+/// sum = x + r (f32, as the add kernel) and out = layerNorm(sum, gamma,
+/// beta, axis, epsilon), one row at a time: x and r are read once, sum and
+/// out written once, the row's statistics (f64) taken from the sum while it
+/// is in cache. sum may be x or r; out must not alias the operands.
+void addLayerNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                  const Tensor &beta, int64_t axis, float epsilon, Tensor &sum,
+                  Tensor &out);
+
+/// sum = x + r and out = rmsNorm(sum, gamma, axis, epsilon), as
+/// addLayerNorm.
+void addRmsNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                int64_t axis, float epsilon, Tensor &sum, Tensor &out);
+
+/// layerNormGrad with dx = (the norm's input gradient) + addend, rounded to
+/// f32 before the add (as layerNormGrad followed by the add kernel). dx may
+/// be addend.
+void layerNormGradAdd(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                      const Tensor &addend, int64_t axis, float epsilon,
+                      Tensor &dx, Tensor &dgamma, Tensor &dbeta);
+
+/// rmsNormGrad with dx = (the norm's input gradient) + addend, as
+/// layerNormGradAdd.
+void rmsNormGradAdd(const Tensor &x, const Tensor &gamma, const Tensor &dy,
+                    const Tensor &addend, int64_t axis, float epsilon,
+                    Tensor &dx, Tensor &dgamma);
+
+//===----------------------------------------------------------------------===//
 // Fused linear layer (tsr.linear, tsr.bias_activation_grad)
 //===----------------------------------------------------------------------===//
 

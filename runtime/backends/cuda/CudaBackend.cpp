@@ -291,6 +291,7 @@ private:
   llvm::Error bindAttention(const KernelDesc &k, Instruction &inst);
   llvm::Error bindGather(const KernelDesc &k, Instruction &inst);
   llvm::Error bindNorm(const KernelDesc &k, Instruction &inst);
+  llvm::Error bindFusedNorm(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSoftmax(const KernelDesc &k, Instruction &inst);
   llvm::Error bindCrossEntropy(const KernelDesc &k, Instruction &inst);
   llvm::Error bindSgdUpdate(const KernelDesc &k, Instruction &inst);
@@ -1265,6 +1266,10 @@ bool CudaBackend::takesNative16Bit(const KernelDesc &k) {
   case K::LayerNormGrad:
   case K::RmsNorm:
   case K::RmsNormGrad:
+  case K::AddLayerNorm:
+  case K::AddRmsNorm:
+  case K::LayerNormGradAdd:
+  case K::RmsNormGradAdd:
   case K::Softmax:
   case K::SoftmaxGrad:
     return allSame(ins) && allSame(outs) && ins[0].dtype == outs[0].dtype;
@@ -1319,6 +1324,9 @@ const CudaBackend::BindTable &CudaBackend::binders() {
     set({K::CrossEntropy, K::CrossEntropyGrad}, &CudaBackend::bindCrossEntropy);
     set({K::SgdUpdate}, &CudaBackend::bindSgdUpdate);
     set({K::AdamwUpdate}, &CudaBackend::bindAdamwUpdate);
+    set({K::AddLayerNorm, K::AddRmsNorm, K::LayerNormGradAdd,
+         K::RmsNormGradAdd},
+        &CudaBackend::bindFusedNorm);
     set({K::Linear}, &CudaBackend::bindLinear);
     set({K::BiasActivationGrad}, &CudaBackend::bindBiasActivationGrad);
 
@@ -1930,6 +1938,39 @@ llvm::Error CudaBackend::bindNorm(const KernelDesc &k, Instruction &inst) {
                                             ws, s)
                       : cuda::layerNorm(*in[0], *in[1], *in[2], a.axis,
                                         a.epsilon, out[0], s);
+      });
+  return llvm::Error::success();
+}
+
+/// add_layer_norm / add_rms_norm (x, r, scale[, bias]) -> (x + r, y) and
+/// layer_norm_grad_add / rms_norm_grad_add (x, scale, dy, addend) ->
+/// (dx + addend, dscale[, dbias]), the gradients with the norm gradients'
+/// scratch.
+llvm::Error CudaBackend::bindFusedNorm(const KernelDesc &k, Instruction &inst) {
+  if (k.hasGridAxes())
+    return noGridAxesForm(k);
+  cudaStream_t s = stream();
+  const NormAttrs &a = k.get<NormAttrs>();
+  const std::vector<int64_t> &shape = k.operands[0].shape;
+  size_t scratchBytes = !a.grad ? 0
+                        : a.rms
+                            ? cuda::rmsNormGradScratchBytes(shape, a.axis)
+                            : cuda::layerNormGradScratchBytes(shape, a.axis);
+  inst.fn = launchWith(
+      inst, k.name(), false, scratchBytes,
+      [s, a](In in, Out out, cuda::DeviceStatus *, void *ws) {
+        if (a.rms)
+          return a.grad ? cuda::rmsNormGradAdd(*in[0], *in[1], *in[2], *in[3],
+                                               a.axis, a.epsilon, out[0],
+                                               out[1], ws, s)
+                        : cuda::addRmsNorm(*in[0], *in[1], *in[2], a.axis,
+                                           a.epsilon, out[0], out[1], s);
+        return a.grad
+                   ? cuda::layerNormGradAdd(*in[0], *in[1], *in[2], *in[3],
+                                            a.axis, a.epsilon, out[0], out[1],
+                                            out[2], ws, s)
+                   : cuda::addLayerNorm(*in[0], *in[1], *in[2], *in[3], a.axis,
+                                        a.epsilon, out[0], out[1], s);
       });
   return llvm::Error::success();
 }

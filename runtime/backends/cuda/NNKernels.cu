@@ -1243,6 +1243,221 @@ cudaError_t adamwUpdateTensors(const Tensor *const *ins, Tensor *out, size_t n,
                           beta1, beta2, eps, weightDecay, stream);
 }
 
+//===----------------------------------------------------------------------===//
+// Residual add fused with a norm (tsr-fuse-norm)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// hr = xr + rr (rounded to T) over the block's columns. Each thread later
+/// reads back only the columns it wrote (the same j stride), so no barrier
+/// is needed before the row statistics.
+template <typename T>
+__device__ void addRow(const T *xr, const T *rr, T *hr, int64_t cols) {
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    hr[j] = fromF32<T>(addRn(toF32(xr[j]), toF32(rr[j])));
+}
+
+template <typename T>
+__global__ void addLayerNormKernel(const T *x, const T *res, const T *gamma,
+                                   const T *beta, T *sum, T *out, int64_t rows,
+                                   int64_t cols, float epsilon) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T *hr = sum + r * cols;
+    T *yr = out + r * cols;
+    addRow(x + r * cols, res + r * cols, hr, cols);
+    double mean, rstd;
+    rowStats(hr, cols, epsilon, mean, rstd);
+    float fm = static_cast<float>(mean), fr = static_cast<float>(rstd);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      float v = mulRn(mulRn(toF32(hr[j]) - fm, fr), toF32(gamma[j]));
+      yr[j] = fromF32<T>(addRn(v, toF32(beta[j])));
+    }
+  }
+}
+
+template <typename T>
+__global__ void addRmsNormKernel(const T *x, const T *res, const T *gamma,
+                                 T *sum, T *out, int64_t rows, int64_t cols,
+                                 float epsilon) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T *hr = sum + r * cols;
+    T *yr = out + r * cols;
+    addRow(x + r * cols, res + r * cols, hr, cols);
+    float fr = static_cast<float>(rmsRstd(hr, cols, epsilon));
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      yr[j] = fromF32<T>(mulRn(mulRn(toF32(hr[j]), fr), toF32(gamma[j])));
+  }
+}
+
+/// lnDxKernel with dx = round(dx) + addend.
+template <typename T>
+__global__ void lnDxAddKernel(const T *x, const T *gamma, const T *dy,
+                              const T *addend, const double *mean,
+                              const double *rstd, int64_t rows, int64_t cols,
+                              T *dx) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
+    const T *ar = addend + r * cols;
+    T *dxr = dx + r * cols;
+    double m = mean[r], s = rstd[r];
+    double a = 0, b = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      double xhat = (toF32(xr[j]) - m) * s;
+      double d = static_cast<double>(toF32(dyr[j])) * toF32(gamma[j]);
+      a += d;
+      b += d * xhat;
+    }
+    a = blockReduce(a, SumOp(), 0.0);
+    b = blockReduce(b, SumOp(), 0.0);
+    double mA = a / cols, mB = b / cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      double xhat = (toF32(xr[j]) - m) * s;
+      double d = static_cast<double>(toF32(dyr[j])) * toF32(gamma[j]);
+      float g = toF32(fromF32<T>(static_cast<float>(s * (d - mA - xhat * mB))));
+      dxr[j] = fromF32<T>(addRn(g, toF32(ar[j])));
+    }
+  }
+}
+
+/// rmsDxKernel with dx = round(dx) + addend.
+template <typename T>
+__global__ void rmsDxAddKernel(const T *x, const T *gamma, const T *dy,
+                               const T *addend, const double *rstd,
+                               int64_t rows, int64_t cols, T *dx) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
+    const T *ar = addend + r * cols;
+    T *dxr = dx + r * cols;
+    double s = rstd[r];
+    double dot = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      double xhat = toF32(xr[j]) * s;
+      dot += static_cast<double>(toF32(dyr[j])) * toF32(gamma[j]) * xhat;
+    }
+    dot = blockReduce(dot, SumOp(), 0.0);
+    double c = dot / cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      double xhat = toF32(xr[j]) * s;
+      double g = static_cast<double>(toF32(dyr[j])) * toF32(gamma[j]);
+      float v = toF32(fromF32<T>(static_cast<float>(s * (g - xhat * c))));
+      dxr[j] = fromF32<T>(addRn(v, toF32(ar[j])));
+    }
+  }
+}
+
+} // namespace
+
+cudaError_t addLayerNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                         const Tensor &beta, int64_t axis, float epsilon,
+                         Tensor &sum, Tensor &out, cudaStream_t stream) {
+  RowsCols rc = splitRows(x.shape(), axis);
+  if (rc.rows == 0 || rc.cols == 0)
+    return cudaSuccess;
+  return dispatchFloat(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    addLayerNormKernel<T>
+        <<<rowGrid(rc.rows), rowBlockThreads(rc.cols), 0, stream>>>(
+            in<T>(x), in<T>(r), in<T>(gamma), in<T>(beta), outPtr<T>(sum),
+            outPtr<T>(out), rc.rows, rc.cols, epsilon);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t addRmsNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                       int64_t axis, float epsilon, Tensor &sum, Tensor &out,
+                       cudaStream_t stream) {
+  RowsCols rc = splitRows(x.shape(), axis);
+  if (rc.rows == 0 || rc.cols == 0)
+    return cudaSuccess;
+  return dispatchFloat(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    addRmsNormKernel<T>
+        <<<rowGrid(rc.rows), rowBlockThreads(rc.cols), 0, stream>>>(
+            in<T>(x), in<T>(r), in<T>(gamma), outPtr<T>(sum), outPtr<T>(out),
+            rc.rows, rc.cols, epsilon);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t layerNormGradAdd(const Tensor &x, const Tensor &gamma,
+                             const Tensor &dy, const Tensor &addend,
+                             int64_t axis, float epsilon, Tensor &dx,
+                             Tensor &dgamma, Tensor &dbeta, void *scratch,
+                             cudaStream_t stream) {
+  RowsCols rc = splitRows(x.shape(), axis);
+  if (rc.cols == 0)
+    return cudaSuccess;
+  int64_t groups = lnGroups(rc.rows);
+  int64_t per = groups ? (rc.rows + groups - 1) / groups : 0;
+  char *base = static_cast<char *>(scratch);
+  double *mean = reinterpret_cast<double *>(base);
+  base += alignUp(rc.rows * sizeof(double));
+  double *rstd = reinterpret_cast<double *>(base);
+  base += alignUp(rc.rows * sizeof(double));
+  double *dgPart = reinterpret_cast<double *>(base);
+  base += alignUp(groups * rc.cols * sizeof(double));
+  double *dbPart = reinterpret_cast<double *>(base);
+  return dispatchFloat(x.dtype(), [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    int threads = rowBlockThreads(rc.cols);
+    if (rc.rows > 0) {
+      rowStatsKernel<T><<<rowGrid(rc.rows), threads, 0, stream>>>(
+          in<T>(x), rc.rows, rc.cols, epsilon, mean, rstd);
+      dim3 grid(
+          static_cast<unsigned>((rc.cols + kLnTileCols - 1) / kLnTileCols),
+          static_cast<unsigned>(groups));
+      lnPartialKernel<T><<<grid, dim3(kLnTileCols, kLnTileRows), 0, stream>>>(
+          in<T>(x), in<T>(dy), mean, rstd, rc.rows, rc.cols, per, dgPart,
+          dbPart);
+    }
+    lnFinalKernel<T><<<gridFor(rc.cols), kThreadsPerBlock, 0, stream>>>(
+        dgPart, dbPart, groups, rc.cols, outPtr<T>(dgamma), outPtr<T>(dbeta));
+    if (rc.rows > 0) // after the partial sums: dx may be dy
+      lnDxAddKernel<T><<<rowGrid(rc.rows), threads, 0, stream>>>(
+          in<T>(x), in<T>(gamma), in<T>(dy), in<T>(addend), mean, rstd, rc.rows,
+          rc.cols, outPtr<T>(dx));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t rmsNormGradAdd(const Tensor &x, const Tensor &gamma,
+                           const Tensor &dy, const Tensor &addend, int64_t axis,
+                           float epsilon, Tensor &dx, Tensor &dgamma,
+                           void *scratch, cudaStream_t stream) {
+  RowsCols rc = splitRows(x.shape(), axis);
+  if (rc.cols == 0)
+    return cudaSuccess;
+  int64_t groups = lnGroups(rc.rows);
+  int64_t per = groups ? (rc.rows + groups - 1) / groups : 0;
+  char *base = static_cast<char *>(scratch);
+  double *rstd = reinterpret_cast<double *>(base);
+  base += alignUp(rc.rows * sizeof(double));
+  double *dgPart = reinterpret_cast<double *>(base);
+  return dispatchFloat(x.dtype(), [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    int threads = rowBlockThreads(rc.cols);
+    if (rc.rows > 0) {
+      rmsRstdKernel<T><<<rowGrid(rc.rows), threads, 0, stream>>>(
+          in<T>(x), rc.rows, rc.cols, epsilon, rstd);
+      dim3 grid(
+          static_cast<unsigned>((rc.cols + kLnTileCols - 1) / kLnTileCols),
+          static_cast<unsigned>(groups));
+      rmsPartialKernel<T><<<grid, dim3(kLnTileCols, kLnTileRows), 0, stream>>>(
+          in<T>(x), in<T>(dy), rstd, rc.rows, rc.cols, per, dgPart);
+    }
+    rmsFinalKernel<T><<<gridFor(rc.cols), kThreadsPerBlock, 0, stream>>>(
+        dgPart, groups, rc.cols, outPtr<T>(dgamma));
+    if (rc.rows > 0) // after the partial sums: dx may be dy
+      rmsDxAddKernel<T><<<rowGrid(rc.rows), threads, 0, stream>>>(
+          in<T>(x), in<T>(gamma), in<T>(dy), in<T>(addend), rstd, rc.rows,
+          rc.cols, outPtr<T>(dx));
+    return cudaGetLastError();
+  });
+}
+
 } // namespace cuda
 } // namespace runtime
 } // namespace tessera

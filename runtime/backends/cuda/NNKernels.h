@@ -517,6 +517,40 @@ cudaError_t adamwUpdateTensors(const Tensor *const *in, Tensor *out, size_t n,
                                double beta1, double beta2, double eps,
                                double weightDecay, cudaStream_t stream);
 
+//===----------------------------------------------------------------------===//
+// Residual add fused with a norm (tsr-fuse-norm)
+//===----------------------------------------------------------------------===//
+
+/// sum = x + r (rounded to T, as the add kernel) and out = layerNorm(sum,
+/// gamma, beta) (cpu::addLayerNorm): one block per row reads x and r once
+/// and writes sum and out; the statistics are layerNorm's, of the rounded
+/// sum. All of one dtype T. sum may be x or r.
+cudaError_t addLayerNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                         const Tensor &beta, int64_t axis, float epsilon,
+                         Tensor &sum, Tensor &out, cudaStream_t stream);
+
+/// sum = x + r and out = rmsNorm(sum, gamma) (cpu::addRmsNorm), as
+/// addLayerNorm.
+cudaError_t addRmsNorm(const Tensor &x, const Tensor &r, const Tensor &gamma,
+                       int64_t axis, float epsilon, Tensor &sum, Tensor &out,
+                       cudaStream_t stream);
+
+/// layerNormGrad with dx = (the input gradient, rounded to T) + addend
+/// (cpu::layerNormGradAdd); scratch of layerNormGradScratchBytes. dx may be
+/// addend or dy.
+cudaError_t layerNormGradAdd(const Tensor &x, const Tensor &gamma,
+                             const Tensor &dy, const Tensor &addend,
+                             int64_t axis, float epsilon, Tensor &dx,
+                             Tensor &dgamma, Tensor &dbeta, void *scratch,
+                             cudaStream_t stream);
+
+/// rmsNormGrad with dx = (the input gradient, rounded to T) + addend
+/// (cpu::rmsNormGradAdd); scratch of rmsNormGradScratchBytes.
+cudaError_t rmsNormGradAdd(const Tensor &x, const Tensor &gamma,
+                           const Tensor &dy, const Tensor &addend, int64_t axis,
+                           float epsilon, Tensor &dx, Tensor &dgamma,
+                           void *scratch, cudaStream_t stream);
+
 } // namespace cuda
 } // namespace runtime
 } // namespace tessera

@@ -793,3 +793,67 @@ func.func @multi_adamw_negative_weight_decay(%p: tensor<4xf32>, %t: tensor<f32>,
   %0:3 = tsr.multi_adamw_update [%p, %p, %p, %p], %t, %lr {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = -0.5 : f32} : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @add_layer_norm_scale(%x: tensor<4x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{scale shape must be input.shape[1:], got 'tensor<4xf32>'}}
+  %h, %y = tsr.add_layer_norm %x, %x, %g, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<4x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @add_layer_norm_axis(%x: tensor<4x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{axis 2 out of range for rank 2}}
+  %h, %y = tsr.add_layer_norm %x, %x, %g, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<4x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @add_layer_norm_residual_type(%x: tensor<4x8xf32>, %r: tensor<4x4xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{all of {input, residual, sum, result} have same type}}
+  %h, %y = "tsr.add_layer_norm"(%x, %r, %g, %g) {axis = 1 : i64, epsilon = 1.0e-05 : f32} : (tensor<4x8xf32>, tensor<4x4xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @add_rms_norm_scale_type(%x: tensor<4x8xf32>, %g: tensor<8xbf16>) {
+  // expected-error @+1 {{scale element type must be the input's ('f32'), got 'tensor<8xbf16>'}}
+  %h, %y = tsr.add_rms_norm %x, %x, %g {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<4x8xf32>, tensor<8xbf16>
+  return
+}
+
+// -----
+
+func.func @add_rms_norm_int(%x: tensor<4x8xi64>, %g: tensor<8xi64>) {
+  // expected-error @+1 {{expects a float element type, got 'tensor<4x8xi64>'}}
+  %h, %y = tsr.add_rms_norm %x, %x, %g {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<4x8xi64>, tensor<8xi64>
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_add_scale(%x: tensor<4x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{scale shape must be input.shape[1:], got 'tensor<4xf32>'}}
+  %dx, %dg, %db = tsr.layer_norm_grad_add %x, %g, %x, %x {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<4x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_grad_add_addend_type(%x: tensor<4x8xf32>, %a: tensor<4x8xbf16>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{all of {input, grad, addend, input_grad} have same type}}
+  %dx, %dg, %db = "tsr.layer_norm_grad_add"(%x, %g, %x, %a) {axis = 1 : i64, epsilon = 1.0e-05 : f32} : (tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>, tensor<4x8xbf16>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_add_axis(%x: tensor<4x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{axis -1 out of range for rank 2}}
+  %dx, %dw = tsr.rms_norm_grad_add %x, %g, %x, %x {axis = -1 : i64, epsilon = 1.0e-06 : f32} : tensor<4x8xf32>, tensor<8xf32>
+  return
+}

@@ -99,3 +99,18 @@ func.func @multi_updates(%p: tensor<4xf32>, %q: tensor<2x3xf32>, %s: tensor<f32>
   %1:6 = tsr.multi_adamw_update [%p, %q, %p, %q, %p, %q, %p, %q], %s, %s {beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.01 : f32} : tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>, tensor<4xf32>, tensor<2x3xf32>
   return %0#0, %1#1 : tensor<4xf32>, tensor<2x3xf32>
 }
+
+// The fused residual add + norm ops of tsr-fuse-norm; result types are
+// inferred.
+// CHECK-LABEL: func.func @fused_norm
+// CHECK: %[[H:.*]], %[[Y:.*]] = tsr.add_layer_norm %arg0, %arg1, %arg2, %arg2 {axis = 2 : i64, epsilon = 9.99999974E-6 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+// CHECK: %[[H2:.*]], %[[Y2:.*]] = tsr.add_rms_norm %[[H]], %[[Y]], %arg2 {axis = 2 : i64, epsilon = 9.99999997E-7 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+// CHECK: %[[DX:.*]], %{{.*}}, %{{.*}} = tsr.layer_norm_grad_add %[[H2]], %arg2, %[[Y2]], %arg1 {axis = 2 : i64, {{.*}}} : tensor<2x4x8xf32>, tensor<8xf32>
+// CHECK: tsr.rms_norm_grad_add %arg3, %arg4, %arg3, %arg3 {axis = 1 : i64, {{.*}}} : tensor<2x4x8xbf16>, tensor<4x8xbf16>
+func.func @fused_norm(%x: tensor<2x4x8xf32>, %r: tensor<2x4x8xf32>, %g: tensor<8xf32>, %xb: tensor<2x4x8xbf16>, %wb: tensor<4x8xbf16>) -> (tensor<2x4x8xf32>, tensor<4x8xbf16>) {
+  %h, %y = tsr.add_layer_norm %x, %r, %g, %g {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+  %h2, %y2 = tsr.add_rms_norm %h, %y, %g {axis = 2 : i64, epsilon = 1.0e-06 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+  %dx, %dg, %db = tsr.layer_norm_grad_add %h2, %g, %y2, %r {axis = 2 : i64, epsilon = 1.0e-05 : f32} : tensor<2x4x8xf32>, tensor<8xf32>
+  %dxb, %dwb = tsr.rms_norm_grad_add %xb, %wb, %xb, %xb {axis = 1 : i64, epsilon = 1.0e-06 : f32} : tensor<2x4x8xbf16>, tensor<4x8xbf16>
+  return %dx, %dwb : tensor<2x4x8xf32>, tensor<4x8xbf16>
+}

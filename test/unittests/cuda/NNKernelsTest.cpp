@@ -417,6 +417,119 @@ TEST_F(NNKernelsTest, RmsNormGradMatchesCpu) {
     }
 }
 
+// The tsr-fuse-norm kernels: residual add + norm, and the norm gradient +
+// residual cotangent, against the CPU's fused kernels on the exactly
+// widened values (the CPU sum is f32; with 16-bit types the CUDA kernel
+// normalizes the rounded sum, as the unfused add + norm would).
+TEST_F(NNKernelsTest, AddNormMatchesCpu) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t axis;
+  };
+  for (DType dt : kFloatTypes)
+    for (const Case &c : {Case{{4, 7}, 1}, Case{{3, 5, 64}, 2},
+                          Case{{2, 3, 40}, 1}, Case{{6, 3000}, 1}})
+      for (bool rms : {false, true}) {
+        SCOPED_TRACE(std::string(dtypeName(dt)) + " " + shapeToString(c.shape) +
+                     (rms ? " rms" : " ln"));
+        std::vector<int64_t> normShape(c.shape.begin() + c.axis, c.shape.end());
+        auto [x, xf] = randomOf(dt, c.shape, 21);
+        auto [r, rf] = randomOf(dt, c.shape, 22);
+        auto [g, gf] = randomOf(dt, normShape, 23);
+        auto [b, bf] = randomOf(dt, normShape, 24);
+        // The reference normalizes the sum rounded to dt.
+        Tensor rh = Tensor::empty(DType::F32, c.shape), ry = rh.clone();
+        if (rms)
+          cpu::addRmsNorm(xf, rf, gf, c.axis, 1e-6f, rh, ry);
+        else
+          cpu::addLayerNorm(xf, rf, gf, bf, c.axis, 1e-5f, rh, ry);
+        Tensor hr = convertTo(convertTo(rh, dt), DType::F32);
+        if (rms)
+          cpu::rmsNorm(hr, gf, c.axis, 1e-6f, ry);
+        else
+          cpu::layerNorm(hr, gf, bf, c.axis, 1e-5f, ry);
+        Tensor h = devEmpty(dt, c.shape), y = devEmpty(dt, c.shape);
+        ASSERT_EQ(rms ? cuda::addRmsNorm(dev(x), dev(r), dev(g), c.axis, 1e-6f,
+                                         h, y, nullptr)
+                      : cuda::addLayerNorm(dev(x), dev(r), dev(g), dev(b),
+                                           c.axis, 1e-5f, h, y, nullptr),
+                  cudaSuccess);
+        if (dt == DType::F32)
+          expectEqualBytes(host(h), rh);
+        else
+          EXPECT_LE(maxRelativeError(host(h), convertTo(rh, dt)),
+                    tolerance(dt));
+        EXPECT_LE(maxRelativeError(host(y), convertTo(ry, dt)),
+                  2 * tolerance(dt));
+      }
+}
+
+TEST_F(NNKernelsTest, NormGradAddMatchesCpu) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t axis;
+  };
+  for (DType dt : kFloatTypes)
+    for (const Case &c : {Case{{4, 7}, 1}, Case{{3, 5, 64}, 2},
+                          Case{{300, 96}, 1}, Case{{6, 3000}, 1}})
+      for (bool rms : {false, true}) {
+        SCOPED_TRACE(std::string(dtypeName(dt)) + " " + shapeToString(c.shape) +
+                     (rms ? " rms" : " ln"));
+        std::vector<int64_t> normShape(c.shape.begin() + c.axis, c.shape.end());
+        auto [x, xf] = randomOf(dt, c.shape, 31);
+        auto [g, gf] = randomOf(dt, normShape, 32);
+        auto [dy, dyf] = randomOf(dt, c.shape, 33);
+        auto [a, af] = randomOf(dt, c.shape, 34);
+        // The reference: the CPU's fused kernel for f32; for 16-bit types
+        // the norm gradient rounded to dt, then the f32 add (as the unfused
+        // kernels would run).
+        Tensor rdx = Tensor::empty(DType::F32, c.shape);
+        Tensor rdg = Tensor::empty(DType::F32, normShape), rdb = rdg.clone();
+        if (rms)
+          cpu::rmsNormGradAdd(xf, gf, dyf, af, c.axis, 1e-6f, rdx, rdg);
+        else
+          cpu::layerNormGradAdd(xf, gf, dyf, af, c.axis, 1e-5f, rdx, rdg, rdb);
+        if (dt != DType::F32) {
+          if (rms)
+            cpu::rmsNormGrad(xf, gf, dyf, c.axis, 1e-6f, rdx, rdg);
+          else
+            cpu::layerNormGrad(xf, gf, dyf, c.axis, 1e-5f, rdx, rdg, rdb);
+          rdx = convertTo(convertTo(rdx, dt), DType::F32);
+          for (int64_t i = 0; i < rdx.numel(); ++i)
+            rdx.data<float>()[i] += af.data<float>()[i];
+        }
+        Tensor s =
+            scratch(rms ? cuda::rmsNormGradScratchBytes(c.shape, c.axis)
+                        : cuda::layerNormGradScratchBytes(c.shape, c.axis));
+        Tensor ddx = devEmpty(dt, c.shape), ddg = devEmpty(dt, normShape),
+               ddb = devEmpty(dt, normShape);
+        ASSERT_EQ(rms ? cuda::rmsNormGradAdd(dev(x), dev(g), dev(dy), dev(a),
+                                             c.axis, 1e-6f, ddx, ddg, s.raw(),
+                                             nullptr)
+                      : cuda::layerNormGradAdd(dev(x), dev(g), dev(dy), dev(a),
+                                               c.axis, 1e-5f, ddx, ddg, ddb,
+                                               s.raw(), nullptr),
+                  cudaSuccess);
+        EXPECT_LE(maxRelativeError(host(ddx), convertTo(rdx, dt)),
+                  2 * tolerance(dt));
+        EXPECT_LE(maxRelativeError(host(ddg), convertTo(rdg, dt)),
+                  tolerance(dt));
+        if (!rms)
+          EXPECT_LE(maxRelativeError(host(ddb), convertTo(rdb, dt)),
+                    tolerance(dt));
+        // dx may take the addend's buffer.
+        Tensor da = dev(a), dg2 = devEmpty(dt, normShape),
+               db2 = devEmpty(dt, normShape);
+        ASSERT_EQ(
+            rms ? cuda::rmsNormGradAdd(dev(x), dev(g), dev(dy), da, c.axis,
+                                       1e-6f, da, dg2, s.raw(), nullptr)
+                : cuda::layerNormGradAdd(dev(x), dev(g), dev(dy), da, c.axis,
+                                         1e-5f, da, dg2, db2, s.raw(), nullptr),
+            cudaSuccess);
+        expectEqualBytes(host(da), host(ddx));
+      }
+}
+
 TEST_F(NNKernelsTest, SoftmaxAndGradMatchCpu) {
   struct Case {
     std::vector<int64_t> shape;

@@ -204,6 +204,52 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %q: tensor<2x16x8xf32>) {
   EXPECT_EQ(units[3], cast<tsr::CostOpInterface>(o[3]).getTranscendentals());
 }
 
+// The fused residual add + norm ops (tsr-fuse-norm) cost one tensor read
+// (forward) or two accesses (backward: the input gradient written and read
+// back) fewer than the pair they replace, so the step model prices the
+// saving; FLOPs and transcendentals are counted per element and row.
+TEST_F(TsrInterfacesTest, FusedNormCost) {
+  SmallVector<Operation *> o = ops(R"mlir(
+func.func @f(%x: tensor<16x64xf32>, %r: tensor<16x64xf32>, %g: tensor<64xf32>) {
+  %h = tsr.add %x, %r : tensor<16x64xf32>
+  %y = tsr.layer_norm %h, %g, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  %fh, %fy = tsr.add_layer_norm %x, %r, %g, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  %dx, %dg, %db = tsr.layer_norm_grad %h, %g, %x {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  %s = tsr.add %r, %dx : tensor<16x64xf32>
+  %fs, %fdg, %fdb = tsr.layer_norm_grad_add %h, %g, %x, %r {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  %ry = tsr.rms_norm %h, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  %rh, %rfy = tsr.add_rms_norm %x, %r, %g {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  %rdx, %rdg = tsr.rms_norm_grad %h, %g, %x {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  %rs, %rfdg = tsr.rms_norm_grad_add %h, %g, %x, %r {axis = 1 : i64, epsilon = 1.0e-05 : f32} : tensor<16x64xf32>, tensor<64xf32>
+  return
+}
+)mlir");
+  ASSERT_EQ(o.size(), 10u);
+  auto cost = [&](size_t i) { return cast<tsr::CostOpInterface>(o[i]); };
+  const int64_t tensorBytes = 16 * 64 * 4, rows = 16, n = 16 * 64;
+  // add (3 tensors) + layer_norm (2 + 2 params) vs 4 tensors + 2 params.
+  EXPECT_EQ(cost(0).getBytesAccessed() + cost(1).getBytesAccessed() -
+                cost(2).getBytesAccessed(),
+            tensorBytes);
+  EXPECT_EQ(cost(2).getFlops(), 9 * n + 3 * rows);
+  EXPECT_EQ(cost(2).getTranscendentals(), rows);
+  // layer_norm_grad + add vs the fused gradient: dx is neither written nor
+  // read back.
+  EXPECT_EQ(cost(3).getBytesAccessed() + cost(4).getBytesAccessed() -
+                cost(5).getBytesAccessed(),
+            2 * tensorBytes);
+  EXPECT_EQ(cost(5).getFlops(), 18 * n + 4 * rows);
+  EXPECT_EQ(cost(0).getBytesAccessed() + cost(6).getBytesAccessed() -
+                cost(7).getBytesAccessed(),
+            tensorBytes);
+  EXPECT_EQ(cost(7).getFlops(), cost(6).getFlops() + n);
+  EXPECT_EQ(cost(8).getBytesAccessed() + cost(4).getBytesAccessed() -
+                cost(9).getBytesAccessed(),
+            2 * tensorBytes);
+  EXPECT_EQ(cost(9).getFlops(), cost(8).getFlops() + n);
+  EXPECT_EQ(cost(9).getTranscendentals(), rows);
+}
+
 TEST_F(TsrInterfacesTest, SelectiveRecomputeTrait) {
   SmallVector<Operation *> o = ops(R"mlir(
 func.func @f(%q: tensor<2x16x8xf32>) {

@@ -327,6 +327,20 @@ def run(ops, env, collective=None):
             r = [rms_norm(x[0], x[1], int(prop(p, "axis").split(":")[0]), float(prop(p, "epsilon").split(":")[0]))]
         elif name == "tsr.rms_norm_grad":
             r = list(rms_norm_grad(x[0], x[1], x[2], int(prop(p, "axis").split(":")[0]), float(prop(p, "epsilon").split(":")[0])))
+        elif name in ("tsr.add_layer_norm", "tsr.add_rms_norm",
+                      "tsr.layer_norm_grad_add", "tsr.rms_norm_grad_add"):
+            ax = int(prop(p, "axis").split(":")[0])
+            eps = float(prop(p, "epsilon").split(":")[0])
+            if name == "tsr.add_layer_norm":
+                h = x[0] + x[1]
+                r = [h, layer_norm(h, x[2], x[3], ax, eps)]
+            elif name == "tsr.add_rms_norm":
+                h = x[0] + x[1]
+                r = [h, rms_norm(h, x[2], ax, eps)]
+            else:
+                f = layer_norm_grad if name == "tsr.layer_norm_grad_add" else rms_norm_grad
+                r = list(f(x[0], x[1], x[2], ax, eps))
+                r[0] = r[0] + x[3]
         elif name == "tsr.silu_grad":
             r = [silu_grad(x[0], x[1])]
         elif name == "tsr.transpose":
