@@ -143,18 +143,17 @@ pipeline::partitionStages(const planner::Plan &plan) {
     bool linear = plan.fuses("linear"), norm = plan.fuses("norm"),
          elementwise = plan.fuses("elementwise"),
          optimizer = plan.fuses("optimizer");
-    stages.push_back(
-        {"fusion", [=](OpPassManager &pm) {
-           OpPassManager &fn = pm.nest<func::FuncOp>();
-           if (linear)
-             fn.addPass(fusion::createFuseLinear());
-           if (norm)
-             fn.addPass(fusion::createFuseNorm());
-           if (elementwise)
-             fn.addPass(fusion::createFuseElementwise());
-           if (optimizer)
-             fn.addPass(fusion::createFuseOptimizer());
-         }});
+    stages.push_back({"fusion", [=](OpPassManager &pm) {
+                        OpPassManager &fn = pm.nest<func::FuncOp>();
+                        if (linear)
+                          fn.addPass(fusion::createFuseLinear());
+                        if (norm)
+                          fn.addPass(fusion::createFuseNorm());
+                        if (elementwise)
+                          fn.addPass(fusion::createFuseElementwise());
+                        if (optimizer)
+                          fn.addPass(fusion::createFuseOptimizer());
+                      }});
   }
   return stages;
 }

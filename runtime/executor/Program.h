@@ -296,9 +296,9 @@ struct Instruction {
   /// programs): the id, whose results ExecContext::traced receives; -1
   /// otherwise.
   int64_t trace = -1;
-  std::string kernel; ///< "matmul", "all_reduce", ... (diagnostics)
+  std::string kernel;   ///< "matmul", "all_reduce", ... (diagnostics)
   int profileKind = -1; ///< profileKindId(kernel), set when compiled
-  std::string where;  ///< the op's location (diagnostics)
+  std::string where;    ///< the op's location (diagnostics)
   KernelFn fn;
   std::vector<int> operands; ///< slots read
   std::vector<int> results;  ///< slots written
