@@ -1,6 +1,7 @@
 //===- DistCheckpoint.cpp - distributed (sharded) checkpoints -------------===//
 
 #include "runtime/checkpoint/DistCheckpoint.h"
+#include "runtime/FaultInject.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -382,6 +383,31 @@ static llvm::Error writeFileSynced(llvm::StringRef p,
   return syncPath(p, /*isDir=*/false);
 }
 
+namespace {
+/// The fault-injection hook's stream: forwards every write to `out`
+/// unbuffered and, after the first two (a safetensors file's length and
+/// header), flushes `out` and reaches the `checkpoint` moment.
+class HeaderThenFault : public llvm::raw_ostream {
+public:
+  explicit HeaderThenFault(llvm::raw_fd_ostream &out)
+      : llvm::raw_ostream(/*unbuffered=*/true), out(out) {}
+
+private:
+  void write_impl(const char *ptr, size_t size) override {
+    out.write(ptr, size);
+    pos += size;
+    if (++writes == 2) {
+      out.flush();
+      fault::at(fault::Moment::Checkpoint);
+    }
+  }
+  uint64_t current_pos() const override { return pos; }
+  llvm::raw_fd_ostream &out;
+  uint64_t pos = 0;
+  int writes = 0;
+};
+} // namespace
+
 llvm::Error ckpt::writeRankShards(
     llvm::StringRef tmpDir, const ShardPlan &plan, int64_t rank,
     llvm::function_ref<const Tensor *(const TensorSpec &)> localValue) {
@@ -417,10 +443,15 @@ llvm::Error ckpt::writeRankShards(
     if (ec)
       return makeError("checkpoint: cannot write '" + file +
                        "': " + ec.message());
-    if (llvm::Error err =
-            writeSafeTensors(os, named,
-                             {{"format", "tessera-checkpoint-shard"},
-                              {"rank", std::to_string(rank)}}))
+    // Test hook (runtime/FaultInject.h): the `checkpoint` moment, with the
+    // shard's header on disk and its data not yet.
+    std::optional<HeaderThenFault> hook;
+    if (LLVM_UNLIKELY(fault::pending(fault::Moment::Checkpoint)))
+      hook.emplace(os);
+    if (llvm::Error err = writeSafeTensors(
+            hook ? static_cast<llvm::raw_ostream &>(*hook) : os, named,
+            {{"format", "tessera-checkpoint-shard"},
+             {"rank", std::to_string(rank)}}))
       return makeError("checkpoint '" + file +
                        "': " + llvm::toString(std::move(err)));
     os.close();

@@ -2,6 +2,7 @@
 
 #include "runtime/executor/Executor.h"
 
+#include "runtime/FaultInject.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 
 #include "runtime/executor/Backend.h"
@@ -307,8 +308,11 @@ llvm::Expected<double> Executor::runStep(const Tensor &tokens,
   }
 
   counter.beginStep();
+  fault::at(fault::Moment::Forward);             // test hook
+  ctx.lossResult = static_cast<int>(lossResult); // for the `backward` hook
   llvm::Expected<std::vector<Tensor>> results =
       planRef.program().run(ctx, std::move(args));
+  ctx.lossResult = -1;
   if (!results)
     return stepError(results.takeError());
   if (llvm::Error err = backend->finishStep())

@@ -8,6 +8,7 @@
 
 #include "runtime/executor/Executor.h"
 
+#include "runtime/FaultInject.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/executor/Backend.h"
 
@@ -212,6 +213,8 @@ llvm::Expected<double> Executor::stepPipeline(const Tensor &tokens,
   std::vector<Tensor> args;
   for (auto [k, a] : llvm::enumerate(p.actions[myStage])) {
     bool forward = a.phase == schedule::Phase::Forward;
+    fault::at(forward ? fault::Moment::Forward
+                      : fault::Moment::Backward); // test hook
     std::string name =
         llvm::formatv("{0}{1}.{2}", forward ? "F" : "B", a.chunk, a.microBatch)
             .str();

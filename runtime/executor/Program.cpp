@@ -2,6 +2,7 @@
 
 #include "runtime/executor/Program.h"
 
+#include "runtime/FaultInject.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 
 #include "runtime/executor/Backend.h"
@@ -842,7 +843,14 @@ public:
                                 p.arena, ctx.arena ? ctx.arena->bytes : 0));
     fillSlots(std::move(args));
     in.reserve(p.maxOperands);
-    for (const Instruction &inst : p.insts) {
+    // Test hook (runtime/FaultInject.h): the `backward` moment fires after
+    // the instruction that computes the loss; -1 (no hook) almost always.
+    size_t backwardAfter = SIZE_MAX;
+    if (LLVM_UNLIKELY(ctx.lossResult >= 0 &&
+                      fault::pending(fault::Moment::Backward)))
+      backwardAfter = lossWriter(ctx.lossResult);
+    for (size_t instIndex = 0; instIndex < p.insts.size(); ++instIndex) {
+      const Instruction &inst = p.insts[instIndex];
       OpTimer timer(ctx.stats, inst.profileKind, inst.bytes);
       llvm::Error err = llvm::Error::success();
       switch (inst.kind) {
@@ -863,6 +871,8 @@ public:
         return std::move(err);
       for (int s : inst.release)
         slot[s] = Tensor();
+      if (LLVM_UNLIKELY(instIndex == backwardAfter))
+        fault::at(fault::Moment::Backward);
     }
     std::vector<Tensor> results;
     results.reserve(p.resultSlots.size());
@@ -872,6 +882,19 @@ public:
   }
 
 private:
+  /// The index of the last instruction that writes result `r`'s slot, or
+  /// SIZE_MAX.
+  size_t lossWriter(int r) const {
+    if (r < 0 || static_cast<size_t>(r) >= p.resultSlots.size())
+      return SIZE_MAX;
+    int target = p.resultSlots[r];
+    size_t at = SIZE_MAX;
+    for (size_t i = 0; i < p.insts.size(); ++i)
+      if (llvm::is_contained(p.insts[i].results, target))
+        at = i;
+    return at;
+  }
+
   /// An MPI receive posted before the first instruction and its buffer.
   struct PostedRecv {
     MPI_Request request = MPI_REQUEST_NULL;
@@ -960,6 +983,7 @@ private:
   }
 
   llvm::Error runSend(const Instruction &inst) {
+    fault::at(fault::Moment::Send); // test hook
     Tensor data = slot[inst.operands[0]];
     if (devicePointToPoint) {
       if (llvm::Error err = ctx.communication->send(

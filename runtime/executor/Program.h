@@ -143,6 +143,11 @@ llvm::StringRef profileKindName(int id);
 struct ExecContext {
   /// Communicator for each entry of Program::commAxes (same order).
   std::vector<mpi::Communicator> comms;
+  /// The result index of the loss while a (non-pipeline) training step runs,
+  /// else -1: the instruction that computes it ends the forward, where the
+  /// fault-injection test hook's `backward` moment fires
+  /// (runtime/FaultInject.h).
+  int lossResult = -1;
   /// Collective and send volumes are recorded here when set.
   mpi::TrafficCounter *traffic = nullptr;
   /// What kernels measure about themselves while they run, when set.

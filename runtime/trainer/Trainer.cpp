@@ -7,6 +7,7 @@
 
 #include "runtime/trainer/Trainer.h"
 
+#include "runtime/FaultInject.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/executor/Layout.h"
@@ -823,6 +824,7 @@ void Trainer::train() {
       static_cast<double>(m.globalBatch) * static_cast<double>(m.seqLen);
   // Steps are numbered globally: a resumed run continues at startStep.
   firstProfiled = opts.steps - startStep > 1 ? startStep + 1 : startStep;
+  fault::trainingStarted(); // the test hook's collective and send moments
   for (int64_t s = startStep; s < opts.steps; ++s) {
     stepExtras.clear();
     if (!opts.profilePath.empty() && s == firstProfiled)

@@ -100,9 +100,18 @@
 // (runtime/collectives/mpi/Watchdog.h, --collective-timeout-s S, default
 // 300, 0 = off): when a rank on this host dies while an MPI operation is in
 // flight, or the operation runs longer than S seconds, every other rank
-// prints one line naming the lost rank (or the timeout) and the operation's
-// sequence number, and exits with status 1, even under a launcher that does
-// not end the job itself.
+// prints one line naming the lost rank (or the timeout, and the ranks on
+// this host that are stopped) and the operation's sequence number, and exits
+// with status 1, even under a launcher that does not end the job itself.
+// Start-up is covered too: a timer armed before MPI_Init ends the rank when
+// MPI initialisation or the watchdog's first all_gather blocks S seconds
+// ("rank R: start-up did not finish within S s ...: MPI initialisation
+// (MPI_Init) blocked for S s; rank L (pid P) is stopped; aborting").
+//
+// Test hook: TESSERA_FAULT_INJECT=RANK:MOMENT:SIGNAL[:COUNT] makes one rank
+// SIGKILL or SIGSTOP itself at a moment of the run (runtime/FaultInject.h;
+// test/e2e/fault_matrix.py, docs/FaultMatrix.md). A malformed value is an
+// error.
 //
 // Learning rate: the plan's "hyper" argument "lr" is set before every step
 // from the schedule (runtime/trainer/LrSchedule.h: Megatron-LM's
@@ -124,8 +133,10 @@
 #endif
 
 #include "common/cluster/Cluster.h"
+#include "runtime/FaultInject.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/trainer/Trainer.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -491,7 +502,11 @@ static cl::opt<double> collectiveTimeout(
              "collective #N (...) timed out after S s' and exits with status "
              "1, so the job ends on every rank instead of hanging (ranks on "
              "other hosts are caught by the timeout). #N counts the blocking "
-             "MPI operations of the process from 1"),
+             "MPI operations of the process from 1. Start-up is covered too: "
+             "MPI initialisation or the watchdog's first all_gather blocking "
+             "this long ends the rank with 'rank R: start-up did not finish "
+             "within S s ...', naming the ranks of the job on this host that "
+             "are stopped, exited or missing"),
     cl::value_desc("S"), cl::init(300), cl::cat(category));
 
 static cl::opt<std::string> dumpTensors(
@@ -520,7 +535,8 @@ static const char *kOverview =
     "once, as 'tessera-run: error: ...', naming the file at fault.\n"
     "If a rank dies or a collective blocks longer than --collective-timeout-s\n"
     "(default 300 s), every other rank exits with status 1 naming the lost\n"
-    "rank or the collective's sequence number.\n";
+    "rank or the collective's sequence number; MPI start-up is under the same\n"
+    "timeout.\n";
 
 namespace {
 
@@ -690,6 +706,18 @@ int main(int argc, char **argv) {
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     cpu::setBlasThreads(1);
 
+  // The fault-injection test hook (runtime/FaultInject.h), read once.
+  if (llvm::Error err = fault::initFromEnvironment(
+          std::max(mpi::watchdog::launcherRank(), 0))) {
+    llvm::errs() << "tessera-run: error: " << llvm::toString(std::move(err))
+                 << "\n";
+    return 1;
+  }
+  // Start-up under the timeout: MPI_Init and the watchdog's own all_gather
+  // (Watchdog.h, "Start-up"); the watchdog thread takes over once it runs.
+  bool training = !(calibrateFlag || calibrateQuick || benchCollectivesFlag);
+  if (training)
+    mpi::watchdog::armStartup(collectiveTimeout, "tessera-run");
   if (llvm::Error err = mpi::initialize(&argc, &argv)) {
     llvm::errs() << "tessera-run: error: " << llvm::toString(std::move(err))
                  << "\n";

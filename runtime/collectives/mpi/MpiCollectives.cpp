@@ -1,6 +1,7 @@
 //===- MpiCollectives.cpp - MPI communicators, grids, collectives ---------===//
 
 #include "runtime/collectives/mpi/MpiCollectives.h"
+#include "runtime/FaultInject.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 
 #include <climits>
@@ -117,10 +118,17 @@ llvm::Error mpi::initialize(int *argc, char ***argv) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) {
-    int rc = MPI_Init(argc, argv);
+    fault::at(fault::Moment::Startup); // test hook: before MPI_Init
+    int rc;
+    {
+      // Under the start-up timer (watchdog::armStartup), if armed.
+      watchdog::StartupPhase phase("MPI initialisation (MPI_Init)");
+      rc = MPI_Init(argc, argv);
+    }
     if (rc != MPI_SUCCESS)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "MPI_Init failed (code %d)", rc);
+    fault::at(fault::Moment::Startup); // test hook: after MPI_Init
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   return llvm::Error::success();
@@ -132,6 +140,7 @@ void mpi::finalize() {
   MPI_Finalized(&fin);
   // The watchdog would take peers that finalised and exited for lost ones.
   watchdog::stop();
+  watchdog::disarmStartup();
   if (init && !fin)
     MPI_Finalize();
 }

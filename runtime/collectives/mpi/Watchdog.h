@@ -30,8 +30,31 @@
 //     launchers that leave the others running find them ending by their own
 //     watchdog.
 //
-// The decision and the message are pure functions (`decide`,
-// `formatFailure`) so that they are unit-tested without MPI.
+// A timeout names the peers on this host that are stopped (SIGSTOP, or
+// stopped under a debugger: state T or t in /proc/<pid>/stat), e.g.
+//   tessera-run: error: rank 0: collective #12 (all_reduce over 2 ranks)
+//   timed out after 1.0 s (--collective-timeout-s 1); rank 1 (pid 4242 on
+//   node7) is stopped; aborting
+//
+// Start-up. The watchdog thread needs MPI (it learns its peers by an
+// all_gather), so it cannot cover MPI_Init or its own all_gather. A start-up
+// timer does: `armStartup` (before MPI_Init; the rank is the launcher's,
+// `launcherRank`) starts a thread that, every 100 ms, checks the start-up
+// phase in flight, i.e. MPI initialisation (`StartupPhase`, set by
+// mpi::initialize) or any guarded MPI operation (the watchdog's own
+// all_gather), and when one runs longer than the timeout writes
+//   tessera-run: error: rank 0: start-up did not finish within 1 s
+//   (--collective-timeout-s 1): MPI initialisation (MPI_Init) blocked for
+//   1.0 s; rank 1 (pid 4242) is stopped; aborting
+// and ends the process with _exit(1) 0.5 s later. The ranks it names are
+// the processes of the same launcher job and executable on this host
+// (found by their environment in /proc at that moment): stopped, exited
+// (a zombie) or, when the whole job runs on this host, not running at all.
+// `start` disarms it once the watchdog thread runs (`disarmStartup`).
+//
+// The decisions and the messages are pure functions (`decide`,
+// `formatFailure`, `startupTimedOut`, `formatStartupFailure`) so that they
+// are unit-tested without MPI.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,10 +62,13 @@
 #define TESSERA_RUNTIME_COLLECTIVES_MPI_WATCHDOG_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace tessera {
 namespace runtime {
@@ -120,10 +146,16 @@ Decision decide(const Operation &op, int64_t now, double timeoutS,
 /// The one-line message (no trailing newline) for `d`, e.g.
 ///   "tessera-run: error: rank 2: lost rank 1 (pid 4242 on node7) during
 ///   collective #57 (all_reduce over 4 ranks, running 0.4 s); aborting".
-/// `lost` is the peer of a PeerLost decision.
+/// `lost` is the peer of a PeerLost decision; `stopped`, for a timeout, the
+/// peers found stopped ("; rank 1 (pid 4242 on node7) is stopped" instead of
+/// "; a peer is lost or stuck").
 std::string formatFailure(llvm::StringRef tool, int myRank, const Decision &d,
                           const Operation &op, int64_t now, double timeoutS,
-                          const Peer *lost);
+                          const Peer *lost, llvm::ArrayRef<Peer> stopped = {});
+
+/// The state letter of /proc/<pid>/stat (R, S, D, T, t, Z, ...), or 0 if
+/// there is no such process.
+char processState(int pid);
 
 /// Whether process `pid` is alive and is the process that had `startTime`
 /// (0: not checked): false if it does not exist, is a zombie or dead, or has
@@ -140,6 +172,67 @@ llvm::Error start(double timeoutS, llvm::StringRef tool);
 /// Stops and joins the thread (no-op if not started). mpi::finalize() calls
 /// it before MPI_Finalize.
 void stop();
+
+//===----------------------------------------------------------------------===//
+// Start-up (before the watchdog thread runs)
+//===----------------------------------------------------------------------===//
+
+/// The world rank the launcher gave this process, known before MPI_Init: the
+/// first of OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID that is
+/// a decimal number; -1 if none (a singleton run). `getenv` is for tests.
+int launcherRank(llvm::function_ref<const char *(const char *)> getenv =
+                     [](const char *name) { return std::getenv(name); });
+
+/// A process of this launcher job on this host, as the start-up timer finds
+/// it when it fires.
+struct LocalRank {
+  int rank = -1;
+  int pid = 0;
+  /// /proc state letter: 'T' or 't' stopped, 'Z' or 'X' exited; 0: no
+  /// process of that rank runs on this host (the whole job being here).
+  char state = 0;
+};
+
+/// Whether a start-up phase that began at `startNs` has run out its
+/// `timeoutS` seconds at `now` (ns). A phase with `startNs` 0 is none.
+bool startupTimedOut(int64_t startNs, int64_t now, double timeoutS);
+
+/// The one-line message (no trailing newline) of a start-up timeout: `what`
+/// was in flight (e.g. "MPI initialisation (MPI_Init)") since `startNs`;
+/// `suspects` are the job's stopped, exited or missing ranks (only those
+/// are named), e.g. "tessera-run: error: rank 0: start-up did not finish
+/// within 1 s (--collective-timeout-s 1): MPI initialisation (MPI_Init)
+/// blocked for 1.0 s; rank 1 (pid 4242) is stopped; aborting".
+std::string formatStartupFailure(llvm::StringRef tool, int myRank,
+                                 llvm::StringRef what, int64_t startNs,
+                                 int64_t now, double timeoutS,
+                                 llvm::ArrayRef<LocalRank> suspects);
+
+/// The processes of this launcher job (same PMIX_NAMESPACE,
+/// OMPI_MCA_ess_base_jobid or SLURM_JOB_ID.SLURM_STEP_ID, and the same
+/// executable) on this host other than this one, each with its rank and
+/// state, plus (state 0) the ranks not found when the launcher says the
+/// whole job runs on this host. Empty when this process has no job.
+std::vector<LocalRank> findJobRanks();
+
+/// Starts the start-up timer (no-op when `timeoutS` is not > 0 or it runs
+/// already): a thread that ends the process as described above when a
+/// start-up phase or guarded MPI operation runs `timeoutS` seconds. Call it
+/// before MPI_Init; it makes no MPI call.
+void armStartup(double timeoutS, llvm::StringRef tool);
+/// Marks a start-up phase in flight (`name` a string literal, e.g.
+/// "MPI initialisation (MPI_Init)") for its lifetime.
+class StartupPhase {
+public:
+  explicit StartupPhase(const char *name);
+  ~StartupPhase();
+  StartupPhase(const StartupPhase &) = delete;
+  StartupPhase &operator=(const StartupPhase &) = delete;
+};
+/// Stops the start-up timer (no-op if not armed). `start` calls it once the
+/// watchdog thread runs; tessera-run calls it before work that does not
+/// start the watchdog (--calibrate, --bench-collectives).
+void disarmStartup();
 
 } // namespace watchdog
 } // namespace mpi

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <map>
+#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -119,6 +121,94 @@ TEST(WatchdogMessage, NamesTheLostRankAndTheSequenceNumber) {
       "tessera-run: error: rank 2: collective #57 (all_reduce over 4 ranks) "
       "timed out after 2.0 s (--collective-timeout-s 2); a peer is lost or "
       "stuck; aborting");
+}
+
+TEST(WatchdogMessage, ATimeoutNamesTheStoppedPeers) {
+  Operation op = running(12, 10 * kSecond);
+  Decision d;
+  d.verdict = Verdict::TimedOut;
+  Peer p;
+  p.rank = 1;
+  p.pid = 4242;
+  p.host = "node7";
+  Peer q = p;
+  q.rank = 3;
+  q.pid = 4343;
+  EXPECT_EQ(formatFailure("tessera-run", 0, d, op, 11 * kSecond, 1.0, nullptr,
+                          {p, q}),
+            "tessera-run: error: rank 0: collective #12 (all_reduce over 4 "
+            "ranks) timed out after 1.0 s (--collective-timeout-s 1); rank 1 "
+            "(pid 4242 on node7) is stopped; rank 3 (pid 4343 on node7) is "
+            "stopped; aborting");
+}
+
+TEST(WatchdogStartup, LauncherRankFromTheFirstVariableSet) {
+  auto env = [](std::map<std::string, std::string> vars) {
+    return [vars](const char *name) -> const char * {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  };
+  EXPECT_EQ(launcherRank(env({})), -1);
+  EXPECT_EQ(launcherRank(env({{"OMPI_COMM_WORLD_RANK", "3"}})), 3);
+  EXPECT_EQ(launcherRank(env({{"PMIX_RANK", "5"}, {"SLURM_PROCID", "7"}})), 5);
+  EXPECT_EQ(launcherRank(env({{"PMI_RANK", "2"}})), 2);
+  EXPECT_EQ(launcherRank(env({{"SLURM_PROCID", "7"}})), 7);
+  // Not a number, or negative: the next one.
+  EXPECT_EQ(
+      launcherRank(env({{"OMPI_COMM_WORLD_RANK", "x"}, {"SLURM_PROCID", "1"}})),
+      1);
+  EXPECT_EQ(launcherRank(env({{"OMPI_COMM_WORLD_RANK", "-1"}})), -1);
+  EXPECT_EQ(launcherRank(env({{"OMPI_COMM_WORLD_RANK", ""}})), -1);
+}
+
+TEST(WatchdogStartup, TimesOutAtTheTimeoutOnlyInAPhase) {
+  EXPECT_FALSE(startupTimedOut(0, 100 * kSecond, 1.0)); // no phase
+  EXPECT_FALSE(startupTimedOut(10 * kSecond, 10 * kSecond + 999999999, 1.0));
+  EXPECT_TRUE(startupTimedOut(10 * kSecond, 11 * kSecond, 1.0));
+  EXPECT_FALSE(startupTimedOut(10 * kSecond, 100 * kSecond, 0.0)); // off
+}
+
+TEST(WatchdogStartup, TheMessageNamesTheStoppedExitedAndMissingRanks) {
+  LocalRank stopped{1, 4242, 'T'}, exited{2, 4343, 'Z'}, missing{3, 0, 0},
+      running{4, 4444, 'S'};
+  EXPECT_EQ(formatStartupFailure("tessera-run", 0,
+                                 "MPI initialisation (MPI_Init)", 10 * kSecond,
+                                 11 * kSecond + 200000000, 1.0,
+                                 {stopped, exited, missing, running}),
+            "tessera-run: error: rank 0: start-up did not finish within 1 s "
+            "(--collective-timeout-s 1): MPI initialisation (MPI_Init) "
+            "blocked for 1.2 s; rank 1 (pid 4242) is stopped; rank 2 (pid "
+            "4343) has exited; rank 3 is not running; aborting");
+  // Nobody to name (a peer on another host, or one merely slow).
+  EXPECT_EQ(formatStartupFailure("tessera-run", 1,
+                                 "collective #1 (all_gather over 2 ranks)",
+                                 10 * kSecond, 12 * kSecond, 2.0, {running}),
+            "tessera-run: error: rank 1: start-up did not finish within 2 s "
+            "(--collective-timeout-s 2): collective #1 (all_gather over 2 "
+            "ranks) blocked for 2.0 s; a peer is lost or stuck; aborting");
+}
+
+TEST(WatchdogStartup, ProcessStateSeesAStoppedChild) {
+  EXPECT_EQ(processState(getpid()), 'R');
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  char st = 0;
+  for (int i = 0; i < 200 && st != 'T'; ++i) {
+    usleep(10000);
+    st = processState(child);
+  }
+  EXPECT_EQ(st, 'T');
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(processState(child), 0);
+  EXPECT_EQ(processState(0), 0);
 }
 
 TEST(WatchdogLiveness, SeesAKilledChildAsLostEvenAsAZombie) {
