@@ -345,12 +345,13 @@ the times) differs from what it measures.
 
 How each case runs: `mpirun -np 2 --mca orte_enable_recovery 1 tessera-run
 PLAN --collective-timeout-s {timeout} --steps 6 --save DIR --save-interval 2
---metrics FILE`, with `TESSERA_FAULT_INJECT=1:MOMENT:SIGNAL:COUNT` (the test
-hook of `runtime/FaultInject.h`) making one rank raise the signal on itself:
+--metrics FILE`, with `TESSERA_FAULT_INJECT=RANK:MOMENT:SIGNAL:COUNT` (the
+test hook of `runtime/FaultInject.h`) making one rank raise the signal on
+itself:
 
 | moment | where the rank raises the signal |
 |---|---|
-| startup | just before `MPI_Init` (#1) |
+| startup | just before `MPI_Init` (#1), the other rank waiting inside `MPI_Init`: before the start-up timer (`Watchdog.h`, "Start-up") it waited there forever |
 | forward | at the start of a step's forward (#3; pipeline: the 3rd F(c, m)) |
 | backward | once the step's loss is computed, before the backward (#3; pipeline: the 3rd B(c, m)) |
 | collective | entering the 3rd collective after the first step began |
@@ -367,13 +368,18 @@ rank is alive to the launcher: the test kills it once the survivor is gone,
 as an operator would.
 
 Checked in every case: the survivor exits non-zero within 3 x
-`--collective-timeout-s` of the fault; its one line names the faulted rank; no process
-of the run is left; the metrics file holds whole lines only; every
+`--collective-timeout-s` of the fault; its one line names the faulted rank;
+no process of the run is left; the metrics file holds whole lines only; every
 `iter_NNNNNNN` folder of the checkpoint root is complete (`tessera-ckpt
 convert` reads it) and `latest` names one (in the checkpoint rows, the one
 saved before the fault); half-written shards exist only under their
 temporary folder name (`iter_NNNNNNN.tmp.PID`). In the messages, P is a pid,
-HOST a host name, #N a collective's sequence number and T a time.
+HOST a host name, #N a collective's sequence number and T a time; the
+times (from the faulting rank's "fault injection" line to the survivor's
+exit) were measured on the 2-core development machine. The ctest compares
+the rows but not the times, and takes a killed rank found as a zombie ("has
+exited") for one already reaped ("is not running"): which of the two the
+survivor sees depends on when the launcher reaps it.
 
 | plan | signal | moment | exit status | time to exit (s) | message of the survivor |
 |---|---|---|---|---|---|
@@ -390,12 +396,20 @@ def table(cases, timeout):
     return out
 
 
+def canon(message):
+    """What the doc check compares: a killed rank seen as a zombie or as
+    already reaped by the launcher is one outcome."""
+    return re.sub(r"rank (\d+) \(pid P\) has exited", r"rank \1 is not running",
+                  message)
+
+
 def doc_rows(text):
     rows = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
         if len(cells) == 6 and cells[1].startswith("SIG"):
-            rows.append(tuple(cells[:4]) + (cells[5].replace("\\|", "|"),))
+            rows.append(tuple(cells[:4]) +
+                        (canon(cells[5].replace("\\|", "|")),))
     return rows
 
 
@@ -450,8 +464,9 @@ def main():
                 f.write(text)
             print("wrote " + DOC)
     if args.check_doc:
-        want = doc_rows(read(DOC) or "")
         got = doc_rows(text)
+        measured = {r[:3] for r in got}
+        want = [r for r in doc_rows(read(DOC) or "") if r[:3] in measured]
         if want != got:
             failed.append("docs/FaultMatrix.md is stale (regenerate it with "
                           "--write-doc):\n      committed: %s\n      "

@@ -29,7 +29,8 @@ mpirun whose environment holds OMPI_COMM_WORLD_RANK=1). Two launchers:
       looks to this one. Checked: every survivor exits with status 1 within
       --bound-s, each printing one line "tessera-run: error: rank R:
       collective #N (...) timed out after S s (--collective-timeout-s 2);
-      ..." with S >= 2; the stopped rank is then killed by the test.
+      rank 1 (pid P on HOST) is stopped; aborting" with S >= 2 and P the
+      stopped pid; the stopped rank is then killed by the test.
 
 In all, no process of the run is left afterwards (found by a marker
 variable in their environment), and a hard deadline kills everything and
@@ -258,8 +259,9 @@ def run_case(args, work, grid, plan, mode):
         for m in re.finditer(
                 r"^tessera-run: error: rank (\d+): collective #(\d+) "
                 r"\((.*)\) timed out after ([\d.]+) s "
-                r"\(--collective-timeout-s ([\d.]+)\); a peer is lost or "
-                r"stuck; aborting$", output, re.M):
+                r"\(--collective-timeout-s ([\d.]+)\); (a peer is lost or "
+                r"stuck|rank (\d+) \(pid (\d+) on [^)]*\) is stopped); "
+                r"aborting$", output, re.M):
             timeouts.setdefault(int(m.group(1)), []).append(m)
             print("  rank %s: collective #%s (%s) timed out after %s s" %
                   (m.group(1), m.group(2), m.group(3), m.group(4)))
@@ -275,9 +277,12 @@ def run_case(args, work, grid, plan, mode):
                 if mode == "c":
                     ms = timeouts.get(r, [])
                     check(len(ms) == 1 and not lines.get(r) and
-                          float(ms[0].group(4)) >= args.timeout_s,
+                          float(ms[0].group(4)) >= args.timeout_s and
+                          ms[0].group(7) == str(VICTIM) and
+                          ms[0].group(8) == str(victim),
                           "rank %d printed one line: its collective timed "
-                          "out after >= %g s" % (r, args.timeout_s))
+                          "out after >= %g s; rank %d (pid %d) is stopped" %
+                          (r, args.timeout_s, VICTIM, victim))
                     continue
                 ms = lines.get(r, [])
                 check(len(ms) == 1 and int(ms[0].group(2)) == VICTIM and
