@@ -78,8 +78,13 @@ llvm::Error exec::nodeDeviceTable(const mpi::Communicator &world, int myDevice,
                                   int &localRank, std::vector<int> &nodeRanks,
                                   std::vector<int> &nodeDevices) {
   MPI_Comm node = MPI_COMM_NULL;
-  int rc = MPI_Comm_split_type(world.handle(), MPI_COMM_TYPE_SHARED,
-                               world.rank(), MPI_INFO_NULL, &node);
+  int rc;
+  {
+    mpi::watchdog::Guard guard("communicator split (ranks of this node)",
+                               world.size());
+    rc = MPI_Comm_split_type(world.handle(), MPI_COMM_TYPE_SHARED, world.rank(),
+                             MPI_INFO_NULL, &node);
+  }
   if (rc != MPI_SUCCESS)
     return mpi::failure(rc, "MPI_Comm_split_type (ranks of this node)");
   int size = 1;

@@ -280,6 +280,8 @@ llvm::Expected<Communicator> Grid::subComm(ArrayRef<int64_t> axes) {
   for (int64_t a : axes)
     keyRank = keyRank * sizes[a] + myCoords[a];
   MPI_Comm c = MPI_COMM_NULL;
+  // Collective over the parent: under the watchdog like any other.
+  watchdog::Guard guard("communicator split", parentComm.size());
   MPI_CHECK(MPI_Comm_split(parentComm.handle(), static_cast<int>(color),
                            static_cast<int>(keyRank), &c),
             "MPI_Comm_split");

@@ -4,6 +4,7 @@
 
 #include "runtime/backends/cuda/CudaRuntime.h"
 #include "runtime/backends/cuda/ElementwiseKernels.h"
+#include "runtime/collectives/mpi/Watchdog.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -216,8 +217,13 @@ llvm::Error nccl::check(ncclResult_t result, const llvm::Twine &what) {
 
 llvm::Expected<int> nccl::nodeLocalRank(const mpi::Communicator &comm) {
   MPI_Comm local = MPI_COMM_NULL;
-  int rc = MPI_Comm_split_type(comm.handle(), MPI_COMM_TYPE_SHARED, comm.rank(),
-                               MPI_INFO_NULL, &local);
+  int rc;
+  {
+    mpi::watchdog::Guard guard("communicator split (node-local rank)",
+                               comm.size());
+    rc = MPI_Comm_split_type(comm.handle(), MPI_COMM_TYPE_SHARED, comm.rank(),
+                             MPI_INFO_NULL, &local);
+  }
   if (rc != MPI_SUCCESS)
     return mpi::failure(rc, "MPI_Comm_split_type (node-local rank)");
   int r = 0;
@@ -260,8 +266,12 @@ NcclCommunicator::create(const mpi::Communicator &comm, Options options) {
   std::memset(&msg, 0, sizeof(msg));
   if (comm.rank() == 0)
     msg.code = static_cast<int32_t>(ncclGetUniqueId(&msg.id));
-  int rc = MPI_Bcast(&msg, static_cast<int>(sizeof(msg)), MPI_BYTE, 0,
-                     comm.handle());
+  int rc;
+  {
+    mpi::watchdog::Guard guard("broadcast of the nccl id", comm.size());
+    rc = MPI_Bcast(&msg, static_cast<int>(sizeof(msg)), MPI_BYTE, 0,
+                   comm.handle());
+  }
   if (rc != MPI_SUCCESS)
     return mpi::failure(rc, "nccl communicator init: MPI_Bcast of the id");
   if (msg.code != ncclSuccess && localFailure.empty())
@@ -269,7 +279,11 @@ NcclCommunicator::create(const mpi::Communicator &comm, Options options) {
         "ncclGetUniqueId on the group's rank 0 failed: " +
         std::string(ncclGetErrorString(static_cast<ncclResult_t>(msg.code)));
   int ok = localFailure.empty() ? 1 : 0, allOk = 0;
-  rc = MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, comm.handle());
+  {
+    mpi::watchdog::Guard guard("all_reduce of the nccl init check",
+                               comm.size());
+    rc = MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, comm.handle());
+  }
   if (rc != MPI_SUCCESS)
     return mpi::failure(rc, "nccl communicator init: MPI_Allreduce");
   if (!ok)
