@@ -31,6 +31,7 @@ import concurrent.futures
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -120,7 +121,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--jobs", type=int, default=8)
+    # Each run mostly waits (MPI start-up, about 1 s), so many run at once.
+    ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=26)
     ap.add_argument("--timeout-s", type=float, default=30)
     ap.add_argument("--keep", help="write the cases here (for debugging)")
@@ -181,6 +183,8 @@ def main():
         print("FAIL:", f)
     print(f"{len(cases) - len(failures)}/{len(cases)} corrupt artifacts "
           "refused cleanly")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
 
 
