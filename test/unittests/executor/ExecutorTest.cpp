@@ -88,7 +88,7 @@ json::Object result(int64_t index, llvm::StringRef role, llvm::StringRef name) {
 
 json::Object manifest(std::vector<int64_t> grid, int64_t batch, int64_t seq,
                       json::Array args, json::Array results,
-                      json::Object optimizer = {{"name", "sgd"}}) {
+                      json::Object optimizer = json::Object{{"name", "sgd"}}) {
   json::Array axes;
   for (size_t i = 0; i < grid.size(); ++i)
     axes.push_back(i == 0 ? "dp" : "tp");
