@@ -1016,6 +1016,16 @@ llvm::Error CheckpointReader::verifyFiles() const {
   return llvm::Error::success();
 }
 
+llvm::Error CheckpointReader::verifyData() const {
+  if (llvm::Error err = verifyFiles())
+    return err;
+  for (const TensorInfo &info : infos)
+    for (const ShardInfo &s : info.shards)
+      if (llvm::Expected<Tensor> t = readShard(info, s); !t)
+        return t.takeError();
+  return llvm::Error::success();
+}
+
 llvm::Expected<Tensor> CheckpointReader::readShard(const TensorInfo &info,
                                                    const ShardInfo &s) const {
   llvm::Expected<const SafeTensorsHeader *> h = header(s.file);

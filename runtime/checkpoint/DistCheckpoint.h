@@ -312,6 +312,11 @@ public:
   /// files, missing keys). Errors name the file and tensor.
   llvm::Error verifyFiles() const;
 
+  /// verifyFiles, then reads every shard's bytes once and checks them
+  /// against their digests (tessera-ckpt inspect). Errors name the file and
+  /// the key.
+  llvm::Error verifyData() const;
+
   /// The piece of tensor `name` for a rank at `coords` of `gridShape` under
   /// `layout` (whose global shape must equal the checkpoint's): reads only
   /// the shards that intersect it and copies the intersections. Errors: an
