@@ -671,6 +671,14 @@ LogicalResult artifact::writeArtifact(ModuleOp partitioned,
     if (failed(pipeline::dumpModule(*program, dumpDir, dumpIndex, lower.name)))
       return failure();
   }
+  // What the program was compiled for, which the runtime checks the
+  // manifest against (runtime/executor/Plan.h).
+  OpBuilder b(program->getContext());
+  (*program)->setAttr(
+      "tsrt.compiled_for",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("optimizer", b.getStringAttr(plan.optimizer.name)),
+           b.getNamedAttr("precision", b.getStringAttr(plan.precision))}));
   std::string bytecode;
   llvm::raw_string_ostream os(bytecode);
   if (failed(writeBytecodeToFile(*program, os)))

@@ -3,7 +3,16 @@
 // plan.tsr is one safetensors file (readable by the safetensors package):
 //   - one F32 tensor per parameter / frozen initializer, global shape,
 //     named by its ONNX name (the initial weights);
-//   - "__program__": U8 bytes, the `tsrt` runtime program as MLIR bytecode;
+//   - "__program__": U8 bytes, the `tsrt` runtime program as MLIR bytecode,
+//     with the module attribute tsrt.compiled_for = {optimizer = "adamw",
+//     precision = "fp32"} (the plan it was lowered for; the runtime checks
+//     the manifest's "optimizer" "name" and "precision", and the grid
+//     against tsrt.grid_axes / tsrt.grid_shape);
+//   - metadata "tessera.digests": the XXH3-64 digest of every other section
+//     (the manifest, the program, each weight tensor), JSON {"metadata":
+//     {"tessera.manifest": "xxh3:<16 hex>"}, "tensors": {NAME: "xxh3:..."}}
+//     (runtime/checkpoint/SafeTensors.h). tessera-run checks each section
+//     against it before parsing it and refuses an artifact without it;
 //   - metadata "tessera.manifest": JSON with the plan (grid, optimizer), the
 //     global batch and sequence length, and for every program argument and
 //     result its name, role, dtype, global and local shape and layout; for
@@ -11,6 +20,8 @@
 //     "arguments": [...], "result": 0}, the forward-only evaluation function
 //     of the same program (tsr-build-eval-step): its arguments as indices
 //     into "arguments" (the training function's), its loss result's index.
+//     The runtime validates the manifest against its schema (every field's
+//     type and range; unknown fields are errors; runtime/executor/Plan.h).
 //
 // A layout gives, per tensor dimension, its factors major to minor, each with
 // the grid axes splitting it: [[{"size": 3, "axes": []}, {"size": 64,
@@ -55,12 +66,10 @@ void explain(const llvm::json::Object &manifest, mlir::ModuleOp partitioned,
 /// artifact to `path` (via a temporary file and rename, so a failure never
 /// leaves a half-written file). `dumpDir`, if set, receives the runtime
 /// program as NN-lower-to-runtime.mlir.
-mlir::LogicalResult writeArtifact(mlir::ModuleOp partitioned,
-                                  const planner::Plan &plan,
-                                  llvm::StringRef path,
-                                  llvm::StringRef dumpDir = "",
-                                  unsigned dumpIndex = 0,
-                                  int64_t vocabSize = 0);
+mlir::LogicalResult
+writeArtifact(mlir::ModuleOp partitioned, const planner::Plan &plan,
+              llvm::StringRef path, llvm::StringRef dumpDir = "",
+              unsigned dumpIndex = 0, int64_t vocabSize = 0);
 
 /// Layout JSON (see above) of a tensor with local type `localType` and
 /// sharding `sharding` (a #tsr.sharding, or null for replicated).

@@ -489,8 +489,8 @@ static std::optional<DType> parseDType(llvm::StringRef s) {
   return std::nullopt;
 }
 
-json::Object ckpt::buildIndex(const ShardPlan &plan,
-                              const CheckpointInfo &info) {
+json::Object ckpt::buildIndex(const ShardPlan &plan, const CheckpointInfo &info,
+                              const ShardDigests &digests) {
   json::Object root = info.extra;
   root["format"] = "tessera-checkpoint";
   root["version"] = 1;
@@ -502,10 +502,14 @@ json::Object ckpt::buildIndex(const ShardPlan &plan,
   json::Object tensors;
   for (auto [ti, t] : llvm::enumerate(plan.tensors)) {
     json::Array shards;
-    for (const ShardEntry &s : plan.shards[ti])
-      shards.push_back(json::Object{{"file", s.file},
-                                    {"key", s.key},
-                                    {"ranges", rangesToJson(s.ranges)}});
+    for (const ShardEntry &s : plan.shards[ti]) {
+      json::Object shard{
+          {"file", s.file}, {"key", s.key}, {"ranges", rangesToJson(s.ranges)}};
+      auto d = digests.find({s.file, s.key});
+      if (d != digests.end())
+        shard["digest"] = d->second;
+      shards.push_back(std::move(shard));
+    }
     tensors[t.name] =
         json::Object{{"role", t.role},
                      {"dtype", safetensorsDTypeName(t.dtype)},
@@ -533,6 +537,23 @@ static llvm::Error checkShardEntry(const SafeTensorsHeader &h,
         "index says {4} {5}",
         h.source, tensor, e->dtypeName, shapeToString(e->shape),
         safetensorsDTypeName(dtype), shapeToString(want)));
+  return llvm::Error::success();
+}
+
+/// Checks that the shard file's section digest for `s.key` is the one the
+/// index records (when it records one); readSafeTensor then checks the
+/// bytes against it.
+static llvm::Error checkShardDigest(const SafeTensorsHeader &h,
+                                    const ShardInfo &s) {
+  if (s.digest.empty())
+    return llvm::Error::success();
+  const SafeTensorsEntry *e = h.find(s.key);
+  if (!e || e->digest != s.digest)
+    return makeError(llvm::formatv(
+        "{0}: section \"{1}\" does not match index.json (digest {2}, "
+        "index.json records {3})",
+        h.source, s.key,
+        e && !e->digest.empty() ? e->digest : std::string("none"), s.digest));
   return llvm::Error::success();
 }
 
@@ -622,7 +643,8 @@ llvm::Error ckpt::finalizeCheckpoint(llvm::StringRef root,
   if (std::error_code ec = fs::create_directories(tmpDir))
     return makeError("checkpoint: cannot create '" + tmpDir +
                      "': " + ec.message());
-  // Every file the index will name, with its keys.
+  // Every file the index will name, with its keys and their digests.
+  ShardDigests digests;
   for (const auto &[rank, writes] : plan.writes) {
     std::string file = joinPath(tmpDir, rankFileName(rank));
     llvm::Expected<SafeTensorsHeader> h = readSafeTensorsHeader(file);
@@ -630,18 +652,23 @@ llvm::Error ckpt::finalizeCheckpoint(llvm::StringRef root,
       return makeError(
           "checkpoint: rank " + std::to_string(rank) +
           "'s file is not complete: " + llvm::toString(h.takeError()));
+    if (!h->hasDigests)
+      return makeError("checkpoint: rank " + std::to_string(rank) +
+                       "'s file '" + file + "' has no section digests");
     for (auto [ti, si] : writes) {
       const ShardEntry &s = plan.shards[ti][si];
       if (llvm::Error err =
               checkShardEntry(*h, plan.tensors[ti].name, plan.tensors[ti].dtype,
                               s.key, s.ranges))
         return err;
+      digests[{s.file, s.key}] = h->find(s.key)->digest;
     }
   }
   std::string indexText;
   {
     llvm::raw_string_ostream os(indexText);
-    os << llvm::formatv("{0:2}", json::Value(buildIndex(plan, info))) << "\n";
+    os << llvm::formatv("{0:2}", json::Value(buildIndex(plan, info, digests)))
+       << "\n";
   }
   if (llvm::Error err =
           writeFileSynced(joinPath(tmpDir, "index.json"), indexText))
@@ -891,6 +918,14 @@ CheckpointReader::open(llvm::StringRef p) {
                                  si, *file));
       shard.file = file->str();
       shard.key = key->str();
+      if (const json::Value *d = so->get("digest")) {
+        std::optional<llvm::StringRef> text = d->getAsString();
+        if (!text || !text->starts_with("xxh3:") || text->size() != 21)
+          return bad(llvm::formatv("shard {0} ({1}): \"digest\" must be "
+                                   "\"xxh3:\" and 16 hex digits",
+                                   si, shard.file));
+        shard.digest = text->str();
+      }
       if (ranges->size() != info.shape.size())
         return bad(llvm::formatv("shard {0} ({1}): {2} range sets for a "
                                  "tensor of rank {3}",
@@ -1006,7 +1041,19 @@ llvm::Error CheckpointReader::verifyFiles() const {
       if (llvm::Error err =
               checkShardEntry(**h, info.name, info.dtype, s.key, s.ranges))
         return err;
+      if (llvm::Error err = checkShardDigest(**h, s))
+        return err;
     }
+  return llvm::Error::success();
+}
+
+llvm::Error CheckpointReader::verifyData() const {
+  if (llvm::Error err = verifyFiles())
+    return err;
+  for (const TensorInfo &info : infos)
+    for (const ShardInfo &s : info.shards)
+      if (llvm::Expected<Tensor> t = readShard(info, s); !t)
+        return t.takeError();
   return llvm::Error::success();
 }
 
@@ -1017,6 +1064,8 @@ llvm::Expected<Tensor> CheckpointReader::readShard(const TensorInfo &info,
     return h.takeError();
   if (llvm::Error err =
           checkShardEntry(**h, info.name, info.dtype, s.key, s.ranges))
+    return std::move(err);
+  if (llvm::Error err = checkShardDigest(**h, s))
     return std::move(err);
   llvm::Expected<Tensor> t = readSafeTensor(**h, s.key);
   if (!t)

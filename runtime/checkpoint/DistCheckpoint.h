@@ -21,7 +21,17 @@
 //                                   e.g. manifest order; optional),
 //                       "shards": [{"file": "rank_00001.safetensors",
 //                                   "key": NAME,
-//                                   "ranges": [[[b, e], ...] per dim]}]}}}
+//                                   "ranges": [[[b, e], ...] per dim],
+//                                   "digest": "xxh3:<16 hex>"}]}}}
+//
+// Integrity. Every shard file carries section digests ("tessera.digests",
+// runtime/checkpoint/SafeTensors.h) and the index records each shard's
+// digest. The reader checks, before a shard's bytes are used, that the
+// file's digest for the key is the index's and that the bytes match it: a
+// mismatch is one line naming the file and the key. An index without
+// "digest" entries (a checkpoint written by another tool, e.g. the tests'
+// Python writers) is read without these checks; shard files that do carry
+// digests are still checked against them.
 //
 // Shards. A shard is the global tensor restricted to the Cartesian product,
 // over dims, of a sorted set of indices, each set a list of disjoint,
@@ -192,9 +202,13 @@ struct CheckpointInfo {
   llvm::json::Object extra;
 };
 
-/// The index.json object for `plan` and `info`.
-llvm::json::Object buildIndex(const ShardPlan &plan,
-                              const CheckpointInfo &info);
+/// Section digests of the written shards: (file, key) -> "xxh3:...".
+using ShardDigests = std::map<std::pair<std::string, std::string>, std::string>;
+
+/// The index.json object for `plan` and `info`; each shard entry gets
+/// "digest" from `digests` when it has one.
+llvm::json::Object buildIndex(const ShardPlan &plan, const CheckpointInfo &info,
+                              const ShardDigests &digests = {});
 
 /// Run by ONE rank after every rank's writeRankShards returned (barrier):
 /// checks that every file the plan names exists in `tmpDir` with its keys,
@@ -233,6 +247,9 @@ struct ShardInfo {
   std::string file; ///< relative to the checkpoint folder
   std::string key;
   ShardRanges ranges;
+  /// The shard's section digest ("xxh3:..."), as the index records it; ""
+  /// for an index without digests (written by another tool).
+  std::string digest;
 };
 
 /// One tensor as the index describes it.
@@ -294,6 +311,11 @@ public:
   /// the index's dtype and the shape of its ranges (corrupt or truncated
   /// files, missing keys). Errors name the file and tensor.
   llvm::Error verifyFiles() const;
+
+  /// verifyFiles, then reads every shard's bytes once and checks them
+  /// against their digests (tessera-ckpt inspect). Errors name the file and
+  /// the key.
+  llvm::Error verifyData() const;
 
   /// The piece of tensor `name` for a rank at `coords` of `gridShape` under
   /// `layout` (whose global shape must equal the checkpoint's): reads only

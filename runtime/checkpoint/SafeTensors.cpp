@@ -6,7 +6,9 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/xxhash.h"
 
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -23,7 +25,33 @@ llvm::Error stError(llvm::StringRef file, const std::string &msg) {
                                  msg.c_str());
 }
 
+/// `name`: section "SECTION" is corrupt (digest GOT, expected WANT).
+llvm::Error corruptError(llvm::StringRef file, llvm::StringRef section,
+                         llvm::StringRef got, llvm::StringRef want) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "%s: section \"%s\" is corrupt (digest %s, expected %s)",
+      file.str().c_str(), section.str().c_str(), got.str().c_str(),
+      want.str().c_str());
+}
+
+/// The bytes a tensor is stored as: booleans normalised to 0/1 unless raw.
+std::string normalisedBool(const Tensor &t) {
+  std::string b(t.bytes(), '\0');
+  const uint8_t *p = t.data<uint8_t>();
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = p[i] ? 1 : 0;
+  return b;
+}
+
 } // namespace
+
+std::string tessera::runtime::sectionDigest(llvm::StringRef bytes) {
+  char hex[24];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(llvm::xxh3_64bits(bytes)));
+  return std::string("xxh3:") + hex;
+}
 
 const char *tessera::runtime::safetensorsDTypeName(DType d) {
   switch (d) {
@@ -61,17 +89,40 @@ llvm::Error tessera::runtime::writeSafeTensors(
     if (!nt.second || nt.second->isNull())
       return stError("<output>", "tensor '" + nt.first + "' is null");
   }
+  // The digests of every section (file comment of SafeTensors.h).
+  std::map<std::string, std::string> withDigests;
+  {
+    json::Object metaDigests, tensorDigests;
+    for (const auto &kv : metadata) {
+      if (kv.first == kDigestsKey)
+        continue;
+      withDigests.insert(kv);
+      metaDigests[kv.first] = sectionDigest(kv.second);
+    }
+    for (const NamedTensor &nt : tensors) {
+      const Tensor &t = *nt.second;
+      bool normalise = t.dtype() == DType::I1 && !rawBytes.count(nt.first);
+      std::string bytes =
+          normalise
+              ? normalisedBool(t)
+              : std::string(static_cast<const char *>(t.raw()), t.bytes());
+      tensorDigests[nt.first] = sectionDigest(bytes);
+    }
+    std::string text;
+    llvm::raw_string_ostream ts(text);
+    ts << json::Value(json::Object{{"metadata", std::move(metaDigests)},
+                                   {"tensors", std::move(tensorDigests)}});
+    withDigests[kDigestsKey] = std::move(text);
+  }
   std::string header;
   {
     llvm::raw_string_ostream hs(header);
     json::OStream j(hs);
     j.objectBegin();
-    if (!metadata.empty()) {
-      j.attributeObject("__metadata__", [&] {
-        for (const auto &kv : metadata)
-          j.attribute(kv.first, kv.second);
-      });
-    }
+    j.attributeObject("__metadata__", [&] {
+      for (const auto &kv : withDigests)
+        j.attribute(kv.first, kv.second);
+    });
     uint64_t offset = 0;
     for (const NamedTensor &nt : tensors) {
       const Tensor &t = *nt.second;
@@ -100,12 +151,7 @@ llvm::Error tessera::runtime::writeSafeTensors(
   for (const NamedTensor &nt : tensors) {
     const Tensor &t = *nt.second;
     if (t.dtype() == DType::I1 && !rawBytes.count(nt.first)) {
-      // Normalise booleans to 0/1.
-      std::string b(t.bytes(), '\0');
-      const uint8_t *p = t.data<uint8_t>();
-      for (size_t i = 0; i < b.size(); ++i)
-        b[i] = p[i] ? 1 : 0;
-      os << b;
+      os << normalisedBool(t); // booleans as 0/1
     } else {
       os.write(static_cast<const char *>(t.raw()), t.bytes());
     }
@@ -153,6 +199,73 @@ llvm::Error tessera::runtime::writeSafeTensors(
     llvm::sys::fs::remove(tmp);
     return stError(path, "cannot rename '" + tmp + "': " + rec.message());
   }
+  return llvm::Error::success();
+}
+
+/// Whether `s` is "xxh3:" and 16 lower-case hex digits.
+static bool isDigest(llvm::StringRef s) {
+  if (!s.consume_front("xxh3:") || s.size() != 16)
+    return false;
+  return llvm::all_of(s, [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+
+/// Reads "tessera.digests" (if any) of a parsed header: checks every
+/// metadata value against its digest, records every tensor's digest in its
+/// entry, and removes the key from the metadata.
+static llvm::Error checkDigests(llvm::StringRef name, SafeTensorsHeader &out) {
+  auto it = out.metadata.find(kDigestsKey);
+  if (it == out.metadata.end())
+    return llvm::Error::success();
+  std::string text = std::move(it->second);
+  out.metadata.erase(it);
+  out.hasDigests = true;
+  auto bad = [&](const std::string &msg) {
+    return stError(name, std::string("\"") + kDigestsKey + "\": " + msg);
+  };
+  llvm::Expected<json::Value> parsed = json::parse(text);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return bad("not valid JSON");
+  }
+  const json::Object *root = parsed->getAsObject();
+  const json::Object *meta = root ? root->getObject("metadata") : nullptr;
+  const json::Object *tens = root ? root->getObject("tensors") : nullptr;
+  if (!meta || !tens || root->size() != 2)
+    return bad("expected {\"metadata\": {...}, \"tensors\": {...}}");
+  for (const json::Object *o : {meta, tens})
+    for (const auto &kv : *o) {
+      std::optional<llvm::StringRef> d = kv.second.getAsString();
+      if (!d || !isDigest(*d))
+        return bad("the digest of \"" + kv.first.str() +
+                   "\" is not \"xxh3:\" and 16 hex digits");
+    }
+  // Metadata: checked now, before anyone parses a value.
+  for (const auto &[key, value] : out.metadata) {
+    std::optional<llvm::StringRef> want = meta->getString(key);
+    if (!want)
+      return bad("no digest for the metadata \"" + key + "\"");
+    std::string got = sectionDigest(value);
+    if (got != *want)
+      return corruptError(name, key, got, *want);
+  }
+  for (const auto &kv : *meta)
+    if (!out.metadata.count(kv.first.str()))
+      return bad("a digest for the metadata \"" + kv.first.str() +
+                 "\", which the file lacks");
+  // Tensors: checked when their bytes are read.
+  for (SafeTensorsEntry &e : out.entries) {
+    std::optional<llvm::StringRef> want = tens->getString(e.name);
+    if (!want)
+      return bad("no digest for the tensor \"" + e.name + "\"");
+    e.digest = want->str();
+  }
+  if (tens->size() != out.entries.size())
+    for (const auto &kv : *tens)
+      if (!out.find(kv.first))
+        return bad("a digest for the tensor \"" + kv.first.str() +
+                   "\", which the file lacks");
   return llvm::Error::success();
 }
 
@@ -248,7 +361,24 @@ static llvm::Error parseHeader(llvm::StringRef headerText, uint64_t dataSize,
     if (entries[i].begin < entries[i - 1].end)
       return stError(name, "tensor '" + entries[i].name + "' overlaps '" +
                                entries[i - 1].name + "'");
-  return llvm::Error::success();
+  // The tensors cover the data section exactly, as in the safetensors
+  // package (which refuses a file with gaps or trailing bytes): no byte is
+  // left that no digest covers.
+  uint64_t covered = 0;
+  for (const SafeTensorsEntry &e : entries) {
+    if (e.begin != covered)
+      return stError(name, "tensor '" + e.name + "' starts at data offset " +
+                               std::to_string(e.begin) + ", not at " +
+                               std::to_string(covered) +
+                               " (the tensors must cover the data section "
+                               "without gaps)");
+    covered = e.end;
+  }
+  if (covered != dataSize)
+    return stError(name, "the tensors cover " + std::to_string(covered) +
+                             " of the data section's " +
+                             std::to_string(dataSize) + " bytes");
+  return checkDigests(name, out);
 }
 
 /// Reads the 8-byte header size from the first bytes of a file of
@@ -280,6 +410,15 @@ tessera::runtime::parseSafeTensors(llvm::StringRef buffer,
     return std::move(err);
   SafeTensorsFile file;
   file.metadata = std::move(header.metadata);
+  file.hasDigests = header.hasDigests;
+  // Every section is checked before any tensor is handed out.
+  for (const SafeTensorsEntry &e : header.entries) {
+    if (e.digest.empty())
+      continue;
+    std::string got = sectionDigest(data.substr(e.begin, e.end - e.begin));
+    if (got != e.digest)
+      return corruptError(name, e.name, got, e.digest);
+  }
   for (SafeTensorsEntry &e : header.entries) {
     Tensor t = Tensor::empty(e.dtype, e.shape);
     if (t.bytes())
@@ -339,8 +478,11 @@ tessera::runtime::readSafeTensor(const SafeTensorsHeader &header,
   if (!e)
     return stError(header.source, "no tensor '" + name.str() + "'");
   Tensor t = Tensor::empty(e->dtype, e->shape);
-  if (!t.bytes())
+  if (!t.bytes()) {
+    if (!e->digest.empty() && sectionDigest("") != e->digest)
+      return corruptError(header.source, name, sectionDigest(""), e->digest);
     return t;
+  }
   llvm::Expected<llvm::sys::fs::file_t> fd =
       llvm::sys::fs::openNativeFileForRead(header.source);
   if (!fd)
@@ -363,6 +505,11 @@ tessera::runtime::readSafeTensor(const SafeTensorsHeader &header,
     done += *n;
   }
   llvm::sys::fs::closeFile(*fd);
+  if (!e->digest.empty()) {
+    std::string got = sectionDigest(llvm::StringRef(buf.data(), buf.size()));
+    if (got != e->digest)
+      return corruptError(header.source, name, got, e->digest);
+  }
   return t;
 }
 

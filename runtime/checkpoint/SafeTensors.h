@@ -13,6 +13,21 @@
 // Readers validate everything and never crash on corrupt input: errors name
 // the file (or buffer name) and the tensor.
 //
+// Section digests. writeSafeTensors adds the metadata key "tessera.digests",
+// a JSON string
+//   {"metadata": {KEY: "xxh3:<16 hex>", ...}, "tensors": {NAME: "xxh3:...",
+//   ...}}
+// with the XXH3-64 digest (llvm::xxh3_64bits) of every other metadata value
+// and of every tensor's data region (the bytes as stored). The readers check
+// a section's digest before handing it out, so nothing downstream (a JSON
+// manifest parser, the MLIR bytecode reader) ever parses corrupt bytes: a
+// mismatch is the one-line error
+//   FILE: section "NAME" is corrupt (digest xxh3:..., expected xxh3:...)
+// When "tessera.digests" is present, every metadata key and tensor must have
+// a digest and every digest a section. Files without it (other writers, the
+// safetensors package) still read, with `hasDigests` false; Tessera's own
+// artifacts and checkpoints require it (Plan.h, DistCheckpoint.h).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RUNTIME_CHECKPOINT_SAFETENSORS_H
@@ -39,7 +54,11 @@ namespace runtime {
 struct SafeTensorsFile {
   std::vector<std::string> names;
   std::vector<Tensor> tensors; ///< parallel to names; freshly allocated
+  /// The metadata, without "tessera.digests".
   std::map<std::string, std::string> metadata;
+  /// True when the file carried "tessera.digests" (every section was then
+  /// checked against it).
+  bool hasDigests = false;
 
   /// The tensor named `name`, or nullptr.
   const Tensor *find(llvm::StringRef name) const;
@@ -51,12 +70,19 @@ const char *safetensorsDTypeName(DType d);
 
 using NamedTensor = std::pair<std::string, const Tensor *>;
 
+/// The metadata key of the section digests (see the file comment).
+inline constexpr const char *kDigestsKey = "tessera.digests";
+
+/// "xxh3:" and the 16 lower-case hex digits of llvm::xxh3_64bits(bytes).
+std::string sectionDigest(llvm::StringRef bytes);
+
 /// Names of I1 tensors to store as raw "U8" bytes (not normalised to 0/1
 /// "BOOL"), e.g. an embedded MLIR bytecode blob.
 using RawByteTensorNames = std::set<std::string>;
 
-/// Serialises to `os` (header + data). Errors on duplicate or empty names,
-/// the reserved name "__metadata__", or null tensors.
+/// Serialises to `os` (header + data), adding "tessera.digests" (replacing
+/// one in `metadata`). Errors on duplicate or empty names, the reserved name
+/// "__metadata__", or null tensors.
 llvm::Error writeSafeTensors(llvm::raw_ostream &os,
                              llvm::ArrayRef<NamedTensor> tensors,
                              const std::map<std::string, std::string> &metadata,
@@ -90,6 +116,8 @@ struct SafeTensorsEntry {
   std::vector<int64_t> shape;
   /// Byte offsets [begin, end) relative to the start of the data section.
   uint64_t begin = 0, end = 0;
+  /// The data region's digest from "tessera.digests" ("" without one).
+  std::string digest;
 };
 
 /// A parsed, validated header (offsets inside the data section, sizes
@@ -97,7 +125,10 @@ struct SafeTensorsEntry {
 struct SafeTensorsHeader {
   std::string source;                    ///< the path it was read from
   std::vector<SafeTensorsEntry> entries; ///< data-offset order
+  /// The metadata (checked against its digests), without "tessera.digests".
   std::map<std::string, std::string> metadata;
+  bool hasDigests = false; ///< the file carried "tessera.digests"
+
   uint64_t dataOffset = 0; ///< file offset of the data section (8 + N)
   uint64_t fileSize = 0;
 
@@ -110,7 +141,9 @@ struct SafeTensorsHeader {
 llvm::Expected<SafeTensorsHeader> readSafeTensorsHeader(llvm::StringRef path);
 
 /// Reads one tensor's bytes from `header.source` (only that range of the
-/// file). Errors: no such tensor, the file changed or cannot be read.
+/// file) and checks them against the entry's digest, if it has one. Errors:
+/// no such tensor, the file changed or cannot be read, the section is
+/// corrupt.
 llvm::Expected<Tensor> readSafeTensor(const SafeTensorsHeader &header,
                                       llvm::StringRef name);
 

@@ -17,6 +17,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <set>
 
 using namespace tessera::runtime;
@@ -145,6 +146,159 @@ int64_t Manifest::findArgument(llvm::StringRef name, Role role) const {
   return -1;
 }
 
+/// The largest dimension and element count a manifest shape may have (2^40
+/// elements: far above any one tensor a rank holds, far below int64 overflow
+/// in byte counts).
+static constexpr int64_t kMaxElements = int64_t(1) << 40;
+
+/// Checks the manifest's plan fields (those of planner::Plan::toJSON) and
+/// rejects unknown top-level fields: a manifest is only ever written by
+/// tessera-partition, so an unknown field is a corrupt or hand-edited file,
+/// and ignoring it would run something else than what it says. Returns the
+/// error text ("" when fine), naming the field.
+static std::string checkManifestSchema(const json::Object &root) {
+  static const char *const known[] = {"format",         "version",
+                                      "grid",           "program",
+                                      "function",       "global_batch",
+                                      "seq_len",        "vocab_size",
+                                      "optimizer",      "precision",
+                                      "recompute",      "fusion",
+                                      "bucket_mb",      "clip_grad",
+                                      "loss_scale",     "dynamic_loss_scale",
+                                      "vocab_parallel", "sequence_parallel",
+                                      "zero",           "pipeline",
+                                      "shardings",      "memory",
+                                      "eval",           "arguments",
+                                      "results"};
+  for (const auto &kv : root)
+    if (!llvm::is_contained(known, kv.first.str()))
+      return "unknown field \"" + kv.first.str() + "\"";
+  auto finite = [](std::optional<double> v) { return v && std::isfinite(*v); };
+  auto str = [](const json::Value *v) {
+    return v ? v->getAsString() : std::nullopt;
+  };
+  auto oneOf =
+      [&](llvm::StringRef key,
+          std::initializer_list<llvm::StringRef> allowed) -> std::string {
+    const json::Value *v = root.get(key);
+    if (!v)
+      return "";
+    std::optional<llvm::StringRef> s = str(v);
+    std::string list;
+    for (llvm::StringRef a : allowed)
+      list += (list.empty() ? "" : ", ") + a.str();
+    if (!s || !llvm::is_contained(allowed, *s)) {
+      std::string got;
+      llvm::raw_string_ostream os(got);
+      os << *v;
+      return "field \"" + key.str() + "\" must be one of " + list + ", got " +
+             got;
+    }
+    return "";
+  };
+  if (std::string e = oneOf("precision", {"fp32", "bf16", "fp16"}); !e.empty())
+    return e;
+  if (std::string e = oneOf("recompute", {"none", "selective", "full"});
+      !e.empty())
+    return e;
+  if (root.get("fusion") && !root.getString("fusion"))
+    return "field \"fusion\" must be a string";
+
+  // The optimizer.
+  const json::Object *opt = root.getObject("optimizer");
+  if (!opt)
+    return "field \"optimizer\" must be an object";
+  std::optional<llvm::StringRef> name = opt->getString("name");
+  if (!name || (*name != "sgd" && *name != "adamw"))
+    return "field \"optimizer\".\"name\" must be \"sgd\" or \"adamw\"";
+  for (const auto &kv : *opt) {
+    llvm::StringRef key = kv.first;
+    std::string field = "field \"optimizer\".\"" + key.str() + "\"";
+    std::optional<double> v = kv.second.getAsNumber();
+    if (key == "name")
+      continue;
+    if (key == "weight_decay_exclude") {
+      if (!kv.second.getAsBoolean())
+        return field + " must be a boolean";
+    } else if (key == "lr" || key == "weight_decay") {
+      if (!finite(v) || *v < 0)
+        return field + " must be a finite number >= 0";
+    } else if (*name == "adamw" && (key == "beta1" || key == "beta2")) {
+      if (!finite(v) || *v < 0 || *v >= 1)
+        return field + " must be a number in [0, 1)";
+    } else if (*name == "adamw" && key == "eps") {
+      if (!finite(v) || *v <= 0)
+        return field + " must be a finite number > 0";
+    } else {
+      return "unknown field \"optimizer\".\"" + key.str() + "\" for \"" +
+             name->str() + "\"";
+    }
+  }
+
+  // Scalars of the plan.
+  auto positive = [&](llvm::StringRef key, bool allowZero) -> std::string {
+    const json::Value *v = root.get(key);
+    if (!v)
+      return "";
+    std::optional<double> d = v->getAsNumber();
+    if (!finite(d) || *d < 0 || (!allowZero && *d == 0))
+      return "field \"" + key.str() + "\" must be a finite number " +
+             (allowZero ? ">= 0" : "> 0");
+    return "";
+  };
+  for (auto [key, zero] : {std::pair<const char *, bool>{"bucket_mb", true},
+                           {"clip_grad", false},
+                           {"loss_scale", false}})
+    if (std::string e = positive(key, zero); !e.empty())
+      return e;
+  if (const json::Value *v = root.get("dynamic_loss_scale")) {
+    const json::Object *o = v->getAsObject();
+    std::optional<double> initial = o ? o->getNumber("initial") : std::nullopt;
+    std::optional<int64_t> window = o ? o->getInteger("window") : std::nullopt;
+    std::optional<double> min = o ? o->getNumber("min") : std::nullopt;
+    if (!finite(initial) || *initial <= 0 || !window || *window < 1 ||
+        !finite(min) || *min <= 0)
+      return "field \"dynamic_loss_scale\" must be {\"initial\": > 0, "
+             "\"window\": integer >= 1, \"min\": > 0}";
+  }
+  if (const json::Value *v = root.get("vocab_parallel")) {
+    const json::Object *o = v->getAsObject();
+    if (!o || !o->getBoolean("enabled"))
+      return "field \"vocab_parallel\" must be an object with a boolean "
+             "\"enabled\"";
+  }
+  if (const json::Value *v = root.get("sequence_parallel")) {
+    const json::Object *o = v->getAsObject();
+    std::optional<llvm::StringRef> kind =
+        o ? o->getString("kind") : std::nullopt;
+    std::optional<int64_t> size = o ? o->getInteger("size") : std::nullopt;
+    if (!kind ||
+        (*kind != "megatron" && *kind != "ulysses" && *kind != "ring") ||
+        !size || *size < 1)
+      return "field \"sequence_parallel\" must be {\"kind\": megatron, "
+             "ulysses or ring, \"size\": integer >= 1}";
+  }
+  if (const json::Value *v = root.get("zero")) {
+    const json::Object *o = v->getAsObject();
+    std::optional<int64_t> stage = o ? o->getInteger("stage") : std::nullopt;
+    if (!stage || *stage < 0 || *stage > 3)
+      return "field \"zero\" must be an object with \"stage\" 0, 1, 2 or 3";
+  }
+  if (const json::Value *v = root.get("shardings")) {
+    const json::Object *o = v->getAsObject();
+    if (!o)
+      return "field \"shardings\" must be an object of layout strings";
+    for (const auto &kv : *o)
+      if (!kv.second.getAsString())
+        return "field \"shardings\".\"" + kv.first.str() +
+               "\" must be a layout string";
+  }
+  for (const char *key : {"program", "function"})
+    if (root.get(key) && (!root.getString(key) || root.getString(key)->empty()))
+      return "field \"" + std::string(key) + "\" must be a non-empty string";
+  return "";
+}
+
 llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
                                          llvm::StringRef source) {
   auto err = [&](const llvm::Twine &msg) {
@@ -161,6 +315,8 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     return err("\"format\" is not \"tessera-plan\"");
   if (root->getInteger("version") != std::optional<int64_t>(1))
     return err("unsupported \"version\" (this runtime reads version 1)");
+  if (std::string e = checkManifestSchema(*root); !e.empty())
+    return err(e);
 
   Manifest m;
   const json::Object *grid = root->getObject("grid");
@@ -175,9 +331,14 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
       return err("grid axis names must be non-empty strings");
     m.gridAxes.push_back(s->str());
   }
-  for (int64_t s : *shape)
-    if (s < 1)
-      return err("grid sizes must be >= 1");
+  int64_t gridSize = 1;
+  for (int64_t s : *shape) {
+    if (s < 1 || s > (int64_t(1) << 20))
+      return err("field \"grid\".\"shape\": sizes must be in [1, 2^20]");
+    gridSize *= s;
+    if (gridSize > (int64_t(1) << 20))
+      return err("field \"grid\".\"shape\": more than 2^20 grid points");
+  }
   m.gridShape = *shape;
   if (const json::Value *pipeline = root->get("pipeline")) {
     const json::Object *p = pipeline->getAsObject();
@@ -231,8 +392,10 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     m.function = f->str();
   m.globalBatch = root->getInteger("global_batch").value_or(0);
   m.seqLen = root->getInteger("seq_len").value_or(0);
-  if (m.globalBatch < 1 || m.seqLen < 1)
-    return err("\"global_batch\" and \"seq_len\" must be positive integers");
+  if (m.globalBatch < 1 || m.seqLen < 1 || m.globalBatch > kMaxElements ||
+      m.seqLen > kMaxElements || m.globalBatch > kMaxElements / m.seqLen)
+    return err("\"global_batch\" and \"seq_len\" must be positive integers "
+               "(at most 2^40 tokens)");
   if (const llvm::json::Value *vocab = root->get("vocab_size")) {
     std::optional<int64_t> v = vocab->getAsInteger();
     if (!v || *v < 1)
@@ -241,6 +404,8 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
   }
   if (const json::Object *opt = root->getObject("optimizer"))
     m.optimizer = *opt;
+  if (std::optional<llvm::StringRef> p = root->getString("precision"))
+    m.precision = p->str();
   if (const json::Object *memory = root->getObject("memory")) {
     std::optional<int64_t> peak = memory->getInteger("peak_bytes_per_rank");
     if (memory->getBoolean("planned").value_or(false) && (!peak || *peak < 0))
@@ -301,9 +466,18 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     const json::Value *layout = a->get("layout");
     if (!gshape || !lshape || !layout)
       return what("needs \"shape\", \"local_shape\" and \"layout\"");
-    for (int64_t d : *gshape)
-      if (d < 0)
-        return what("negative dimension in \"shape\"");
+    for (const std::vector<int64_t> *dims : {&*gshape, &*lshape}) {
+      const char *field = dims == &*gshape ? "shape" : "local_shape";
+      int64_t numel = 1;
+      for (int64_t d : *dims) {
+        if (d < 0)
+          return what(llvm::formatv("negative dimension in \"{0}\"", field));
+        if (d > kMaxElements || (d > 0 && numel > kMaxElements / d))
+          return what(
+              llvm::formatv("\"{0}\" has more than 2^40 elements", field));
+        numel *= d;
+      }
+    }
     spec.shape = *gshape;
     spec.localShape = *lshape;
     auto parsedLayout = parseLayout(*layout, m.gridShape, spec.name);
@@ -453,6 +627,15 @@ llvm::Expected<std::unique_ptr<Plan>> Plan::load(llvm::StringRef path,
   if (!file)
     return file.takeError(); // names the path
   return fromSafeTensors(std::move(*file), path, backend);
+}
+
+llvm::Expected<std::unique_ptr<Plan>> Plan::fromBuffer(llvm::StringRef bytes,
+                                                       llvm::StringRef source,
+                                                       Backend *backend) {
+  llvm::Expected<SafeTensorsFile> file = parseSafeTensors(bytes, source);
+  if (!file)
+    return file.takeError();
+  return fromSafeTensors(std::move(*file), source, backend);
 }
 
 /// "file.mlir:3:5" for file locations, else the printed location.
@@ -851,6 +1034,57 @@ llvm::Error PipelineCompiler::checkBindings(Pipeline &p) {
   return llvm::Error::success();
 }
 
+/// The manifest against what the program was compiled for: the grid
+/// (module attributes `tsrt.grid_axes`, `tsrt.grid_shape`, set by
+/// tsr-lower-to-runtime) and the optimizer and precision (`tsrt.compiled_for`
+/// = {optimizer = "adamw", precision = "fp32"}, set by the artifact writer).
+/// Programs without these attributes (hand-written ones) are not checked.
+static llvm::Error checkCompiledFor(mlir::ModuleOp module, const Manifest &m,
+                                    llvm::StringRef source) {
+  auto axes = module->getAttrOfType<mlir::ArrayAttr>("tsrt.grid_axes");
+  auto shape =
+      module->getAttrOfType<mlir::DenseI64ArrayAttr>("tsrt.grid_shape");
+  if (axes && shape) {
+    std::vector<std::string> names;
+    for (mlir::Attribute a : axes)
+      if (auto s = mlir::dyn_cast<mlir::StringAttr>(a))
+        names.push_back(s.getValue().str());
+    std::vector<int64_t> sizes(shape.asArrayRef().begin(),
+                               shape.asArrayRef().end());
+    if (names != m.gridAxes || sizes != m.gridShape) {
+      std::string got;
+      for (size_t i = 0; i < names.size() && i < sizes.size(); ++i)
+        got += (i ? " x " : "") + names[i] + "=" + std::to_string(sizes[i]);
+      std::string want;
+      for (size_t i = 0; i < m.gridAxes.size(); ++i)
+        want += (i ? " x " : "") + m.gridAxes[i] + "=" +
+                std::to_string(m.gridShape[i]);
+      return fail(source + ": manifest field \"grid\" (" + want +
+                  ") does not match the grid the program was compiled for (" +
+                  got + ")");
+    }
+  }
+  auto compiled =
+      module->getAttrOfType<mlir::DictionaryAttr>("tsrt.compiled_for");
+  if (!compiled)
+    return llvm::Error::success();
+  auto optimizer = compiled.getAs<mlir::StringAttr>("optimizer");
+  std::optional<llvm::StringRef> name = m.optimizer.getString("name");
+  if (optimizer && name != optimizer.getValue())
+    return fail(source + ": manifest field \"optimizer\".\"name\" ('" +
+                name.value_or("") +
+                "') does not match the optimizer the "
+                "program was compiled for ('" +
+                optimizer.getValue() + "')");
+  auto precision = compiled.getAs<mlir::StringAttr>("precision");
+  if (precision && m.precision != precision.getValue())
+    return fail(source + ": manifest field \"precision\" ('" + m.precision +
+                "') does not match the precision the program was compiled "
+                "for ('" +
+                precision.getValue() + "')");
+  return llvm::Error::success();
+}
+
 /// Parses the program bytes (MLIR bytecode or text), verifies the module and
 /// compiles it: the manifest's function, or the pipeline's functions.
 static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
@@ -916,6 +1150,9 @@ static llvm::Error loadProgram(const Tensor &bytes, const Manifest &m,
                                        : diagnostics));
   }
 
+  if (llvm::Error err = checkCompiledFor(*module, m, source))
+    return err;
+
   if (m.isPipeline()) {
     // A backend that cannot run the sends and receives refuses them when
     // they are compiled (naming the op).
@@ -952,6 +1189,13 @@ Plan::fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
   if (it == file.metadata.end())
     return fail(source + ": not a Tessera plan (no \"tessera.manifest\" "
                          "metadata)");
+  // Artifacts are only ever read by the Tessera that wrote them, so one
+  // without section digests is an older artifact: refuse it rather than
+  // parse sections nobody can vouch for.
+  if (!file.hasDigests)
+    return fail(source + ": no section digests (\"" + kDigestsKey +
+                "\"): the artifact was written by an older Tessera; "
+                "recompile it with tessera-partition");
   llvm::Expected<Manifest> manifest = Manifest::parse(it->second, source);
   if (!manifest)
     return manifest.takeError();

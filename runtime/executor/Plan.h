@@ -6,6 +6,9 @@
 //     by its ONNX name (the initial weights);
 //   - a U8 tensor (manifest "program", normally "__program__") holding the
 //     `tsrt` runtime module as MLIR bytecode (textual MLIR is accepted too);
+//   - metadata "tessera.digests": the XXH3-64 digest of every other section
+//     (the manifest, the program, each tensor), checked before the section
+//     is parsed (runtime/checkpoint/SafeTensors.h); required;
 //   - metadata "tessera.manifest": JSON
 //       {"format": "tessera-plan", "version": 1,
 //        "grid": {"axes": ["dp", "tp"], "shape": [2, 2],
@@ -163,7 +166,12 @@ struct Manifest {
   /// token ids and labels must lie in [0, V); 0 when the artifact does not
   /// record it (older artifacts).
   int64_t vocabSize = 0;
+  /// "optimizer": {"name": "sgd"|"adamw", "lr", "weight_decay", "beta1",
+  /// "beta2", "eps", "weight_decay_exclude"} (checked: known keys, finite
+  /// values in the ranges tessera-partition accepts).
   llvm::json::Object optimizer;
+  /// "precision": "fp32" (default), "bf16" or "fp16".
+  std::string precision = "fp32";
   /// The compiler's predicted peak bytes per rank ("memory":
   /// {"planned": true, "peak_bytes_per_rank": N, ...}; pipeline plans: of
   /// the stage that needs most), or -1 when the plan has no prediction
@@ -197,9 +205,14 @@ struct Manifest {
   /// Index of the argument named `name` with role `role`, or -1.
   int64_t findArgument(llvm::StringRef name, Role role) const;
 
-  /// Parses and checks the JSON (names unique per role, layouts valid for the
-  /// grid and matching shape/local_shape, results referring to arguments).
-  /// Errors are prefixed with `source`.
+  /// Parses and checks the JSON against its schema: every field's type and
+  /// range (checkManifestSchema in Plan.cpp: unknown fields are errors, as
+  /// are an unknown optimizer or precision and non-finite or out-of-range
+  /// hyper-parameters), names unique per role, layouts valid for the grid
+  /// and matching shape/local_shape, shapes bounded, results referring to
+  /// arguments. Errors are one line, "SOURCE: manifest: ...", naming the
+  /// field.
+
   static llvm::Expected<Manifest> parse(llvm::StringRef json,
                                         llvm::StringRef source);
 };
@@ -259,9 +272,19 @@ public:
   static llvm::Expected<std::unique_ptr<Plan>> load(llvm::StringRef path,
                                                     Backend *backend = nullptr);
   /// Same, from a parsed safetensors file; `source` names it in errors.
+  /// The file must carry section digests (SafeTensors.h; parseSafeTensors
+  /// checked every section against them before handing it out): a file
+  /// without them was written by an older Tessera and is refused, "recompile
+  /// it".
   static llvm::Expected<std::unique_ptr<Plan>>
   fromSafeTensors(SafeTensorsFile file, llvm::StringRef source,
                   Backend *backend = nullptr);
+  /// Same, from the bytes of a plan.tsr in memory (what load reads; the
+  /// entry point of the artifact loader's fuzz target). Never crashes on
+  /// corrupt bytes: every section's digest is checked before it is parsed.
+  static llvm::Expected<std::unique_ptr<Plan>>
+  fromBuffer(llvm::StringRef bytes, llvm::StringRef source,
+             Backend *backend = nullptr);
 
   const Manifest &manifest() const { return man; }
   /// The compiled "function" (non-pipeline plans; empty for pipeline plans).

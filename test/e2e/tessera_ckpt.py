@@ -236,6 +236,8 @@ def check_convert(root, path):
     assert list(got) == ["w", "qkv", "b"], list(got)
     for k, v in want.items():
         assert got[k].shape == v.shape and np.array_equal(got[k], v), k
+    digests = json.loads(meta.pop("tessera.digests"))  # SafeTensors.h
+    assert sorted(digests["tensors"]) == ["b", "qkv", "w"], digests
     assert meta == {"format": "pt", "tessera.steps": "4"}, meta
     print("convert ok:", ", ".join(f"{k}{list(v.shape)}" for k, v in got.items()))
 

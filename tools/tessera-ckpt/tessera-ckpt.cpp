@@ -7,7 +7,8 @@
 //   tessera-ckpt inspect DIR
 //       Step, consumed samples, loss scale, the plan, then one line per
 //       tensor: name, role, dtype, global shape, bytes, shard count; and the
-//       totals. Reads the index and every file's header (checks them).
+//       totals. Reads the index and every file (checks every shard against
+//       the index and against its section digest, docs/Checkpoint.md).
 //   tessera-ckpt convert DIR --to model.safetensors [--with-optim]
 //       One safetensors file with the ONNX parameter names and global
 //       shapes (the Hugging Face layout): params and frozen tensors, in the
@@ -44,7 +45,8 @@ namespace cl = llvm::cl;
 static cl::SubCommand inspectCmd("inspect",
                                  "Print a checkpoint's step, plan, tensors "
                                  "(shape, dtype, role, bytes, shards) and "
-                                 "totals");
+                                 "totals, after checking every shard's "
+                                 "digest");
 static cl::SubCommand
     convertCmd("convert",
                "Write one safetensors file with the global weights (ONNX "
@@ -119,6 +121,10 @@ static int inspect() {
   auto reader = openChecked(inspectDir);
   if (!reader)
     return failWith(reader.takeError());
+  // Every shard's bytes against its digest (convert and export check the
+  // shards they read).
+  if (llvm::Error err = (*reader)->verifyData())
+    return failWith(std::move(err));
   const CheckpointReader &r = **reader;
   llvm::raw_ostream &os = llvm::outs();
   os << "checkpoint: " << r.directory() << "\n";

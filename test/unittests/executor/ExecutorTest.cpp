@@ -88,7 +88,7 @@ json::Object result(int64_t index, llvm::StringRef role, llvm::StringRef name) {
 
 json::Object manifest(std::vector<int64_t> grid, int64_t batch, int64_t seq,
                       json::Array args, json::Array results,
-                      json::Object optimizer = {}) {
+                      json::Object optimizer = json::Object{{"name", "sgd"}}) {
   json::Array axes;
   for (size_t i = 0; i < grid.size(); ++i)
     axes.push_back(i == 0 ? "dp" : "tp");
@@ -958,7 +958,9 @@ TEST(PlanErrors, ManifestMustMatchTheProgram) {
   m["grid"] =
       json::Object{{"axes", json::Array{"dp"}}, {"shape", json::Array{0}}};
   msg = loadError(oneOp(""), m);
-  EXPECT_NE(msg.find("grid sizes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("field \"grid\".\"shape\": sizes must be in [1, 2^20]"),
+            std::string::npos)
+      << msg;
 
   // "rank_order": every rank axis once; absent means the axis order.
   m = oneOpManifest({1, 1});
@@ -1014,17 +1016,35 @@ TEST(PlanErrors, CorruptArtifacts) {
             std::string::npos)
       << msg;
 
-  // Not MLIR at all (raw U8 bytes).
-  std::string withJunk = *blob;
-  size_t at = withJunk.rfind(std::string(16, '\0'));
-  ASSERT_NE(at, std::string::npos);
-  withJunk.replace(at, 16, "%%% not mlir %%%");
-  file = parseSafeTensors(withJunk, "x.tsr");
-  ASSERT_TRUE(static_cast<bool>(file));
-  plan = Plan::fromSafeTensors(std::move(*file), "x.tsr");
+  // Not MLIR at all (raw U8 bytes, with their digest).
+  std::string junk = "%%% not mlir %%%";
+  Tensor junkBytes = Tensor::empty(DType::I1, {16});
+  std::memcpy(junkBytes.raw(), junk.data(), 16);
+  std::string junkBlob;
+  {
+    llvm::raw_string_ostream js(junkBlob);
+    ASSERT_FALSE(static_cast<bool>(
+        writeSafeTensors(js, {{"x", &x}, {"__program__", &junkBytes}},
+                         {{"tessera.manifest", text}}, {"__program__"})));
+  }
+  plan = Plan::fromBuffer(junkBlob, "x.tsr");
   ASSERT_FALSE(static_cast<bool>(plan));
   msg = llvm::toString(plan.takeError());
   EXPECT_NE(msg.find("cannot parse the program '__program__'"),
+            std::string::npos)
+      << msg;
+
+  // The same bytes patched into the file (its digest left as it was): the
+  // digest check refuses the section before the bytecode reader sees it.
+  std::string withJunk = *blob;
+  size_t at = withJunk.rfind(std::string(16, '\0'));
+  ASSERT_NE(at, std::string::npos);
+  withJunk.replace(at, 16, junk);
+  plan = Plan::fromBuffer(withJunk, "x.tsr");
+  ASSERT_FALSE(static_cast<bool>(plan));
+  msg = llvm::toString(plan.takeError());
+  EXPECT_NE(msg.find("x.tsr: section \"__program__\" is corrupt (digest "
+                     "xxh3:"),
             std::string::npos)
       << msg;
 

@@ -95,40 +95,25 @@ test::packPlan(llvm::StringRef mlirText, const llvm::json::Object &manifest,
   ms << llvm::json::Value(llvm::json::Object(manifest));
   ms.flush();
 
-  // safetensors by hand: runtime::writeSafeTensors stores byte tensors as
-  // BOOL normalised to 0/1, which would destroy the bytecode; the program
-  // must be stored as raw U8.
-  llvm::json::Object header{
-      {"__metadata__", llvm::json::Object{{"tessera.manifest", manifestText}}}};
-  std::string data;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const Tensor &t = tensors[i];
-    if (t.dtype() != DType::F32)
+  // The program is stored as raw U8 bytes (not BOOL normalised to 0/1,
+  // which would destroy the bytecode); writeSafeTensors adds the section
+  // digests the runtime requires.
+  for (size_t i = 0; i < names.size(); ++i)
+    if (tensors[i].dtype() != DType::F32)
       return fail("initial value of '" + names[i] + "' must be f32");
-    size_t begin = data.size();
-    data.append(static_cast<const char *>(t.raw()), t.bytes());
-    header[names[i]] = llvm::json::Object{
-        {"dtype", "F32"},
-        {"shape", llvm::json::Array(t.shape())},
-        {"data_offsets", llvm::json::Array{static_cast<int64_t>(begin),
-                                           static_cast<int64_t>(data.size())}}};
-  }
-  size_t begin = data.size();
-  data += bytecode;
-  header[programName] = llvm::json::Object{
-      {"dtype", "U8"},
-      {"shape", llvm::json::Array{static_cast<int64_t>(bytecode.size())}},
-      {"data_offsets", llvm::json::Array{static_cast<int64_t>(begin),
-                                         static_cast<int64_t>(data.size())}}};
-  std::string headerText;
-  llvm::raw_string_ostream hs(headerText);
-  hs << llvm::json::Value(std::move(header));
-  hs.flush();
-  while ((8 + headerText.size()) % 8 != 0)
-    headerText += ' ';
-  std::string out(8, '\0');
-  uint64_t n = headerText.size();
-  for (int i = 0; i < 8; ++i)
-    out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return out + headerText + data;
+  Tensor program =
+      Tensor::empty(DType::I1, {static_cast<int64_t>(bytecode.size())});
+  if (!bytecode.empty())
+    std::memcpy(program.raw(), bytecode.data(), bytecode.size());
+  std::vector<NamedTensor> named;
+  for (size_t i = 0; i < names.size(); ++i)
+    named.emplace_back(names[i], &tensors[i]);
+  named.emplace_back(programName, &program);
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  if (llvm::Error err = writeSafeTensors(
+          os, named, {{"tessera.manifest", manifestText}}, {programName}))
+    return fail(llvm::toString(std::move(err)));
+  os.flush();
+  return out;
 }

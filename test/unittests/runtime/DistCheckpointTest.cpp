@@ -602,3 +602,65 @@ TEST(DistCheckpoint, FilesReadableAsSafeTensors) {
   expectEqualBytes(f->tensors[0], exec::sliceToLocal(s.w, s.wl, {2}, {1}));
   EXPECT_EQ(f->metadata.at("format"), "tessera-checkpoint-shard");
 }
+
+// Section digests (issue 26): the index records each shard's digest; the
+// reader checks the file's digest against it and the bytes against both.
+TEST(DistCheckpoint, ShardDigests) {
+  {
+    Saved s;
+    llvm::Expected<llvm::json::Value> v = llvm::json::parse(s.index());
+    ASSERT_TRUE(bool(v));
+    std::optional<llvm::StringRef> d =
+        Saved::shard(*v->getAsObject(), 0).getString("digest");
+    ASSERT_TRUE(d.has_value());
+    EXPECT_TRUE(d->starts_with("xxh3:") && d->size() == 21) << d->str();
+    // A flipped byte of w's rows in rank 0's file.
+    std::string f = s.it + "/rank_00000.safetensors";
+    auto h = readSafeTensorsHeader(f);
+    ASSERT_NO_ERR(h.takeError());
+    std::string bytes = readText(f);
+    bytes[h->dataOffset + h->find("w")->begin + 3] ^= 0x10;
+    writeText(f, bytes);
+    auto r = CheckpointReader::open(s.dir.path);
+    ASSERT_NO_ERR(r.takeError());
+    std::string msg = errorMessage((*r)->loadGlobal("w").takeError());
+    EXPECT_NE(msg.find("rank_00000.safetensors: section \"w\" is corrupt "
+                       "(digest xxh3:"),
+              std::string::npos)
+        << msg;
+  }
+  {
+    // The index's digest differs from the file's.
+    Saved s;
+    s.editIndex([](llvm::json::Object &r) {
+      Saved::shard(r, 1)["digest"] = "xxh3:0123456789abcdef";
+    });
+    auto r = CheckpointReader::open(s.dir.path);
+    ASSERT_NO_ERR(r.takeError());
+    std::string msg = errorMessage((*r)->verifyFiles());
+    EXPECT_NE(msg.find("rank_00001.safetensors: section \"w\" does not match "
+                       "index.json (digest xxh3:"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("index.json records xxh3:0123456789abcdef"),
+              std::string::npos)
+        << msg;
+    s.editIndex(
+        [](llvm::json::Object &r) { Saved::shard(r, 1)["digest"] = 7; });
+    EXPECT_NE(s.openError().find("\"digest\" must be \"xxh3:\""),
+              std::string::npos);
+  }
+  {
+    // An index without digests (another writer) still loads.
+    Saved s;
+    s.editIndex([](llvm::json::Object &r) {
+      Saved::shard(r, 0).erase("digest");
+      Saved::shard(r, 1).erase("digest");
+    });
+    auto r = CheckpointReader::open(s.dir.path);
+    ASSERT_NO_ERR(r.takeError());
+    auto w = (*r)->loadGlobal("w");
+    ASSERT_NO_ERR(w.takeError());
+    expectEqualBytes(*w, s.w);
+  }
+}

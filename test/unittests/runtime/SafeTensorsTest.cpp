@@ -263,3 +263,113 @@ TEST(SafeTensors, HeaderOnlyAndSingleTensorReads) {
   msg = errorMessage(readSafeTensorsHeader(path).takeError());
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
+
+// Section digests (issue 26): every file written carries "tessera.digests";
+// readers check each section before handing it out.
+static std::string readBytes(const std::string &p) {
+  auto buf = llvm::MemoryBuffer::getFile(p, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  return buf ? (*buf)->getBuffer().str() : std::string();
+}
+
+static void writeBytes(const std::string &p, const std::string &bytes) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(p, ec);
+  os << bytes;
+}
+
+TEST(SafeTensors, DigestsWrittenAndChecked) {
+  // llvm::xxh3_64bits is XXH3-64 (seed 0): the reference value of "".
+  EXPECT_EQ(sectionDigest(""), "xxh3:2d06800538d394c2");
+  Tensor w = randomF32({3, 4}, 1);
+  Tensor b = randomF32({4}, 2);
+  auto bytes = serializeSafeTensors({{"w", &w}, {"b", &b}},
+                                    {{"tessera.manifest", "{\"a\": 1}"}});
+  ASSERT_NO_ERR(bytes.takeError());
+  auto f = parseSafeTensors(*bytes, "blob.safetensors");
+  ASSERT_NO_ERR(f.takeError());
+  EXPECT_TRUE(f->hasDigests);
+  EXPECT_EQ(f->metadata.count(kDigestsKey), 0u); // consumed by the reader
+  EXPECT_EQ(f->metadata.at("tessera.manifest"), "{\"a\": 1}");
+
+  // A flipped byte in each data region: the error names the section.
+  uint64_t n = llvm::support::endian::read64le(bytes->data());
+  uint64_t data = 8 + n;
+  for (auto [name, offset] :
+       {std::pair<const char *, uint64_t>{"w", 5}, {"b", 48 + 3}}) {
+    std::string bad = *bytes;
+    bad[data + offset] ^= 0x40;
+    expectParseError(bad, {"section \"", name,
+                           "\" is corrupt (digest xxh3:", ", expected xxh3:"});
+  }
+  // A flipped character of the manifest value (valid JSON still).
+  {
+    std::string bad = *bytes;
+    size_t at = bad.find("{\\\"a\\\": 1}");
+    ASSERT_NE(at, std::string::npos);
+    bad[at + 5] = 'b';
+    expectParseError(bad, {"section \"tessera.manifest\" is corrupt"});
+  }
+  // A tensor without a digest, a digest without a tensor, a malformed one.
+  auto header = [&](const std::string &digests) {
+    std::string h = "{\"__metadata__\":{\"tessera.digests\":" + digests +
+                    "},\"t\":{\"dtype\":\"F32\",\"shape\":[1],"
+                    "\"data_offsets\":[0,4]}}";
+    return blob(h, std::string(4, '\0'));
+  };
+  std::string zero4 = sectionDigest(std::string(4, '\0'));
+  auto quoted = [](const std::string &json) {
+    std::string out = "\"";
+    for (char c : json)
+      out += c == '"' ? std::string("\\\"") : std::string(1, c);
+    return out + "\"";
+  };
+  ASSERT_NO_ERR(
+      parseSafeTensors(header(quoted("{\"metadata\":{},\"tensors\":{\"t\":\"" +
+                                     zero4 + "\"}}")),
+                       "ok")
+          .takeError());
+  expectParseError(header(quoted("{\"metadata\":{},\"tensors\":{}}")),
+                   {"no digest for the tensor \"t\""});
+  expectParseError(header(quoted("{\"metadata\":{},\"tensors\":{\"t\":\"" +
+                                 zero4 + "\",\"u\":\"" + zero4 + "\"}}")),
+                   {"a digest for the tensor \"u\", which the file lacks"});
+  expectParseError(
+      header(quoted("{\"metadata\":{},\"tensors\":{\"t\":\"xxh3:12\"}}")),
+      {"is not \"xxh3:\" and 16 hex digits"});
+  // Files without digests (other writers) still read, flagged.
+  auto plain = parseSafeTensors(
+      blob("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           std::string(4, '\0')),
+      "plain");
+  ASSERT_NO_ERR(plain.takeError());
+  EXPECT_FALSE(plain->hasDigests);
+}
+
+TEST(SafeTensors, DataSectionCoveredExactly) {
+  std::string t = "\"t\":{\"dtype\":\"F32\",\"shape\":[1],"
+                  "\"data_offsets\":[4,8]}";
+  expectParseError(blob("{" + t + "}", std::string(8, '\0')),
+                   {"starts at data offset 4, not at 0"});
+  expectParseError(
+      blob("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           std::string(12, '\0')),
+      {"the tensors cover 4 of the data section's 12 bytes"});
+}
+
+TEST(SafeTensors, SingleTensorReadChecksDigest) {
+  Tensor w = randomF32({8}, 3);
+  std::string path = tempPath("digest");
+  ASSERT_NO_ERR(writeSafeTensors(path, {{"w", &w}}, {}));
+  auto h = readSafeTensorsHeader(path);
+  ASSERT_NO_ERR(h.takeError());
+  EXPECT_TRUE(h->hasDigests);
+  ASSERT_NO_ERR(readSafeTensor(*h, "w").takeError());
+  std::string bytes = readBytes(path);
+  bytes[h->dataOffset + 9] ^= 0x01;
+  writeBytes(path, bytes);
+  std::string msg = llvm::toString(readSafeTensor(*h, "w").takeError());
+  EXPECT_NE(msg.find(path + ": section \"w\" is corrupt"), std::string::npos)
+      << msg;
+  ::unlink(path.c_str());
+}
