@@ -1,6 +1,7 @@
 //===- Cluster.cpp - the machine the planner plans for --------------------===//
 
 #include "common/cluster/Cluster.h"
+#include "common/io/FileSafety.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -596,10 +597,14 @@ llvm::Expected<Cluster> tessera::planner::loadCluster(StringRef specOrPath) {
 }
 
 static llvm::Expected<Cluster> readClusterFile(StringRef specOrPath) {
-  auto buf = llvm::MemoryBuffer::getFile(specOrPath, /*IsText=*/true);
+  // A regular file of at most 64 MiB (a FIFO or /dev/zero is an error;
+  // common/io/FileSafety.h).
+  auto buf =
+      tessera::io::readInputFile("cluster file", specOrPath, uint64_t(64) << 20,
+                                 /*isText=*/true);
   if (!buf)
-    return fail("cannot read cluster file '" + specOrPath +
-                "': " + buf.getError().message() + " (" + kPresetHelp + ")");
+    return fail("cannot read " + llvm::toString(buf.takeError()) + " (" +
+                kPresetHelp + ")");
   llvm::Expected<llvm::json::Value> json =
       llvm::json::parse((*buf)->getBuffer());
   if (!json)

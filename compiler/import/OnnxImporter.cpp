@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/import/OnnxImporter.h"
+#include "common/io/FileSafety.h"
 #include "compiler/import/ConstEval.h"
 #include "compiler/import/ConstTensor.h"
 #include "compiler/import/ExternalData.h"
@@ -31,6 +32,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -328,8 +330,8 @@ private:
   OpBuilder b;
   int64_t opset = 0;
   llvm::StringMap<Slot> env;
-  llvm::StringSet<> used; ///< names read by some node or graph output
-  func::FuncOp forwardFunc;                     ///< @forward, while converting
+  llvm::StringSet<> used;   ///< names read by some node or graph output
+  func::FuncOp forwardFunc; ///< @forward, while converting
   SmallVector<Type> *forwardArgTypes = nullptr; ///< its argument types
   Value rngStepArg;          ///< rngStep()'s argument, once added
   int64_t nextDropoutId = 0; ///< op_id of the next training-mode Dropout
@@ -2777,6 +2779,16 @@ OwningOpRef<ModuleOp> importOnnxBytes(llvm::StringRef bytes,
 OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext &ctx,
                                      const ImportOptions &opts) {
   loadImportDialects(ctx);
+  // A FIFO would block the read and /dev/zero never end: only regular files
+  // (common/io/FileSafety.h).
+  if (llvm::sys::fs::exists(path)) {
+    std::string kind = io::describeNonRegular(path);
+    if (!kind.empty()) {
+      emitError(FileLineColLoc::get(&ctx, path, 0, 0))
+          << "cannot open ONNX file: it is " << kind << ", not a regular file";
+      return nullptr;
+    }
+  }
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer) {

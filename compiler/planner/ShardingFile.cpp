@@ -2,10 +2,12 @@
 
 #include "compiler/planner/ShardingFile.h"
 
+#include "common/io/FileSafety.h"
 #include "common/plan/LayoutText.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -94,6 +96,15 @@ llvm::Expected<std::map<std::string, std::string>>
 tessera::planner::readShardingFile(llvm::StringRef path,
                                    const ParameterShapes &params,
                                    const GridSpec &grid) {
+  // Only a regular file (a FIFO would block, /dev/zero never end;
+  // common/io/FileSafety.h).
+  if (llvm::sys::fs::exists(path)) {
+    std::string kind = tessera::io::describeNonRegular(path);
+    if (!kind.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     path + ": cannot read: it is " + kind +
+                                         ", not a regular file");
+  }
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
       llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)

@@ -2,6 +2,8 @@
 
 #include "runtime/checkpoint/SafeTensors.h"
 
+#include "common/io/FileSafety.h"
+
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -174,30 +176,21 @@ llvm::Error tessera::runtime::writeSafeTensors(
     llvm::StringRef path, llvm::ArrayRef<NamedTensor> tensors,
     const std::map<std::string, std::string> &metadata,
     const RawByteTensorNames &rawBytes) {
-  std::string tmp = (path + ".tmp").str();
-  std::error_code ec;
-  {
-    llvm::raw_fd_ostream os(tmp, ec, llvm::sys::fs::OF_None);
-    if (ec)
-      return stError(path,
-                     "cannot open '" + tmp + "' for writing: " + ec.message());
-    if (auto e = writeSafeTensors(os, tensors, metadata, rawBytes)) {
-      os.close();
-      os.clear_error();
-      llvm::sys::fs::remove(tmp);
-      return stError(path, llvm::toString(std::move(e)));
-    }
-    os.close();
-    if (os.has_error()) {
-      std::string msg = os.error().message();
-      os.clear_error();
-      llvm::sys::fs::remove(tmp);
-      return stError(path, "write failed: " + msg);
-    }
-  }
-  if (std::error_code rec = llvm::sys::fs::rename(tmp, path)) {
-    llvm::sys::fs::remove(tmp);
-    return stError(path, "cannot rename '" + tmp + "': " + rec.message());
+  // Atomically (common/io/FileSafety.h): a temporary file beside `path`,
+  // fsync'ed and renamed over it; never a device node or other non-regular
+  // file.
+  std::string inner;
+  llvm::Error err = io::writeFileAtomically(
+      "the file", path, [&](llvm::raw_ostream &os) -> llvm::Error {
+        if (auto e = writeSafeTensors(os, tensors, metadata, rawBytes)) {
+          inner = llvm::toString(std::move(e));
+          return llvm::createStringError(inner);
+        }
+        return llvm::Error::success();
+      });
+  if (err) {
+    std::string msg = llvm::toString(std::move(err));
+    return stError(path, inner.empty() ? msg : inner);
   }
   return llvm::Error::success();
 }

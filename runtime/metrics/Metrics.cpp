@@ -2,6 +2,8 @@
 
 #include "runtime/metrics/Metrics.h"
 
+#include "common/io/FileSafety.h"
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 
@@ -67,13 +69,11 @@ MetricsWriter::open(llvm::StringRef path, bool append) {
 }
 
 llvm::Error MetricsWriter::write(const StepMetrics &m) {
-  *os << formatMetricsJson(m) << '\n';
-  os->flush();
-  if (os->has_error()) {
-    std::error_code ec = os->error();
-    os->clear_error();
+  // One write(2) of the whole line (io::appendRecord): a killed run leaves
+  // whole records only.
+  if (std::error_code ec =
+          tessera::io::appendRecord(*os, formatMetricsJson(m) + "\n"))
     return llvm::createStringError(ec, "metrics file '%s': write failed: %s",
                                    filePath.c_str(), ec.message().c_str());
-  }
   return llvm::Error::success();
 }

@@ -60,7 +60,8 @@ public:
   static llvm::Expected<std::unique_ptr<MetricsWriter>>
   open(llvm::StringRef path, bool append = false);
 
-  /// Writes one line and flushes. Error names the path on I/O failure.
+  /// Writes one line in one write(2) (io::appendRecord), so a run killed at
+  /// any moment leaves whole records. Error names the path on I/O failure.
   llvm::Error write(const StepMetrics &m);
 
   const std::string &path() const { return filePath; }

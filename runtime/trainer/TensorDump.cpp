@@ -2,6 +2,8 @@
 
 #include "runtime/trainer/TensorDump.h"
 
+#include "common/io/FileSafety.h"
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
@@ -67,12 +69,9 @@ llvm::Error TensorDump::finish(const std::vector<std::string> &axes,
     return llvm::createStringError("--dump-tensors: cannot write '" +
                                    rankFile(dir, rank, ".bin") + "': " + msg);
   }
+  // The index last and atomically (common/io/FileSafety.h): a run killed
+  // while dumping leaves no index, so the dump reads as incomplete.
   std::string path = rankFile(dir, rank, ".json");
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec);
-  if (ec)
-    return llvm::createStringError("--dump-tensors: cannot write '" + path +
-                                   "': " + ec.message());
   llvm::json::Array axisNames, coordList, shape;
   for (const std::string &a : axes)
     axisNames.push_back(a);
@@ -80,18 +79,14 @@ llvm::Error TensorDump::finish(const std::vector<std::string> &axes,
     coordList.push_back(c);
   for (int64_t s : gridShape)
     shape.push_back(s);
-  os << llvm::json::Value(llvm::json::Object{{"rank", rank},
+  llvm::json::Value value(llvm::json::Object{{"rank", rank},
                                              {"axes", std::move(axisNames)},
                                              {"coords", std::move(coordList)},
                                              {"grid_shape", std::move(shape)},
-                                             {"tensors", std::move(index)}})
-     << "\n";
-  os.close();
-  if (os.has_error()) {
-    std::string msg = os.error().message();
-    os.clear_error();
-    return llvm::createStringError("--dump-tensors: cannot write '" + path +
-                                   "': " + msg);
-  }
-  return llvm::Error::success();
+                                             {"tensors", std::move(index)}});
+  return io::writeFileAtomically("--dump-tensors", path,
+                                 [&](llvm::raw_ostream &os) {
+                                   os << value << "\n";
+                                   return llvm::Error::success();
+                                 });
 }

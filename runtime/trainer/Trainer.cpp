@@ -7,6 +7,7 @@
 
 #include "runtime/trainer/Trainer.h"
 
+#include "common/io/FileSafety.h"
 #include "runtime/FaultInject.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "runtime/collectives/mpi/Watchdog.h"
@@ -76,25 +77,17 @@ std::string take(llvm::Error err) {
   return err ? llvm::toString(std::move(err)) : std::string();
 }
 
-/// Writes `value` and a newline to `path`; returns "" or the error,
-/// "cannot write the <what> '<path>': <reason>".
+/// Writes `value` and a newline to `path` atomically (io::FileSafety.h);
+/// returns "" or the error, "cannot write <what> '<path>': <reason>"
+/// (`what` is the option, "--trace").
 std::string writeJson(const std::string &path, llvm::json::Value value,
                       llvm::StringRef what) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec);
-  if (ec)
-    return ("cannot write the " + what + " '" + path + "': " + ec.message())
-        .str();
-  os << value << "\n";
-  os.close();
-  if (os.has_error()) {
-    std::string msg = ("cannot write the " + what + " '" + path +
-                       "': " + os.error().message())
-                          .str();
-    os.clear_error();
-    return msg;
-  }
-  return "";
+  llvm::Error err =
+      io::writeFileAtomically(what, path, [&](llvm::raw_ostream &os) {
+        os << value << "\n";
+        return llvm::Error::success();
+      });
+  return take(std::move(err));
 }
 
 /// Every rank's `mine` gathered on rank 0 (MPI_Gather of the counts, then
@@ -234,7 +227,7 @@ std::string writeProfile(const mpi::Communicator &world,
   }
   return writeJson(path,
                    json::Object{{"steps", steps}, {"ranks", std::move(ranks)}},
-                   "profile");
+                   "--profile");
 }
 
 /// Gathers every rank's trace events on rank 0 and writes them there as
@@ -363,7 +356,7 @@ std::string writeTrace(const mpi::Communicator &world,
   return writeJson(path,
                    json::Object{{"traceEvents", std::move(events)},
                                 {"displayTimeUnit", "ms"}},
-                   "trace");
+                   "--trace");
 }
 
 /// The fields of exec::MemoryUse gathered per rank: persistent, constants,
@@ -496,6 +489,51 @@ std::string Trainer::checkOptions(bool timeoutOk) const {
   return checkCheckpointOptions();
 }
 
+/// The files of the job, before any is opened (common/io/FileSafety.h):
+/// the plan and the token files must be regular files (a FIFO would block,
+/// /dev/zero never ends), and no output may be an input or another output,
+/// or a non-regular file. "" or the first problem.
+std::string Trainer::checkFiles() const {
+  std::vector<io::NamedPath> inputs{{"the plan", opts.planPath}};
+  if (llvm::Error err = io::checkInputFile("the plan", opts.planPath))
+    return take(std::move(err));
+  // A token file is a plain file or a Megatron-LM PREFIX (PREFIX.bin and
+  // PREFIX.idx; PREFIX.bin also names it): each that exists is an input.
+  for (auto [option, path] :
+       {std::pair<const char *, const std::string *>{"--data", &opts.dataPath},
+        {"--eval-data", &opts.evalDataPath}}) {
+    if (path->empty())
+      continue;
+    llvm::StringRef p(*path);
+    llvm::SmallVector<std::string, 4> files{*path, *path + ".bin",
+                                            *path + ".idx"};
+    if (p.ends_with(".bin"))
+      files.push_back((p.drop_back(4) + ".idx").str());
+    for (const std::string &f : files) {
+      if (!llvm::sys::fs::exists(f))
+        continue; // the dataset reader names what is missing
+      if (llvm::Error err = io::checkInputFile(option, f))
+        return take(std::move(err));
+      inputs.push_back({option, f});
+    }
+  }
+  if (!opts.loadDir.empty())
+    inputs.push_back({"--load", opts.loadDir, /*directory=*/true});
+
+  std::vector<io::NamedPath> outputs{{"--metrics", opts.metricsPath},
+                                     {"--trace", opts.tracePath},
+                                     {"--profile", opts.profilePath},
+                                     {"--save-weights", opts.saveWeights}};
+  if (!opts.saveState.empty())
+    for (int r = 0; r < world->size(); ++r)
+      outputs.push_back(
+          {"--save-state",
+           opts.saveState + ".rank" + std::to_string(r) + ".safetensors"});
+  outputs.push_back({"--save", opts.saveDir, /*directory=*/true});
+  outputs.push_back({"--dump-tensors", opts.dumpTensors, /*directory=*/true});
+  return take(io::checkOutputs(inputs, outputs));
+}
+
 /// The static memory plan's prediction against --memory-per-device; ""
 /// or the error.
 std::string Trainer::checkMemoryPerDevice(const exec::Manifest &m) const {
@@ -582,6 +620,9 @@ std::string Trainer::openJob(bool timeoutOk) {
     else
       error = llvm::toString(made.takeError());
   }
+  // The files, before any is read or written.
+  if (error.empty())
+    error = checkFiles();
   if (error.empty()) {
     auto loaded = exec::Plan::load(opts.planPath, backend.get());
     if (loaded)
@@ -649,15 +690,6 @@ std::string Trainer::openJob(bool timeoutOk) {
       metrics = std::move(*opened);
     else
       error = llvm::toString(opened.takeError());
-  }
-  for (const std::string *out :
-       {&opts.saveWeights, &opts.tracePath, &opts.profilePath}) {
-    if (!error.empty() || !isRoot || out->empty())
-      continue;
-    llvm::StringRef dir = llvm::sys::path::parent_path(*out);
-    if (!dir.empty() && !llvm::sys::fs::is_directory(dir))
-      error = "cannot write '" + *out + "': directory '" + dir.str() +
-              "' does not exist";
   }
   if (error.empty())
     error = prepareCheckpoints();

@@ -146,6 +146,7 @@ public:
 private:
   // Opening the job (no collective): "" or this rank's first error.
   std::string checkOptions(bool timeoutOk) const;
+  std::string checkFiles() const;
   std::string checkMemoryPerDevice(const exec::Manifest &m) const;
   std::string makeLrSchedule(const exec::Manifest &m);
   std::string openJob(bool timeoutOk);

@@ -26,6 +26,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "common/io/CommandLine.h"
+#include "common/io/FileSafety.h"
 #include "compiler/artifact/Artifact.h"
 #include "compiler/import/OnnxImporter.h"
 #include "compiler/pipeline/Pipeline.h"
@@ -770,6 +772,16 @@ int run(const char *argv0) {
     fail("--data '" + dataPath + "' does not exist");
   if (!shardedIr.empty() && !emitShardedIr.empty())
     fail("--sharded-ir and --emit-sharded-ir exclude each other");
+  // Never overwrite an input: --emit-sharded-ir is a regular file that is
+  // no input; --work-dir (plans, data, dumps) holds none of them
+  // (common/io/FileSafety.h).
+  if (llvm::Error err = tessera::io::checkOutputs(
+          {{"the model", modelPath},
+           {"--sharded-ir", shardedIr},
+           {"--data", dataPath}},
+          {{"--emit-sharded-ir", emitShardedIr},
+           {"--work-dir", workDir, /*directory=*/true}}))
+    fail(llvm::toString(std::move(err)));
   planner::Plan serialPlan = planOf(/*serial=*/true);
   planner::Plan plan = planOf(/*serial=*/false);
 
@@ -795,11 +807,12 @@ int run(const char *argv0) {
     sharded = cast<ModuleOp>((*imported)->clone());
     compileTraced(*sharded, plan, "partitioned");
     if (!emitShardedIr.empty()) {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(emitShardedIr, ec);
-      if (ec)
-        fail("cannot write '" + emitShardedIr + "': " + ec.message());
-      sharded->print(os);
+      if (llvm::Error err = tessera::io::writeFileAtomically(
+              "--emit-sharded-ir", emitShardedIr, [&](llvm::raw_ostream &os) {
+                sharded->print(os);
+                return llvm::Error::success();
+              }))
+        fail(llvm::toString(std::move(err)));
       return 0;
     }
   }
@@ -954,19 +967,8 @@ int run(const char *argv0) {
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
-  std::string parseErrors;
-  llvm::raw_string_ostream errs(parseErrors);
-  if (!cl::ParseCommandLineOptions(argc, argv, kOverview, &errs)) {
-    StringRef first = StringRef(parseErrors).trim();
-    first = first.take_until([](char c) { return c == '\n'; });
-    // llvm::cl prefixes its messages with the program name.
-    size_t colon = first.find(": ");
-    if (colon != StringRef::npos &&
-        first.take_front(colon).ends_with("tessera-check"))
-      first = first.drop_front(colon + 2);
-    llvm::errs() << "tessera-check: error: " << first << "\n";
-    return 2;
-  }
+  // Usage errors: "tessera-check: error: ..." and status 2.
+  tessera::io::parseCommandLine(argc, argv, kOverview, /*exitCode=*/2);
   int status = run(argv[0]);
   removeTemporaryDir();
   return status;

@@ -24,11 +24,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "common/io/CommandLine.h"
+#include "common/io/FileSafety.h"
 #include "runtime/checkpoint/DistCheckpoint.h"
 #include "runtime/checkpoint/SafeTensors.h"
 #include "tools/tessera-ckpt/OnnxExport.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -66,8 +69,9 @@ static cl::opt<std::string> exportDir(cl::Positional, cl::Required,
                                       cl::sub(exportCmd));
 static cl::opt<std::string>
     convertTo("to", cl::Required,
-              cl::desc("Output safetensors file (written to FILE.tmp, then "
-                       "renamed)"),
+              cl::desc("Output safetensors file (written to a temporary file "
+                       "beside it, then renamed; an error when it is an "
+                       "existing non-regular file)"),
               cl::value_desc("model.safetensors"), cl::sub(convertCmd));
 static cl::opt<bool> withOptim(
     "with-optim",
@@ -168,6 +172,11 @@ static int inspect() {
 }
 
 static int convert() {
+  // Never an input, only a regular file (common/io/FileSafety.h).
+  if (llvm::Error err = tessera::io::checkOutputs(
+          {{"the checkpoint", convertDir, /*directory=*/true}},
+          {{"--to", convertTo}}))
+    return failWith(std::move(err));
   auto reader = openChecked(convertDir);
   if (!reader)
     return failWith(reader.takeError());
@@ -196,6 +205,16 @@ static int convert() {
 }
 
 static int exportModel() {
+  // The model must be a regular file (a FIFO would block, /dev/zero never
+  // end); -o never an input, only a regular file (common/io/FileSafety.h).
+  if (llvm::sys::fs::exists(onnxIn))
+    if (llvm::Error err = tessera::io::checkInputFile("--onnx", onnxIn))
+      return failWith(std::move(err));
+  if (llvm::Error err = tessera::io::checkOutputs(
+          {{"--onnx", onnxIn},
+           {"the checkpoint", exportDir, /*directory=*/true}},
+          {{"-o", onnxOut}}))
+    return failWith(std::move(err));
   auto reader = openChecked(exportDir);
   if (!reader)
     return failWith(reader.takeError());
@@ -215,7 +234,7 @@ static int exportModel() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  cl::ParseCommandLineOptions(
+  tessera::io::parseCommandLine(
       argc, argv,
       "tessera-ckpt: inspect, convert and export Tessera checkpoints\n\n"
       "  tessera-ckpt inspect DIR\n"

@@ -7,12 +7,14 @@
 
 #include "tools/tessera-eval/TensorProtoIO.h"
 
+#include "common/io/FileSafety.h"
 #include "compiler/import/ConstTensor.h"
 #include "compiler/import/TensorProtoBytes.h"
 
 #include "runtime/Tensor.h"
 
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -60,6 +62,14 @@ llvm::Expected<HostTensor> fromProto(const onnx::TensorProto &t,
 }
 
 llvm::Expected<std::string> readFile(llvm::StringRef path) {
+  // Only regular files: a FIFO would block, /dev/zero never end
+  // (common/io/FileSafety.h).
+  if (llvm::sys::fs::exists(path)) {
+    std::string kind = io::describeNonRegular(path);
+    if (!kind.empty())
+      return fail(path + ": cannot open: it is " + kind +
+                  ", not a regular file");
+  }
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer)
@@ -188,15 +198,15 @@ llvm::Error writeTensorProto(const HostTensor &t, llvm::StringRef path) {
       return fail(path + ": cannot write data type " + onnxDTypeName(t.dtype));
     }
     p.set_raw_data(raw);
-    std::error_code ec;
-    llvm::raw_fd_ostream os(path, ec);
-    if (ec)
-      return fail(path + ": cannot write: " + ec.message());
     std::string bytes;
     if (!p.SerializeToString(&bytes))
       return fail(path + ": cannot serialize the TensorProto");
-    os << bytes;
-    return llvm::Error::success();
+    // Atomically, never over a non-regular file (common/io/FileSafety.h).
+    return io::writeFileAtomically("--write-outputs", path,
+                                   [&](llvm::raw_ostream &os) {
+                                     os << bytes;
+                                     return llvm::Error::success();
+                                   });
   } catch (const std::exception &e) {
     return fail(path + ": " + e.what());
   }

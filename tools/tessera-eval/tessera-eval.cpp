@@ -55,6 +55,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "common/io/CommandLine.h"
+#include "common/io/FileSafety.h"
 #include "compiler/import/OnnxImporter.h"
 #include "dialects/tsr/DiscardableAttrs.h"
 #include "dialects/tsr/TsrDialect.h"
@@ -528,7 +530,7 @@ Outcome runJob(const Job &job, Tolerance tol, llvm::StringRef writeDir) {
 int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   cl::HideUnrelatedOptions(evalCategory);
-  cl::ParseCommandLineOptions(
+  tessera::io::parseCommandLine(
       argc, argv,
       "tessera-eval: run an ONNX model's forward on Tessera's CPU runtime and "
       "compare its outputs\n\n"
@@ -608,6 +610,25 @@ int main(int argc, char **argv) {
       return 2;
     }
     job.dataDir = dataDir;
+  }
+  // --write-outputs DIR must not hold the model or a data file it would
+  // overwrite (DIR/output_<k>.pb); common/io/FileSafety.h.
+  if (!writeOutputs.empty()) {
+    std::vector<tessera::io::NamedPath> inputs{{"the model", modelPath}};
+    for (const std::string &f : job.inputs)
+      inputs.push_back({"--input", f});
+    for (const std::string &f : job.expected)
+      inputs.push_back({"--expect", f});
+    if (!dataDir.empty())
+      for (const char *prefix : {"input", "output"})
+        for (const std::string &f : dataSetFiles(dataDir, prefix))
+          inputs.push_back({"--data", f});
+    if (llvm::Error err = tessera::io::checkOutputs(
+            inputs, {{"--write-outputs", writeOutputs, /*directory=*/true}})) {
+      llvm::errs() << "tessera-eval: error: " << toString(std::move(err))
+                   << "\n";
+      return 2;
+    }
   }
   Outcome o = runJob(job, tol, writeOutputs);
   llvm::outs() << o.line << "\n";

@@ -15,6 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "common/io/CommandLine.h"
+#include "common/io/FileSafety.h"
 #include "compiler/import/OnnxImporter.h"
 #include "compiler/import/RaisePatterns.h"
 #include "dialects/tsr/TsrDialect.h"
@@ -38,8 +40,14 @@ using namespace mlir;
 namespace cl = llvm::cl;
 
 static cl::opt<std::string> inputPath(cl::Positional, cl::desc("<model.onnx>"));
-static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
-                                       cl::value_desc("file"), cl::init("-"));
+static cl::opt<std::string> outputPath(
+    "o",
+    cl::desc("Output file ('-', the default: standard output). Written "
+             "atomically (a temporary file renamed over it); an error, before "
+             "anything is read, when it is the input file (also through a "
+             "symlink or hard link) or an existing non-regular file other "
+             "than /dev/null"),
+    cl::value_desc("file"), cl::init("-"));
 static cl::opt<std::string>
     freezeRegex("freeze",
                 cl::desc("Initializers whose name matches this regex are "
@@ -111,7 +119,7 @@ int main(int argc, char **argv) {
   llvm::InitLLVM y(argc, argv);
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
-  cl::ParseCommandLineOptions(argc, argv, "Tessera ONNX importer\n");
+  tessera::io::parseCommandLine(argc, argv, "Tessera ONNX importer\n");
   if (listOps) {
     for (const auto &op : tessera::import::supportedOps())
       llvm::outs() << op.opType << " " << (op.runtime ? "runtime" : "constant")
@@ -120,6 +128,14 @@ int main(int argc, char **argv) {
   }
   if (inputPath.empty()) {
     llvm::errs() << "tessera-import: error: no input file (see --help)\n";
+    return 1;
+  }
+  // Never overwrite the input; only regular files in and out
+  // (common/io/FileSafety.h).
+  if (llvm::Error err = tessera::io::checkOutputs({{"the input", inputPath}},
+                                                  {{"-o", outputPath}})) {
+    llvm::errs() << "tessera-import: error: " << toString(std::move(err))
+                 << "\n";
     return 1;
   }
 
@@ -133,13 +149,19 @@ int main(int argc, char **argv) {
   if (raiseOnly) {
     llvm::SourceMgr sourceMgr;
     SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
-    std::string err;
-    auto file = openInputFile(inputPath, &err);
+    // A regular file, read with a size bound (a FIFO or /dev/zero is an
+    // error), or standard input for "-".
+    auto file = inputPath == "-"
+                    ? llvm::errorOrToExpected(llvm::MemoryBuffer::getSTDIN())
+                    : tessera::io::readInputFile("the input", inputPath,
+                                                 /*maxBytes=*/uint64_t(1) << 32,
+                                                 /*isText=*/true);
     if (!file) {
-      llvm::errs() << "error: " << err << "\n";
+      llvm::errs() << "tessera-import: error: " << toString(file.takeError())
+                   << "\n";
       return 1;
     }
-    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    sourceMgr.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
     module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
     if (!module || failed(tessera::import::raiseTsrPatterns(*module)) ||
         failed(verify(*module)))
@@ -162,17 +184,18 @@ int main(int argc, char **argv) {
       report.print(llvm::errs());
   }
 
-  std::string err;
-  auto output = openOutputFile(outputPath, &err);
-  if (!output) {
-    llvm::errs() << "error: " << err << "\n";
-    return 1;
-  }
   OpPrintingFlags flags;
   if (elideLimit >= 0)
     flags.elideLargeResourceString(elideLimit);
-  module->print(output->os(), flags);
-  output->os() << "\n";
-  output->keep();
+  if (llvm::Error err = tessera::io::writeFileAtomically(
+          "-o", outputPath, [&](llvm::raw_ostream &os) {
+            module->print(os, flags);
+            os << "\n";
+            return llvm::Error::success();
+          })) {
+    llvm::errs() << "tessera-import: error: " << toString(std::move(err))
+                 << "\n";
+    return 1;
+  }
   return 0;
 }

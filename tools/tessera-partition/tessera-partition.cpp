@@ -33,6 +33,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "common/cluster/Cluster.h"
+#include "common/io/CommandLine.h"
+#include "common/io/FileSafety.h"
 #include "compiler/artifact/Artifact.h"
 #include "compiler/artifact/Memory.h"
 #include "compiler/import/OnnxImporter.h"
@@ -434,14 +436,14 @@ static int fail(const llvm::Twine &msg) {
 }
 
 static LogicalResult printModule(ModuleOp module) {
-  std::string error;
-  auto out = openOutputFile(outputPath, &error);
-  if (!out) {
-    llvm::errs() << "tessera-partition: error: " << error << "\n";
+  if (llvm::Error err =
+          io::writeFileAtomically("-o", outputPath, [&](llvm::raw_ostream &os) {
+            module.print(os, OpPrintingFlags().elideLargeResourceString(64));
+            return llvm::Error::success();
+          })) {
+    fail(llvm::toString(std::move(err)));
     return failure();
   }
-  module.print(out->os(), OpPrintingFlags().elideLargeResourceString(64));
-  out->keep();
   return success();
 }
 
@@ -581,8 +583,19 @@ static ExitCode checkOptions(std::optional<int64_t> &memoryLimit,
   if (!(gemmEfficiency > 0 && gemmEfficiency <= 1))
     return fail("--gemm-efficiency must be in (0, 1], got " +
                 llvm::Twine(std::to_string(gemmEfficiency.getValue())));
-  if (outputPath != "-" && llvm::sys::fs::equivalent(inputPath, outputPath))
-    return fail("output '" + outputPath + "' would overwrite the input model");
+  // Never overwrite an input or write the same file twice; only regular
+  // files (common/io/FileSafety.h). Before anything is read.
+  std::vector<io::NamedPath> inputs{{"the model", inputPath},
+                                    {"--sharding", shardingFile}};
+  if (!clusterSpec.empty() && llvm::sys::fs::exists(clusterSpec))
+    inputs.push_back({"--cluster", clusterSpec});
+  if (llvm::Error err = io::checkOutputs(
+          inputs, {{"-o", outputPath},
+                   {"--explain-json", explainJson},
+                   {"--predict-json", predictJson},
+                   {"--kernel-counts-json", kernelCountsJson},
+                   {"--dump-ir-after-each", dumpDir, /*directory=*/true}}))
+    return fail(llvm::toString(std::move(err)));
   return std::nullopt;
 }
 
@@ -731,10 +744,6 @@ static ExitCode writeExplainJson(const planner::SearchResult &result,
                                  const planner::Cluster &cluster,
                                  const planner::SearchOptions &search,
                                  ArrayRef<Reranked> reranked) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(explainJson, ec);
-  if (ec)
-    return fail("--explain-json '" + explainJson + "': " + ec.message());
   llvm::json::Value report =
       planner::searchToJSON(result, shape, cluster, search);
   llvm::json::Array ranks;
@@ -748,7 +757,12 @@ static ExitCode writeExplainJson(const planner::SearchResult &result,
                                          {"peak_bytes", r.peak},
                                          {"fits", r.fits}});
   (*report.getAsObject())["reranked"] = std::move(ranks);
-  os << llvm::formatv("{0:2}\n", report);
+  if (llvm::Error err = io::writeFileAtomically(
+          "--explain-json", explainJson, [&](llvm::raw_ostream &os) {
+            os << llvm::formatv("{0:2}\n", report);
+            return llvm::Error::success();
+          }))
+    return fail(llvm::toString(std::move(err)));
   return std::nullopt;
 }
 
@@ -871,26 +885,27 @@ static ExitCode predictStep(ModuleOp module, const planner::Plan &plan,
                 llvm::toString(predicted.takeError()));
   stepCost = std::move(*predicted);
   if (!predictJson.empty()) {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(predictJson, ec);
-    if (ec)
-      return fail("--predict-json: cannot write '" + predictJson +
-                  "': " + ec.message());
-    os << llvm::formatv("{0:2}", planner::toJSON(*stepCost, cluster)) << "\n";
+    if (llvm::Error err = io::writeFileAtomically(
+            "--predict-json", predictJson, [&](llvm::raw_ostream &os) {
+              os << llvm::formatv("{0:2}", planner::toJSON(*stepCost, cluster))
+                 << "\n";
+              return llvm::Error::success();
+            }))
+      return fail(llvm::toString(std::move(err)));
   }
   return std::nullopt;
 }
 
 /// --kernel-counts-json of the partitioned module.
 static ExitCode writeKernelCounts(ModuleOp module) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(kernelCountsJson, ec);
-  if (ec)
-    return fail("--kernel-counts-json: cannot write '" + kernelCountsJson +
-                "': " + ec.message());
-  os << llvm::formatv("{0:2}", llvm::json::Value(planner::toJSON(
-                                   planner::countKernels(module))))
-     << "\n";
+  if (llvm::Error err = io::writeFileAtomically(
+          "--kernel-counts-json", kernelCountsJson, [&](llvm::raw_ostream &os) {
+            os << llvm::formatv("{0:2}", llvm::json::Value(planner::toJSON(
+                                             planner::countKernels(module))))
+               << "\n";
+            return llvm::Error::success();
+          }))
+    return fail(llvm::toString(std::move(err)));
   return std::nullopt;
 }
 
@@ -959,7 +974,7 @@ explainAndCheckMemory(ModuleOp module, const planner::Plan &plan,
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
+  tessera::io::parseCommandLine(
       argc, argv,
       "Tessera: compile an ONNX transformer into a partitioned training "
       "step\n");

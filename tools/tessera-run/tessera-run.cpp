@@ -133,6 +133,8 @@
 #endif
 
 #include "common/cluster/Cluster.h"
+#include "common/io/CommandLine.h"
+#include "common/io/FileSafety.h"
 #include "runtime/FaultInject.h"
 #include "runtime/backends/cpu/CpuKernels.h"
 #include "runtime/collectives/mpi/MpiCollectives.h"
@@ -533,6 +535,14 @@ static const char *kOverview =
     "(bad option, missing or corrupt plan or data file, wrong number of\n"
     "ranks, failure inside a step, unwritable output); the error is printed\n"
     "once, as 'tessera-run: error: ...', naming the file at fault.\n"
+    "Files: before anything runs, every output (--metrics, --trace,\n"
+    "--profile, --save-weights, --save-state, --save, --dump-tensors) is\n"
+    "checked against the plan, the data and every other output by device\n"
+    "and inode (a symlink or hard link to the plan is refused too); only\n"
+    "regular files (or /dev/null) are written, whole files atomically (a\n"
+    "temporary file renamed over the old one), --metrics one whole line per\n"
+    "write; the plan and data must be regular files (a FIFO or /dev/zero is\n"
+    "an error). See common/io/FileSafety.h.\n"
     "If a rank dies or a collective blocks longer than --collective-timeout-s\n"
     "(default 300 s), every other rank exits with status 1 naming the lost\n"
     "rank or the collective's sequence number; MPI start-up is under the same\n"
@@ -551,10 +561,15 @@ int runCalibration(const mpi::Communicator &world) {
   std::string error;
   if (isRoot) {
     llvm::StringRef dir = llvm::sys::path::parent_path(out);
-    if (llvm::sys::fs::exists(out) && !force)
-      error = "--calibrate: '" + out + "' exists; pass --force to overwrite it";
-    else if (llvm::sys::fs::is_directory(out))
+    std::string kind = llvm::sys::fs::exists(out)
+                           ? tessera::io::describeNonRegular(out)
+                           : std::string();
+    if (llvm::sys::fs::is_directory(out))
       error = "--calibrate: '" + out + "' is a directory";
+    else if (!kind.empty())
+      error = "--calibrate: '" + out + "' is " + kind + ", not a regular file";
+    else if (llvm::sys::fs::exists(out) && !force)
+      error = "--calibrate: '" + out + "' exists; pass --force to overwrite it";
     else if (planPath.empty() && !dir.empty()) {
       if (std::error_code ec = llvm::sys::fs::create_directories(dir))
         error =
@@ -573,24 +588,17 @@ int runCalibration(const mpi::Communicator &world) {
       calibrate::measure(world, options);
   error = cluster ? "" : llvm::toString(cluster.takeError());
   if (error.empty() && isRoot) {
-    std::string tmp = out + ".tmp";
-    std::error_code ec;
-    {
-      llvm::raw_fd_ostream os(tmp, ec);
-      if (!ec) {
-        os << llvm::formatv("{0:2}", tessera::planner::toJSON(*cluster))
-           << "\n";
-        os.close();
-        if (os.has_error()) {
-          ec = os.error();
-          os.clear_error();
-        }
-      }
-    }
-    if (!ec)
-      ec = llvm::sys::fs::rename(tmp, out);
-    if (ec)
-      error = "--calibrate: cannot write '" + out + "': " + ec.message();
+    // Atomically; never over a device node or other non-regular file
+    // (common/io/FileSafety.h).
+    llvm::Error err = tessera::io::writeFileAtomically(
+        "--calibrate", out, [&](llvm::raw_ostream &os) {
+          os << llvm::formatv("{0:2}", tessera::planner::toJSON(*cluster))
+             << "\n";
+          return llvm::Error::success();
+        });
+    std::string ec = err ? llvm::toString(std::move(err)) : "";
+    if (!ec.empty())
+      error = ec;
     else
       llvm::outs() << "wrote " << out << " (" << cluster->name
                    << "; use it with tessera-partition --cluster "
@@ -701,7 +709,7 @@ TrainerOptions optionsFromFlags() {
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(argc, argv, kOverview);
+  tessera::io::parseCommandLine(argc, argv, kOverview);
 
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     cpu::setBlasThreads(1);
