@@ -16,10 +16,16 @@
 #               (tessera-planner-bench, docs/Planner.md)
 #   make bundle $(BUILD)/bundle: tessera-run, Open MPI and a launcher for a
 #               node without LLVM, OpenBLAS or Open MPI (scripts/bundle.sh)
+#   make fuzz   build the libFuzzer targets (test/fuzz) in $(SAN_BUILD)
+#               (clang-22, ASan + UBSan) and run each for FUZZ_SECONDS
+#               (default 60); prints executions and corpus sizes, fails on
+#               any finding (scripts/fuzz.sh, docs/Fuzzing.md)
 BUILD ?= build
 JOBS ?= 2
+SAN_BUILD ?= build-san
+FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test docs demo bench bundle clean
+.PHONY: all deps build test docs demo bench bundle fuzz clean
 
 all: build
 
@@ -61,6 +67,9 @@ bench: build
 
 bundle: build
 	./scripts/bundle.sh $(BUILD) $(BUILD)/bundle
+
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) ./scripts/fuzz.sh $(SAN_BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -34,6 +34,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
@@ -1123,17 +1124,28 @@ LogicalResult Importer::convertSplit(const onnx::NodeProto &n) {
     sizes = **sp;
   } else {
     auto num = attrInt(n, "num_outputs", outs);
-    if (failed(num) || *num <= 0)
-      return nodeError(n) << "invalid num_outputs";
-    int64_t chunk = (in[*axis] + *num - 1) / *num;
+    if (failed(num))
+      return failure();
+    // num_outputs must be the node's output count (the ONNX Split spec);
+    // checked before the chunk arithmetic, which a huge value overflows.
+    if (*num <= 0 || *num != outs)
+      return nodeError(n) << "num_outputs " << *num << " is not the node's "
+                          << outs << " outputs";
+    int64_t chunk = in[*axis] / *num + (in[*axis] % *num != 0);
     for (int64_t k = 0, left = in [*axis]; k < *num; ++k) {
       sizes.push_back(std::min(chunk, left));
       left -= sizes.back();
     }
   }
-  if (static_cast<int64_t>(sizes.size()) != outs ||
-      std::accumulate(sizes.begin(), sizes.end(), int64_t(0)) != in[*axis] ||
-      llvm::any_of(sizes, [](int64_t v) { return v < 0; }))
+  // The sizes' sum, stopping at the first overflow (sizes near INT64_MAX
+  // must not wrap around to the axis length).
+  bool covers = static_cast<int64_t>(sizes.size()) == outs &&
+                llvm::none_of(sizes, [](int64_t v) { return v < 0; });
+  int64_t total = 0;
+  for (int64_t v : sizes)
+    if (covers && llvm::AddOverflow(total, v, total))
+      covers = false;
+  if (!covers || total != in[*axis])
     return nodeError(n) << "split sizes " << shapeStr(sizes)
                         << " do not cover axis " << *axis << " of "
                         << shapeStr(in);
@@ -2650,6 +2662,31 @@ void checkModel(const onnx::ModelProto &model) {
   onnx::checker::check_model(copy);
 }
 
+/// `text` on one line: libonnx's checker messages span several ("...\n\n==>
+/// Context: Bad node spec for node. Name: ..."); every run of whitespace
+/// holding a line break becomes one space, and the ends are trimmed.
+std::string oneLine(llvm::StringRef text) {
+  llvm::SmallVector<llvm::StringRef> lines;
+  text.split(lines, '\n');
+  std::string out;
+  for (llvm::StringRef line : lines) {
+    line = line.trim();
+    if (line.empty())
+      continue;
+    if (!out.empty())
+      out += ' ';
+    out += line.str();
+  }
+  return out;
+}
+
+/// The newest default-domain opset the importer is checked against: the
+/// node tests of PyPI onnx 1.23.2 (onnx-node.pypi, docs/OpCoverage.md).
+/// libonnx (Debian's 1.12) knows older opsets only; models between the two
+/// (the dynamo exporter writes opset 18 and later) are imported without the
+/// ONNX checker. A newer opset may change an op's meaning, so it is refused.
+constexpr int64_t kNewestImportedOpset = 28;
+
 OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
                                   llvm::StringRef displayName, MLIRContext &ctx,
                                   const ImportOptions &opts,
@@ -2683,6 +2720,12 @@ OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
         onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
     if (auto it = ranges.find(""); it != ranges.end())
       knownOpset = it->second.second;
+    if (modelOpset > kNewestImportedOpset) {
+      emitError(loc) << "model opset " << modelOpset
+                     << " is newer than the newest this importer knows ("
+                     << kNewestImportedOpset << ")";
+      return nullptr;
+    }
     if (knownOpset && modelOpset > knownOpset) {
       emitWarning(loc) << "model opset " << modelOpset
                        << " is newer than this libonnx knows (" << knownOpset
@@ -2691,17 +2734,14 @@ OwningOpRef<ModuleOp> importModel(llvm::StringRef bytes,
       try {
         checkModel(model);
       } catch (const std::exception &e) {
-        std::string msg = e.what();
-        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
-          msg.pop_back();
-        emitError(loc) << "invalid ONNX model: " << msg;
+        emitError(loc) << "invalid ONNX model: " << oneLine(e.what());
         return nullptr;
       }
     }
     Importer importer(ctx, displayName, opts, modelDir);
     return importer.run(model);
   } catch (const std::exception &e) {
-    emitError(loc) << "ONNX import failed: " << e.what();
+    emitError(loc) << "ONNX import failed: " << oneLine(e.what());
   } catch (...) {
     emitError(loc) << "ONNX import failed with an unknown exception";
   }
