@@ -14,6 +14,11 @@
 #               the plan search's speed and its fidelity to Narayanan et al.
 #               2021, Table 1, and to torchtitan's Llama 3.1 H100 runs
 #               (tessera-planner-bench, docs/Planner.md)
+#   make sanitize  a second build, $(SAN_BUILD) (clang-22, ASan + UBSan,
+#               no CUDA, no benchmarks), and in it the lit suite, every unit
+#               test and the end-to-end tests labelled "sanitize"
+#               (TESSERA_SANITIZE_TESTS in test/CMakeLists.txt);
+#               docs/Sanitizers.md
 #   make bundle $(BUILD)/bundle: tessera-run, Open MPI and a launcher for a
 #               node without LLVM, OpenBLAS or Open MPI (scripts/bundle.sh)
 #   make fuzz   build the libFuzzer targets (test/fuzz) in $(SAN_BUILD)
@@ -22,10 +27,11 @@
 #               any finding (scripts/fuzz.sh, docs/Fuzzing.md)
 BUILD ?= build
 JOBS ?= 2
+# The sanitizer build; the fuzz targets (TESSERA_FUZZ) are built in it too.
 SAN_BUILD ?= build-san
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test docs demo bench bundle fuzz clean
+.PHONY: all deps build test sanitize docs demo bench bundle fuzz clean
 
 all: build
 
@@ -39,6 +45,20 @@ build: deps
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Mixed instrumentation (Tessera instrumented, Debian's MLIR/LLVM, libonnx,
+# Open MPI not) is handled by the options and suppression files each test
+# gets (CMakeLists.txt, test/sanitize/); nothing is needed in the shell.
+SAN_CTEST = ctest --output-on-failure -j $(JOBS)
+sanitize: deps
+	cmake -G Ninja -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+	  -DTESSERA_SANITIZE=address,undefined -DTESSERA_ENABLE_CUDA=OFF \
+	  -DTESSERA_FUZZ=ON
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	cd $(SAN_BUILD)/test/unittests && $(SAN_CTEST)
+	cd $(SAN_BUILD)/test/conformance && $(SAN_CTEST)
+	cd $(SAN_BUILD) && $(SAN_CTEST) -L '^sanitize$$'
 
 # Needs only a configured build tree and mlir-tblgen, not a full build.
 GENERATED_DOCS = dialects passes

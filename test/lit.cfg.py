@@ -27,6 +27,12 @@ config.environment.update({
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
     "OPENBLAS_NUM_THREADS": "1",
 })
+# Sanitizer build (build-san, docs/Sanitizers.md): the ASan/UBSan/LSan
+# options and suppression files its tools run with (set in CMakeLists.txt).
+for assignment in filter(None, getattr(config, "sanitizer_env", "").split(";")):
+    name, value = assignment.split("=", 1)
+    config.environment[name] = value
+    config.available_features.add("sanitizer")
 if "HOME" in os.environ:
     config.environment["HOME"] = os.environ["HOME"]
 config.substitutions.append(("%python", "/usr/bin/python3"))

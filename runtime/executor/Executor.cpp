@@ -328,11 +328,14 @@ llvm::Expected<double> Executor::runStep(const Tensor &tokens,
     return arenaBegin && at >= arenaBegin && at < arenaBegin + arena.bytes;
   };
   for (const ResultSpec &r : m.results) {
+    // A result that replaces no argument (loss, metrics) has argument -1:
+    // state[-1] must not even be formed (UBSan: pointer overflow).
+    if (r.argument < 0)
+      continue;
     const Tensor &value = (*results)[r.index];
     const Tensor &target = state[r.argument];
-    if (r.argument >= 0 && inArena(value) &&
-        (target.isNull() || target.dtype() != value.dtype() ||
-         target.shape() != value.shape()))
+    if (inArena(value) && (target.isNull() || target.dtype() != value.dtype() ||
+                           target.shape() != value.shape()))
       return fail(planRef.source() + ": step " + llvm::Twine(steps) +
                   ": result #" + llvm::Twine(r.index) + " ('" + r.name +
                   "') does not match the argument it replaces");
