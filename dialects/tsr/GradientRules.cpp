@@ -234,7 +234,11 @@ LogicalResult MulOp::buildGradient(OpBuilder &builder,
                                    SmallVectorImpl<Value> &operandGrads) {
   GradBuilder gb{builder, getLoc()};
   return binaryRule(*this, resultGrads, operandGrads, [&](Value g) {
-    return std::pair<Value, Value>(gb.mul(g, getRhs()), gb.mul(g, getLhs()));
+    // Two statements: the order of a call's arguments is unspecified (GCC
+    // built db first, clang da), and the IR must not depend on the compiler.
+    Value db = gb.mul(g, getLhs());
+    Value da = gb.mul(g, getRhs());
+    return std::pair<Value, Value>(da, db);
   });
 }
 

@@ -446,7 +446,11 @@ struct Partitioner {
             reshard(in, globalType[in], operands[0], results[0], c.getLoc());
         if (failed(nv))
           return failure();
-        globalType[*nv] = globalType[in];
+        // Copy before inserting: operator[] may grow the map and free the
+        // bucket the right-hand reference points into (ASan:
+        // heap-use-after-free).
+        RankedTensorType type = globalType[in];
+        globalType[*nv] = type;
         TensorSharding fixed = results[0];
         fixed.fixed = TensorSharding::kConstraint;
         sharding[*nv] = fixed;
@@ -519,7 +523,11 @@ struct Partitioner {
         v.replaceUsesWithIf(*nv, [&](OpOperand &use) {
           return !chain.contains(use.getOwner());
         });
-        globalType[*nv] = globalType[v];
+        // Copy before inserting: operator[] may grow the map and free the
+        // bucket the right-hand reference points into (ASan:
+        // heap-use-after-free).
+        RankedTensorType type = globalType[v];
+        globalType[*nv] = type;
         sharding[*nv] = results[r];
       }
     }

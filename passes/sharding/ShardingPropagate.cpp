@@ -79,8 +79,12 @@ struct ShardingPropagatePass
         if (auto arg = dyn_cast<BlockArgument>(op->getOperand(0));
             arg &&
             cast<RankedTensorType>(arg.getType()).getShape() ==
-                cast<RankedTensorType>(op->getResult(0).getType()).getShape())
-          state[op->getResult(0)] = state[arg];
+                cast<RankedTensorType>(op->getResult(0).getType()).getShape()) {
+          // A copy first: inserting the result may grow the map and free
+          // the argument's entry under a reference to it.
+          TensorSharding t = state[arg];
+          state[op->getResult(0)] = t;
+        }
       // A constraint's result is given, like an argument's.
       if (auto c = dyn_cast<tsr::ShardingConstraintOp>(op)) {
         TensorSharding t =

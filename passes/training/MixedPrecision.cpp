@@ -519,10 +519,13 @@ private:
         tsr::MulOp::create(b, loc, scaleValue, splatF32(b, loc, {}, 2.0)),
         scaleValue);
     Value goodNext = tsr::SelectOp::create(b, loc, grow, zero, good);
-    Value halved = tsr::MaxOp::create(
-        b, loc,
-        tsr::MulOp::create(b, loc, scaleValue, splatF32(b, loc, {}, 0.5)),
-        splatF32(b, loc, {}, minLossScale));
+    // One op a statement: a call's arguments are built in an unspecified
+    // order (GCC: the minimum first, clang: the product), and the IR must
+    // not depend on the compiler. GCC's order is kept.
+    Value minScale = splatF32(b, loc, {}, minLossScale);
+    Value half =
+        tsr::MulOp::create(b, loc, scaleValue, splatF32(b, loc, {}, 0.5));
+    Value halved = tsr::MaxOp::create(b, loc, half, minScale);
     Value next[3] = {
         tsr::SelectOp::create(b, loc, ok, grown, halved),
         tsr::SelectOp::create(b, loc, ok, goodNext, zero),
