@@ -1878,6 +1878,12 @@ LogicalResult Importer::convertTrilu(const onnx::NodeProto &n) {
     return defineConst(n, 0, eval::trilu(*(*s)->cst, k, *upper != 0));
   // select(keep, x, 0) with the [rows, cols] keep-mask broadcast.
   int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  // The mask is a constant of rows x cols elements: bounded like every
+  // folded constant (a huge input dim made this loop run for hours).
+  if (rows < 0 || cols < 0 || (rows > 0 && cols > kMaxFoldElements / rows))
+    return nodeError(n) << "the [" << rows << ", " << cols
+                        << "] matrices are too large for a mask (more than "
+                        << kMaxFoldElements << " elements)";
   ConstTensor keep = ConstTensor::ints({}, {rows, cols}, kBool);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j)

@@ -16,6 +16,10 @@ Files written to OUTDIR (deterministic):
                             and INT64_MAX sizes were pushed: out of memory).
 * ``opset99.onnx``          X float[4] -> Relu -> Y, default-domain opset 99:
                             newer than the importer knows; refused.
+* ``trilu_huge.onnx``       X int64[INT64_MAX - 1, 5] -> Trilu (opset 14):
+                            its mask would have 4.6e19 elements; refused
+                            (found by tessera-onnx-proto-fuzzer: the mask
+                            loop ran for hours).
 * ``checker_multiline.onnx`` X float[4] -> Relu (an unknown attribute
                             ``bogus``) -> Y, opset 17: libonnx's checker
                             rejects it with a message of several lines,
@@ -30,8 +34,9 @@ from onnx import TensorProto, helper
 INT64_MAX = 2**63 - 1
 
 
-def model(nodes, outputs, opset, inits=()):
-    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])
+def model(nodes, outputs, opset, inits=(), x_type=TensorProto.FLOAT,
+          x_shape=(4,)):
+    x = helper.make_tensor_value_info("X", x_type, list(x_shape))
     outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["n"])
             for o in outputs]
     graph = helper.make_graph(nodes, "hostile", [x], outs,
@@ -58,6 +63,9 @@ def main():
             ["A", "B"], 18),
         "opset99.onnx": model(
             [helper.make_node("Relu", ["X"], ["Y"], name="relu")], ["Y"], 99),
+        "trilu_huge.onnx": model(
+            [helper.make_node("Trilu", ["X"], ["Y"], name="trilu")], ["Y"],
+            14, x_type=TensorProto.INT64, x_shape=(INT64_MAX - 1, 5)),
         "checker_multiline.onnx": model(
             [helper.make_node("Relu", ["X"], ["Y"], name="relu", bogus=1)],
             ["Y"], 17),
