@@ -26,14 +26,12 @@ std::string formatOptionErrors(llvm::StringRef text, llvm::StringRef tool) {
     line = line.trim();
     if (line.empty())
       continue;
-    if (line.consume_front(prefix) || lines.empty()) {
-      line.consume_front("error: ");
-      const char *kind = lines.empty() ? "error: " : "note: ";
-      lines.push_back(prefix + kind + line.str());
-    } else {
-      // A continuation ("Can specify at most 1 positional arguments: ...").
+    line.consume_front(prefix);
+    line.consume_front("error: ");
+    if (lines.empty())
+      lines.push_back(prefix + "error: " + line.str());
+    else // A continuation or a suggestion ("Did you mean '--steps'?").
       lines.back() += " " + line.str();
-    }
   }
   std::string out;
   for (const std::string &l : lines)

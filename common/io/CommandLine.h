@@ -5,8 +5,8 @@
 // "error:"), some of them on two lines. parseCommandLine parses the same way
 // and prints each error as one line in the form every other Tessera error
 // has: "TOOL: error: for the --steps option: 'x' value invalid for long
-// argument!", and a following suggestion as "TOOL: note: Did you mean
-// '--steps'?". It exits with status 1 on an error (as LLVM does; a tool
+// argument!", a following line or suggestion joined to it ("... Did you
+// mean '--steps'?"), so each error is one line. It exits with status 1 on an error (as LLVM does; a tool
 // may choose another).
 //
 // LLVM writes part of these messages to llvm::errs() whatever stream it is

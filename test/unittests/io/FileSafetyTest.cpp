@@ -234,8 +234,7 @@ TEST(CommandLineTest, OptionErrorsGetErrorPrefix) {
                 "'tessera-run --help'\ntessera-run: Did you mean '--steps'?\n",
                 "tessera-run"),
             "tessera-run: error: Unknown command line argument '--stepz'.  "
-            "Try: 'tessera-run --help'\ntessera-run: note: Did you mean "
-            "'--steps'?\n");
+            "Try: 'tessera-run --help' Did you mean '--steps'?\n");
   EXPECT_EQ(formatOptionErrors("tessera-run: Too many positional arguments "
                                "specified!\nCan specify at most 1 positional "
                                "arguments: See: tessera-run --help\n",
