@@ -21,7 +21,7 @@
 #   FUZZ_TARGETS   space-separated names (default: all, from
 #                  BUILD/test/fuzz/targets.txt)
 #   FUZZ_FINDINGS  where findings go (default BUILD/fuzz/findings)
-#   JOBS           build parallelism (default 2)
+#   JOBS           build parallelism and targets run at once (default 2)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,18 +51,19 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_container_overflow=0:detect_odr_viola
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 mkdir -p "$FINDINGS"
-status=0
-summary=()
-for t in $TARGETS; do
-  exe=$BUILD/test/fuzz/tessera-$t-fuzzer
-  seeds=$ROOT/test/fuzz/corpus/$t
+# Runs target $1; writes its summary row to BUILD/fuzz/$1.row and exits
+# non-zero on a finding.
+run_target() {
+  local t=$1
+  local exe=$BUILD/test/fuzz/tessera-$t-fuzzer
+  local seeds=$ROOT/test/fuzz/corpus/$t
   [ -d "$seeds" ] || seeds=$ROOT/test/fuzz/corpus/onnx-import # onnx-proto
-  work=$BUILD/fuzz/corpus/$t
-  artifacts=$BUILD/fuzz/artifacts/$t
-  log=$BUILD/fuzz/$t.log
+  local work=$BUILD/fuzz/corpus/$t
+  local artifacts=$BUILD/fuzz/artifacts/$t
+  local log=$BUILD/fuzz/$t.log
   rm -rf "$artifacts"
   mkdir -p "$work" "$artifacts"
-  dirs=("$work" "$seeds")
+  local dirs=("$work" "$seeds") r limit
   for r in $(printf '%s\n' "$t" "$(basename "$seeds")" | sort -u); do
     [ -d "$ROOT/test/fuzz/regressions/$r" ] &&
       dirs+=("$ROOT/test/fuzz/regressions/$r")
@@ -73,33 +74,48 @@ for t in $TARGETS; do
     limit=(-max_total_time="$FUZZ_SECONDS")
   fi
   echo "== $t: ${limit[*]} (log $log)"
-  rc=0
+  local rc=0
   "$exe" "${limit[@]}" -timeout=30 -rss_limit_mb=4096 \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "${dirs[@]}" \
     > "$log" 2>&1 || rc=$?
+  local execs rate files bytes found
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   files=$(find "$work" "$seeds" -type f | wc -l)
   bytes=$(find "$work" "$seeds" -type f -printf '%s\n' |
     awk '{s += $1} END {print s + 0}')
   found=$(find "$artifacts" -type f | wc -l)
+  printf '%-18s %12s %10s %8s %12s %9s\n' "$t" "${execs:-?}" "${rate:-?}" \
+    "$files" "$bytes" "$found" > "$BUILD/fuzz/$t.row"
   if [ "$found" -gt 0 ]; then
     mkdir -p "$FINDINGS/$t"
     cp "$artifacts"/* "$FINDINGS/$t/"
   fi
   if [ "$rc" -ne 0 ] || [ "$found" -gt 0 ]; then
-    status=1
     echo "FAIL: $t exited $rc with $found finding(s) in $FINDINGS/$t;" \
       "the end of its log:" >&2
     tail -n 40 "$log" >&2
+    return 1
   fi
-  summary+=("$(printf '%-18s %12s %10s %8s %12s %9s' "$t" "${execs:-?}" \
-    "${rate:-?}" "$files" "$bytes" "$found")")
+}
+
+# JOBS targets at a time (one core each), so CI's fuzz step takes
+# ceil(targets / JOBS) x FUZZ_SECONDS.
+status=0
+pids=()
+for t in $TARGETS; do
+  run_target "$t" &
+  pids+=($!)
+  if [ ${#pids[@]} -ge "$JOBS" ]; then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
+  fi
 done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
 
 printf '%-18s %12s %10s %8s %12s %9s\n' target executions exec/s inputs \
   corpus-bytes findings
-printf '%s\n' "${summary[@]}"
+for t in $TARGETS; do cat "$BUILD/fuzz/$t.row" 2>/dev/null || echo "$t: no result"; done
 [ "$status" -eq 0 ] && echo "fuzz: no findings" ||
   echo "fuzz: findings copied to $FINDINGS" >&2
 exit "$status"

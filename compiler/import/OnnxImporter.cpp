@@ -1780,6 +1780,10 @@ LogicalResult Importer::convertDropout(const onnx::NodeProto &n) {
     return failure();
   if (n.output_size() > 1 && !n.output(1).empty()) {
     Shape shape = shapeOf(**s);
+    // The all-true mask is a folded constant: bounded like every other (a
+    // huge input dim made this allocate hundreds of GiB; fuzzer finding).
+    if (auto err = eval::checkFoldSize(shape))
+      return nodeError(n) << "mask output: " << llvm::toString(std::move(err));
     ConstTensor mask;
     mask.dtype = kBool;
     mask.shape = shape;
