@@ -258,6 +258,20 @@ template <typename T>
 constexpr bool isHalf =
     std::is_same<T, BFloat16>::value || std::is_same<T, Float16>::value;
 
+/// f32 -> i64 truncated toward zero, saturating: NaN is 0 and values outside
+/// [-2^63, 2^63) clamp to the int64 range (a plain static_cast is undefined
+/// behaviour there; UBSan finding on bf16 -1e30).
+inline int64_t toInt64Saturating(float v) {
+  constexpr float kTwo63 = 9223372036854775808.0f;
+  if (std::isnan(v))
+    return 0;
+  if (v >= kTwo63)
+    return std::numeric_limits<int64_t>::max();
+  if (v < -kTwo63)
+    return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
 template <typename From, typename To>
 void convertLoop(const Tensor &in, Tensor &out) {
   const From *pi = static_cast<const From *>(in.raw());
@@ -273,6 +287,10 @@ void convertLoop(const Tensor &in, Tensor &out) {
       po[i] = toBFloat16(widen(pi[i]));
     } else if constexpr (std::is_same<To, Float16>::value) {
       po[i] = toFloat16(widen(pi[i]));
+    } else if constexpr (std::is_same<To, int64_t>::value &&
+                         !std::is_same<From, int64_t>::value &&
+                         !std::is_same<From, uint8_t>::value) {
+      po[i] = toInt64Saturating(widen(pi[i]));
     } else if constexpr (isHalf<From>) {
       po[i] = static_cast<To>(toFloat(pi[i]));
     } else {

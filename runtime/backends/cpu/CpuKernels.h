@@ -88,7 +88,8 @@ void dropout(const Tensor &in, const tessera::random::DropoutKey &key,
              Tensor &out);
 
 /// Converts between f32, i64 and i1 (same shape). f32 -> i64 truncates
-/// toward zero; anything -> i1 is (x != 0); i1 -> number is 0 or 1. Same
+/// toward zero and saturates (NaN -> 0, out of range -> INT64_MIN/MAX);
+/// anything -> i1 is (x != 0); i1 -> number is 0 or 1. Same
 /// dtype is a copy. In place OK when the dtypes are equal.
 void convert(const Tensor &in, Tensor &out);
 

@@ -235,6 +235,8 @@ TEST(CpuKernels, ConvertBF16) {
   Tensor i = Tensor::empty(DType::I64, {5});
   cpu::convert(h, i);
   EXPECT_EQ(i.data<int64_t>()[2], -3);
+  // -1e30 saturates (a plain cast is undefined behaviour).
+  EXPECT_EQ(i.data<int64_t>()[4], std::numeric_limits<int64_t>::min());
   Tensor b = Tensor::empty(DType::I1, {5});
   cpu::convert(h, b);
   EXPECT_EQ(b.data<uint8_t>()[3], 0);
