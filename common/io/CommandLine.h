@@ -6,8 +6,8 @@
 // and prints each error as one line in the form every other Tessera error
 // has: "TOOL: error: for the --steps option: 'x' value invalid for long
 // argument!", a following line or suggestion joined to it ("... Did you
-// mean '--steps'?"), so each error is one line. It exits with status 1 on an error (as LLVM does; a tool
-// may choose another).
+// mean '--steps'?"), so each error is one line. It exits with status 1 on an
+// error (as LLVM does; a tool may choose another).
 //
 // LLVM writes part of these messages to llvm::errs() whatever stream it is
 // given (cl::Option::error), so while parsing, descriptor 2 points at an
