@@ -1217,6 +1217,11 @@ LogicalResult Importer::convertConcat(const onnx::NodeProto &n) {
     if (tensorType(*v).getNumElements() > 0)
       values.push_back(*v);
   }
+  // Every input empty (a zero dim): the result is empty too (fuzzer
+  // finding: this indexed values[0] of an empty list).
+  if (values.empty())
+    return nodeError(n) << "every input is empty (result " << shapeStr(out)
+                        << "); an empty Concat is not supported";
   if (values.size() == 1)
     return define(n, 0, values[0]);
   return define(n, 0,
