@@ -1201,7 +1201,9 @@ LogicalResult Importer::convertConcat(const onnx::NodeProto &n) {
       if (d != *axis && sh[d] != first[d])
         return nodeError(n) << "input shapes " << shapeStr(first) << " and "
                             << shapeStr(sh) << " differ off the axis";
-    out[*axis] += sh[*axis];
+    if (llvm::AddOverflow(out[*axis], sh[*axis], out[*axis]))
+      return nodeError(n) << "the sizes along axis " << *axis
+                          << " overflow int64";
   }
   if (allConst) {
     SmallVector<const ConstTensor *> xs;
