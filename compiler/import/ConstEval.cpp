@@ -444,7 +444,8 @@ llvm::Expected<ConstTensor> range(const ConstTensor &start,
     if (r.isFloat())
       r.push(s0 + k * d0);
     else
-      r.pushInt(start.getI(0) + k * delta.getI(0));
+      r.pushInt(*applyBinInt(Bin::Add, start.getI(0),
+                             *applyBinInt(Bin::Mul, k, delta.getI(0))));
   }
   r.shape = {static_cast<int64_t>(count)};
   return r;
@@ -488,8 +489,9 @@ llvm::Expected<ConstTensor> matmul(const ConstTensor &a, const ConstTensor &b) {
         for (int64_t p = 0; p < k; ++p) {
           int64_t ea = ia[t] * m * k + i * k + p;
           int64_t eb = ib[t] * k * n + p * n + j;
-          if (intMath)
-            iacc += a.getI(ea) * b.getI(eb);
+          if (intMath) // wrapping, as an int64 kernel does
+            iacc = *applyBinInt(Bin::Add, iacc,
+                                *applyBinInt(Bin::Mul, a.getI(ea), b.getI(eb)));
           else
             acc += a.getF(ea) * b.getF(eb);
         }
