@@ -851,6 +851,9 @@ LogicalResult Importer::convertReshapeLike(const onnx::NodeProto &n) {
   Shape in = shapeOf(**s);
   int64_t rank = in.size();
   int64_t count = numElements(in);
+  if (count < 0 && llvm::all_of(in, [](int64_t d) { return d >= 0; }))
+    return nodeError(n) << "input shape " << shapeStr(in)
+                        << " has more elements than supported";
   Shape out;
   const std::string &op = n.op_type();
   if (op == "Identity") {
@@ -898,7 +901,9 @@ LogicalResult Importer::convertReshapeLike(const onnx::NodeProto &n) {
       return nodeError(n) << "axis " << *axisAttr << " out of range";
     int64_t outer = 1;
     for (int64_t d = 0; d < axis; ++d)
-      outer *= in[d];
+      if (llvm::MulOverflow(outer, in[d], outer)) // a 0 dim later: count 0
+        return nodeError(n) << "the dimensions of " << shapeStr(in)
+                            << " before axis " << axis << " overflow int64";
     out = {outer, outer == 0 ? 0 : count / outer};
   } else { // Squeeze / Unsqueeze
     std::optional<Shape> axes;
