@@ -502,9 +502,25 @@ FailureOr<Shape> Importer::constInts(const onnx::NodeProto &n, int idx,
   return out;
 }
 
+/// Whether a tensor of shape `s` is too large to describe: the product of
+/// its non-zero dimensions exceeds numElements' limit (2^40). Every value the
+/// importer binds, and every graph input, is bounded by it, so products of
+/// any of a value's dimensions (strides, flattened sizes) cannot overflow
+/// int64 in the converters (fuzzer findings in Concat, Flatten, Softmax).
+static bool tooManyElements(llvm::ArrayRef<int64_t> s) {
+  Shape nonzero;
+  for (int64_t d : s)
+    if (d != 0)
+      nonzero.push_back(d);
+  return numElements(nonzero) < 0;
+}
+
 LogicalResult Importer::bind(const onnx::NodeProto &n, int idx, Slot s) {
   if (idx >= n.output_size() || n.output(idx).empty())
     return success();
+  if (Shape shape = shapeOf(s); tooManyElements(shape))
+    return nodeError(n) << "output '" << n.output(idx) << "' of shape "
+                        << shapeStr(shape) << " has too many elements";
   if (!env.try_emplace(n.output(idx), std::move(s)).second)
     return nodeError(n) << "output '" << n.output(idx)
                         << "' is already defined";
@@ -2365,6 +2381,9 @@ LogicalResult Importer::readGraphInputs(const onnx::GraphProto &g,
       }
       dims.push_back(dim.dim_value());
     }
+    if (tooManyElements(dims))
+      return error() << "graph input '" << in.name() << "' of shape "
+                     << shapeStr(dims) << " has too many elements";
     st.graphArgs.push_back(
         {in.name(), RankedTensorType::get(dims, elem), isParam});
     if (!isParam)

@@ -17,9 +17,12 @@ Files written to OUTDIR (deterministic):
 * ``opset99.onnx``          X float[4] -> Relu -> Y, default-domain opset 99:
                             newer than the importer knows; refused.
 * ``trilu_huge.onnx``       X int64[INT64_MAX - 1, 5] -> Trilu (opset 14):
-                            its mask would have 4.6e19 elements; refused
-                            (found by tessera-onnx-proto-fuzzer: the mask
-                            loop ran for hours).
+                            an input of 4.6e19 elements, refused as a graph
+                            input (found by tessera-onnx-proto-fuzzer: the
+                            Trilu mask loop ran for hours).
+* ``trilu_big.onnx``        X int64[2^20, 2^19] -> Trilu: a describable
+                            input (2^39 elements) whose mask (more than 2^24
+                            elements, the folding bound) is refused.
 * ``checker_multiline.onnx`` X float[4] -> Relu (an unknown attribute
                             ``bogus``) -> Y, opset 17: libonnx's checker
                             rejects it with a message of several lines,
@@ -66,6 +69,9 @@ def main():
         "trilu_huge.onnx": model(
             [helper.make_node("Trilu", ["X"], ["Y"], name="trilu")], ["Y"],
             14, x_type=TensorProto.INT64, x_shape=(INT64_MAX - 1, 5)),
+        "trilu_big.onnx": model(
+            [helper.make_node("Trilu", ["X"], ["Y"], name="trilu")], ["Y"],
+            14, x_type=TensorProto.INT64, x_shape=(1 << 20, 1 << 19)),
         "checker_multiline.onnx": model(
             [helper.make_node("Relu", ["X"], ["Y"], name="relu", bogus=1)],
             ["Y"], 17),
