@@ -30,6 +30,8 @@ JOBS ?= 2
 # The sanitizer build; the fuzz targets (TESSERA_FUZZ) are built in it too.
 SAN_BUILD ?= build-san
 FUZZ_SECONDS ?= 60
+# libFuzzer's -seed for make fuzz (empty: a new random seed each run).
+FUZZ_SEED ?=
 
 .PHONY: all deps build test sanitize docs demo bench bundle fuzz clean
 
@@ -89,7 +91,8 @@ bundle: build
 	./scripts/bundle.sh $(BUILD) $(BUILD)/bundle
 
 fuzz: deps
-	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) ./scripts/fuzz.sh $(SAN_BUILD)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) JOBS=$(JOBS) \
+	  ./scripts/fuzz.sh $(SAN_BUILD)
 
 clean:
 	rm -rf $(BUILD)

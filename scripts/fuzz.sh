@@ -18,6 +18,10 @@
 # Environment:
 #   FUZZ_SECONDS   seconds per target (default 60)
 #   FUZZ_RUNS      if set, a number of executions per target instead
+#   FUZZ_SEED      if set, libFuzzer's -seed (CI sets 1: the same binary and
+#                  corpus then mutate in the same order, so a CI finding is
+#                  reproducible and a passing run stays passing unless the
+#                  code changes; unset, each run explores anew)
 #   FUZZ_TARGETS   space-separated names (default: all, from
 #                  BUILD/test/fuzz/targets.txt)
 #   FUZZ_FINDINGS  where findings go (default BUILD/fuzz/findings)
@@ -73,6 +77,7 @@ run_target() {
   else
     limit=(-max_total_time="$FUZZ_SECONDS")
   fi
+  [ -n "${FUZZ_SEED:-}" ] && limit+=(-seed="$FUZZ_SEED")
   echo "== $t: ${limit[*]} (log $log)"
   local rc=0
   "$exe" "${limit[@]}" -timeout=30 -rss_limit_mb=4096 \
