@@ -162,10 +162,14 @@ struct GraphFacts {
           if (a.name() == "value_float" || a.name() == "value_int")
             scalar = true;
           else if (a.name() == "value") {
-            int64_t e = 1;
-            for (int64_t d : a.t().dims())
-              e *= d < 0 ? 0 : d;
-            scalar = e <= 1;
+            // At most one element (no dim > 1, or a 0 dim); no product,
+            // which overflowed on huge dims (fuzzer finding).
+            bool empty = false, single = true;
+            for (int64_t d : a.t().dims()) {
+              empty |= d <= 0;
+              single &= d == 1;
+            }
+            scalar = empty || single;
           }
         }
         if (scalar)
