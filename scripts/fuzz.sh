@@ -18,10 +18,11 @@
 # Environment:
 #   FUZZ_SECONDS   seconds per target (default 60)
 #   FUZZ_RUNS      if set, a number of executions per target instead
-#   FUZZ_SEED      if set, libFuzzer's -seed (CI sets 1: the same binary and
-#                  corpus then mutate in the same order, so a CI finding is
-#                  reproducible and a passing run stays passing unless the
-#                  code changes; unset, each run explores anew)
+#   FUZZ_SEED      if set, libFuzzer's -seed (CI sets 1, so that CI's runs
+#                  start the same mutation sequence and a finding can be
+#                  replayed; coverage feedback and timing still make runs
+#                  only close to, not exactly, reproducible; unset, each run
+#                  explores anew)
 #   FUZZ_TARGETS   space-separated names (default: all, from
 #                  BUILD/test/fuzz/targets.txt)
 #   FUZZ_FINDINGS  where findings go (default BUILD/fuzz/findings)
