@@ -39,7 +39,7 @@ void set(ConstTensor &r, int64_t e, double v) {
   else if (r.dtype == kBool)
     r.i[e] = v != 0.0;
   else
-    r.i[e] = wrapToDType(static_cast<int64_t>(v), r.dtype);
+    r.i[e] = wrapToDType(saturatingToInt(v), r.dtype);
 }
 
 /// Advances a row-major multi-index; false after the last element.

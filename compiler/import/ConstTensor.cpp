@@ -164,8 +164,7 @@ int64_t wrapToDType(int64_t v, int32_t dt) {
   }
 }
 
-/// Float → int conversion that never invokes undefined behaviour.
-static int64_t saturatingToInt(double v) {
+int64_t saturatingToInt(double v) {
   if (std::isnan(v))
     return 0;
   if (v >= 9.2233720368547758e18)

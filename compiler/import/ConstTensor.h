@@ -110,6 +110,9 @@ ConstTensor decodeTensor(int32_t dtype, llvm::ArrayRef<int64_t> dims,
 /// Rounds `v` to what an element of `dt` can hold.
 double roundToDType(double v, int32_t dt);
 int64_t wrapToDType(int64_t v, int32_t dt);
+/// Float -> int64 without undefined behaviour: truncates toward zero, NaN is
+/// 0, values outside the int64 range saturate.
+int64_t saturatingToInt(double v);
 
 /// Numpy multidirectional broadcast of two shapes.
 std::optional<Shape> broadcastShapes(llvm::ArrayRef<int64_t> a,
