@@ -3,7 +3,9 @@
 #include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/FaultInject.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <mpi.h>
@@ -122,7 +124,8 @@ std::string watchdog::formatFailure(llvm::StringRef tool, int myRank,
                                     const Decision &d, const Operation &op,
                                     int64_t now, double timeoutS,
                                     const Peer *lost,
-                                    llvm::ArrayRef<Peer> stopped) {
+                                    llvm::ArrayRef<Peer> stopped,
+                                    llvm::ArrayRef<Peer> remote) {
   double running = static_cast<double>(now - op.startNs) / 1e9;
   std::string head = llvm::formatv("{0}: error: rank {1}: ", tool, myRank);
   if (d.verdict == Verdict::PeerLost && lost)
@@ -139,8 +142,29 @@ std::string watchdog::formatFailure(llvm::StringRef tool, int myRank,
     why += llvm::formatv("; rank {0} (pid {1} on {2}) is stopped", p.rank,
                          p.pid, p.host)
                .str();
-  if (why.empty())
-    why = "; a peer is lost or stuck";
+  if (why.empty()) {
+    // Peers on other hosts cannot be checked through /proc: name them, by
+    // host, as the ones that may be lost (a host down or cut off).
+    std::vector<std::string> hosts;
+    for (const Peer &p : remote)
+      if (!llvm::is_contained(hosts, p.host))
+        hosts.push_back(p.host);
+    for (const std::string &host : hosts) {
+      std::vector<std::string> ranks;
+      for (const Peer &p : remote)
+        if (p.host == host)
+          ranks.push_back(std::to_string(p.rank));
+      why += llvm::formatv("; {0} {1} on host {2}",
+                           ranks.size() == 1 ? "rank" : "ranks",
+                           llvm::join(ranks, ", "), host)
+                 .str();
+    }
+    if (why.empty())
+      why = "; a peer is lost or stuck";
+    else
+      why += " (another host: lost, stuck or cut off; not checkable from "
+             "here)";
+  }
   return head + llvm::formatv("collective #{0} ({1}) timed out after {2:F1} s "
                               "(--collective-timeout-s {3}){4}; aborting",
                               op.seq, describe(op), running, limit, why)
@@ -251,7 +275,8 @@ struct State {
   double timeoutS = 0;
   std::string tool;
   int myRank = 0;
-  std::vector<Peer> peers; // local peers only, not this rank
+  std::vector<Peer> peers;  // local peers only, not this rank
+  std::vector<Peer> remote; // peers on other hosts
 };
 
 State *state = nullptr;
@@ -308,7 +333,8 @@ void run(State *s) {
       }
     writeLineAndExit(formatFailure(
         s->tool, s->myRank, d, op, now, s->timeoutS,
-        d.verdict == Verdict::PeerLost ? &s->peers[d.lost] : nullptr, stopped));
+        d.verdict == Verdict::PeerLost ? &s->peers[d.lost] : nullptr, stopped,
+        s->remote));
   }
 }
 
@@ -360,8 +386,7 @@ llvm::Error watchdog::start(double timeoutS, llvm::StringRef tool) {
     p.host = std::string(all[r].host, strnlen(all[r].host, kHostBytes));
     p.local = std::strncmp(all[r].id, mine.id, kIdBytes) == 0;
     p.startTime = all[r].startTime;
-    if (p.local)
-      s->peers.push_back(p);
+    (p.local ? s->peers : s->remote).push_back(p);
   }
   state = s;
   s->thread = std::thread(run, s);

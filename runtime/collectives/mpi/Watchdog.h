@@ -15,7 +15,8 @@
 //     peer on the same host is still alive (/proc/<pid>/stat: gone, a
 //     zombie, or a different process under a reused pid all count as lost)
 //     and that the operation has not been running longer than the timeout.
-//     Peers on other hosts are caught by the timeout only.
+//     Peers on other hosts are caught by the timeout only; its message
+//     then names them by host (test/multinode: a host killed or cut off).
 //   * On a lost peer or a timeout it writes one line to stderr, e.g.
 //       tessera-run: error: rank 2: lost rank 1 (pid 4242 on node7) during
 //       collective #57 (all_reduce over 4 ranks, running 0.4 s); aborting
@@ -147,11 +148,16 @@ Decision decide(const Operation &op, int64_t now, double timeoutS,
 ///   "tessera-run: error: rank 2: lost rank 1 (pid 4242 on node7) during
 ///   collective #57 (all_reduce over 4 ranks, running 0.4 s); aborting".
 /// `lost` is the peer of a PeerLost decision; `stopped`, for a timeout, the
-/// peers found stopped ("; rank 1 (pid 4242 on node7) is stopped" instead of
-/// "; a peer is lost or stuck").
+/// peers found stopped ("; rank 1 (pid 4242 on node7) is stopped"). With
+/// none stopped, a timeout names `remote`, the peers on other hosts, by
+/// host ("; ranks 2, 3 on host node8 (another host: lost, stuck or cut off;
+/// not checkable from here)"): their liveness cannot be read from this
+/// host, so a host that died or was cut off shows as the ranks it held.
+/// With neither: "; a peer is lost or stuck".
 std::string formatFailure(llvm::StringRef tool, int myRank, const Decision &d,
                           const Operation &op, int64_t now, double timeoutS,
-                          const Peer *lost, llvm::ArrayRef<Peer> stopped = {});
+                          const Peer *lost, llvm::ArrayRef<Peer> stopped = {},
+                          llvm::ArrayRef<Peer> remote = {});
 
 /// The state letter of /proc/<pid>/stat (R, S, D, T, t, Z, ...), or 0 if
 /// there is no such process.

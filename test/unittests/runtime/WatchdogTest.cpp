@@ -142,6 +142,37 @@ TEST(WatchdogMessage, ATimeoutNamesTheStoppedPeers) {
             "stopped; aborting");
 }
 
+TEST(WatchdogMessage, ATimeoutNamesThePeersOnOtherHostsByHost) {
+  // A host that died or was cut off: its ranks cannot be checked through
+  // /proc from here, so the timeout names them, grouped by host.
+  Operation op = running(670, 10 * kSecond);
+  Decision d;
+  d.verdict = Verdict::TimedOut;
+  Peer a, b, c;
+  a.rank = 2;
+  a.host = "tmn-h2";
+  b.rank = 3;
+  b.host = "tmn-h2";
+  c.rank = 4;
+  c.host = "tmn-h3";
+  EXPECT_EQ(formatFailure("tessera-run", 0, d, op, 12 * kSecond, 2.0, nullptr,
+                          {}, {a, b, c}),
+            "tessera-run: error: rank 0: collective #670 (all_reduce over 4 "
+            "ranks) timed out after 2.0 s (--collective-timeout-s 2); ranks 2, "
+            "3 on host tmn-h2; rank 4 on host tmn-h3 (another host: lost, "
+            "stuck or cut off; not checkable from here); aborting");
+  // A stopped peer on this host is the better clue: it is named instead.
+  Peer s;
+  s.rank = 1;
+  s.pid = 4242;
+  s.host = "tmn-h1";
+  EXPECT_EQ(formatFailure("tessera-run", 0, d, op, 12 * kSecond, 2.0, nullptr,
+                          {s}, {a}),
+            "tessera-run: error: rank 0: collective #670 (all_reduce over 4 "
+            "ranks) timed out after 2.0 s (--collective-timeout-s 2); rank 1 "
+            "(pid 4242 on tmn-h1) is stopped; aborting");
+}
+
 TEST(WatchdogStartup, LauncherRankFromTheFirstVariableSet) {
   auto env = [](std::map<std::string, std::string> vars) {
     return [vars](const char *name) -> const char * {
