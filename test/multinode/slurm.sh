@@ -23,6 +23,12 @@
 # Slurm's commands find this cluster through SLURM_CONF, and must run in a
 # host's namespaces (the controller's address is only reachable there):
 #   hosts.sh exec DIR HOST env SLURM_CONF=DIR/slurm/slurm.conf srun ...
+# Faults: KillOnBadExit is Slurm's default (0), so a task that dies leaves
+# the others to the program's own watchdog (`srun --kill-on-bad-exit=1`
+# kills them at once instead). A host cut off (hosts.sh link HOST down)
+# ends srun only when slurmctld declares the node failed, about 18 s with
+# these timeouts; the node is DOWN until the link is up again, and then
+# idle within seconds (ReturnToService=2).
 # Files under DIR/slurm: slurm.conf, plugstack.conf (empty: no system SPANK
 # plugins), munge/ (key, socket, log, pid), ctld/ (state, log, pid) and
 # NAME/ per node (spool, tmp, slurmd.log, slurmd.pid).
