@@ -713,7 +713,7 @@ struct PlacementRecord {
 };
 } // namespace
 
-std::string Trainer::checkPlacement() {
+bool Trainer::checkPlacement() {
   std::string error;
   PlacementRecord mine;
   mine.pid = static_cast<int32_t>(::getpid());
@@ -728,8 +728,9 @@ std::string Trainer::checkPlacement() {
                   local->source.c_str());
   } else {
     error = "node-local rank: " + llvm::toString(local.takeError());
-    mine.sharedLeader = world->rank();
   }
+  if (!allRanksOk(*world, error))
+    return false;
   int n = world->size();
   bool isRoot = world->rank() == 0;
   std::vector<PlacementRecord> all(isRoot ? n : 0);
@@ -739,10 +740,13 @@ std::string Trainer::checkPlacement() {
     rc = MPI_Gather(&mine, sizeof(PlacementRecord), MPI_BYTE, all.data(),
                     sizeof(PlacementRecord), MPI_BYTE, 0, world->handle());
   }
-  if (rc != MPI_SUCCESS)
-    return take(mpi::failure(rc, "MPI_Gather of the placement"));
+  if (!allRanksOk(*world,
+                  rc == MPI_SUCCESS
+                      ? ""
+                      : take(mpi::failure(rc, "MPI_Gather of the placement"))))
+    return false;
   if (!isRoot)
-    return error;
+    return true;
 
   // MPI nodes, numbered by their lowest world rank; host names, told apart
   // where one name spans several MPI nodes.
@@ -818,7 +822,7 @@ std::string Trainer::checkPlacement() {
   for (const std::string &w :
        planner::placementWarnings(layout, m.ranksPerNode, hosts, "tessera-run"))
     llvm::errs() << w << "\n";
-  return error;
+  return true;
 }
 
 //===----------------------------------------------------------------------===//
@@ -848,8 +852,7 @@ int Trainer::run(const mpi::Communicator &comm) {
     return exitAfterFailure();
 
   // Where the ranks run, against the plan's node mapping (collective).
-  error = checkPlacement();
-  if (!allRanksOk(*world, error))
+  if (!checkPlacement())
     return exitAfterFailure();
 
   // Grid and executor (collective: sub-communicators).

@@ -170,9 +170,11 @@ private:
   /// differ; S: the pp coordinate, 0 without pipeline) and the summary
   /// "placement: tp groups inside a host; dp groups across hosts". Hosts
   /// whose name appears on several MPI nodes are told apart as "H[node N]".
-  /// Returns "" or this rank's error (a malformed launcher variable, an MPI
-  /// failure), agreed by the caller.
-  std::string checkPlacement();
+  /// Errors (a malformed launcher variable, an MPI failure) are agreed by
+  /// all ranks (allRanksOk: the lowest failing rank prints
+  /// "tessera-run: error: node-local rank: ...") before anything is
+  /// gathered; returns false after one.
+  bool checkPlacement();
 
   // The step loop and its hooks (see the file comment).
   void train();

@@ -66,10 +66,10 @@ mpi::nodeLocalRank(const Communicator &world,
     if ((*launcher)->rank >= world.size())
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
-          llvm::formatv("{0}={1} is not a node-local rank of a job of {2} "
-                        "ranks",
-                        (*launcher)->variable, (*launcher)->rank,
-                        world.size()));
+          llvm::formatv("{0}={1} is not a node-local rank: the job has {2} "
+                        "rank{3}",
+                        (*launcher)->variable, (*launcher)->rank, world.size(),
+                        world.size() == 1 ? "" : "s"));
     out.rank = (*launcher)->rank;
     out.source = (*launcher)->variable;
   }

@@ -75,7 +75,8 @@ struct NodeLocalRank {
 /// Collective over `world` (every rank must call it; the split runs under a
 /// watchdog Guard): this rank's node-local rank. Errors: MPI failure, a
 /// malformed launcher variable (launcherLocalRank), or a launcher value
-/// not below world.size() (no node holds more ranks than the job).
+/// not below world.size() ("SLURM_LOCALID=3 is not a node-local rank: the
+/// job has 1 rank"; no node holds more ranks than the job).
 llvm::Expected<NodeLocalRank> nodeLocalRank(
     const Communicator &world,
     llvm::function_ref<const char *(const char *)> getenv =
