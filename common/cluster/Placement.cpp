@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cassert>
 #include <map>
+#include <set>
 
 using namespace tessera::planner;
 
@@ -261,5 +262,21 @@ std::string tessera::planner::hostSummary(const RankOrderAxes &layout,
     out += (out.empty() ? "" : "; ") + layout.names[i] +
            (inside ? " groups inside a host" : " groups across hosts");
   }
+  return out;
+}
+
+std::vector<std::string>
+tessera::planner::hostLabels(llvm::ArrayRef<std::string> hostnames,
+                             llvm::ArrayRef<int64_t> mpiNodes) {
+  assert(hostnames.size() == mpiNodes.size() && "one MPI node per rank");
+  std::map<std::string, std::set<int64_t>> nodesOf;
+  for (size_t r = 0; r < hostnames.size(); ++r)
+    nodesOf[hostnames[r]].insert(mpiNodes[r]);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < hostnames.size(); ++r)
+    out.push_back(nodesOf[hostnames[r]].size() > 1
+                      ? hostnames[r] + "[node " + std::to_string(mpiNodes[r]) +
+                            "]"
+                      : hostnames[r]);
   return out;
 }

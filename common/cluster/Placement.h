@@ -124,6 +124,14 @@ std::vector<std::string> placementWarnings(const RankOrderAxes &layout,
                                            llvm::ArrayRef<std::string> hosts,
                                            llvm::StringRef tool);
 
+/// The host of each rank as the check names it: `hostnames[r]`, or
+/// "NAME[node N]" (N = mpiNodes[r]) for every rank whose host name is
+/// shared by ranks of another MPI node (hosts that report one name, e.g.
+/// network namespaces or containers of one machine, are told apart by
+/// MPI's shared-memory groups). Same length as its inputs.
+std::vector<std::string> hostLabels(llvm::ArrayRef<std::string> hostnames,
+                                    llvm::ArrayRef<int64_t> mpiNodes);
+
 /// --log-placement's summary of the job as it runs, one text per rank axis
 /// of size > 1, fastest first, joined by "; ": "tp groups inside a host; dp
 /// groups across hosts" ("across hosts": some group of the axis spans

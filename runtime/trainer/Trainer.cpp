@@ -751,20 +751,18 @@ bool Trainer::checkPlacement() {
   // MPI nodes, numbered by their lowest world rank; host names, told apart
   // where one name spans several MPI nodes.
   std::set<int> leaders;
-  std::map<std::string, std::set<int>> leadersOfHost;
-  for (const PlacementRecord &r : all) {
+  for (const PlacementRecord &r : all)
     leaders.insert(r.sharedLeader);
-    leadersOfHost[r.host].insert(r.sharedLeader);
-  }
-  auto nodeOf = [&](const PlacementRecord &r) {
+  auto nodeOf = [&](const PlacementRecord &r) -> int64_t {
     return std::distance(leaders.begin(), leaders.find(r.sharedLeader));
   };
-  std::vector<std::string> hosts;
-  for (const PlacementRecord &r : all)
-    hosts.push_back(
-        leadersOfHost[r.host].size() > 1
-            ? llvm::formatv("{0}[node {1}]", r.host, nodeOf(r)).str()
-            : std::string(r.host));
+  std::vector<std::string> names;
+  std::vector<int64_t> nodes;
+  for (const PlacementRecord &r : all) {
+    names.push_back(r.host);
+    nodes.push_back(nodeOf(r));
+  }
+  std::vector<std::string> hosts = planner::hostLabels(names, nodes);
 
   const exec::Manifest &m = plan->manifest();
   planner::RankOrderAxes layout;

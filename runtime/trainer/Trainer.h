@@ -169,7 +169,8 @@ private:
   /// variable or MPI_COMM_TYPE_SHARED, "SOURCE; split: K" where they
   /// differ; S: the pp coordinate, 0 without pipeline) and the summary
   /// "placement: tp groups inside a host; dp groups across hosts". Hosts
-  /// whose name appears on several MPI nodes are told apart as "H[node N]".
+  /// whose name appears on several MPI nodes are told apart as "H[node N]"
+  /// (planner::hostLabels).
   /// Errors (a malformed launcher variable, an MPI failure) are agreed by
   /// all ranks (allRanksOk: the lowest failing rank prints
   /// "tessera-run: error: node-local rank: ...") before anything is

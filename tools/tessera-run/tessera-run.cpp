@@ -573,7 +573,11 @@ static const char *kOverview =
     "If a rank dies or a collective blocks longer than --collective-timeout-s\n"
     "(default 300 s), every other rank exits with status 1 naming the lost\n"
     "rank or the collective's sequence number; MPI start-up is under the same\n"
-    "timeout.\n";
+    "timeout.\n"
+    "Placement: a plan compiled with --cluster promises ranks per node; at\n"
+    "start-up rank 0 warns (one line each, naming the axis, group and hosts)\n"
+    "when a node-local axis's group spans hosts or a host does not hold one\n"
+    "node's ranks. --log-placement prints every rank's host and local rank.\n";
 
 namespace {
 

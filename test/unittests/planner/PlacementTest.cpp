@@ -167,6 +167,21 @@ TEST(Placement, WarningWhenAHostHoldsOtherRanksThanANode) {
   EXPECT_TRUE(placementWarnings(dpTp, 2, {"a", "b"}, "t").empty());
 }
 
+TEST(Placement, HostLabelsTellApartOneNameOnSeveralNodes) {
+  EXPECT_EQ(hostLabels({"h1", "h1", "h2", "h2"}, {0, 0, 1, 1}),
+            (std::vector<std::string>{"h1", "h1", "h2", "h2"}));
+  // Two MPI nodes that report one host name (network namespaces of one
+  // machine): the check must still see two hosts.
+  std::vector<std::string> labels =
+      hostLabels({"vm", "vm", "vm", "vm", "other"}, {0, 0, 1, 1, 2});
+  EXPECT_EQ(labels,
+            (std::vector<std::string>{"vm[node 0]", "vm[node 0]", "vm[node 1]",
+                                      "vm[node 1]", "other"}));
+  EXPECT_EQ(hostSummary(RankOrderAxes{{"dp", "tp"}, {2, 2}},
+                        hostLabels({"vm", "vm", "vm", "vm"}, {0, 1, 0, 1})),
+            "tp groups across hosts; dp groups inside a host");
+}
+
 TEST(Placement, HostSummary) {
   RankOrderAxes dpTp{{"dp", "tp"}, {2, 2}};
   EXPECT_EQ(hostSummary(dpTp, {"h1", "h1", "h2", "h2"}),
