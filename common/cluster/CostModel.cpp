@@ -94,28 +94,7 @@ int64_t AxisPlacement::numRanks() const {
 bool tessera::planner::axisWithinNode(const Cluster &cluster,
                                       const std::vector<int64_t> &gridShape,
                                       size_t axis) {
-  assert(axis < gridShape.size() && "axis out of range");
-  int64_t size = gridShape[axis];
-  if (size <= 1)
-    return true;
-  // Stride of `axis` in the row-major rank order: product of the faster
-  // (later) axes.
-  int64_t stride = 1;
-  for (size_t i = axis + 1; i < gridShape.size(); ++i)
-    stride *= gridShape[i];
-  int64_t total = stride;
-  for (size_t i = 0; i <= axis; ++i)
-    total *= gridShape[i];
-  int64_t perNode = cluster.devicesPerNode;
-  // A group is {base + k·stride : 0 <= k < size}; the `stride` groups with
-  // the same slower coordinates tile a block of stride·size consecutive
-  // ranks. If a node boundary falls strictly inside a block, the group
-  // whose elements straddle it crosses nodes; otherwise every group lies
-  // in one node. So: all groups stay inside a node iff the ranks fit in
-  // one node or the block size divides the node size.
-  if (total <= perNode)
-    return true;
-  return perNode % (stride * size) == 0;
+  return axisWithinNode(cluster.devicesPerNode, gridShape, axis);
 }
 
 const Cluster::Link &

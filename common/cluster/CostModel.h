@@ -13,6 +13,7 @@
 #define TESSERA_COMMON_CLUSTER_COSTMODEL_H
 
 #include "common/cluster/Cluster.h"
+#include "common/cluster/Placement.h"
 
 #include "llvm/ADT/StringRef.h"
 #include <cstdint>
@@ -87,7 +88,8 @@ struct AxisPlacement {
 /// fixed) lies inside one node, so its collectives run over the intra-node
 /// link. E.g. grid (dp=16, tp=8) on 8-GPU nodes: tp is inside a node, dp
 /// spans nodes; grid (dp=8, tp=16): tp spans nodes. An axis of size 1 is
-/// always inside a node. Requires axis < gridShape.size().
+/// always inside a node. Requires axis < gridShape.size(). The
+/// ranks-per-node form of Placement.h with cluster.devicesPerNode.
 bool axisWithinNode(const Cluster &cluster,
                     const std::vector<int64_t> &gridShape, size_t axis);
 

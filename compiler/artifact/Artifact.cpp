@@ -3,6 +3,7 @@
 #include "compiler/artifact/Artifact.h"
 #include "compiler/artifact/Memory.h"
 
+#include "common/cluster/Placement.h"
 #include "common/plan/LayoutText.h"
 #include "common/schedule/PipelineSchedule.h"
 #include "dialects/tsr/DiscardableAttrs.h"
@@ -421,6 +422,16 @@ void artifact::explain(const json::Object &manifest, ModuleOp partitioned,
          << stride;
     }
     os << "\n";
+    // The node mapping the plan promises (--cluster), or that it makes none.
+    planner::RankOrderAxes layout;
+    for (size_t i = 0; i < order->size() && i < sizes.size(); ++i) {
+      layout.names.push_back((*order)[i].getAsString().value_or("").str());
+      layout.sizes.push_back(sizes[i]);
+    }
+    os << "placement: "
+       << planner::describeNodeMapping(
+              layout, grid.getInteger("ranks_per_node").value_or(0))
+       << "\n";
   }
   os << "batch: global " << *manifest.getInteger("global_batch")
      << " sequences x " << *manifest.getInteger("seq_len") << " tokens\n";

@@ -172,13 +172,15 @@ llvm::json::Object Plan::toJSON() const {
     opt["beta2"] = optimizer.beta2;
     opt["eps"] = optimizer.eps;
   }
-  llvm::json::Object out{
-      {"grid", llvm::json::Object{{"axes", std::move(axes)},
-                                  {"shape", std::move(shape)},
-                                  {"rank_order", std::move(order)}}},
-      {"recompute", recompute},
-      {"precision", precision},
-      {"optimizer", std::move(opt)}};
+  llvm::json::Object gridJson{{"axes", std::move(axes)},
+                              {"shape", std::move(shape)},
+                              {"rank_order", std::move(order)}};
+  if (ranksPerNode > 0)
+    gridJson["ranks_per_node"] = ranksPerNode;
+  llvm::json::Object out{{"grid", std::move(gridJson)},
+                         {"recompute", recompute},
+                         {"precision", precision},
+                         {"optimizer", std::move(opt)}};
   if (bucketMb >= 0)
     out["bucket_mb"] = bucketMb;
   if (tp > 1)
@@ -263,6 +265,12 @@ llvm::Expected<Plan> Plan::fromJSON(const llvm::json::Object &json) {
     // toJSON writes the effective order: keep "default" as the empty list.
     if (plan.rankOrder == plan.defaultRankOrder())
       plan.rankOrder.clear();
+  }
+  if (const llvm::json::Value *perNode = grid->get("ranks_per_node")) {
+    std::optional<int64_t> v = perNode->getAsInteger();
+    if (!v || *v < 0)
+      return fail("\"grid\": \"ranks_per_node\" must be an integer >= 0");
+    plan.ranksPerNode = *v;
   }
 
   auto getString = [&](const llvm::json::Object &o, llvm::StringRef key,

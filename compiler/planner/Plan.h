@@ -13,6 +13,7 @@
 #ifndef TESSERA_COMPILER_PLANNER_PLAN_H
 #define TESSERA_COMPILER_PLANNER_PLAN_H
 
+#include "common/cluster/Placement.h"
 #include "common/plan/Grid.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -216,6 +217,21 @@ struct Plan {
     order.insert(order.end(), rankOrder.begin(), rankOrder.end());
     return order;
   }
+  /// The node mapping the plan promises (issue 28): ranks per node, the
+  /// `--cluster`'s devices_per_node; world rank r runs on node r /
+  /// ranksPerNode. 0 (no --cluster) promises none. Manifest: "grid":
+  /// {"ranks_per_node"} when > 0; common/cluster/Placement.h derives which
+  /// axes are node-local, and tessera-run checks the job against it.
+  int64_t ranksPerNode = 0;
+  /// The rank axes in effectiveRankOrder() with their sizes (Placement.h).
+  RankOrderAxes rankOrderAxes() const {
+    RankOrderAxes layout;
+    for (const std::string &a : effectiveRankOrder()) {
+      layout.names.push_back(a);
+      layout.sizes.push_back(rankAxisSize(a));
+    }
+    return layout;
+  }
   /// Size of the rank axis `name` (1 if the plan has no such axis).
   int64_t rankAxisSize(llvm::StringRef name) const {
     return grid().axisSize(name);
@@ -229,7 +245,8 @@ struct Plan {
   llvm::Error validate() const;
   /// The plan as the artifact's manifest holds it (Artifact.h; the manifest
   /// adds the program's arguments and what the passes found):
-  ///   "grid": {"axes", "shape", "rank_order"}, "optimizer": {"name", "lr",
+  ///   "grid": {"axes", "shape", "rank_order"[, "ranks_per_node" when
+  ///   > 0]}, "optimizer": {"name", "lr",
   ///   "weight_decay"[, "beta1", "beta2", "eps"]}, "recompute",
   ///   "precision", ["bucket_mb" when >= 0], ["loss_scale" with a static fp16
   ///   scale], ["dynamic_loss_scale": {"initial", "window", "min"} with a

@@ -2,6 +2,7 @@
 
 #include "runtime/executor/Communication.h"
 
+#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/executor/Backend.h"
 #include "runtime/executor/KernelDesc.h"
@@ -109,15 +110,10 @@ llvm::Error exec::nodeDeviceTable(const mpi::Communicator &world, int myDevice,
 }
 
 llvm::Expected<int> exec::nodeLocalRankOf(const mpi::Communicator &world) {
-  MPI_Comm node = MPI_COMM_NULL;
-  int rc = MPI_Comm_split_type(world.handle(), MPI_COMM_TYPE_SHARED,
-                               world.rank(), MPI_INFO_NULL, &node);
-  if (rc != MPI_SUCCESS)
-    return mpi::failure(rc, "MPI_Comm_split_type (ranks of this node)");
-  int local = 0;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  return local;
+  llvm::Expected<mpi::NodeLocalRank> local = mpi::nodeLocalRank(world);
+  if (!local)
+    return local.takeError();
+  return local->rank;
 }
 
 void InFlightBuffers::hold(int64_t ticket, Tensor t) {

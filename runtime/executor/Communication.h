@@ -76,7 +76,9 @@ llvm::Error nodeDeviceTable(const mpi::Communicator &world, int myDevice,
                             int &localRank, std::vector<int> &nodeRanks,
                             std::vector<int> &nodeDevices);
 
-/// Collective over `world`: this rank's node-local rank. Error: MPI failure.
+/// Collective over `world`: this rank's node-local rank, from the launcher
+/// or the shared-memory split (mpi::nodeLocalRank, NodeLocal.h). Error: MPI
+/// failure, a malformed launcher variable.
 llvm::Expected<int> nodeLocalRankOf(const mpi::Communicator &world);
 
 /// One pipeline transfer as a stage issues it (a tsrt.send or tsrt.recv

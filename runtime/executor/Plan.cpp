@@ -320,6 +320,11 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
 
   Manifest m;
   const json::Object *grid = root->getObject("grid");
+  if (grid)
+    for (const auto &kv : *grid)
+      if (!llvm::is_contained({"axes", "shape", "rank_order", "ranks_per_node"},
+                              kv.first.str()))
+        return err("unknown field \"grid\".\"" + kv.first.str() + "\"");
   const json::Array *axes = grid ? grid->getArray("axes") : nullptr;
   auto shape = intList(grid ? grid->get("shape") : nullptr);
   if (!axes || !shape || axes->size() != shape->size() || shape->empty())
@@ -385,6 +390,14 @@ llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
     }
   } else {
     m.rankOrder = rankAxes;
+  }
+  // The node mapping the plan promises (compiled with --cluster).
+  if (const json::Value *perNode = grid->get("ranks_per_node")) {
+    std::optional<int64_t> v = perNode->getAsInteger();
+    if (!v || *v < 0 || *v > (int64_t(1) << 20))
+      return err("field \"grid\".\"ranks_per_node\" must be an integer in "
+                 "[0, 2^20]");
+    m.ranksPerNode = *v;
   }
   if (auto p = root->getString("program"))
     m.program = p->str();

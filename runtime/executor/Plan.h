@@ -12,7 +12,7 @@
 //   - metadata "tessera.manifest": JSON
 //       {"format": "tessera-plan", "version": 1,
 //        "grid": {"axes": ["dp", "tp"], "shape": [2, 2],
-//                 "rank_order": ["dp", "tp"]},
+//                 "rank_order": ["dp", "tp"], "ranks_per_node": 2},
 //        "program": "__program__", "function": "train_step",
 //        "global_batch": 8, "seq_len": 64, "optimizer": {...},
 //        "arguments": [{"index", "name", "role", "dtype", "shape",
@@ -29,7 +29,10 @@
 //     state, with the same local shapes), and the index of its loss result;
 //     "rank_order", optional: the rank axes,
 //     slowest first, in the order world ranks are laid out over them, the
-//     last fastest; default, for older artifacts, the axis order)
+//     last fastest; default, for older artifacts, the axis order;
+//     "ranks_per_node", optional: the node mapping the plan promises, world
+//     rank r on node r / ranks_per_node, 0 or absent: none; other "grid"
+//     fields are errors)
 //     Argument roles: "param" (trainable, initial value = the tensor of that
 //     name), "frozen" (likewise, never updated), "opt_state" (starts at
 //     zeros), "hyper" (an f32 0-D replicated scalar the runtime sets before
@@ -155,6 +158,11 @@ struct Manifest {
   /// laid out row-major over them in this order ("grid": {"rank_order"};
   /// default rankAxes()).
   std::vector<std::string> rankOrder;
+  /// The node mapping the plan promises: world rank r on node r /
+  /// ranksPerNode ("grid": {"ranks_per_node"}, the --cluster's
+  /// devices_per_node, in [0, 2^20]); 0 (absent) promises none. tessera-run
+  /// checks the job's hosts against it (common/cluster/Placement.h).
+  int64_t ranksPerNode = 0;
   /// Pipeline plans: indices of the pp and (last, virtual) mb axes in
   /// gridAxes; -1 for other plans.
   int64_t ppAxis = -1, mbAxis = -1;

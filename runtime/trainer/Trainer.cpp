@@ -7,9 +7,11 @@
 
 #include "runtime/trainer/Trainer.h"
 
+#include "common/cluster/Placement.h"
 #include "common/io/FileSafety.h"
 #include "runtime/FaultInject.h"
 #include "runtime/checkpoint/SafeTensors.h"
+#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/executor/Layout.h"
 #include "runtime/metrics/ByteSize.h"
@@ -25,6 +27,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
+#include <unistd.h>
 
 namespace tessera::runtime {
 
@@ -697,6 +701,129 @@ std::string Trainer::openJob(bool timeoutOk) {
 }
 
 //===----------------------------------------------------------------------===//
+// Placement
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// One rank's placement as gathered (fixed size: one MPI_Gather of bytes).
+struct PlacementRecord {
+  int32_t localRank = 0, sharedRank = 0, sharedLeader = 0, pid = 0;
+  char source[32] = {};
+  char host[256] = {};
+};
+} // namespace
+
+bool Trainer::checkPlacement() {
+  std::string error;
+  PlacementRecord mine;
+  mine.pid = static_cast<int32_t>(::getpid());
+  if (::gethostname(mine.host, sizeof(mine.host) - 1) != 0)
+    std::snprintf(mine.host, sizeof(mine.host), "unknown");
+  llvm::Expected<mpi::NodeLocalRank> local = mpi::nodeLocalRank(*world);
+  if (local) {
+    mine.localRank = local->rank;
+    mine.sharedRank = local->sharedRank;
+    mine.sharedLeader = local->sharedLeader;
+    std::snprintf(mine.source, sizeof(mine.source), "%s",
+                  local->source.c_str());
+  } else {
+    error = "node-local rank: " + llvm::toString(local.takeError());
+  }
+  if (!allRanksOk(*world, error))
+    return false;
+  int n = world->size();
+  bool isRoot = world->rank() == 0;
+  std::vector<PlacementRecord> all(isRoot ? n : 0);
+  int rc;
+  {
+    mpi::watchdog::Guard guard("gather of the placement", n);
+    rc = MPI_Gather(&mine, sizeof(PlacementRecord), MPI_BYTE, all.data(),
+                    sizeof(PlacementRecord), MPI_BYTE, 0, world->handle());
+  }
+  if (!allRanksOk(*world,
+                  rc == MPI_SUCCESS
+                      ? ""
+                      : take(mpi::failure(rc, "MPI_Gather of the placement"))))
+    return false;
+  if (!isRoot)
+    return true;
+
+  // MPI nodes, numbered by their lowest world rank; host names, told apart
+  // where one name spans several MPI nodes.
+  std::set<int> leaders;
+  for (const PlacementRecord &r : all)
+    leaders.insert(r.sharedLeader);
+  auto nodeOf = [&](const PlacementRecord &r) -> int64_t {
+    return std::distance(leaders.begin(), leaders.find(r.sharedLeader));
+  };
+  std::vector<std::string> names;
+  std::vector<int64_t> nodes;
+  for (const PlacementRecord &r : all) {
+    names.push_back(r.host);
+    nodes.push_back(nodeOf(r));
+  }
+  std::vector<std::string> hosts = planner::hostLabels(names, nodes);
+
+  const exec::Manifest &m = plan->manifest();
+  planner::RankOrderAxes layout;
+  std::vector<int64_t> shape = m.rankShape();
+  for (int64_t i : m.rankOrderIndices()) {
+    layout.names.push_back(m.rankAxes()[i]);
+    layout.sizes.push_back(shape[i]);
+  }
+  if (opts.logPlacement) {
+    std::vector<std::string> axes = m.rankAxes();
+    for (int r = 0; r < n; ++r) {
+      const PlacementRecord &rec = all[r];
+      std::vector<int64_t> coords =
+          exec::gridCoords(r, shape, m.rankOrderIndices());
+      std::string text;
+      for (size_t a = 0; a < axes.size(); ++a)
+        text += (a ? " " : "") + axes[a] + "=" + std::to_string(coords[a]);
+      std::string source = rec.source;
+      if (source != "MPI_COMM_TYPE_SHARED" && rec.localRank != rec.sharedRank)
+        source += "; split: " + std::to_string(rec.sharedRank);
+      llvm::outs() << llvm::formatv(
+          "placement: rank {0} on host {1} (node {2}), local rank {3} ({4}), "
+          "pid {5}, {6}, stage {7}\n",
+          r, hosts[r], nodeOf(rec), rec.localRank, source, rec.pid, text,
+          m.isPipeline() ? coords[m.ppAxis] : 0);
+    }
+    std::string summary = planner::hostSummary(layout, hosts);
+    if (!summary.empty())
+      llvm::outs() << "placement: " << summary << "\n";
+    llvm::outs().flush();
+  }
+  // A launcher that contradicts the shared-memory split: the first rank.
+  int contradicting = -1, others = 0;
+  for (int r = 0; r < n; ++r) {
+    mpi::NodeLocalRank l;
+    l.rank = all[r].localRank;
+    l.source = all[r].source;
+    l.sharedRank = all[r].sharedRank;
+    if (!l.contradicts())
+      continue;
+    if (contradicting < 0)
+      contradicting = r;
+    else
+      ++others;
+  }
+  if (contradicting >= 0) {
+    mpi::NodeLocalRank l;
+    l.rank = all[contradicting].localRank;
+    l.source = all[contradicting].source;
+    l.sharedRank = all[contradicting].sharedRank;
+    llvm::errs() << mpi::localRankMismatchWarning("tessera-run", contradicting,
+                                                  l, others)
+                 << "\n";
+  }
+  for (const std::string &w :
+       planner::placementWarnings(layout, m.ranksPerNode, hosts, "tessera-run"))
+    llvm::errs() << w << "\n";
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
 // The run
 //===----------------------------------------------------------------------===//
 
@@ -720,6 +847,10 @@ int Trainer::run(const mpi::Communicator &comm) {
   // then all agree.
   std::string error = openJob(timeoutOk);
   if (!allRanksOk(*world, error))
+    return exitAfterFailure();
+
+  // Where the ranks run, against the plan's node mapping (collective).
+  if (!checkPlacement())
     return exitAfterFailure();
 
   // Grid and executor (collective: sub-communicators).

@@ -77,6 +77,11 @@ struct TrainerOptions {
   bool cudaGraph = false;                 ///< --cuda-graph
   double collectiveTimeoutS = 300;        ///< --collective-timeout-s (0 off)
   std::optional<std::string> memoryPerDevice; ///< --memory-per-device SIZE
+  /// --log-placement: rank 0 prints every rank's host, node, node-local
+  /// rank (and its source), pid, grid coordinates and stage, and which axes'
+  /// groups stay inside a host (Trainer::checkPlacement). The check of the
+  /// plan's node mapping runs without it too.
+  bool logPlacement = false;
 
   // --- Per-step output -----------------------------------------------------
   std::string metricsPath; ///< --metrics FILE.jsonl (rank 0)
@@ -150,6 +155,27 @@ private:
   std::string checkMemoryPerDevice(const exec::Manifest &m) const;
   std::string makeLrSchedule(const exec::Manifest &m);
   std::string openJob(bool timeoutOk);
+  /// Collective, after openJob: every rank's host (gethostname), MPI node
+  /// (MPI_COMM_TYPE_SHARED group), node-local rank and its source
+  /// (mpi::nodeLocalRank) and pid are gathered to rank 0 (one MPI_Gather
+  /// under the watchdog), which prints the warnings of
+  /// planner::placementWarnings (the plan's node mapping against the
+  /// hosts, common/cluster/Placement.h) and of a launcher that contradicts
+  /// the shared-memory split (mpi::localRankMismatchWarning), and, with
+  /// --log-placement, one line per rank in rank order
+  ///   "placement: rank R on host H (node N), local rank L (SOURCE), pid P,
+  ///   dp=.. tp=.., stage S"
+  /// (N: the MPI node, numbered by lowest world rank; SOURCE: the launcher
+  /// variable or MPI_COMM_TYPE_SHARED, "SOURCE; split: K" where they
+  /// differ; S: the pp coordinate, 0 without pipeline) and the summary
+  /// "placement: tp groups inside a host; dp groups across hosts". Hosts
+  /// whose name appears on several MPI nodes are told apart as "H[node N]"
+  /// (planner::hostLabels).
+  /// Errors (a malformed launcher variable, an MPI failure) are agreed by
+  /// all ranks (allRanksOk: the lowest failing rank prints
+  /// "tessera-run: error: node-local rank: ...") before anything is
+  /// gathered; returns false after one.
+  bool checkPlacement();
 
   // The step loop and its hooks (see the file comment).
   void train();

@@ -341,7 +341,9 @@ static cl::opt<std::string>
             cl::desc("Write the IR after every pass to DIR/NN-<pass>.mlir"),
             cl::value_desc("DIR"), cl::init(""), cl::cat(category));
 static cl::opt<bool> explain("explain",
-                             cl::desc("Print the plan: grid, every parameter's "
+                             cl::desc("Print the plan: grid, rank order, "
+                                      "node mapping ('placement: ...', "
+                                      "with --cluster), every parameter's "
                                       "sharding, bytes per rank and the "
                                       "collectives of one step"),
                              cl::init(false), cl::cat(category));
@@ -368,7 +370,12 @@ static cl::opt<std::string> clusterSpec(
              "(common/cluster/Cluster.h). Fails when the plan needs more "
              "ranks than the cluster has devices. With --explain, prints the "
              "predicted step time (compute + communication, no overlap) and "
-             "MFU, and the collectives with their link"),
+             "MFU, and the collectives with their link. The plan records the "
+             "cluster's devices_per_node as its ranks per node (manifest "
+             "\"grid\": {\"ranks_per_node\"}; world rank r on node r / "
+             "devices_per_node, as mpirun and srun place ranks): --explain "
+             "prints that node mapping and which axes stay inside a node, "
+             "and tessera-run warns when the job's hosts contradict it"),
     cl::value_desc("SPEC"), cl::init(""), cl::cat(category));
 static cl::opt<double> gemmEfficiency(
     "gemm-efficiency",
@@ -738,12 +745,15 @@ static void explainSearchResult(const planner::SearchResult &result,
   }
 }
 
-/// Writes --explain-json: the search and its re-ranking.
+/// Writes --explain-json: the search and its re-ranking, and the chosen
+/// plan's node mapping ("placement", Placement.h nodeMappingToJSON;
+/// "ranks_per_node" 0 without --cluster). `base` is the plan of the flags.
 static ExitCode writeExplainJson(const planner::SearchResult &result,
                                  const planner::TransformerShape &shape,
                                  const planner::Cluster &cluster,
                                  const planner::SearchOptions &search,
-                                 ArrayRef<Reranked> reranked) {
+                                 ArrayRef<Reranked> reranked,
+                                 const planner::Plan &base) {
   llvm::json::Value report =
       planner::searchToJSON(result, shape, cluster, search);
   llvm::json::Array ranks;
@@ -757,6 +767,14 @@ static ExitCode writeExplainJson(const planner::SearchResult &result,
                                          {"peak_bytes", r.peak},
                                          {"fits", r.fits}});
   (*report.getAsObject())["reranked"] = std::move(ranks);
+  // The chosen plan's node mapping (--explain's "placement:" line).
+  if (!result.best.empty()) {
+    planner::Plan chosen =
+        planner::planOf(result.best.front().candidate, shape, base);
+    (*report.getAsObject())["placement"] = planner::nodeMappingToJSON(
+        chosen.rankOrderAxes(),
+        clusterSpec.empty() ? 0 : cluster.devicesPerNode);
+  }
   if (llvm::Error err = io::writeFileAtomically(
           "--explain-json", explainJson, [&](llvm::raw_ostream &os) {
             os << llvm::formatv("{0:2}\n", report);
@@ -820,7 +838,7 @@ static ExitCode searchPlan(ModuleOp module, MLIRContext &context,
     explainSearchResult(*result, *shape, *cluster, search, reranked);
   if (!explainJson.empty())
     if (ExitCode exit =
-            writeExplainJson(*result, *shape, *cluster, search, reranked))
+            writeExplainJson(*result, *shape, *cluster, search, reranked, plan))
       return exit;
   if (result->best.empty())
     return fail("no plan for " + llvm::Twine(search.devices) +
@@ -1038,6 +1056,11 @@ int main(int argc, char **argv) {
   } else if (planOnly) {
     return fail("--plan-only needs a plan search (--devices N or --cluster)");
   }
+
+  // The node mapping the plan promises: --cluster's devices per node
+  // (not the cpu:N machine --devices alone plans for).
+  if (cluster && !clusterSpec.empty())
+    plan.ranksPerNode = cluster->devicesPerNode;
 
   if (!shardingFile.empty())
     if (ExitCode exit = pinShardings(*module, plan))

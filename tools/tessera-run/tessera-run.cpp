@@ -12,6 +12,7 @@
 //     [--lr-wsd-decay-iters N] [--lr-wsd-decay-style STYLE]
 
 //     [--eval-data FILE [--eval-interval N] [--eval-iters K]]
+//     [--log-placement]
 // mpirun -np N tessera-run --calibrate [OUT.json] [--calibrate-quick] [--force]
 //
 // --calibrate measures this machine for the planner (see Calibrate.h) and
@@ -107,6 +108,14 @@
 // MPI initialisation or the watchdog's first all_gather blocks S seconds
 // ("rank R: start-up did not finish within S s ...: MPI initialisation
 // (MPI_Init) blocked for S s; rank L (pid P) is stopped; aborting").
+//
+// Placement (issue 28): at start-up every rank's host, MPI node, node-local
+// rank (from the launcher's OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID /
+// MPI_LOCALRANKID, else the MPI shared-memory split:
+// runtime/collectives/mpi/NodeLocal.h) and pid are gathered to rank 0,
+// which checks them against the node mapping a --cluster plan promises and
+// prints warnings (common/cluster/Placement.h gives their exact text);
+// --log-placement also prints every rank's line.
 //
 // Test hook: TESSERA_FAULT_INJECT=RANK:MOMENT:SIGNAL[:COUNT] makes one rank
 // SIGKILL or SIGSTOP itself at a moment of the run (runtime/FaultInject.h;
@@ -511,6 +520,24 @@ static cl::opt<double> collectiveTimeout(
              "are stopped, exited or missing"),
     cl::value_desc("S"), cl::init(300), cl::cat(category));
 
+static cl::opt<bool> logPlacement(
+    "log-placement",
+    cl::desc("At start-up, print on rank 0 one line per rank, in rank order: "
+             "'placement: rank R on host H (node N), local rank L (SOURCE), "
+             "pid P, dp=.. tp=.., stage S' (H: gethostname; N: the MPI node, "
+             "the rank's MPI_COMM_TYPE_SHARED group numbered by its lowest "
+             "rank; L: the node-local rank that picks the GPU, SOURCE the "
+             "launcher variable it came from, OMPI_COMM_WORLD_LOCAL_RANK, "
+             "SLURM_LOCALID or MPI_LOCALRANKID, else MPI_COMM_TYPE_SHARED; "
+             "S: the pipeline stage), then 'placement: tp groups inside a "
+             "host; dp groups across hosts'. Without it the check still "
+             "runs: a plan compiled with --cluster promises ranks per node, "
+             "and a node-local axis whose group spans hosts, or a host that "
+             "does not hold exactly one node's ranks, is a warning on rank 0 "
+             "(common/cluster/Placement.h). A malformed launcher variable is "
+             "an error"),
+    cl::init(false), cl::cat(category));
+
 static cl::opt<std::string> dumpTensors(
     "dump-tensors",
     cl::desc("For tessera-check: write every result of every kernel that "
@@ -546,7 +573,11 @@ static const char *kOverview =
     "If a rank dies or a collective blocks longer than --collective-timeout-s\n"
     "(default 300 s), every other rank exits with status 1 naming the lost\n"
     "rank or the collective's sequence number; MPI start-up is under the same\n"
-    "timeout.\n";
+    "timeout.\n"
+    "Placement: a plan compiled with --cluster promises ranks per node; at\n"
+    "start-up rank 0 warns (one line each, naming the axis, group and hosts)\n"
+    "when a node-local axis's group spans hosts or a host does not hold one\n"
+    "node's ranks. --log-placement prints every rank's host and local rank.\n";
 
 namespace {
 
@@ -661,6 +692,7 @@ TrainerOptions optionsFromFlags() {
     o.collectives = collectivesName.getValue();
   o.cudaGraph = cudaGraph;
   o.collectiveTimeoutS = collectiveTimeout;
+  o.logPlacement = logPlacement;
   if (memoryPerDevice.getNumOccurrences())
     o.memoryPerDevice = memoryPerDevice.getValue();
   // Per-step output.

@@ -4,6 +4,7 @@
 
 #include "runtime/backends/cuda/CudaRuntime.h"
 #include "runtime/backends/cuda/ElementwiseKernels.h"
+#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 
 #include "llvm/Support/Format.h"
@@ -216,22 +217,10 @@ llvm::Error nccl::check(ncclResult_t result, const llvm::Twine &what) {
 }
 
 llvm::Expected<int> nccl::nodeLocalRank(const mpi::Communicator &comm) {
-  MPI_Comm local = MPI_COMM_NULL;
-  int rc;
-  {
-    mpi::watchdog::Guard guard("communicator split (node-local rank)",
-                               comm.size());
-    rc = MPI_Comm_split_type(comm.handle(), MPI_COMM_TYPE_SHARED, comm.rank(),
-                             MPI_INFO_NULL, &local);
-  }
-  if (rc != MPI_SUCCESS)
-    return mpi::failure(rc, "MPI_Comm_split_type (node-local rank)");
-  int r = 0;
-  rc = MPI_Comm_rank(local, &r);
-  MPI_Comm_free(&local);
-  if (rc != MPI_SUCCESS)
-    return mpi::failure(rc, "MPI_Comm_rank (node-local rank)");
-  return r;
+  llvm::Expected<mpi::NodeLocalRank> local = mpi::nodeLocalRank(comm);
+  if (!local)
+    return local.takeError();
+  return local->rank;
 }
 
 //===----------------------------------------------------------------------===//

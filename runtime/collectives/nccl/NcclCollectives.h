@@ -91,9 +91,10 @@ using mpi::TrafficCounter;
 /// process-wide last message and may belong to an earlier failure).
 llvm::Error check(ncclResult_t result, const llvm::Twine &what);
 
-/// The rank of this process among the ranks of `comm` that share its node
-/// (MPI_Comm_split_type MPI_COMM_TYPE_SHARED; collective over `comm`), the
-/// usual choice of CUDA device: localRank % cudaGetDeviceCount.
+/// The rank of this process among the ranks of its node, from the
+/// launcher or the shared-memory split (mpi::nodeLocalRank, NodeLocal.h;
+/// collective over `comm`, the world), the usual choice of CUDA device:
+/// localRank % cudaGetDeviceCount.
 llvm::Expected<int> nodeLocalRank(const mpi::Communicator &comm);
 
 /// An NCCL communicator (non-blocking, see the file comment). Owns its

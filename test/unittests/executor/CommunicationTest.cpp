@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/executor/Communication.h"
+#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/executor/Backend.h"
 
 #include "gtest/gtest.h"
@@ -121,6 +122,51 @@ TEST(Communication, NodeDeviceTable) {
   llvm::Expected<int> again = nodeLocalRankOf(world);
   ASSERT_TRUE(static_cast<bool>(again));
   EXPECT_EQ(*again, local);
+}
+
+// Collective: mpi::nodeLocalRank takes the launcher's variable (here a fake
+// environment) over the shared-memory split, reports both and the split's
+// group, and rejects a malformed or impossible value on every rank alike.
+TEST(Communication, NodeLocalRankFromLauncherOrSplit) {
+  mpi::Communicator world = mpi::Communicator::world();
+  auto none = [](const char *) -> const char * { return nullptr; };
+  llvm::Expected<mpi::NodeLocalRank> split = mpi::nodeLocalRank(world, none);
+  ASSERT_TRUE(static_cast<bool>(split)) << llvm::toString(split.takeError());
+  // One host: the split is the world, in world-rank order.
+  EXPECT_EQ(split->source, "MPI_COMM_TYPE_SHARED");
+  EXPECT_EQ(split->rank, world.rank());
+  EXPECT_EQ(split->sharedRank, world.rank());
+  EXPECT_EQ(split->sharedSize, world.size());
+  EXPECT_EQ(split->sharedLeader, 0);
+  EXPECT_FALSE(split->contradicts());
+
+  // Every rank claims local rank 0: the launcher wins, and contradicts the
+  // split on every rank but 0.
+  auto zero = [](const char *name) -> const char * {
+    return llvm::StringRef(name) == "SLURM_LOCALID" ? "0" : nullptr;
+  };
+  llvm::Expected<mpi::NodeLocalRank> slurm = mpi::nodeLocalRank(world, zero);
+  ASSERT_TRUE(static_cast<bool>(slurm)) << llvm::toString(slurm.takeError());
+  EXPECT_EQ(slurm->rank, 0);
+  EXPECT_EQ(slurm->source, "SLURM_LOCALID");
+  EXPECT_EQ(slurm->sharedRank, world.rank());
+  EXPECT_EQ(slurm->contradicts(), world.rank() != 0);
+
+  auto bad = [](const char *name) -> const char * {
+    return llvm::StringRef(name) == "OMPI_COMM_WORLD_LOCAL_RANK" ? "two"
+                                                                 : nullptr;
+  };
+  EXPECT_EQ(errorText(mpi::nodeLocalRank(world, bad).takeError()),
+            "OMPI_COMM_WORLD_LOCAL_RANK='two' is not a node-local rank (a "
+            "non-negative integer)");
+  auto big = [](const char *name) -> const char * {
+    return llvm::StringRef(name) == "MPI_LOCALRANKID" ? "64" : nullptr;
+  };
+  std::string msg = errorText(mpi::nodeLocalRank(world, big).takeError());
+  EXPECT_NE(msg.find("MPI_LOCALRANKID=64 is not a node-local rank: the job "
+                     "has "),
+            std::string::npos)
+      << msg;
 }
 
 // A tensor held for in-flight communication outlives every other owner

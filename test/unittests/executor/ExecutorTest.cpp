@@ -980,6 +980,30 @@ TEST(PlanErrors, ManifestMustMatchTheProgram) {
         << text << ": " << msg;
   }
 
+  // "ranks_per_node": the plan's node mapping, an integer in [0, 2^20];
+  // other grid fields are errors.
+  m = oneOpManifest({1, 1});
+  (*m.getObject("grid"))["ranks_per_node"] = 8;
+  EXPECT_EQ(loadError(oneOp(""), m), "");
+  for (json::Value bad : {json::Value(-1), json::Value(int64_t(1) << 21),
+                          json::Value("2"), json::Value(1.5)}) {
+    std::string text;
+    llvm::raw_string_ostream(text) << bad;
+    m = oneOpManifest({1, 1});
+    (*m.getObject("grid"))["ranks_per_node"] = std::move(bad);
+    msg = loadError(oneOp(""), m);
+    EXPECT_NE(msg.find("manifest: field \"grid\".\"ranks_per_node\" must be "
+                       "an integer in [0, 2^20]"),
+              std::string::npos)
+        << text << ": " << msg;
+  }
+  m = oneOpManifest({1, 1});
+  (*m.getObject("grid"))["nodes"] = 2;
+  msg = loadError(oneOp(""), m);
+  EXPECT_NE(msg.find("manifest: unknown field \"grid\".\"nodes\""),
+            std::string::npos)
+      << msg;
+
   m = oneOpManifest();
   m["function"] = "other";
   msg = loadError(oneOp(""), m);

@@ -209,6 +209,29 @@ TEST(Plan, FromJSONReadsAnArtifactManifest) {
   }
 }
 
+TEST(Plan, RanksPerNodeRoundTripsAndMakesTheNodeMapping) {
+  Plan p;
+  p.dp = 2;
+  p.tp = 2;
+  // No --cluster: no promise, and no key in the manifest.
+  EXPECT_FALSE(p.toJSON().getObject("grid")->get("ranks_per_node"));
+  EXPECT_EQ(roundTrip(p).ranksPerNode, 0);
+  p.ranksPerNode = 2;
+  EXPECT_EQ(p.toJSON().getObject("grid")->getInteger("ranks_per_node"),
+            std::optional<int64_t>(2));
+  EXPECT_EQ(roundTrip(p).ranksPerNode, 2);
+  // The rank axes in rank order, with their sizes: tp fastest by default,
+  // as --rank-order puts them otherwise.
+  RankOrderAxes axes = p.rankOrderAxes();
+  EXPECT_EQ(axes.names, (std::vector<std::string>{"dp", "tp"}));
+  EXPECT_EQ(axes.sizes, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(nodeMapping(axes, p.ranksPerNode).insideNode,
+            std::vector<std::string>{"tp"});
+  p.rankOrder = {"tp", "dp"};
+  EXPECT_EQ(nodeMapping(p.rankOrderAxes(), p.ranksPerNode).insideNode,
+            std::vector<std::string>{"dp"});
+}
+
 std::string fromJSONError(llvm::StringRef text) {
   llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
   if (!json)
@@ -226,6 +249,12 @@ TEST(Plan, FromJSONErrorsNameTheKey) {
       fromJSONError(R"({"grid": {"axes": ["dp", "xx"], "shape": [1, 2]}, )" +
                     std::string(opt) + "}"),
       "plan: \"grid\": unknown axis 'xx'");
+  for (const char *bad : {"-1", "\"2\"", "1.5"})
+    EXPECT_EQ(fromJSONError(R"({"grid": {"axes": ["dp"], "shape": [1], )"
+                            R"("ranks_per_node": )" +
+                            std::string(bad) + "}, " + opt + "}"),
+              "plan: \"grid\": \"ranks_per_node\" must be an integer >= 0")
+        << bad;
   EXPECT_EQ(fromJSONError(R"({"grid": {"axes": ["dp"], "shape": [1]}})"),
             "plan: \"optimizer\" must be an object");
   EXPECT_EQ(fromJSONError(R"({"grid": {"axes": ["dp"], "shape": [1]},
