@@ -129,7 +129,8 @@ EOF
 exec)
   h=${3:?hosts.sh exec DIR HOST COMMAND...}
   shift 3
-  exec nsenter -t "$(host_field "$h" 3)" --net --uts -- "$@"
+  pid=$(host_field "$h" 3)
+  exec nsenter -t "$pid" --net --uts -- "$@"
   ;;
 link)
   h=${3:?hosts.sh link DIR HOST down|up}

@@ -492,6 +492,19 @@ def main():
         print("FAIL: hosts.sh up:\n" + up.stdout)
         return 1
     log("hosts:\n" + up.stdout.rstrip())
+    # hosts.sh's errors: hosts of those names exist already; no such host.
+    again = run([E.hosts_sh, "up", os.path.join(E.work, "hosts-again"), "2"])
+    nohost = run([E.hosts_sh, "exec", E.hosts_dir, "tmn-h9", "true"])
+    for what, p, want in (
+            ("a second up", again, "hosts.sh: error: namespace tmn-sw exists"),
+            ("exec on tmn-h9", nohost, "hosts.sh: error: no host 'tmn-h9'")):
+        if p.returncode != 1 or want not in p.stdout:
+            print("FAIL: hosts.sh %s: exit %d, %r (want exit 1, %r)" % (
+                what, p.returncode, p.stdout.strip(), want))
+            subprocess.run([E.hosts_sh, "down", E.hosts_dir])
+            return 1
+    log("hosts.sh refuses a second up and an unknown host (exit 1, "
+        "one line each)")
     slurm_up = False
     ok = True
     try:
