@@ -2,7 +2,6 @@
 
 #include "runtime/executor/Communication.h"
 
-#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 #include "runtime/executor/Backend.h"
 #include "runtime/executor/KernelDesc.h"
@@ -107,13 +106,6 @@ llvm::Error exec::nodeDeviceTable(const mpi::Communicator &world, int myDevice,
     nodeDevices[i] = all[2 * i + 1];
   }
   return llvm::Error::success();
-}
-
-llvm::Expected<int> exec::nodeLocalRankOf(const mpi::Communicator &world) {
-  llvm::Expected<mpi::NodeLocalRank> local = mpi::nodeLocalRank(world);
-  if (!local)
-    return local.takeError();
-  return local->rank;
 }
 
 void InFlightBuffers::hold(int64_t ticket, Tensor t) {

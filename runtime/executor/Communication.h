@@ -50,7 +50,8 @@ const char *transportName(Transport t);
 llvm::Expected<Transport> parseTransport(llvm::StringRef name,
                                          llvm::StringRef backend);
 
-/// The CUDA device of a rank with node-local rank `localRank` (>= 0) on a
+/// The CUDA device of a rank with node-local rank `localRank` (>= 0; from
+/// mpi::nodeLocalRank, NodeLocal.h) on a
 /// node with `deviceCount` (> 0) devices: localRank % deviceCount.
 int chooseDevice(int localRank, int deviceCount);
 
@@ -75,11 +76,6 @@ std::string sharedDeviceMessage(const SharedDevice &s);
 llvm::Error nodeDeviceTable(const mpi::Communicator &world, int myDevice,
                             int &localRank, std::vector<int> &nodeRanks,
                             std::vector<int> &nodeDevices);
-
-/// Collective over `world`: this rank's node-local rank, from the launcher
-/// or the shared-memory split (mpi::nodeLocalRank, NodeLocal.h). Error: MPI
-/// failure, a malformed launcher variable.
-llvm::Expected<int> nodeLocalRankOf(const mpi::Communicator &world);
 
 /// One pipeline transfer as a stage issues it (a tsrt.send or tsrt.recv
 /// of the program of one schedule action): from stage, to stage, the tsrt

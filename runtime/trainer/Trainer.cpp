@@ -795,28 +795,27 @@ bool Trainer::checkPlacement() {
     llvm::outs().flush();
   }
   // A launcher that contradicts the shared-memory split: the first rank.
-  int contradicting = -1, others = 0;
-  for (int r = 0; r < n; ++r) {
+  auto localOf = [&](int r) {
     mpi::NodeLocalRank l;
     l.rank = all[r].localRank;
     l.source = all[r].source;
     l.sharedRank = all[r].sharedRank;
-    if (!l.contradicts())
+    return l;
+  };
+  int contradicting = -1, others = 0;
+  for (int r = 0; r < n; ++r) {
+    if (!localOf(r).contradicts())
       continue;
     if (contradicting < 0)
       contradicting = r;
     else
       ++others;
   }
-  if (contradicting >= 0) {
-    mpi::NodeLocalRank l;
-    l.rank = all[contradicting].localRank;
-    l.source = all[contradicting].source;
-    l.sharedRank = all[contradicting].sharedRank;
+  if (contradicting >= 0)
     llvm::errs() << mpi::localRankMismatchWarning("tessera-run", contradicting,
-                                                  l, others)
+                                                  localOf(contradicting),
+                                                  others)
                  << "\n";
-  }
   for (const std::string &w :
        planner::placementWarnings(layout, m.ranksPerNode, hosts, "tessera-run"))
     llvm::errs() << w << "\n";

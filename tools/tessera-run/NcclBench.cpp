@@ -3,6 +3,7 @@
 #include "NcclBench.h"
 
 #include "runtime/backends/cuda/CudaRuntime.h"
+#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/collectives/nccl/NcclCollectives.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -39,18 +40,18 @@ calibrate::ncclBenchOps(const mpi::Communicator &world) {
   if (llvm::Error err =
           cuda::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount"))
     return std::move(err);
-  llvm::Expected<int> local = nccl::nodeLocalRank(world);
+  llvm::Expected<mpi::NodeLocalRank> local = mpi::nodeLocalRank(world);
   if (!local)
     return local.takeError();
-  if (*local >= devices)
+  if (local->rank >= devices)
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         llvm::formatv("rank {0} is node-local rank {1} but this node has {2} "
                       "CUDA device(s): NCCL needs one device per rank",
-                      world.rank(), *local, devices));
+                      world.rank(), local->rank, devices));
   auto state = std::make_shared<NcclBenchState>();
   nccl::NcclCommunicator::Options options;
-  options.device = *local;
+  options.device = local->rank;
   options.name = "tessera-bench";
   llvm::Expected<std::unique_ptr<nccl::NcclCommunicator>> comm =
       nccl::NcclCommunicator::create(world, options);
@@ -63,7 +64,7 @@ calibrate::ncclBenchOps(const mpi::Communicator &world) {
 
   const int64_t n = world.size();
   BenchOps ops;
-  ops.name = "NCCL on device " + std::to_string(*local);
+  ops.name = "NCCL on device " + std::to_string(local->rank);
   ops.make = [state,
               n](Collective kind,
                  int64_t elems) -> llvm::Expected<std::function<bool()>> {

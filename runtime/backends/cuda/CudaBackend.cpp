@@ -47,6 +47,7 @@
 #include "runtime/backends/cuda/ElementwiseKernels.h"
 #include "runtime/backends/cuda/FlashAttention.h"
 #include "runtime/backends/cuda/NNKernels.h"
+#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/executor/Backend.h"
 #include "runtime/executor/Communication.h"
 #include "runtime/executor/KernelDesc.h"
@@ -900,10 +901,11 @@ CudaBackend::create(const BackendOptions &options) {
   int device = count > 0 ? 0 : -1;
   std::optional<SharedDevice> shared;
   if (options.world) {
-    llvm::Expected<int> local = nodeLocalRankOf(*options.world);
+    llvm::Expected<mpi::NodeLocalRank> local =
+        mpi::nodeLocalRank(*options.world);
     if (!local)
       return fail("--backend cuda: " + llvm::toString(local.takeError()));
-    device = chooseDevice(*local, count);
+    device = chooseDevice(local->rank, count);
     int localRank = 0;
     std::vector<int> ranks, devices;
     if (llvm::Error e =

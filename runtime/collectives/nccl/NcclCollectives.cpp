@@ -4,7 +4,6 @@
 
 #include "runtime/backends/cuda/CudaRuntime.h"
 #include "runtime/backends/cuda/ElementwiseKernels.h"
-#include "runtime/collectives/mpi/NodeLocal.h"
 #include "runtime/collectives/mpi/Watchdog.h"
 
 #include "llvm/Support/Format.h"
@@ -214,13 +213,6 @@ llvm::Error nccl::check(ncclResult_t result, const llvm::Twine &what) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  what + " failed on rank " +
                                      llvm::Twine(worldRank()) + ": " + msg);
-}
-
-llvm::Expected<int> nccl::nodeLocalRank(const mpi::Communicator &comm) {
-  llvm::Expected<mpi::NodeLocalRank> local = mpi::nodeLocalRank(comm);
-  if (!local)
-    return local.takeError();
-  return local->rank;
 }
 
 //===----------------------------------------------------------------------===//

@@ -91,12 +91,6 @@ using mpi::TrafficCounter;
 /// process-wide last message and may belong to an earlier failure).
 llvm::Error check(ncclResult_t result, const llvm::Twine &what);
 
-/// The rank of this process among the ranks of its node, from the
-/// launcher or the shared-memory split (mpi::nodeLocalRank, NodeLocal.h;
-/// collective over `comm`, the world), the usual choice of CUDA device:
-/// localRank % cudaGetDeviceCount.
-llvm::Expected<int> nodeLocalRank(const mpi::Communicator &comm);
-
 /// An NCCL communicator (non-blocking, see the file comment). Owns its
 /// ncclComm_t. Not copyable; create with `create` or `split`.
 class NcclCommunicator {

@@ -119,9 +119,9 @@ TEST(Communication, NodeDeviceTable) {
   // On one device, NCCL would refuse any job of more than one rank.
   std::optional<SharedDevice> s = findSharedDevice(ranks, devices);
   EXPECT_EQ(s.has_value(), world.size() > 1);
-  llvm::Expected<int> again = nodeLocalRankOf(world);
+  llvm::Expected<mpi::NodeLocalRank> again = mpi::nodeLocalRank(world);
   ASSERT_TRUE(static_cast<bool>(again));
-  EXPECT_EQ(*again, local);
+  EXPECT_EQ(again->rank, local);
 }
 
 // Collective: mpi::nodeLocalRank takes the launcher's variable (here a fake
