@@ -13,7 +13,8 @@ slurmd per host). The plans are compiled here with BUILD's tessera-partition
 for a cluster of 2 nodes x 2 ranks (DIR/cluster.json). Then:
 
  1. dp2 x tp2 (examples/gpt/gpt.onnx, AdamW, --steps N) on one host
-    (`mpirun -np 4`), on the two hosts under `mpirun -H tmn-h1:2,tmn-h2:2`
+    (`mpirun -np 4`; within 1e-5 of the serial run, losses and weights),
+    on the two hosts under `mpirun -H tmn-h1:2,tmn-h2:2`
     (Open MPI's launcher, its plm_rsh_agent the hosts' rsh) and under
     `srun -N 2 --ntasks-per-node 2`: every step's loss equal and the
     --save-weights files byte for byte identical to the one-host run.
@@ -186,6 +187,28 @@ def start_up_race(p, metrics):
     return False
 
 
+def serial_gap(serial_metrics, metrics, serial_weights, weights):
+    """The largest relative difference from the serial run, by the e2e
+    suite's rules (test/e2e/compare.py): every step's loss, and every
+    tensor's ||w - w_serial|| / ||w_serial||, the key third of each
+    in_proj_bias left out (its true gradient is exactly zero, so AdamW turns
+    rounding noise into updates: e2e.drop_key_bias). inf when the steps or
+    tensors differ."""
+    sys.path.insert(0, os.path.join(E.src, "test", "e2e"))
+    import compare
+    from e2e import drop_key_bias
+    ok, rows = compare.compare_losses(compare.load_losses(metrics),
+                                      compare.load_losses(serial_metrics),
+                                      rtol=1e-5)
+    worst = max((r[3] if r[3] is not None else float("inf")) for r in rows)
+    ok, problems, errs = compare.compare_weights(
+        drop_key_bias(compare.load_weights(weights)),
+        drop_key_bias(compare.load_weights(serial_weights)), rtol=1e-5)
+    if problems:
+        return float("inf")
+    return max([worst] + [e for e, _, _ in errs])
+
+
 def equal_runs(name, plan, launchers, steps, axis_local, axis_across):
     """The one-host run, then each (label, command maker, local-rank
     variable) launcher: losses equal and weights identical."""
@@ -198,6 +221,18 @@ def equal_runs(name, plan, launchers, steps, axis_local, axis_across):
     ref_bytes = open(w_ref, "rb").read()
     log("%s one host (mpirun -np 4): losses %s" % (
         name, " ".join("%.4f" % l for l in ref)))
+    # The one-host run is itself the serial run's, within 1e-5 relative
+    # (the project's equivalence rule), so the hosts' runs are too.
+    argv, m_ser, w_ser = train_args(E.plans["serial"], name + ".serial",
+                                    steps)
+    p = run([E.launch] + argv, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError("serial run failed:\n%s" % p.stdout[-3000:])
+    worst = serial_gap(m_ser, m_ref, w_ser, w_ref)
+    log("%s one host vs serial: largest relative difference %.2e "
+        "(losses and weights; at most 1e-5)" % (name, worst))
+    if not worst <= 1e-5:
+        return False
     for label, make, source in launchers:
         argv, m, w = train_args(plan, name + "." + label.split()[0], steps)
         cmd = make(argv + ["--log-placement"])
@@ -464,6 +499,9 @@ def main():
     model = os.path.join(E.src, "examples", "gpt", "gpt.onnx")
     E.plans = {}
     explains = {}
+    E.plans["serial"] = os.path.join(E.work, "serial.tsr")
+    run([partition, model, "-o", E.plans["serial"], "--optimizer", "adamw"],
+        check=True)
     for name, flags in (("dp2tp2", ["--dp", "2", "--tp", "2"]),
                         ("pp2tp2", ["--pp", "2", "--tp", "2", "--schedule",
                                     "1f1b", "--micro-batches", "4"])):
